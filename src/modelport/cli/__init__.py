@@ -1,0 +1,45 @@
+"""The `modelport` command line: a root typer app with one small module per command.
+
+Nothing heavy is imported here: `modelport --help` must stay instant.
+"""
+
+from __future__ import annotations
+
+import typer
+
+from modelport import __version__
+
+app = typer.Typer(
+    name="modelport",
+    help="Convert, optimise, validate and package deep-learning models.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool):
+    if value:
+        typer.echo(f"modelport {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit.")):
+    """Convert, optimise, validate and package deep-learning models."""
+
+
+def _register() -> None:
+    # One line per command module; each module adds its command(s) to `app`.
+    from modelport.cli import convert, inspect, zoo
+
+    for module in (convert, inspect, zoo):
+        module.register(app)
+
+
+_register()
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,57 @@
+"""Rich tables for reports: stages, artifacts and parity, the same data as report.json."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from modelport.cli._common import console, fmt_num
+
+
+def parity_table(report: dict) -> Table:
+    t = Table(title="parity", title_justify="left")
+    for col in ("hop", "output", "max abs", "max rel", "cosine", "ok"):
+        t.add_column(col)
+    for hop in report.get("parity", []):
+        for o in hop["outputs"]:
+            t.add_row(hop["hop"], o["name"], fmt_num(o["max_abs"]), fmt_num(o["max_rel"]),
+                      f"{o['cosine']:.6f}" if o.get("cosine") is not None else "-",
+                      "[green]yes[/]" if o["ok"] else f"[red]no[/] {o.get('reason', '')}")
+    return t
+
+
+def stages_table(report: dict) -> Table:
+    t = Table(title="stages", title_justify="left")
+    t.add_column("stage")
+    t.add_column("seconds", justify="right")
+    t.add_column("details")
+    for s in report.get("stages", []):
+        details = ", ".join(f"{k}={v}" for k, v in s.items() if k not in ("name", "seconds") and v is not None and not isinstance(v, (dict, list)))
+        t.add_row(s["name"], f"{s.get('seconds', 0):.2f}", details)
+    return t
+
+
+def artifacts_table(report: dict) -> Table:
+    t = Table(title="artifacts", title_justify="left")
+    for col in ("target", "runtime", "precision", "path", "size"):
+        t.add_column(col)
+    for a in report.get("artifacts", []):
+        t.add_row(a["target"], a["runtime"], a.get("precision", ""), a["path"], _size(a.get("size", 0)))
+    return t
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def render_report(report: dict, out_dir: str | None = None) -> None:
+    console.print(stages_table(report))
+    if report.get("artifacts"):
+        console.print(artifacts_table(report))
+    if report.get("parity"):
+        console.print(parity_table(report))
+    if out_dir:
+        console.print(f"[green]wrote[/] {out_dir} (report.json)")

@@ -1,0 +1,199 @@
+"""The convert pipeline: parse → (optimise) → emit each target → validate each artifact → report.
+
+Everything is written into a staging folder beside OUT_DIR and renamed into place at the end, so
+a failed run (bad input, parity failure, crash) leaves no output. Parity is checked per hop and
+end to end against the source framework's reference outputs; a breach is exit 4, never a warning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from modelport.convert.parity import DEFAULT_TOLERANCES, Tolerance, compare
+from modelport.convert.report import Report
+from modelport.errors import ModelportError, StageError
+from modelport.ir import IRModel, TensorSpec
+
+
+@dataclass
+class ConvertOptions:
+    targets: list[str] = field(default_factory=lambda: ["onnx"])
+    framework: str | None = None
+    inputs: list[TensorSpec] = field(default_factory=list)
+    output_names: list[str] | None = None
+    arch: str | None = None
+    trust: bool = False
+    opset: int | None = None
+    atol: float | None = None
+    rtol: float | None = None
+    min_cosine: float | None = None
+    precision: str = "fp32"
+    sample_dims: dict[str, int] = field(default_factory=dict)
+    seed: int = 0
+    force: bool = False
+    source_options: dict[str, Any] = field(default_factory=dict)  # parser-specific
+    emit_options: dict[str, Any] = field(default_factory=dict)  # emitter-specific
+
+    def tolerance(self, precision: str | None = None, zoo_tol: dict | None = None) -> Tolerance:
+        base = DEFAULT_TOLERANCES.get(precision or self.precision, DEFAULT_TOLERANCES["fp32"])
+        zoo_tol = zoo_tol or {}
+        return Tolerance(
+            atol=self.atol if self.atol is not None else zoo_tol.get("atol", base.atol),
+            rtol=self.rtol if self.rtol is not None else zoo_tol.get("rtol", base.rtol),
+            min_cosine=self.min_cosine if self.min_cosine is not None else zoo_tol.get("min_cosine", base.min_cosine),
+        )
+
+
+StageCallback = Callable[[str], None]
+
+
+def source_inputs(source) -> list[Path]:
+    """The input paths an output must not overwrite (model file, its folder's data files)."""
+    if not isinstance(source, (str, Path)) or str(source).startswith("zoo:"):
+        return []
+    p = Path(source)
+    paths = [p]
+    if p.suffix.lower() == ".onnx" and p.is_file():
+        from modelport.onnx_io import external_files
+
+        try:
+            paths += external_files(p)
+        except ModelportError:
+            pass  # reported properly when the parser loads the file
+    return paths
+
+
+def resolve_source(source, options: ConvertOptions):
+    """(source object or path, SourceSpec, zoo tolerance) for a path, 'zoo:NAME' or a Python object."""
+    from modelport.file_checks import check_model_file
+    from modelport.parsers import SourceSpec
+
+    zoo_tol = None
+    if isinstance(source, str) and source.startswith("zoo:"):
+        from modelport import zoo
+
+        spec = zoo.source_spec(source[4:])
+        zoo_tol = zoo.get(source[4:]).tolerance
+        if options.inputs:
+            from modelport.parsers.contract import merge_specs
+
+            spec.inputs = merge_specs(spec.inputs, options.inputs)
+        spec.sample_dims.update(options.sample_dims)
+    elif isinstance(source, (str, Path)):
+        path = check_model_file(source)
+        spec = SourceSpec(path=path, framework=options.framework, inputs=list(options.inputs),
+                          sample_dims=dict(options.sample_dims))
+        if options.arch and options.arch.startswith("zoo:"):
+            from modelport import zoo
+
+            zspec = zoo.source_spec(options.arch[4:])
+            spec.sample_dims = {**zspec.sample_dims, **spec.sample_dims}
+            zoo_tol = zoo.get(options.arch[4:]).tolerance
+        source = path
+    else:
+        spec = SourceSpec(framework=options.framework, inputs=list(options.inputs), sample_dims=dict(options.sample_dims))
+    spec.output_names = options.output_names or spec.output_names
+    spec.arch = options.arch
+    spec.trust = options.trust
+    spec.opset = options.opset
+    spec.seed = options.seed
+    spec.options.update(options.source_options)
+    return source, spec, zoo_tol
+
+
+def describe_source(source, ir: IRModel) -> dict:
+    from modelport.file_checks import sha256_of
+
+    info = {"path": ir.provenance.get("path"), "framework": ir.provenance.get("framework"),
+            "format": ir.provenance.get("format")}
+    if isinstance(source, Path) and source.is_file():
+        info.update(size=source.stat().st_size, sha256=sha256_of(source))
+    return info
+
+
+def validate_ir(ir: IRModel, tol: Tolerance, hop: str):
+    """Run the IR's ONNX model in onnxruntime on the reference inputs and compare."""
+    from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
+
+    outs = OnnxRuntimeRunner(ir.model).run(ir.reference.inputs)
+    return compare(ir.reference.outputs, outs, tol, hop=hop)
+
+
+def validate_artifact(artifact, ir: IRModel, tol: Tolerance, hop: str):
+    from modelport.runtimes import get_runner
+
+    runner = get_runner(artifact.runner, artifact.path, **artifact.runner_options)
+    outs = runner.run(ir.reference.inputs)
+    return compare(ir.reference.outputs, outs, tol, hop=hop)
+
+
+def run_stage(report: Report, name: str, fn, *args, on_stage: StageCallback | None = None, **details):
+    if on_stage:
+        on_stage(name)
+    before = report.stage_names
+    with report.stage(name, **details) as entry:
+        try:
+            return fn(entry, *args)
+        except ModelportError:
+            raise
+        except MemoryError:
+            raise
+        except Exception as e:
+            raise StageError(name, before, e) from e
+
+
+def convert(source, output_dir: str | Path, options: ConvertOptions | None = None, *,
+            on_stage: StageCallback | None = None, **kwargs) -> dict:
+    """Convert `source` (a path, 'zoo:NAME' or an nn.Module) into OUT_DIR; returns the report.
+
+    Raises a ModelportError (with `.report` holding the failed run's report) on failure.
+    """
+    from modelport.emitters import EmitOptions, get_emitter
+    from modelport.parsers import parse
+    from modelport.staging import staged_dir
+
+    options = options or ConvertOptions(**kwargs)
+    report = Report("convert")
+    try:
+        for t in options.targets:
+            get_emitter(t)  # unknown targets fail before any work
+        out = Path(output_dir)
+        from modelport.staging import check_output
+
+        check_output(out, source_inputs(source), force=options.force)
+        src, spec, zoo_tol = resolve_source(source, options)
+        tol = options.tolerance("fp32", zoo_tol)
+
+        ir = run_stage(report, "parse", lambda e: parse(src, spec), on_stage=on_stage)
+        report.data["source"] = describe_source(src, ir)
+        report.data["contract"] = ir.contract()
+        report.data["stages"][-1].update(nodes=len(ir.model.graph.node), exporter=ir.provenance.get("exporter"))
+
+        fw = ir.provenance.get("framework", "source")
+        export_parity = run_stage(report, "validate:ir", lambda e: validate_ir(ir, tol, f"{fw}→onnx (IR)"), on_stage=on_stage)
+        report.add_parity(export_parity)
+        export_parity.raise_if_failed(path=spec.path)
+
+        with staged_dir(out, source_inputs(source), force=options.force) as stage:
+            for target in options.targets:
+                emitter = get_emitter(target)
+                eopts = EmitOptions(precision=options.precision, opset=options.opset, options=dict(options.emit_options))
+                artifact = run_stage(report, f"emit:{target}", lambda e: emitter.emit(ir, stage, eopts), on_stage=on_stage)
+                report.add_artifact(artifact.to_dict(stage))
+                if artifact.runner:
+                    ttol = options.tolerance(artifact.precision, zoo_tol)
+                    parity = run_stage(
+                        report, f"validate:{target}",
+                        lambda e: validate_artifact(artifact, ir, ttol, f"{fw}→{target} (end to end)"), on_stage=on_stage,
+                    )
+                    report.add_parity(parity)
+                    parity.raise_if_failed(path=out)
+            report.finish(exit_code=0)
+            report.write(stage)
+        return report.data
+    except ModelportError as e:
+        e.report = report.finish(exit_code=e.exit_code, error=e.to_dict())
+        raise

@@ -1,0 +1,65 @@
+"""Emitters turn an IRModel into a target runtime's artifact. A registry keyed by the --to name.
+
+Each emitter module has `NAME`, `RUNTIME`, `DESCRIPTION` and
+`emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact`; the pipeline validates the
+artifact through `runtimes/` against the IR's reference outputs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from modelport.errors import BadInputError
+
+EMITTERS: dict[str, str] = {
+    "onnx": "modelport.emitters.onnx",
+}
+
+
+@dataclass
+class EmitOptions:
+    precision: str = "fp32"
+    opset: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Artifact:
+    """What an emitter wrote: the target, the runtime that runs it, its files and precision."""
+
+    target: str
+    runtime: str
+    path: Path  # the main file (or folder)
+    files: list[Path]
+    precision: str = "fp32"
+    details: dict[str, Any] = field(default_factory=dict)
+    # how to run it: a runtimes/ name and options, or None when no runtime here can (e.g. no GPU)
+    runner: str | None = None
+    runner_options: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self, root: Path | None = None) -> dict[str, Any]:
+        def rel(p: Path) -> str:
+            try:
+                return str(Path(p).relative_to(root)) if root else str(p)
+            except ValueError:
+                return str(p)
+
+        size = sum(f.stat().st_size for f in self.files if f.is_file())
+        return {"target": self.target, "runtime": self.runtime, "precision": self.precision,
+                "path": rel(self.path), "files": [rel(f) for f in self.files], "size": size, **self.details}
+
+
+def register_emitter(name: str, module: str) -> None:
+    if name in EMITTERS and EMITTERS[name] != module:
+        raise ValueError(f"emitter '{name}' is already registered as {EMITTERS[name]}")
+    EMITTERS[name] = module
+
+
+def get_emitter(name: str) -> ModuleType:
+    if name not in EMITTERS:
+        raise BadInputError(f"unknown target '{name}'; known: {sorted(EMITTERS)}")
+    return importlib.import_module(EMITTERS[name])

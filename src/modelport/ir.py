@@ -1,0 +1,204 @@
+"""The intermediate representation: an ONNX model plus its I/O contract, provenance and references.
+
+`IRModel` is what parsers produce, passes transform and emitters consume. The I/O contract
+(`TensorSpec`: name, dtype, shape with named dynamic dims, layout, preprocessing) travels with the
+model so that no later stage guesses a layout or a dynamic axis. Reference data are the source
+framework's own outputs on deterministic sample inputs: every later stage is checked against them.
+
+On disk an IR is a folder: `model.onnx` (+ `model.onnx.data` when large), `ir.json` and
+`reference.npz`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from modelport.errors import BadInputError
+
+Dim = int | str
+LAYOUTS = ("NCHW", "NHWC", "NCW", "NWC", "NCDHW", "NDHWC", "NC", "NTC", "TNC", "NT", "SCALAR")
+
+# ONNX TensorProto elem_type <-> numpy dtype name
+ONNX_TO_NUMPY = {
+    1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64",
+    9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 16: "bfloat16",
+}
+NUMPY_TO_ONNX = {v: k for k, v in ONNX_TO_NUMPY.items()}
+
+
+@dataclass
+class Preprocess:
+    """What a client does to raw data before feeding the model: x' = (x * scale - mean) / std."""
+
+    scale: float | None = None
+    mean: list[float] | None = None
+    std: list[float] | None = None
+    channel_order: str | None = None  # "RGB" or "BGR"
+
+    def is_empty(self) -> bool:
+        return all(v is None for v in asdict(self).values())
+
+
+@dataclass
+class TensorSpec:
+    name: str
+    dtype: str = "float32"
+    shape: list[Dim] = field(default_factory=list)
+    layout: str | None = None
+    preprocess: Preprocess | None = None
+    value_range: list[float] | None = None  # [low, high) for sample data, e.g. token ids
+
+    @property
+    def dynamic_dims(self) -> dict[int, str]:
+        """Axis index -> symbolic name for every dynamic axis."""
+        return {i: d for i, d in enumerate(self.shape) if isinstance(d, str)}
+
+    def concrete_shape(self, dims: dict[str, int] | None = None, default: int = 2) -> tuple[int, ...]:
+        """The shape with symbolic dims replaced by `dims[name]` or `default`."""
+        dims = dims or {}
+        return tuple(d if isinstance(d, int) else int(dims.get(d, default)) for d in self.shape)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "layout": self.layout}
+        out["preprocess"] = asdict(self.preprocess) if self.preprocess and not self.preprocess.is_empty() else None
+        if self.value_range is not None:
+            out["value_range"] = list(self.value_range)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TensorSpec:
+        pre = d.get("preprocess")
+        return cls(
+            name=d["name"],
+            dtype=d.get("dtype", "float32"),
+            shape=list(d.get("shape", [])),
+            layout=d.get("layout"),
+            preprocess=Preprocess(**pre) if pre else None,
+            value_range=d.get("value_range"),
+        )
+
+
+def guess_layout(shape: list[Dim]) -> str | None:
+    """A conservative layout guess from rank and channel position, or None when unsure."""
+    if len(shape) == 4:
+        c1, c3 = shape[1], shape[3]
+        if isinstance(c1, int) and c1 in (1, 3, 4) and not (isinstance(c3, int) and c3 in (1, 3, 4)):
+            return "NCHW"
+        if isinstance(c3, int) and c3 in (1, 3, 4) and not (isinstance(c1, int) and c1 in (1, 3, 4)):
+            return "NHWC"
+    if len(shape) == 2:
+        return "NC"
+    return None
+
+
+def specs_from_onnx(values) -> list[TensorSpec]:
+    """TensorSpecs from ONNX ValueInfoProtos (graph inputs or outputs)."""
+    specs = []
+    for v in values:
+        tt = v.type.tensor_type
+        shape: list[Dim] = []
+        for i, d in enumerate(tt.shape.dim):
+            if d.HasField("dim_value"):
+                shape.append(int(d.dim_value))
+            else:
+                shape.append(d.dim_param or f"{v.name}_dim{i}")
+        specs.append(TensorSpec(name=v.name, dtype=ONNX_TO_NUMPY.get(tt.elem_type, "float32"), shape=shape))
+    return specs
+
+
+@dataclass
+class Reference:
+    """Deterministic sample inputs and the source framework's outputs on them."""
+
+    inputs: dict[str, np.ndarray]
+    outputs: dict[str, np.ndarray]
+    producer: str = ""  # e.g. "torch 2.13.0"
+
+    def save(self, path: Path) -> None:
+        arrays = {f"in/{k}": v for k, v in self.inputs.items()}
+        arrays.update({f"out/{k}": v for k, v in self.outputs.items()})
+        with open(path, "wb") as f:
+            np.savez(f, **arrays)
+
+    @classmethod
+    def load(cls, path: Path, producer: str = "") -> Reference:
+        with np.load(path, allow_pickle=False) as z:
+            ins = {k[3:]: z[k] for k in z.files if k.startswith("in/")}
+            outs = {k[4:]: z[k] for k in z.files if k.startswith("out/")}
+        return cls(ins, outs, producer)
+
+
+@dataclass
+class IRModel:
+    model: Any  # onnx.ModelProto
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    provenance: dict[str, Any] = field(default_factory=dict)
+    reference: Reference | None = None
+    sample_dims: dict[str, int] = field(default_factory=dict)
+
+    def input(self, name: str) -> TensorSpec:
+        for s in self.inputs:
+            if s.name == name:
+                return s
+        raise BadInputError(f"unknown input '{name}'; the model's inputs are {[s.name for s in self.inputs]}")
+
+    def clone(self, model=None) -> IRModel:
+        """A copy sharing the reference data (read-only by contract) with a new or copied model."""
+        if model is None:
+            from onnx import ModelProto
+
+            model = ModelProto()
+            model.CopyFrom(self.model)
+        return IRModel(
+            model=model,
+            inputs=copy.deepcopy(self.inputs),
+            outputs=copy.deepcopy(self.outputs),
+            provenance=copy.deepcopy(self.provenance),
+            reference=self.reference,
+            sample_dims=dict(self.sample_dims),
+        )
+
+    def contract(self) -> dict[str, Any]:
+        return {
+            "inputs": [s.to_dict() for s in self.inputs],
+            "outputs": [s.to_dict() for s in self.outputs],
+            "sample_dims": self.sample_dims,
+        }
+
+    def save(self, folder: str | Path, *, model_name: str = "model.onnx") -> list[Path]:
+        """Write the IR into `folder`; returns the files written."""
+        from modelport.onnx_io import save_onnx
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        files = save_onnx(self.model, folder / model_name)
+        meta = {"provenance": self.provenance, **self.contract()}
+        (folder / "ir.json").write_text(json.dumps(meta, indent=2, default=str))
+        files.append(folder / "ir.json")
+        if self.reference is not None:
+            self.reference.save(folder / "reference.npz")
+            files.append(folder / "reference.npz")
+        return files
+
+    @classmethod
+    def load(cls, folder: str | Path, *, model_name: str = "model.onnx") -> IRModel:
+        from modelport.onnx_io import load_onnx
+
+        folder = Path(folder)
+        meta = json.loads((folder / "ir.json").read_text())
+        ref_path = folder / "reference.npz"
+        return cls(
+            model=load_onnx(folder / model_name),
+            inputs=[TensorSpec.from_dict(d) for d in meta["inputs"]],
+            outputs=[TensorSpec.from_dict(d) for d in meta["outputs"]],
+            provenance=meta.get("provenance", {}),
+            reference=Reference.load(ref_path) if ref_path.exists() else None,
+            sample_dims=meta.get("sample_dims", {}),
+        )

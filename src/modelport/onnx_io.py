@@ -1,0 +1,176 @@
+"""Loading and saving ONNX models safely.
+
+Before onnx or onnxruntime reads an external-data file, every reference is checked here:
+known keys only, a relative location that resolves inside the model's folder, no symlinks or
+hard links, and `offset + length` within the file. (CVE-2022-25882, CVE-2024-27318 and the
+symlink advisories of onnx < 1.21 are the cases this guards; it does not rely on the installed
+onnx version having the fixes.) Saving switches to external data when the proto would pass the
+2 GiB protobuf limit, and always writes the data file afresh, so a rerun never grows it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from modelport.errors import BadInputError, UnsafeInputError
+from modelport.file_checks import check_model_file
+
+EXTERNAL_KEYS = {"location", "offset", "length", "checksum", "basename"}
+# Above this many bytes of tensor data a model is saved with its weights in a side file.
+EXTERNAL_DATA_THRESHOLD = 1 << 30
+
+
+def protobuf_limit() -> int:
+    """The proto size limit onnx enforces (patched in tests to exercise the large-model path)."""
+    import onnx.checker
+
+    return onnx.checker.MAXIMUM_PROTOBUF
+
+
+def iter_tensors(graph):
+    """Every TensorProto in a graph: initializers, Constant attributes, and those of subgraphs."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            if attr.HasField("g"):
+                yield from iter_tensors(attr.g)
+            for g in attr.graphs:
+                yield from iter_tensors(g)
+
+
+def check_external_data(model, base_dir: Path, model_path: Path) -> list[Path]:
+    """Validate every external-data reference of `model`; return the files it reads."""
+    base = base_dir.resolve()
+    used: list[Path] = []
+    for tensor in iter_tensors(model.graph):
+        if tensor.data_location != 1:  # TensorProto.EXTERNAL
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        unknown = set(info) - EXTERNAL_KEYS
+        if unknown:
+            raise BadInputError(f"tensor '{tensor.name}' has unknown external-data keys {sorted(unknown)}", path=model_path)
+        loc = info.get("location", "")
+        if not loc:
+            raise BadInputError(f"tensor '{tensor.name}' has external data without a location", path=model_path)
+        if os.path.isabs(loc) or loc.startswith(("/", "\\")) or (len(loc) > 1 and loc[1] == ":"):
+            raise UnsafeInputError(f"external data '{loc}' of tensor '{tensor.name}' is an absolute path outside the model folder", path=model_path)
+        if ".." in Path(loc).parts:
+            raise UnsafeInputError(f"external data '{loc}' of tensor '{tensor.name}' resolves outside the model folder", path=model_path)
+        target = base / loc
+        # Check every component for symlinks, not just the leaf.
+        probe = base
+        for part in Path(loc).parts:
+            probe = probe / part
+            if probe.is_symlink():
+                raise UnsafeInputError(f"external data '{loc}' of tensor '{tensor.name}' goes through a symlink", path=model_path)
+        resolved = target.resolve()
+        if os.path.commonpath([str(resolved), str(base)]) != str(base):
+            raise UnsafeInputError(f"external data '{loc}' of tensor '{tensor.name}' resolves outside the model folder", path=model_path)
+        if not resolved.is_file():
+            raise BadInputError(f"external data file '{loc}' of tensor '{tensor.name}' is missing", path=model_path)
+        st = resolved.stat()
+        if st.st_nlink > 1:
+            raise UnsafeInputError(f"external data '{loc}' of tensor '{tensor.name}' is a hard link", path=model_path)
+        try:
+            offset = int(info.get("offset", 0) or 0)
+            length = int(info["length"]) if "length" in info else None
+        except ValueError:
+            raise BadInputError(f"tensor '{tensor.name}' has a non-numeric external-data offset or length", path=model_path) from None
+        if offset < 0 or (length is not None and length < 0):
+            raise BadInputError(f"tensor '{tensor.name}' has a negative external-data offset or length", path=model_path)
+        end = offset + (length if length is not None else 0)
+        if offset > st.st_size or end > st.st_size:
+            raise BadInputError(
+                f"external data of tensor '{tensor.name}' ends at byte {end}, past the end of '{loc}' ({st.st_size} bytes)",
+                path=model_path,
+            )
+        used.append(resolved)
+    return sorted(set(used))
+
+
+def _parse(path: Path):
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except (DecodeError, RuntimeError, ValueError) as e:
+        raise BadInputError(f"truncated or not an ONNX model ({type(e).__name__})", path=path) from None
+    if not model.HasField("graph") or model.ir_version == 0 or (not model.graph.node and not model.graph.output):
+        raise BadInputError("truncated or not an ONNX model (no graph)", path=path)
+    return model
+
+
+def external_files(path: str | Path) -> list[Path]:
+    """The external-data files an ONNX file references (after the safety checks)."""
+    path = Path(path)
+    return check_external_data(_parse(path), path.parent, path)
+
+
+def load_onnx(path: str | Path, *, load_external: bool = True):
+    """Load an ONNX model; external data is checked, then read."""
+    import onnx.external_data_helper as edh
+
+    path = check_model_file(path, kind="ONNX model")
+    if path.is_dir():
+        raise BadInputError("is a folder, expected an .onnx file", path=path)
+    model = _parse(path)
+    check_external_data(model, path.parent, path)
+    if load_external:
+        try:
+            edh.load_external_data_for_model(model, str(path.parent))
+        except (OSError, ValueError) as e:
+            raise BadInputError(f"cannot read external data: {e}", path=path) from None
+    return model
+
+
+def tensor_bytes(model) -> int:
+    """Bytes of tensor data held in (or referenced by) the model's initializers."""
+    total = 0
+    for t in iter_tensors(model.graph):
+        if t.data_location == 1:
+            info = {e.key: e.value for e in t.external_data}
+            total += int(info.get("length", 0) or 0)
+        else:
+            total += len(t.raw_data) + 4 * (len(t.float_data) + len(t.int32_data)) + 8 * (len(t.int64_data) + len(t.double_data))
+    return total
+
+
+def save_onnx(model, path: str | Path, *, external: bool | None = None) -> list[Path]:
+    """Save `model` (with all data in memory) to `path`; returns the files written.
+
+    External data goes to `<name>.data` beside the model when asked for or when the tensors
+    would not fit the protobuf limit. Any existing data file is removed first (onnx appends).
+    """
+    import onnx
+
+    path = Path(path)
+    data_name = path.name + ".data"
+    data_path = path.parent / data_name
+    if data_path.exists():
+        data_path.unlink()
+    if external is None:
+        external = tensor_bytes(model) + (1 << 20) > min(EXTERNAL_DATA_THRESHOLD, protobuf_limit())
+    if external:
+        onnx.save_model(
+            model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+            location=data_name, size_threshold=1024,
+        )
+        # save_model converts the in-memory model to external references; read them back so the
+        # caller's model keeps its data.
+        import onnx.external_data_helper as edh
+
+        edh.load_external_data_for_model(model, str(path.parent))
+        return [path, data_path] if data_path.exists() else [path]
+    onnx.save_model(model, str(path))
+    return [path]
+
+
+def model_files(path: str | Path) -> list[Path]:
+    """The model file plus its external-data files."""
+    path = Path(path)
+    return [path, *external_files(path)]

@@ -1,0 +1,80 @@
+"""Parsers turn a source model into an IRModel. A registry keyed by framework name and file sniffing.
+
+Each parser module has `NAME`, `DESCRIPTION`, `sniff(path) -> bool` (cheap: file names and magic
+bytes only, no framework import) and `parse(source, spec: SourceSpec) -> IRModel`. Adding a
+framework is one module plus one line in PARSERS.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from modelport.errors import BadInputError
+from modelport.ir import IRModel, TensorSpec
+
+# framework name -> module; order matters for sniffing (first match wins)
+PARSERS: dict[str, str] = {
+    "onnx": "modelport.parsers.onnx",
+    "pytorch": "modelport.parsers.pytorch",
+}
+
+# other spellings users type (MMdnn's included)
+ALIASES: dict[str, str] = {"torch": "pytorch", "pth": "pytorch"}
+
+
+@dataclass
+class SourceSpec:
+    """Everything the user told us about the source, beyond the file itself."""
+
+    path: Path | None = None
+    framework: str | None = None
+    inputs: list[TensorSpec] = field(default_factory=list)  # user-given (shape and dtype may be partial)
+    output_names: list[str] | None = None
+    arch: str | None = None  # "zoo:NAME" or "package.module:Class"
+    trust: bool = False
+    opset: int | None = None
+    sample_dims: dict[str, int] = field(default_factory=dict)
+    seed: int = 0
+    options: dict[str, Any] = field(default_factory=dict)  # framework-specific (signature, tf inputs, ...)
+
+
+def register_parser(name: str, module: str) -> None:
+    if name in PARSERS and PARSERS[name] != module:
+        raise ValueError(f"parser '{name}' is already registered as {PARSERS[name]}")
+    PARSERS[name] = module
+
+
+def canonical(name: str) -> str:
+    key = name.lower()
+    key = ALIASES.get(key, key)
+    if key not in PARSERS:
+        raise BadInputError(f"unknown source framework '{name}'; known: {sorted(PARSERS)}")
+    return key
+
+
+def get_parser(name: str) -> ModuleType:
+    return importlib.import_module(PARSERS[canonical(name)])
+
+
+def detect(path: Path) -> str:
+    """The framework of a file or folder, from its name and first bytes."""
+    for name, module in PARSERS.items():
+        if importlib.import_module(module).sniff(path):
+            return name
+    raise BadInputError(
+        "cannot tell the source framework from the file", path=path, hint=f"pass --from with one of {sorted(PARSERS)}"
+    )
+
+
+def parse(source, spec: SourceSpec) -> IRModel:
+    if spec.framework:
+        name = canonical(spec.framework)
+    elif spec.path is not None:
+        name = detect(spec.path)
+    else:
+        name = "pytorch"  # a Python object: only nn.Modules are accepted as objects today
+    return get_parser(name).parse(source, spec)

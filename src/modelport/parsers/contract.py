@@ -1,0 +1,31 @@
+"""Building the I/O contract of a parsed model: user specs merged onto what the graph says."""
+
+from __future__ import annotations
+
+from modelport.errors import BadInputError
+from modelport.ir import TensorSpec, guess_layout
+
+
+def merge_specs(graph_specs: list[TensorSpec], user_specs: list[TensorSpec], *, what: str = "input") -> list[TensorSpec]:
+    """The graph's specs, with the user's name-matched overrides (shape, dtype, layout, preprocess).
+
+    An unknown name is an error listing the names the model has.
+    """
+    by_name = {s.name: s for s in graph_specs}
+    for u in user_specs:
+        if u.name not in by_name:
+            raise BadInputError(f"unknown {what} '{u.name}'; the model's {what}s are {list(by_name)}")
+        g = by_name[u.name]
+        if u.shape:
+            if len(u.shape) != len(g.shape) and g.shape:
+                raise BadInputError(f"{what} '{u.name}' has rank {len(g.shape)} {g.shape}, the spec gives {u.shape}")
+            g.shape = list(u.shape)
+        if u.dtype and u.dtype != "float32":
+            g.dtype = u.dtype
+        g.layout = u.layout or g.layout
+        g.preprocess = u.preprocess or g.preprocess
+        g.value_range = u.value_range or g.value_range
+    for g in graph_specs:
+        if g.layout is None:
+            g.layout = guess_layout(g.shape)
+    return graph_specs

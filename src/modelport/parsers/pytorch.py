@@ -1,0 +1,388 @@
+"""PyTorch sources: ExportedProgram (.pt2), TorchScript, pickled nn.Module, state dicts
+(.pt/.pth/.safetensors) with an architecture, and nn.Module objects passed from Python.
+
+Safety: a plain state dict is read with `torch.load(weights_only=True)` or safetensors; anything
+that runs code from the file (a pickled module, TorchScript) or imports code (`--arch pkg.mod:Class`)
+is refused unless `trust` is set. `--arch zoo:NAME` builds our own zoo architecture, which needs
+no trust.
+
+Export: `torch.onnx.export(dynamo=True)` (torch.export-based, opset 18+), with named
+`torch.export.Dim`s for every symbolic dim of the input specs. When it fails, the TorchScript
+exporter (`dynamo=False`, opset 17) is tried with the same dynamic axes, and the report says which
+exporter produced the model. The exporter's progress lines are kept off stdout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import pickle
+import struct
+import zipfile
+from pathlib import Path
+
+from modelport.errors import BadInputError, UnsafeInputError
+from modelport.file_checks import check_model_file
+from modelport.ir import IRModel, Reference, TensorSpec, guess_layout, specs_from_onnx
+
+NAME = "pytorch"
+DESCRIPTION = "PyTorch: .pt2 ExportedProgram, TorchScript, pickled nn.Module, state dict (.pt/.pth/.safetensors) + --arch"
+SUFFIXES = {".pt", ".pth", ".pt2", ".bin", ".ckpt", ".safetensors", ".torchscript", ".jit"}
+MIN_TORCH = (2, 6)  # weights_only=True is unsafe before 2.6 (CVE-2025-32434)
+SAFETENSORS_MAX_HEADER = 100 * 1024 * 1024
+
+log = logging.getLogger(__name__)
+
+
+def sniff(path: Path) -> bool:
+    return path.is_file() and path.suffix.lower() in SUFFIXES
+
+
+def _zip_names(path: Path) -> list[str]:
+    try:
+        with zipfile.ZipFile(path) as z:
+            return z.namelist()
+    except (zipfile.BadZipFile, OSError):
+        return []
+
+
+def file_format(path: Path) -> str:
+    """'safetensors', 'exported_program', 'torchscript', 'pickle' (torch.save zip or legacy)."""
+    if path.suffix.lower() == ".safetensors":
+        return "safetensors"
+    names = _zip_names(path)
+    if any(n.endswith("serialized_exported_program.json") or "/models/" in n and n.endswith(".json") for n in names) or (
+        path.suffix.lower() == ".pt2" and names
+    ):
+        return "exported_program"
+    if any(n.endswith("/constants.pkl") for n in names) and any("/code/" in n for n in names):
+        return "torchscript"
+    if names:
+        return "pickle"
+    with open(path, "rb") as f:
+        head = f.read(2)
+    if head and head[0] == 0x80:  # legacy (non-zip) pickle protocol marker
+        return "pickle"
+    raise BadInputError("truncated or not a PyTorch file", path=path)
+
+
+def _check_torch_version():
+    import torch
+
+    major, minor = (int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+    if (major, minor) < MIN_TORCH:
+        raise UnsafeInputError(
+            f"torch {torch.__version__} cannot load weights safely (CVE-2025-32434)", hint="install torch>=2.6"
+        )
+
+
+def check_safetensors_header(path: Path) -> dict:
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        raw = f.read(8)
+        if len(raw) < 8:
+            raise BadInputError("truncated safetensors file", path=path)
+        (n,) = struct.unpack("<Q", raw)
+        if n > SAFETENSORS_MAX_HEADER or n > size - 8:
+            raise BadInputError(f"safetensors header of {n} bytes is larger than the file allows", path=path)
+        try:
+            header = json.loads(f.read(n))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise BadInputError("corrupt safetensors header", path=path) from None
+    data_len = size - 8 - n
+    for key, info in header.items():
+        if key == "__metadata__":
+            continue
+        start, end = info.get("data_offsets", (0, 0))
+        if not (0 <= start <= end <= data_len):
+            raise BadInputError(f"safetensors tensor '{key}' has offsets outside the file", path=path)
+    return header
+
+
+def load_state_dict(path: Path) -> dict:
+    import torch
+
+    fmt = file_format(path)
+    if fmt == "safetensors":
+        check_safetensors_header(path)
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(str(path))
+        except Exception as e:
+            raise BadInputError(f"cannot read safetensors: {e}", path=path) from None
+    try:
+        obj = torch.load(str(path), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise UnsafeInputError(f"unsafe pickle global, refusing to load: {_first_line(e)}", path=path, hint="a plain state dict loads without --trust") from None
+    return unwrap_state_dict(obj, path)
+
+
+def unwrap_state_dict(obj, path: Path) -> dict:
+    import torch
+
+    if isinstance(obj, dict):
+        for key in ("state_dict", "model_state_dict", "model"):
+            if key in obj and isinstance(obj[key], dict):
+                obj = obj[key]
+                break
+        if all(isinstance(v, torch.Tensor) for v in obj.values()):
+            return obj
+    raise BadInputError(f"expected a state dict of tensors, found {type(obj).__name__}", path=path)
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
+
+
+def build_arch(arch: str, *, trust: bool):
+    """An nn.Module from 'zoo:NAME' or 'package.module:Class' (the latter imports code)."""
+    if arch.startswith("zoo:"):
+        from modelport import zoo
+
+        return zoo.build(arch[4:])
+    if ":" not in arch:
+        raise BadInputError(f"--arch '{arch}' must be 'zoo:NAME' or 'package.module:Class'")
+    if not trust:
+        raise UnsafeInputError(f"--arch '{arch}' imports and runs code", hint="pass --trust if you trust it")
+    import importlib
+
+    mod, _, cls = arch.partition(":")
+    try:
+        return getattr(importlib.import_module(mod), cls)()
+    except (ImportError, AttributeError, TypeError) as e:
+        raise BadInputError(f"cannot build --arch '{arch}': {e}") from None
+
+
+def load_module(source, spec):
+    """The nn.Module (in eval mode) a source names, and how it was loaded."""
+    import torch
+
+    if isinstance(source, torch.nn.Module):
+        return source.eval(), "nn.Module"
+    if isinstance(source, str) and source.startswith("zoo:"):
+        return build_arch(source, trust=spec.trust).eval(), "zoo"
+    path = check_model_file(source, kind="PyTorch model")
+    _check_torch_version()
+    fmt = file_format(path)
+    if fmt == "exported_program":
+        try:
+            return torch.export.load(str(path)).module(), fmt
+        except Exception as e:
+            raise BadInputError(f"cannot load ExportedProgram: {_first_line(e)}", path=path) from None
+    if fmt == "torchscript":
+        if not spec.trust:
+            raise UnsafeInputError("TorchScript runs code from the file", path=path, hint="pass --trust if you trust it")
+        return torch.jit.load(str(path), map_location="cpu").eval(), fmt
+    if fmt == "pickle" and not spec.arch:
+        try:
+            obj = torch.load(str(path), map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as e:
+            if not spec.trust:
+                raise UnsafeInputError(f"unsafe pickle global, refusing to load: {_first_line(e)}", path=path, hint="pass --trust only if you trust the file") from None
+            obj = torch.load(str(path), map_location="cpu", weights_only=False)
+        except Exception as e:
+            raise BadInputError(f"truncated or not a PyTorch file: {_first_line(e)}", path=path) from None
+        if isinstance(obj, torch.nn.Module):
+            return obj.eval(), "pickled nn.Module"
+        raise BadInputError("a state dict needs an architecture", path=path, hint="pass --arch zoo:NAME or --arch package.module:Class")
+    if not spec.arch:
+        raise BadInputError("a state dict needs an architecture", path=path, hint="pass --arch zoo:NAME or --arch package.module:Class")
+    try:
+        state = load_state_dict(path)
+    except (BadInputError, UnsafeInputError):
+        raise
+    except Exception as e:
+        raise BadInputError(f"truncated or not a PyTorch file: {_first_line(e)}", path=path) from None
+    module = build_arch(spec.arch, trust=spec.trust)
+    result = module.load_state_dict(state, strict=False)
+    if result.missing_keys or result.unexpected_keys:
+        raise BadInputError(
+            f"state dict does not fit --arch {spec.arch}: missing {result.missing_keys[:5]}, unexpected {result.unexpected_keys[:5]}",
+            path=path,
+        )
+    return module.eval(), f"state dict ({fmt}) + {spec.arch}"
+
+
+def zoo_specs(source, spec) -> list[TensorSpec]:
+    """Input specs a zoo architecture declares, when the user gave none."""
+    arch = source if isinstance(source, str) and source.startswith("zoo:") else spec.arch
+    if arch and arch.startswith("zoo:"):
+        from modelport import zoo
+
+        return zoo.get(arch[4:]).input_specs()
+    return []
+
+
+def output_names_of(out, prefix: str = "") -> list[str]:
+    """Names for a module's flattened outputs: dict/ModelOutput keys, else output_<i>."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [prefix or "output"]
+    if isinstance(out, dict) or hasattr(out, "to_tuple"):
+        keys = list(out.keys())
+        names = []
+        for k in keys:
+            names += output_names_of(out[k], f"{prefix}{k}" if not prefix else f"{prefix}.{k}")
+        return names
+    if isinstance(out, (list, tuple)):
+        names = []
+        for i, v in enumerate(out):
+            names += output_names_of(v, f"{prefix}{'_' if prefix else 'output_'}{i}")
+        return names
+    return []
+
+
+def _export(module, args, input_names, output_names, specs, opset, dynamo: bool):
+    import torch
+
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+    logging.getLogger("torch.export").setLevel(logging.ERROR)
+    captured = io.StringIO()
+    with contextlib.redirect_stdout(captured), contextlib.redirect_stderr(io.StringIO()):
+        if dynamo:
+            dims: dict[str, object] = {}
+            shapes = []
+            for s in specs:
+                shapes.append({i: dims.setdefault(d, torch.export.Dim(_dim_ident(d))) for i, d in s.dynamic_dims.items()} or None)
+            kwargs = {"dynamic_shapes": tuple(shapes)} if any(shapes) else {}
+            prog = torch.onnx.export(
+                module, tuple(args), dynamo=True, input_names=input_names, output_names=output_names,
+                opset_version=opset, external_data=False, optimize=True, **kwargs,
+            )
+            model = prog.model_proto
+        else:
+            f = io.BytesIO()
+            axes = {s.name: {i: d for i, d in s.dynamic_dims.items()} for s in specs if s.dynamic_dims}
+            torch.onnx.export(
+                module, tuple(args), f, dynamo=False, input_names=input_names, output_names=output_names,
+                opset_version=opset or 17, dynamic_axes=axes or None,
+            )
+            import onnx
+
+            model = onnx.load_from_string(f.getvalue())
+    if captured.getvalue():
+        log.debug("exporter output:\n%s", captured.getvalue())
+    return model
+
+
+def _dim_ident(name: str) -> str:
+    ident = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return ident if ident and not ident[0].isdigit() else f"d_{ident}"
+
+
+def parse(source, spec) -> IRModel:
+    import numpy as np
+    import torch
+
+    from modelport.parsers.onnx import convert_opset, infer_and_check
+    from modelport.runtimes.torch import TorchRunner, flatten_outputs
+    from modelport.samples import make_inputs
+
+    module, how = load_module(source, spec)
+    specs = _input_specs(source, spec)
+    sample = make_inputs(specs, spec.sample_dims, seed=spec.seed)
+    args = [torch.from_numpy(sample[s.name]) for s in specs]
+    torch.manual_seed(spec.seed)
+    with torch.no_grad():
+        try:
+            out = module(*args)
+        except Exception as e:
+            shapes = {s.name: list(s.shape) for s in specs}
+            raise BadInputError(f"the model does not run on inputs {shapes}: {_first_line(e)}", path=spec.path) from None
+    n_out = len(flatten_outputs(out))
+    names = spec.output_names or output_names_of(out)
+    if len(names) != n_out:
+        raise BadInputError(f"{len(names)} output names given for {n_out} outputs", path=spec.path)
+    ref = TorchRunner(module, input_names=[s.name for s in specs], output_names=names).run(sample)
+
+    errors = []
+    model = exporter = None
+    for dynamo in (True, False):
+        try:
+            model = _export(module, args, [s.name for s in specs], names, specs, spec.opset, dynamo)
+            exporter = "torch.onnx dynamo" if dynamo else "torch.onnx torchscript"
+            break
+        except Exception as e:
+            errors.append(f"{'dynamo' if dynamo else 'torchscript'} exporter: {_first_line(e)}")
+    if model is None:
+        raise BadInputError("torch.onnx.export failed: " + " | ".join(errors), path=spec.path)
+    if spec.opset:
+        model = convert_opset(model, spec.opset, spec.path)
+    model = infer_and_check(model, spec.path)
+    outputs = specs_from_onnx(model.graph.output)
+    # Keep the user's layout/preprocess on inputs; the graph's shapes for outputs.
+    graph_in = {s.name: s for s in specs_from_onnx(model.graph.input)}
+    for s in specs:
+        if s.name in graph_in and graph_in[s.name].dtype != s.dtype:
+            s.dtype = graph_in[s.name].dtype
+    for o in outputs:
+        o.layout = guess_layout(o.shape) if len(o.shape) == 2 else None
+    src = str(spec.path) if spec.path else (source if isinstance(source, str) else type(module).__name__)
+    return IRModel(
+        model=model,
+        inputs=specs,
+        outputs=outputs,
+        provenance={
+            "framework": "pytorch", "format": how, "path": src, "exporter": exporter,
+            "exporter_fallback_reason": errors[0] if errors and exporter.endswith("torchscript") else None,
+            "opset": next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None),
+        },
+        reference=Reference(sample, {k: np.asarray(v) for k, v in ref.items()}, producer=f"torch {torch.__version__}"),
+        sample_dims=dict(spec.sample_dims),
+    )
+
+
+def _input_specs(source, spec) -> list[TensorSpec]:
+    base = zoo_specs(source, spec)
+    if not spec.inputs:
+        if not base:
+            raise BadInputError(
+                "PyTorch sources need input specs", path=spec.path,
+                hint="pass --input NAME:SHAPE[:DTYPE], e.g. --input input:batch,3,224,224",
+            )
+        return base
+    if not base:
+        for s in spec.inputs:
+            if not s.shape:
+                raise BadInputError(f"input '{s.name}' needs a shape, e.g. {s.name}:1x3x224x224")
+            s.layout = s.layout or guess_layout(s.shape)
+        return spec.inputs
+    from modelport.parsers.contract import merge_specs
+
+    return merge_specs(base, spec.inputs)
+
+
+def inspect(path: Path) -> dict:
+    """Format, tensors and parameter count of a PyTorch file, loading nothing that runs code."""
+    import torch
+
+    path = check_model_file(path, kind="PyTorch model")
+    fmt = file_format(path)
+    info: dict = {"format": fmt, "size": path.stat().st_size}
+    if fmt == "exported_program":
+        ep = torch.export.load(str(path))
+        sig = ep.graph_signature
+        info["inputs"] = [{"name": s.arg.name} for s in sig.input_specs if s.kind.name == "USER_INPUT"]
+        info["outputs"] = [{"name": s.arg.name} for s in sig.output_specs if s.kind.name == "USER_OUTPUT"]
+        info["ops"] = dict(sorted(_ep_ops(ep).items(), key=lambda kv: -kv[1]))
+        info["parameters"] = int(sum(p.numel() for p in ep.state_dict.values()))
+        return info
+    if fmt == "torchscript":
+        info["note"] = "TorchScript: contents not inspected without --trust (loading runs code)"
+        return info
+    state = load_state_dict(path)
+    info["tensors"] = len(state)
+    info["parameters"] = int(sum(t.numel() for t in state.values()))
+    info["dtypes"] = sorted({str(t.dtype).replace("torch.", "") for t in state.values()})
+    return info
+
+
+def _ep_ops(ep) -> dict:
+    from collections import Counter
+
+    return Counter(str(n.target) for n in ep.graph.nodes if n.op == "call_function")

@@ -1,0 +1,133 @@
+"""Parsing the user's tensor specs: `NAME:SHAPE[:DTYPE]`, MMdnn's `--inputShape`, layouts, mean/std."""
+
+from __future__ import annotations
+
+import re
+
+from modelport.errors import BadInputError
+from modelport.ir import LAYOUTS, Preprocess, TensorSpec
+
+DTYPES = {
+    "float32": "float32", "fp32": "float32", "f32": "float32", "float": "float32",
+    "float16": "float16", "fp16": "float16", "half": "float16", "f16": "float16",
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+    "float64": "float64", "fp64": "float64", "double": "float64",
+    "int64": "int64", "i64": "int64", "long": "int64",
+    "int32": "int32", "i32": "int32", "int": "int32",
+    "int16": "int16", "int8": "int8", "uint8": "uint8", "bool": "bool",
+}
+_DIM = re.compile(r"^(\d+|[A-Za-z_][A-Za-z0-9_]*|\?|-1)$")
+
+
+def parse_shape(text: str) -> list[int | str]:
+    """'1x3x224x224', '1,3,224,224', 'batch,3,224,224' or '[1,3,224,224]'; '?'/-1 become named dims."""
+    t = text.strip().strip("[]()")
+    if not t:
+        return []
+    parts = re.split(r"[x,]", t) if "," in t or re.fullmatch(r"[\dx]+", t) else [t]
+    dims: list[int | str] = []
+    for i, p in enumerate(parts):
+        p = p.strip()
+        if not _DIM.match(p):
+            raise BadInputError(f"bad shape '{text}': dim '{p}' is neither a number nor a name")
+        if p in ("?", "-1"):
+            dims.append(f"dim{i}")
+        elif p.isdigit():
+            if int(p) == 0:
+                raise BadInputError(f"bad shape '{text}': a dim of 0")
+            dims.append(int(p))
+        else:
+            dims.append(p)
+    return dims
+
+
+def parse_input_spec(text: str) -> TensorSpec:
+    """`NAME[:SHAPE[:DTYPE]]`; the name may itself hold ':' (TensorFlow's 'x:0')."""
+    pieces = text.split(":")
+    dtype = "float32"
+    if len(pieces) > 1 and pieces[-1].lower() in DTYPES:
+        dtype = DTYPES[pieces.pop().lower()]
+    shape: list[int | str] = []
+    if len(pieces) > 1 and re.fullmatch(r"[\[\(]?[\w?,\-]*[\]\)]?", pieces[-1]) and (
+        any(c.isdigit() for c in pieces[-1]) or "," in pieces[-1]
+    ):
+        shape = parse_shape(pieces.pop())
+    name = ":".join(pieces)
+    if not name:
+        raise BadInputError(f"bad input spec '{text}': expected NAME:SHAPE[:DTYPE], e.g. input:1x3x224x224")
+    return TensorSpec(name=name, dtype=dtype, shape=shape)
+
+
+def parse_floats(text: str, what: str) -> list[float]:
+    try:
+        return [float(v) for v in text.strip("[]").split(",") if v.strip()]
+    except ValueError:
+        raise BadInputError(f"bad {what} '{text}': expected comma-separated numbers") from None
+
+
+def _split_named(text: str) -> tuple[str | None, str]:
+    if "=" in text:
+        name, _, value = text.partition("=")
+        return name, value
+    return None, text
+
+
+def apply_options(
+    specs: list[TensorSpec], *, input_shapes: list[str] = (), layouts: list[str] = (),
+    means: list[str] = (), stds: list[str] = (), scales: list[str] = (), channel_order: str | None = None,
+) -> list[TensorSpec]:
+    """Fold MMdnn-style --inputShape and the --layout/--mean/--std/--scale options into specs.
+
+    Each option is 'VALUE' (first input, or every input for --layout) or 'NAME=VALUE'.
+    """
+    specs = list(specs)
+    for i, shape_text in enumerate(input_shapes):
+        shape = parse_shape(shape_text)
+        if i < len(specs):
+            specs[i].shape = specs[i].shape or shape
+        else:
+            specs.append(TensorSpec(name="input" if i == 0 else f"input_{i}", shape=shape))
+
+    def target(name: str | None, option: str) -> list[TensorSpec]:
+        if name is None:
+            if not specs:
+                specs.append(TensorSpec(name="input"))
+            return specs[:1]
+        found = [s for s in specs if s.name == name]
+        if not found:
+            specs.append(TensorSpec(name=name))
+            found = specs[-1:]
+        return found
+
+    for text in layouts:
+        name, value = _split_named(text)
+        value = value.upper()
+        if value not in LAYOUTS:
+            raise BadInputError(f"bad --layout '{text}': known layouts are {', '.join(LAYOUTS)}")
+        for s in (target(name, "--layout") if name else (specs or target(None, "--layout"))):
+            s.layout = value
+    for option, values, attr in (("--mean", means, "mean"), ("--std", stds, "std"), ("--scale", scales, "scale")):
+        for text in values:
+            name, value = _split_named(text)
+            nums = parse_floats(value, option)
+            for s in target(name, option):
+                s.preprocess = s.preprocess or Preprocess()
+                setattr(s.preprocess, attr, nums[0] if attr == "scale" else nums)
+    if channel_order:
+        if channel_order.upper() not in ("RGB", "BGR"):
+            raise BadInputError(f"bad --channel-order '{channel_order}': RGB or BGR")
+        for s in target(None, "--channel-order"):
+            s.preprocess = s.preprocess or Preprocess()
+            s.preprocess.channel_order = channel_order.upper()
+    return specs
+
+
+def parse_dims(values: list[str]) -> dict[str, int]:
+    """`--dim NAME=VALUE`: the size symbolic dims take in sample data."""
+    out = {}
+    for text in values:
+        name, _, value = text.partition("=")
+        if not name or not value.isdigit() or int(value) < 1:
+            raise BadInputError(f"bad --dim '{text}': expected NAME=POSITIVE_INT, e.g. batch=4")
+        out[name] = int(value)
+    return out

@@ -1,0 +1,29 @@
+"""Builders for the model zoo's locally built entries, one module per source framework.
+
+Each framework module offers `save(model, entry, folder) -> (files, convert_hint)`, writing the
+model in the format users would hand to `modelport convert`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+SAVERS = {"pytorch": "modelport.zoo_builders.pytorch"}
+
+
+def save_source(name: str, output: Path, *, force: bool = False) -> dict:
+    from modelport import zoo
+    from modelport.errors import BadInputError
+    from modelport.staging import staged_dir
+
+    entry = zoo.get(name)
+    if entry.framework not in SAVERS:
+        raise BadInputError(f"zoo model '{name}' ({entry.framework}) cannot be saved as a source file")
+    model = zoo.build(name)
+    saver = importlib.import_module(SAVERS[entry.framework])
+    with staged_dir(output, force=force) as stage:
+        files, hint = saver.save(model, entry, stage)
+    files = [str(output / Path(f).relative_to(stage)) for f in files]
+    return {"name": name, "framework": entry.framework, "files": files,
+            "convert_hint": hint.replace("{dir}", str(output))}
