@@ -12,8 +12,13 @@ __all__ = ["__version__", "convert", "inspect"]
 
 
 def __getattr__(name: str):
-    if name in ("convert", "inspect", "ConvertOptions"):
-        from modelport import convert as _convert_pkg
+    # Lazy: importing modelport (and so the CLI) must not import numpy, onnx or a framework.
+    if name == "convert":
+        import modelport.convert as _convert_pkg  # a callable module: see convert/__init__.py
+
+        return _convert_pkg
+    if name in ("inspect", "ConvertOptions"):
+        import modelport.convert as _convert_pkg
 
         return getattr(_convert_pkg, name)
     raise AttributeError(f"module 'modelport' has no attribute {name!r}")

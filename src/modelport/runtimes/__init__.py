@@ -24,6 +24,7 @@ class Runner(Protocol):
 RUNNERS: dict[str, str] = {
     "onnxruntime": "modelport.runtimes.onnxruntime:OnnxRuntimeRunner",
     "torch": "modelport.runtimes.torch:TorchRunner",
+    "tflite": "modelport.runtimes.tflite:TFLiteRunner",
 }
 
 

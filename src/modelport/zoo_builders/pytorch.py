@@ -116,7 +116,12 @@ def save(model: nn.Module, entry, folder):
     args = tuple(torch.from_numpy(sample[s.name]) for s in specs)
     dims: dict[str, object] = {}
     shapes = tuple({i: dims.setdefault(d, torch.export.Dim(d)) for i, d in s.dynamic_dims.items()} or None for s in specs)
-    ep = torch.export.export(model, args, dynamic_shapes=shapes if any(shapes) else None)
+    try:
+        ep = torch.export.export(model, args, dynamic_shapes=shapes if any(shapes) else None)
+    except Exception:
+        # Some dims cannot stay symbolic (e.g. an LSTM's time axis): let torch.export keep what it can.
+        auto = tuple({i: torch.export.Dim.AUTO for i in s.dynamic_dims} or None for s in specs)
+        ep = torch.export.export(model, args, dynamic_shapes=auto if any(auto) else None)
     torch.export.save(ep, str(folder / "model.pt2"))
     state = {k: v.contiguous() for k, v in model.state_dict().items()}
     save_file(state, str(folder / "model.safetensors"))

@@ -1,0 +1,42 @@
+# modelport: `make demo` and `make test` both set up .venv from scratch when needed.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.modelport-installed
+EXTRAS ?= torch,optimize,tf,serve,dev
+
+.PHONY: setup demo test test-fast bench lint clean
+
+setup: $(STAMP)
+
+# One resolve for everything; torch is pinned to the CPU wheel (torch==2.13.0) in pyproject.
+# tf_keras is installed without its dependencies: it would otherwise pull the full `tensorflow`
+# wheel beside tensorflow-cpu (onnx2tf imports it).
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
+	$(BIN)/python -m pip install --quiet --no-deps "tf_keras==2.21.0"
+	$(BIN)/python -c "import modelport, onnx, onnxruntime, torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+	touch $(STAMP)
+
+demo: setup
+	rm -rf demo-out
+	$(BIN)/modelport zoo list
+	$(BIN)/modelport zoo build cnn_small -o demo-out/source
+	$(BIN)/modelport convert demo-out/source/model.pt2 --input input:batch,3,64,64 --layout NCHW \
+		--mean 0.485,0.456,0.406 --std 0.229,0.224,0.225 --to onnx -o demo-out/onnx
+	$(BIN)/modelport inspect demo-out/onnx/model.onnx
+	@echo "demo finished: demo-out/onnx/model.onnx and demo-out/onnx/report.json"
+
+test: setup
+	$(BIN)/python -m pytest -q -p no:cacheprovider --timeout=900
+
+bench: setup
+	$(BIN)/python bench/cli_bench.py
+
+lint: setup
+	$(BIN)/ruff check src tests bench
+
+clean:
+	rm -rf demo-out build dist src/*.egg-info

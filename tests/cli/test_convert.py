@@ -1,0 +1,169 @@
+"""`modelport convert` end to end through the CLI: outputs, report, exit codes, bad inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
+from tests.conftest import tree
+
+
+@pytest.fixture(scope="module")
+def cnn_source(tmp_path_factory) -> Path:
+    from modelport.zoo_builders import save_source
+
+    d = tmp_path_factory.mktemp("cnn") / "src"
+    save_source("cnn_small", d)
+    return d
+
+
+def test_convert_pt2_writes_model_and_report(cli, cnn_source, tmp_path):
+    out = tmp_path / "out"
+    r = cli("convert", cnn_source / "model.pt2", "--input", "input:batch,3,64,64", "--layout", "NCHW",
+            "--mean", "0.485,0.456,0.406", "--std", "0.229,0.224,0.225", "--to", "onnx", "-o", out)
+    assert r.exit_code == 0, r
+    assert sorted(p.name for p in out.iterdir()) == ["model.onnx", "report.json"]
+    report = json.loads((out / "report.json").read_text())
+    assert report["schema"] == "modelport.report/1" and report["status"] == "ok"
+    spec = report["contract"]["inputs"][0]
+    assert spec == {"name": "input", "dtype": "float32", "shape": ["batch", 3, 64, 64], "layout": "NCHW",
+                    "preprocess": {"scale": None, "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225], "channel_order": None}}
+    assert [p["hop"] for p in report["parity"]] == ["pytorch→onnx (IR)", "pytorch→onnx (end to end)"]
+    assert all(p["ok"] for p in report["parity"])
+    o = report["parity"][-1]["outputs"][0]
+    assert o["max_abs"] < 1e-4 and o["cosine"] > 0.9999
+    assert report["source"]["sha256"] and report["tool"]["onnxruntime"]
+    # the model really has a dynamic batch
+    model = onnx.load(out / "model.onnx")
+    assert model.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+    y = OnnxRuntimeRunner(out / "model.onnx").run({"input": np.zeros((3, 3, 64, 64), np.float32)})
+    assert y["output"].shape == (3, 10)
+
+
+def test_mmdnn_spelling(cli, cnn_source, tmp_path):
+    out = tmp_path / "mm"
+    r = cli("convert", "-sf", "pytorch", "-iw", cnn_source / "model.safetensors", "-in", "zoo:cnn_small",
+            "-df", "onnx", "-om", out, "--inputShape", "1,3,64,64", "--json")
+    assert r.exit_code == 0, r
+    report = r.json()
+    assert report["contract"]["inputs"][0]["shape"] == [1, 3, 64, 64]
+    assert (out / "model.onnx").exists()
+
+
+def test_zoo_source_and_transformer(cli, tmp_path):
+    r = cli("convert", "zoo:bert_tiny", "-o", tmp_path / "bert", "--json")
+    assert r.exit_code == 0, r
+    report = r.json()
+    assert [s["name"] for s in report["contract"]["inputs"]] == ["input_ids", "attention_mask"]
+    assert {o["name"] for o in report["parity"][-1]["outputs"]} == {"last_hidden_state", "pooler_output"}
+
+
+def test_existing_output_needs_force(cli, tiny_onnx, tmp_path):
+    out = tmp_path / "out"
+    assert cli("convert", tiny_onnx, "-o", out).exit_code == 0
+    before = (out / "model.onnx").read_bytes()
+    r = cli("convert", tiny_onnx, "-o", out)
+    assert r.exit_code == 2 and "--force" in r.stderr
+    r = cli("convert", tiny_onnx, "-o", out, "--force")
+    assert r.exit_code == 0
+    assert (out / "model.onnx").read_bytes() == before  # a rerun is byte-identical
+
+
+@pytest.mark.parametrize("where", ["input-folder", "input-file", "parent-of-input-folder"])
+def test_output_over_input_refused_before_any_write(cli, tiny_onnx, where):
+    src = tiny_onnx.parent
+    before = tree(src.parent)
+    out = {"input-folder": src, "input-file": tiny_onnx, "parent-of-input-folder": src.parent}[where]
+    r = cli("convert", tiny_onnx, "-o", out, "--force")
+    assert r.exit_code == 2 and "would overwrite or contain the input" in r.stderr
+    assert tree(src.parent) == before
+
+
+def test_output_beside_the_input_is_fine(cli, tiny_onnx):
+    r = cli("convert", tiny_onnx, "-o", tiny_onnx.parent / "out")
+    assert r.exit_code == 0 and tiny_onnx.exists()
+
+
+def test_parity_failure_exits_4_and_removes_output(cli, cnn_source, tmp_path):
+    out = tmp_path / "strict"
+    r = cli("convert", cnn_source / "model.pt2", "--input", "input:batch,3,64,64", "-o", out,
+            "--atol", "0", "--rtol", "0", "--json")
+    assert r.exit_code == 4, r
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+    report = r.json()
+    assert report["status"] == "failed" and report["error"]["type"] == "ValidationError"
+    assert report["parity"][0]["outputs"][0]["max_abs"] > 0
+
+
+@pytest.mark.parametrize("args,code,text", [
+    (["--input", "x:1x8x?x"], 2, "bad shape"),
+    (["--input", "image:1x8"], 2, "the model's inputs are ['x']"),
+    (["--to", "caffe"], 2, "unknown target"),
+])
+def test_bad_specs(cli, tiny_onnx, tmp_path, args, code, text):
+    r = cli("convert", tiny_onnx, "-o", tmp_path / "o", *args)
+    assert r.exit_code == code and text in r.stderr, r
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("content,name", [(b"", "empty.onnx"), (b"\x08\x07\x12\x03abc\x3a\xff\xff", "trunc.onnx"),
+                                          (b"version https://git-lfs.github.com/spec/v1\noid sha256:0\nsize 9\n", "model.pt")])
+def test_bad_files_exit_2(cli, tmp_path, content, name):
+    src = tmp_path / "in"
+    src.mkdir()
+    p = src / name
+    p.write_bytes(content)
+    r = cli("convert", p, "-o", tmp_path / "o", "--input", "x:1x8")
+    assert r.exit_code == 2, r
+    assert str(p) in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists() and p.read_bytes() == content
+
+
+def test_unsafe_pickle_exits_3(cli, tmp_path):
+    import torch
+
+    from tests.parsers.test_pytorch import Marker
+
+    marker = tmp_path / "marker"
+    p = tmp_path / "evil.pt"
+    torch.save(Marker(marker), p)
+    r = cli("convert", p, "--input", "x:1x32", "-o", tmp_path / "o")
+    assert r.exit_code == 3 and "unsafe pickle global" in r.stderr
+    assert not marker.exists() and not (tmp_path / "o").exists()
+
+
+def test_external_data_outside_folder_exits_3(cli, tmp_path):
+    from tests.test_onnx_io import external_model
+
+    inner = tmp_path / "m"
+    inner.mkdir()
+    (tmp_path / "secret.bin").write_bytes(b"\0" * 16)
+    r = cli("convert", external_model(inner, "../secret.bin"), "-o", tmp_path / "o")
+    assert r.exit_code == 3 and "outside the model folder" in r.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_external_data_past_end_exits_2(cli, tmp_path):
+    from tests.test_onnx_io import external_model
+
+    (tmp_path / "w.bin").write_bytes(b"\0" * 16)
+    r = cli("convert", external_model(tmp_path, "w.bin", length=10**12), "-o", tmp_path / "o")
+    assert r.exit_code == 2 and "past the end" in r.stderr
+
+
+def test_json_is_one_document_on_stdout(cli_proc, tiny_onnx, tmp_path):
+    r = cli_proc("convert", tiny_onnx, "-o", tmp_path / "o", "--json")
+    assert r.exit_code == 0, r
+    assert json.loads(r.stdout)["status"] == "ok"
+
+
+def test_json_stdout_clean_with_torch_export(cli_proc, tmp_path):
+    """The torch exporter prints progress lines; none may reach stdout."""
+    r = cli_proc("convert", "zoo:mlp", "-o", tmp_path / "o", "--json")
+    assert r.exit_code == 0, r
+    assert json.loads(r.stdout)["status"] == "ok"

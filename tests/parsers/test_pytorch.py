@@ -1,0 +1,162 @@
+"""PyTorch sources: every file kind, trust gating, state dicts with --arch, export fallbacks."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from modelport.errors import BadInputError, UnsafeInputError
+from modelport.parsers import SourceSpec, parse
+from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
+from modelport.specs import parse_input_spec
+from modelport.zoo_builders.pytorch import MLP
+
+
+class Marker:
+    """Unpickling this runs code that writes a marker file."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (Path(self.path).write_text, ("pwned",))
+
+
+@pytest.fixture(scope="module")
+def mlp_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("mlp")
+    m = MLP().eval()
+    torch.save(m.state_dict(), d / "state.pt")
+    torch.save({"state_dict": m.state_dict(), "epoch": 3}, d / "ckpt.pth")
+    torch.save(m, d / "module.pt")
+    torch.jit.save(torch.jit.script(m), d / "scripted.pt")
+    from safetensors.torch import save_file
+
+    save_file(m.state_dict(), str(d / "w.safetensors"))
+    ep = torch.export.export(m, (torch.randn(2, 32),), dynamic_shapes=({0: torch.export.Dim("batch")},))
+    torch.export.save(ep, str(d / "m.pt2"))
+    return d, m
+
+
+def spec(path, **kw):
+    kw.setdefault("inputs", [parse_input_spec("x:batch,32")])
+    return SourceSpec(path=Path(path), **kw)
+
+
+def test_state_dict_with_zoo_arch(mlp_files):
+    d, m = mlp_files
+    ir = parse(d / "state.pt", spec(d / "state.pt", arch="zoo:mlp"))
+    assert ir.provenance["format"].startswith("state dict")
+    # the state dict's weights were used, not a fresh init: references equal the original module's outputs
+    x = ir.reference.inputs["x"]
+    np.testing.assert_allclose(ir.reference.outputs["output"], m(torch.from_numpy(x)).detach().numpy(), rtol=1e-6)
+    # dynamic batch survives export: run with a different batch size
+    out = OnnxRuntimeRunner(ir.model).run({"x": np.ones((5, 32), np.float32)})
+    assert out["output"].shape == (5, 4)
+
+
+def test_checkpoint_wrapper_and_safetensors(mlp_files):
+    d, _ = mlp_files
+    for name in ("ckpt.pth", "w.safetensors"):
+        ir = parse(d / name, spec(d / name, arch="zoo:mlp"))
+        assert ir.inputs[0].shape == ["batch", 32]
+
+
+def test_exported_program(mlp_files):
+    d, _ = mlp_files
+    ir = parse(d / "m.pt2", spec(d / "m.pt2"))
+    assert ir.provenance["format"] == "exported_program"
+
+
+def test_pickled_module_needs_trust(mlp_files):
+    d, _ = mlp_files
+    with pytest.raises(UnsafeInputError, match="unsafe pickle global"):
+        parse(d / "module.pt", spec(d / "module.pt"))
+    ir = parse(d / "module.pt", spec(d / "module.pt", trust=True))
+    assert ir.provenance["format"] == "pickled nn.Module"
+
+
+def test_torchscript_needs_trust(mlp_files):
+    d, _ = mlp_files
+    with pytest.raises(UnsafeInputError, match="TorchScript"):
+        parse(d / "scripted.pt", spec(d / "scripted.pt"))
+    ir = parse(d / "scripted.pt", spec(d / "scripted.pt", trust=True))
+    assert ir.provenance["format"] == "torchscript"
+
+
+def test_reduce_payload_never_runs(tmp_path):
+    marker = tmp_path / "marker"
+    bad = tmp_path / "evil.pt"
+    torch.save({"w": torch.ones(1), "x": Marker(marker)}, bad)
+    for kw in ({}, {"arch": "zoo:mlp"}):
+        with pytest.raises(UnsafeInputError, match="unsafe pickle global"):
+            parse(bad, spec(bad, **kw))
+    assert not marker.exists()
+
+
+def test_arch_class_import_needs_trust(mlp_files):
+    d, _ = mlp_files
+    with pytest.raises(UnsafeInputError, match="imports and runs code"):
+        parse(d / "state.pt", spec(d / "state.pt", arch="modelport.zoo_builders.pytorch:MLP"))
+    ir = parse(d / "state.pt", spec(d / "state.pt", arch="modelport.zoo_builders.pytorch:MLP", trust=True))
+    assert ir.outputs[0].name == "output"
+
+
+def test_state_dict_without_arch_and_mismatched_arch(mlp_files):
+    d, _ = mlp_files
+    with pytest.raises(BadInputError, match="needs an architecture"):
+        parse(d / "state.pt", spec(d / "state.pt"))
+    with pytest.raises(BadInputError, match="does not fit"):
+        parse(d / "state.pt", spec(d / "state.pt", arch="zoo:lstm_small"))
+
+
+def test_missing_input_specs(mlp_files):
+    d, _ = mlp_files
+    with pytest.raises(BadInputError, match="need input specs"):
+        parse(d / "m.pt2", SourceSpec(path=d / "m.pt2"))
+
+
+def test_lfs_pointer_and_garbage(tmp_path):
+    p = tmp_path / "m.pt"
+    p.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:0\nsize 1\n")
+    with pytest.raises(BadInputError, match="git-LFS"):
+        parse(p, spec(p))
+    p.write_bytes(b"\x01\x02garbage" * 10)
+    with pytest.raises(BadInputError, match="not a PyTorch file"):
+        parse(p, spec(p, arch="zoo:mlp"))
+
+
+def test_bad_safetensors_header(tmp_path):
+    p = tmp_path / "w.safetensors"
+    p.write_bytes((10**12).to_bytes(8, "little") + b"{}")
+    with pytest.raises(BadInputError, match="header"):
+        parse(p, spec(p, arch="zoo:mlp"))
+
+
+def test_dict_outputs_are_named_and_fallback_exporter_recorded():
+    class TwoHeads(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(4, 2)
+            self.b = torch.nn.Linear(4, 3)
+
+        def forward(self, x):
+            return {"logits": self.a(x), "embedding": self.b(x)}
+
+    ir = parse(TwoHeads(), SourceSpec(inputs=[parse_input_spec("x:batch,4")]))
+    assert [o.name for o in ir.outputs] == ["logits", "embedding"]
+    assert ir.provenance["exporter"] == "torch.onnx dynamo"
+
+
+def test_pickle_protocol_marker_is_not_executed_without_trust(tmp_path):
+    """A raw (non-zip) pickle stream with a payload is refused too."""
+    marker = tmp_path / "marker2"
+    p = tmp_path / "raw.pth"
+    p.write_bytes(pickle.dumps(Marker(marker)))
+    with pytest.raises((UnsafeInputError, BadInputError)):
+        parse(p, spec(p))
+    assert not marker.exists()

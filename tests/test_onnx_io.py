@@ -1,0 +1,117 @@
+"""Safe ONNX loading: external-data containment, bounds, truncation, and the >2 GiB save path."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from modelport import onnx_io
+from modelport.errors import BadInputError, UnsafeInputError
+
+
+def external_model(folder: Path, location: str, *, offset: int = 0, length: int = 16, extra: dict | None = None) -> Path:
+    """A one-Add model whose weight tensor points at `location` (written by hand, not by onnx)."""
+    w = TensorProto()
+    w.name = "w"
+    w.data_type = TensorProto.FLOAT
+    w.dims.extend([4])
+    w.data_location = TensorProto.EXTERNAL
+    for k, v in {"location": location, "offset": str(offset), "length": str(length), **(extra or {})}.items():
+        e = w.external_data.add()
+        e.key, e.value = k, v
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], initializer=[w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = folder / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_loads_contained_external_data(tmp_path):
+    (tmp_path / "w.bin").write_bytes(np.arange(4, dtype=np.float32).tobytes())
+    model = onnx_io.load_onnx(external_model(tmp_path, "w.bin"))
+    assert list(onnx.numpy_helper.to_array(model.graph.initializer[0])) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("location", ["../secret.bin", "sub/../../secret.bin", "/etc/passwd"])
+def test_refuses_locations_outside_the_folder(tmp_path, location):
+    inner = tmp_path / "model"
+    (inner / "sub").mkdir(parents=True)
+    (tmp_path / "secret.bin").write_bytes(b"\0" * 16)
+    with pytest.raises(UnsafeInputError, match="outside the model folder"):
+        onnx_io.load_onnx(external_model(inner, location))
+
+
+def test_refuses_symlinked_external_data(tmp_path):
+    secret = tmp_path / "secret.bin"
+    secret.write_bytes(b"\0" * 16)
+    inner = tmp_path / "model"
+    inner.mkdir()
+    os.symlink(secret, inner / "w.bin")
+    with pytest.raises(UnsafeInputError, match="symlink"):
+        onnx_io.load_onnx(external_model(inner, "w.bin"))
+
+
+def test_refuses_hard_linked_external_data(tmp_path):
+    inner = tmp_path / "model"
+    inner.mkdir()
+    (tmp_path / "secret.bin").write_bytes(b"\0" * 16)
+    os.link(tmp_path / "secret.bin", inner / "w.bin")
+    with pytest.raises(UnsafeInputError, match="hard link"):
+        onnx_io.load_onnx(external_model(inner, "w.bin"))
+
+
+@pytest.mark.parametrize("offset,length", [(0, 10**15), (100, 4), (-1, 16)])
+def test_refuses_ranges_past_the_file(tmp_path, offset, length):
+    (tmp_path / "w.bin").write_bytes(b"\0" * 16)
+    with pytest.raises(BadInputError, match="past the end|negative"):
+        onnx_io.load_onnx(external_model(tmp_path, "w.bin", offset=offset, length=length))
+
+
+def test_refuses_unknown_external_keys(tmp_path):
+    (tmp_path / "w.bin").write_bytes(b"\0" * 16)
+    with pytest.raises(BadInputError, match="unknown external-data keys"):
+        onnx_io.load_onnx(external_model(tmp_path, "w.bin", extra={"evil": "1"}))
+
+
+@pytest.mark.parametrize("content", [b"", b"version https://git-lfs.github.com/spec/v1\noid sha256:abc\nsize 12\n"])
+def test_empty_or_lfs_pointer(tmp_path, content):
+    p = tmp_path / "m.onnx"
+    p.write_bytes(content)
+    with pytest.raises(BadInputError, match="empty|git-LFS"):
+        onnx_io.load_onnx(p)
+
+
+def test_truncated_model(tiny_onnx, tmp_path):
+    data = tiny_onnx.read_bytes()
+    p = tmp_path / "t.onnx"
+    p.write_bytes(data[: len(data) // 2])
+    with pytest.raises(BadInputError, match="truncated or not an ONNX model"):
+        onnx_io.load_onnx(p)
+
+
+def test_large_model_path_saves_external_data(tmp_path, monkeypatch):
+    """Lowering the protobuf limit drives the >2 GiB branch: external data out, loaded back in."""
+    w = onnx.numpy_helper.from_array(np.random.default_rng(0).standard_normal((64, 64)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])], initializer=[w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    monkeypatch.setattr(onnx.checker, "MAXIMUM_PROTOBUF", 4096)
+    files = onnx_io.save_onnx(model, tmp_path / "big.onnx")
+    assert [f.name for f in files] == ["big.onnx", "big.onnx.data"]
+    again = onnx_io.load_onnx(tmp_path / "big.onnx")
+    assert np.array_equal(onnx.numpy_helper.to_array(again.graph.initializer[0]),
+                          onnx.numpy_helper.to_array(model.graph.initializer[0]))
+    # a rerun rewrites the data file instead of appending to it (onnx#6655)
+    size = (tmp_path / "big.onnx.data").stat().st_size
+    onnx_io.save_onnx(model, tmp_path / "big.onnx")
+    assert (tmp_path / "big.onnx.data").stat().st_size == size

@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+import pytest
+
+from modelport.errors import BadInputError
+from modelport.specs import apply_options, parse_dims, parse_input_spec, parse_shape
+
+
+@pytest.mark.parametrize("text,shape", [
+    ("1x3x224x224", [1, 3, 224, 224]), ("1,3,224,224", [1, 3, 224, 224]),
+    ("batch,3,224,224", ["batch", 3, 224, 224]), ("[?,16]", ["dim0", 16]),
+])
+def test_shapes(text, shape):
+    assert parse_shape(text) == shape
+
+
+@pytest.mark.parametrize("text", ["1x3x-2", "1,3,2.5", "1,a b", "0x3"])
+def test_bad_shapes(text):
+    with pytest.raises(BadInputError, match="bad shape"):
+        parse_shape(text)
+
+
+def test_input_spec_forms():
+    s = parse_input_spec("input_ids:batch,seq:int64")
+    assert (s.name, s.shape, s.dtype) == ("input_ids", ["batch", "seq"], "int64")
+    s = parse_input_spec("serving_default_x:0:1x8")
+    assert (s.name, s.shape) == ("serving_default_x:0", [1, 8])
+    assert parse_input_spec("x").shape == []
+
+
+def test_options_fold_into_specs():
+    specs = apply_options([parse_input_spec("image:1x3x8x8")], layouts=["NCHW"], means=["0.5,0.5,0.5"], stds=["image=0.2,0.2,0.2"], channel_order="bgr")
+    s = specs[0]
+    assert s.layout == "NCHW" and s.preprocess.mean == [0.5] * 3 and s.preprocess.std == [0.2] * 3 and s.preprocess.channel_order == "BGR"
+    specs = apply_options([], input_shapes=["1,3,8,8", "1,4"])
+    assert [(s.name, s.shape) for s in specs] == [("input", [1, 3, 8, 8]), ("input_1", [1, 4])]
+    with pytest.raises(BadInputError, match="layout"):
+        apply_options([], layouts=["NCWH"])
+    assert parse_dims(["batch=4"]) == {"batch": 4}
+    with pytest.raises(BadInputError):
+        parse_dims(["batch=0"])
