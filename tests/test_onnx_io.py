@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
 from modelport import onnx_io
@@ -115,3 +117,41 @@ def test_large_model_path_saves_external_data(tmp_path, monkeypatch):
     size = (tmp_path / "big.onnx.data").stat().st_size
     onnx_io.save_onnx(model, tmp_path / "big.onnx")
     assert (tmp_path / "big.onnx.data").stat().st_size == size
+
+
+def test_convert_external_data_model_over_the_limit(tmp_path, monkeypatch):
+    """An ONNX source with external data goes through convert; over the (lowered) limit the output
+    keeps external data and validates in onnxruntime from the path."""
+    from modelport.convert import convert
+
+    w = onnx.numpy_helper.from_array(np.random.default_rng(1).standard_normal((64, 64)).astype(np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 64])], initializer=[w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    src = tmp_path / "src"
+    src.mkdir()
+    onnx.save_model(model, str(src / "m.onnx"), save_as_external_data=True, location="m.weights", size_threshold=0)
+    monkeypatch.setattr(onnx.checker, "MAXIMUM_PROTOBUF", 8192)
+    report = convert(str(src / "m.onnx"), tmp_path / "out")
+    assert report["status"] == "ok"
+    assert sorted(report["artifacts"][0]["files"]) == ["model.onnx", "model.onnx.data"]
+    assert (src / "m.weights").exists()  # the input is untouched
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cut=st.floats(0.0, 1.0), flips=st.lists(st.tuples(st.floats(0.0, 1.0), st.integers(0, 255)), max_size=4))
+def test_fuzzed_models_fail_only_with_our_errors(tiny_onnx, tmp_path, cut, flips):
+    """Truncated or byte-flipped models either load or raise a ModelportError: never anything else."""
+    from modelport.errors import ModelportError
+
+    data = bytearray(tiny_onnx.read_bytes())
+    data = data[: max(1, int(len(data) * cut))] if cut < 1.0 else data
+    for pos, value in flips:
+        data[min(len(data) - 1, int(pos * len(data)))] = value
+    p = tmp_path / "fuzz.onnx"
+    p.write_bytes(bytes(data))
+    try:
+        onnx_io.load_onnx(p)
+    except ModelportError:
+        pass

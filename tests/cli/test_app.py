@@ -59,3 +59,13 @@ def test_python_api_matches_cli(tiny_onnx, tmp_path):
     report = modelport.convert(str(tiny_onnx), tmp_path / "o")
     assert report["status"] == "ok" and (tmp_path / "o" / "model.onnx").exists()
     assert modelport.inspect(tiny_onnx)["nodes"] == 3
+
+
+def test_python_api_accepts_spec_strings_and_modules(tmp_path):
+    import modelport
+    from modelport.zoo_builders.pytorch import MLP
+
+    report = modelport.convert(MLP(), tmp_path / "m", inputs=["x:batch,32"], targets="onnx")
+    assert report["contract"]["inputs"][0]["shape"] == ["batch", 32]
+    report = modelport.convert("zoo:mlp", tmp_path / "z", options=modelport.ConvertOptions(atol=1e-5))
+    assert report["parity"][0]["tolerance"]["atol"] == 1e-5

@@ -31,3 +31,23 @@ def test_user_spec_overrides_and_unknown_names(tiny_onnx):
         parse(tiny_onnx, SourceSpec(path=tiny_onnx, inputs=[parse_input_spec("image:1x8")]))
     with pytest.raises(BadInputError, match="rank"):
         parse(tiny_onnx, SourceSpec(path=tiny_onnx, inputs=[parse_input_spec("x:1x2x8")]))
+
+
+def test_newer_ir_version_is_lowered_for_onnxruntime(tmp_path):
+    """onnx.helper writes the newest IR version, which onnxruntime may not load yet."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from modelport.onnx_io import max_onnxruntime_ir_version
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = onnx.IR_VERSION
+    p = tmp_path / "new.onnx"
+    onnx.save(model, str(p))
+    ir = parse(p, SourceSpec(path=p))
+    assert ir.model.ir_version == min(onnx.IR_VERSION, max_onnxruntime_ir_version())
+    if onnx.IR_VERSION > max_onnxruntime_ir_version():
+        assert "lowered" in ir.provenance["ir_version_note"]

@@ -37,6 +37,14 @@ class ConvertOptions:
     source_options: dict[str, Any] = field(default_factory=dict)  # parser-specific
     emit_options: dict[str, Any] = field(default_factory=dict)  # emitter-specific
 
+    def __post_init__(self):
+        # The Python API accepts the CLI's spec strings: inputs=["input:batch,3,224,224"].
+        from modelport.specs import parse_input_spec
+
+        self.inputs = [parse_input_spec(s) if isinstance(s, str) else s for s in self.inputs]
+        if isinstance(self.targets, str):
+            self.targets = [t.strip() for t in self.targets.split(",") if t.strip()]
+
     def tolerance(self, precision: str | None = None, zoo_tol: dict | None = None) -> Tolerance:
         base = DEFAULT_TOLERANCES.get(precision or self.precision, DEFAULT_TOLERANCES["fp32"])
         zoo_tol = zoo_tol or {}

@@ -51,13 +51,14 @@ def infer_and_check(model, path=None):
 
 
 def parse(source, spec) -> IRModel:
-    from modelport.onnx_io import load_onnx
+    from modelport.onnx_io import fit_ir_version, load_onnx
     from modelport.parsers.contract import merge_specs
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
     from modelport.samples import make_inputs
 
     path = Path(source)
     model = load_onnx(path)
+    ir_note = fit_ir_version(model)
     original = model
     if spec.opset:
         model = convert_opset(model, spec.opset, path)
@@ -79,7 +80,7 @@ def parse(source, spec) -> IRModel:
         inputs=inputs,
         outputs=outputs,
         provenance={"framework": "onnx", "format": "onnx", "path": str(path), "opset": opset,
-                    "producer": f"{model.producer_name} {model.producer_version}".strip()},
+                    "producer": f"{model.producer_name} {model.producer_version}".strip(), "ir_version_note": ir_note},
         reference=Reference(sample, ref_out, producer=f"onnxruntime {onnxruntime.__version__}"),
         sample_dims=dict(spec.sample_dims),
     )
