@@ -167,3 +167,15 @@ def test_json_stdout_clean_with_torch_export(cli_proc, tmp_path):
     r = cli_proc("convert", "zoo:mlp", "-o", tmp_path / "o", "--json")
     assert r.exit_code == 0, r
     assert json.loads(r.stdout)["status"] == "ok"
+
+
+def test_contract_travels_inside_the_onnx_file(cli, tmp_path):
+    """A modelport-written model.onnx carries its contract; converting it again keeps it."""
+    first = tmp_path / "first"
+    assert cli("convert", "zoo:bert_tiny", "-o", first).exit_code == 0
+    model = onnx.load(first / "model.onnx")
+    stored = json.loads({p.key: p.value for p in model.metadata_props}["modelport.contract"])
+    assert stored["inputs"][0]["value_range"] == [0, 1000]
+    again = cli("convert", first / "model.onnx", "-o", tmp_path / "second", "--json").json()
+    assert again["contract"]["inputs"] == json.loads((first / "report.json").read_text())["contract"]["inputs"]
+    assert again["contract"]["sample_dims"] == {"batch": 2, "sequence": 16}

@@ -50,8 +50,18 @@ def infer_and_check(model, path=None):
     return model
 
 
+def _restore(specs, stored: list[dict]) -> None:
+    from modelport.ir import TensorSpec
+
+    by_name = {d.get("name"): TensorSpec.from_dict(d) for d in stored if isinstance(d, dict) and d.get("name")}
+    for s in specs:
+        if s.name in by_name:
+            saved = by_name[s.name]
+            s.layout, s.preprocess, s.value_range = saved.layout, saved.preprocess, saved.value_range
+
+
 def parse(source, spec) -> IRModel:
-    from modelport.onnx_io import fit_ir_version, load_onnx
+    from modelport.onnx_io import fit_ir_version, load_onnx, read_contract
     from modelport.parsers.contract import merge_specs
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
     from modelport.samples import make_inputs
@@ -65,8 +75,15 @@ def parse(source, spec) -> IRModel:
     model = infer_and_check(model, path)
     init_names = {i.name for i in model.graph.initializer}
     graph_inputs = [v for v in model.graph.input if v.name not in init_names]
-    inputs = merge_specs(specs_from_onnx(graph_inputs), spec.inputs)
+    inputs = specs_from_onnx(graph_inputs)
     outputs = specs_from_onnx(model.graph.output)
+    stored = read_contract(model)
+    if stored:
+        # A modelport-written file carries its contract: layouts, preprocessing, value ranges.
+        _restore(inputs, stored.get("inputs", []))
+        _restore(outputs, stored.get("outputs", []))
+        spec.sample_dims = {**stored.get("sample_dims", {}), **spec.sample_dims}
+    inputs = merge_specs(inputs, spec.inputs)
     if spec.output_names:
         if len(spec.output_names) != len(outputs):
             raise BadInputError(f"--output names {spec.output_names} do not match the model's {len(outputs)} outputs", path=path)
