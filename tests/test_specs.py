@@ -33,7 +33,7 @@ def test_options_fold_into_specs():
     s = specs[0]
     assert s.layout == "NCHW" and s.preprocess.mean == [0.5] * 3 and s.preprocess.std == [0.2] * 3 and s.preprocess.channel_order == "BGR"
     specs = apply_options([], input_shapes=["1,3,8,8", "1,4"])
-    assert [(s.name, s.shape) for s in specs] == [("input", [1, 3, 8, 8]), ("input_1", [1, 4])]
+    assert [(s.name, s.shape) for s in specs] == [("#0", [1, 3, 8, 8]), ("#1", [1, 4])]
     with pytest.raises(BadInputError, match="layout"):
         apply_options([], layouts=["NCWH"])
     assert parse_dims(["batch=4"]) == {"batch": 4}

@@ -58,6 +58,15 @@ def parse_input_spec(text: str) -> TensorSpec:
     return TensorSpec(name=name, dtype=dtype, shape=shape)
 
 
+def positional_name(i: int) -> str:
+    """A placeholder for 'the i-th input of the model', resolved when the model's inputs are known."""
+    return f"#{i}"
+
+
+def positional_index(name: str) -> int | None:
+    return int(name[1:]) if name.startswith("#") and name[1:].isdigit() else None
+
+
 def parse_floats(text: str, what: str) -> list[float]:
     try:
         return [float(v) for v in text.strip("[]").split(",") if v.strip()]
@@ -86,12 +95,12 @@ def apply_options(
         if i < len(specs):
             specs[i].shape = specs[i].shape or shape
         else:
-            specs.append(TensorSpec(name="input" if i == 0 else f"input_{i}", shape=shape))
+            specs.append(TensorSpec(name=positional_name(i), shape=shape))
 
     def target(name: str | None, option: str) -> list[TensorSpec]:
         if name is None:
             if not specs:
-                specs.append(TensorSpec(name="input"))
+                specs.append(TensorSpec(name=positional_name(0)))
             return specs[:1]
         found = [s for s in specs if s.name == name]
         if not found:

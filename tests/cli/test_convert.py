@@ -179,3 +179,12 @@ def test_contract_travels_inside_the_onnx_file(cli, tmp_path):
     again = cli("convert", first / "model.onnx", "-o", tmp_path / "second", "--json").json()
     assert again["contract"]["inputs"] == json.loads((first / "report.json").read_text())["contract"]["inputs"]
     assert again["contract"]["sample_dims"] == {"batch": 2, "sequence": 16}
+
+
+def test_unnamed_options_apply_to_the_models_inputs_by_position(cli, tiny_onnx, tmp_path):
+    r = cli("convert", tiny_onnx, "-o", tmp_path / "o", "--inputShape", "3,8", "--layout", "NC", "--mean", "0.5", "--json")
+    assert r.exit_code == 0, r
+    spec = r.json()["contract"]["inputs"][0]
+    assert (spec["name"], spec["shape"], spec["layout"], spec["preprocess"]["mean"]) == ("x", [3, 8], "NC", [0.5])
+    r = cli("convert", tiny_onnx, "-o", tmp_path / "p", "--inputShape", "3,8", "--inputShape", "1,2")
+    assert r.exit_code == 2 and "2 input specs given, the model has 1" in r.stderr

@@ -11,8 +11,15 @@ def merge_specs(graph_specs: list[TensorSpec], user_specs: list[TensorSpec], *, 
 
     An unknown name is an error listing the names the model has.
     """
+    from modelport.specs import positional_index
+
     by_name = {s.name: s for s in graph_specs}
     for u in user_specs:
+        index = positional_index(u.name)
+        if index is not None:
+            if index >= len(graph_specs):
+                raise BadInputError(f"{index + 1} {what} specs given, the model has {len(graph_specs)}: {list(by_name)}")
+            u.name = graph_specs[index].name
         if u.name not in by_name:
             raise BadInputError(f"unknown {what} '{u.name}'; the model's {what}s are {list(by_name)}")
         g = by_name[u.name]

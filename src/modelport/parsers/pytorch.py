@@ -347,7 +347,12 @@ def _input_specs(source, spec) -> list[TensorSpec]:
             )
         return base
     if not base:
+        from modelport.specs import positional_index
+
         for s in spec.inputs:
+            index = positional_index(s.name)
+            if index is not None:
+                s.name = "input" if index == 0 else f"input_{index}"
             if not s.shape:
                 raise BadInputError(f"input '{s.name}' needs a shape, e.g. {s.name}:1x3x224x224")
             s.layout = s.layout or guess_layout(s.shape)
