@@ -1,0 +1,34 @@
+from __future__ import annotations
+
+import numpy as np
+
+from modelport.ir import IRModel, Preprocess, TensorSpec, guess_layout
+from modelport.parsers import SourceSpec, parse
+
+
+def test_save_load_round_trip(tiny_onnx, tmp_path):
+    ir = parse(tiny_onnx, SourceSpec(path=tiny_onnx))
+    ir.inputs[0].preprocess = Preprocess(mean=[0.5], std=[2.0])
+    ir.save(tmp_path / "ir")
+    again = IRModel.load(tmp_path / "ir")
+    assert again.contract() == ir.contract()
+    assert again.provenance["framework"] == "onnx"
+    np.testing.assert_array_equal(again.reference.outputs["y"], ir.reference.outputs["y"])
+    assert again.model.SerializeToString() == ir.model.SerializeToString()
+
+
+def test_clone_is_independent(tiny_onnx):
+    ir = parse(tiny_onnx, SourceSpec(path=tiny_onnx))
+    c = ir.clone()
+    c.model.graph.node.pop()
+    c.inputs[0].layout = "NTC"
+    assert len(ir.model.graph.node) == 3 and ir.inputs[0].layout == "NC"
+
+
+def test_spec_helpers():
+    s = TensorSpec("x", shape=["batch", 3, "h", 8])
+    assert s.dynamic_dims == {0: "batch", 2: "h"}
+    assert s.concrete_shape({"h": 5}) == (2, 3, 5, 8)
+    assert TensorSpec.from_dict(s.to_dict()) == s
+    assert guess_layout([1, 3, 224, 224]) == "NCHW" and guess_layout([1, 224, 224, 3]) == "NHWC"
+    assert guess_layout([1, 3, 3, 3]) is None
