@@ -1,0 +1,114 @@
+"""TFLite sources: conversion with parity against the LiteRT interpreter, signature names, and the
+crash-isolated first load (corrupt flatbuffers, a child killed by a signal, wrong identifiers)."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+from modelport.errors import BadInputError
+from modelport.parsers import SourceSpec, detect, parse
+from modelport.parsers.tflite import run_isolated
+from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
+from modelport.zoo_builders import keras as builders
+from tests.conftest import tree
+
+
+@pytest.fixture(scope="module")
+def tflites(tmp_path_factory):
+    import tensorflow as tf
+
+    d = tmp_path_factory.mktemp("tflite")
+    for name, model in (("cnn", builders.keras_cnn()), ("two_io", builders.keras_two_io())):
+        model.export(str(d / f"{name}_sm"), verbose=False)
+        converter = tf.lite.TFLiteConverter.from_saved_model(str(d / f"{name}_sm"))
+        (d / f"{name}.tflite").write_bytes(converter.convert())
+    return d
+
+
+def test_sniff(tflites):
+    assert detect(tflites / "cnn.tflite") == "tflite"
+
+
+def test_convert_with_parity(cli, tflites, tmp_path):
+    out = tmp_path / "out"
+    r = cli("convert", tflites / "cnn.tflite", "--to", "onnx", "-o", out, "--json")
+    assert r.exit_code == 0, r
+    report = r.json()
+    (spec,) = report["contract"]["inputs"]
+    assert spec["name"] == "image" and spec["layout"] == "NHWC" and spec["shape"] == ["batch", 32, 32, 3]
+    assert report["contract"]["outputs"][0]["name"] == "output_0"
+    assert all(p["ok"] for p in report["parity"])
+    assert (out / "model.onnx").is_file()
+
+
+def test_two_io_signature_names_and_references(tflites):
+    from modelport.runtimes import get_runner
+
+    path = tflites / "two_io.tflite"
+    ir = parse(path, SourceSpec(path=path))
+    assert sorted(s.name for s in ir.inputs) == ["image", "meta"]
+    assert sorted(o.name for o in ir.outputs) == ["output_0", "output_1"]
+    assert "interpreter" in ir.reference.producer
+    # the references are the interpreter's own outputs on the sample inputs
+    runner = get_runner("tflite", path)
+    again = runner.run({k: ir.reference.inputs[k] for k in ("image", "meta")})
+    assert sorted(v.shape for v in again.values()) == sorted(v.shape for v in ir.reference.outputs.values())
+    for v in again.values():
+        assert any(np.array_equal(v, ref) for ref in ir.reference.outputs.values())
+    onnx_out = OnnxRuntimeRunner(ir.model).run(ir.reference.inputs)
+    for name, ref in ir.reference.outputs.items():
+        np.testing.assert_allclose(onnx_out[name], ref, atol=1e-4)
+
+
+def test_child_killed_by_signal_is_a_bad_input(tmp_path):
+    with pytest.raises(BadInputError, match="SIGSEGV"):
+        run_isolated("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", [], path=tmp_path / "x.tflite")
+    with pytest.raises(BadInputError, match="SIGABRT"):
+        run_isolated("import os; os.abort()", [], path=tmp_path / "x.tflite")
+    with pytest.raises(BadInputError, match="did not finish"):
+        run_isolated("import time; time.sleep(30)", [], path=tmp_path / "x.tflite", timeout=1)
+
+
+def _corrupt(raw: bytes, kind: str) -> bytes:
+    if kind == "garbage_tables":
+        # valid root offset and 'TFL3' identifier, the tables behind them garbage
+        return raw[:8] + bytes((i * 37 + 11) % 256 for i in range(len(raw) - 8))
+    if kind == "bad_root":
+        return struct.pack("<I", 0x7FFFFFF0) + raw[4:]
+    if kind == "truncated":
+        return raw[: len(raw) // 2]
+    if kind == "wrong_identifier":
+        return raw[:4] + b"XXXX" + raw[8:]
+    raise ValueError(kind)
+
+
+@pytest.mark.parametrize("kind", ["garbage_tables", "bad_root", "truncated", "wrong_identifier"])
+def test_corrupt_flatbuffer_exit_2_without_output(cli, tflites, tmp_path, kind):
+    bad = tmp_path / "src" / "bad.tflite"
+    bad.parent.mkdir()
+    bad.write_bytes(_corrupt((tflites / "cnn.tflite").read_bytes(), kind))
+    out = tmp_path / "out"
+    r = cli("convert", bad, "-o", out)
+    assert r.exit_code == 2, r
+    assert "bad.tflite" in r.stderr
+    assert tree(tmp_path) == ["src", "src/bad.tflite"]
+
+
+def test_inspect(cli, tflites):
+    r = cli("inspect", tflites / "two_io.tflite", "--json")
+    assert r.exit_code == 0, r
+    info = r.json()
+    assert info["signatures"] == ["serving_default"]
+    assert sorted(i["name"] for i in info["inputs"]) == ["image", "meta"]
+    assert info["ops"]
+
+
+def test_json_stdout_is_one_document(cli_proc, tflites, tmp_path):
+    r = cli_proc("convert", tflites / "cnn.tflite", "-o", tmp_path / "out", "--json")
+    assert r.exit_code == 0, r
+    import json
+
+    assert json.loads(r.stdout)["status"] == "ok"
