@@ -1,0 +1,106 @@
+"""`modelport optimize MODEL -o OUT`: graph passes, FP16/INT8, `auto` selection; validated per pass."""
+
+from __future__ import annotations
+
+import typer
+
+from modelport.cli._common import console, fmt_num, run, stage_status
+from modelport.errors import BadInputError
+
+
+def optimize_table(report: dict):
+    from rich.table import Table
+
+    t = Table(title="optimisation passes", title_justify="left")
+    for col in ("pass", "status", "nodes", "size", "seconds", "max abs", "cosine", "note"):
+        t.add_column(col)
+    for s in report.get("stages", []):
+        if "pass" not in s:
+            continue
+        outs = (s.get("parity") or {}).get("outputs") or []
+        max_abs = max((o["max_abs"] for o in outs if o.get("max_abs") is not None), default=None)
+        cos = min((o["cosine"] for o in outs if o.get("cosine") is not None), default=None)
+        details = s.get("details") or {}
+        kept = details.get("kept_fp32")
+        note = s.get("reason") or (f"kept in FP32: {', '.join(kept)}" if kept else "")
+        if details.get("fusions"):
+            note = note or ", ".join(f"{k}={v}" for k, v in details["fusions"].items())
+        color = {"applied": "green", "rolled_back": "red"}.get(s["status"], "dim")
+        t.add_row(s["pass"], f"[{color}]{s['status']}[/]", f"{s['nodes_before']} → {s['nodes_after']}",
+                  f"{_kib(s['size_before'])} → {_kib(s['size_after'])}", f"{s['seconds']:.2f}",
+                  "-" if max_abs is None else fmt_num(max_abs), "-" if cos is None else f"{cos:.6f}", note)
+    return t
+
+
+def auto_table(selection: dict):
+    from rich.table import Table
+
+    t = Table(title=f"auto: chose {selection['chosen']}", title_justify="left")
+    for col in ("variant", "precision", "nodes", "size", "latency ms", "speed-up", "max abs", "cosine", "in budget"):
+        t.add_column(col)
+    for r in selection["variants"]:
+        mark = "[bold green]✓ chosen[/]" if r["chosen"] else ("yes" if r["within_budget"] else "[red]no[/]")
+        t.add_row(r["variant"], r["precision"], str(r["nodes"]), _kib(r["size"]), f"{r['latency_ms']:.3f}",
+                  f"{r['speedup']:.2f}x" if r.get("speedup") else "-", fmt_num(r["max_abs"]), f"{r['cosine']:.6f}", mark)
+    return t
+
+
+def _kib(n: int) -> str:
+    return f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
+
+
+def render_optimize(report: dict, out_dir: str | None) -> None:
+    from modelport.cli.render import render_report
+
+    if any("pass" in s for s in report.get("stages", [])):
+        console.print(optimize_table(report))
+    if report.get("optimize"):
+        console.print(auto_table(report["optimize"]))
+    render_report(report, out_dir)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("optimize")
+    def optimize_cmd(
+        model: str = typer.Argument(..., help="Model file (ONNX or any source `convert` reads) or zoo:NAME."),
+        output: str | None = typer.Option(None, "-o", "--output-dir", help="Output folder (model.onnx + report.json)."),
+        level: str = typer.Option("extended", "--level", "--optimize", "-O", help="none, basic, extended, all or auto."),
+        passes: str | None = typer.Option(None, "--passes", help="Comma-separated passes instead of a level, e.g. fold,dce,fuse,simplify."),
+        precision: str = typer.Option("fp32", "--precision", help="fp32, fp16 or int8."),
+        int8_mode: str | None = typer.Option(None, "--int8-mode", help="dynamic or static (default: static with --calibration)."),
+        calibration: str | None = typer.Option(None, "--calibration", help="Calibration data: .npz of named inputs or a folder of images."),
+        calibration_method: str = typer.Option("minmax", "--calibration-method", help="minmax, entropy, percentile or distribution."),
+        per_channel: bool | None = typer.Option(None, "--per-channel/--per-tensor", help="INT8 weight scales per channel (default: on for CNNs)."),
+        keep_io_types: bool = typer.Option(True, "--keep-io-types/--fp16-io", help="FP16: keep FP32 inputs and outputs."),
+        budget: str | None = typer.Option(None, "--accuracy-budget", help="e.g. cosine>=0.999 or max_abs<=0.01 (precision passes and auto)."),
+        strict: bool = typer.Option(False, "--strict", help="A pass that breaks parity fails the run (exit 4) instead of being rolled back."),
+        inputs: list[str] = typer.Option([], "--input", "-i", help="NAME:SHAPE[:DTYPE] (repeatable)."),
+        dim: list[str] = typer.Option([], "--dim", help="Size of a symbolic dim in sample data, e.g. batch=4."),
+        atol: float | None = typer.Option(None, "--atol", help="Absolute tolerance for FP32 parity."),
+        rtol: float | None = typer.Option(None, "--rtol", help="Relative tolerance for FP32 parity."),
+        min_cosine: float | None = typer.Option(None, "--min-cosine", help="Minimum cosine similarity per output."),
+        force: bool = typer.Option(False, "--force", help="Replace an existing output folder."),
+        json_out: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="No tables or progress."),
+    ):
+        """Optimise a model pass by pass, each pass checked for parity in onnxruntime."""
+
+        def body():
+            from modelport.convert import ConvertOptions, convert
+            from modelport.optimize import parse_pass_list
+            from modelport.specs import parse_dims, parse_input_spec
+
+            if not output:
+                raise BadInputError("no output folder", hint="pass -o OUT_DIR")
+            options = ConvertOptions(
+                targets=["onnx"], inputs=[parse_input_spec(t) for t in inputs], atol=atol, rtol=rtol,
+                min_cosine=min_cosine, sample_dims=parse_dims(dim), force=force,
+                optimize=None if passes else level, passes=parse_pass_list(passes) if passes else None,
+                precision=precision.lower(), int8_mode=int8_mode, calibration=calibration,
+                calibration_method=calibration_method.lower(), per_channel=per_channel,
+                keep_io_types=keep_io_types, accuracy_budget=budget, strict=strict, command="optimize",
+            )
+            with stage_status(quiet or json_out) as on_stage:
+                return convert(model, output, options, on_stage=on_stage)
+
+        run(body, json_out=json_out, quiet=quiet, render=lambda r: render_optimize(r, output))

@@ -1,0 +1,98 @@
+"""Graph optimisation: `Pass` objects that turn an IRModel into an IRModel, and named levels.
+
+A pass is pure: `apply(ir)` returns a `PassResult(model, modified, details)` and never mutates its
+input, so the pipeline (`optimize/pipeline.py`) can re-run the result in onnxruntime, compare it
+with the reference outputs and roll the pass back when parity breaks. Passes are looked up by the
+name users type (`--passes fold,dce,fuse`); adding one is a module plus one line in `PASSES`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from modelport.errors import BadInputError
+from modelport.ir import IRModel
+
+
+@dataclass
+class PassResult:
+    model: IRModel
+    modified: bool
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class Pass:
+    """Base class: subclasses set `name`, `description` and implement `apply`.
+
+    `precision` is the numeric precision of what the pass produces; the pipeline picks the parity
+    tolerance from it (fp32 passes are held to fp32 tolerances).
+    """
+
+    name = ""
+    description = ""
+    precision = "fp32"
+
+    def apply(self, ir: IRModel) -> PassResult:
+        raise NotImplementedError
+
+    def __call__(self, ir: IRModel) -> PassResult:
+        return self.apply(ir)
+
+    def __repr__(self) -> str:
+        return f"<pass {self.name}>"
+
+
+# name users type -> "module:Class"
+PASSES: dict[str, str] = {
+    "shape": "modelport.optimize.shape_inference:ShapeInferencePass",
+    "fold": "modelport.optimize.folding:ConstantFoldingPass",
+    "dce": "modelport.optimize.folding:DeadCodeEliminationPass",
+    "cleanup": "modelport.optimize.cleanup:RedundantOpsPass",
+    "fuse": "modelport.optimize.fusion:FusionPass",
+    "simplify": "modelport.optimize.simplify:OnnxSimPass",
+    "transformer": "modelport.optimize.transformer_fusion:TransformerFusionPass",
+    "fp16": "modelport.optimize.precision:Float16Pass",
+    "int8-dynamic": "modelport.optimize.quantize:DynamicQuantizationPass",
+    "int8-static": "modelport.optimize.quantize:StaticQuantizationPass",
+}
+
+# Named levels: what `--optimize LEVEL` runs (FP32 passes only; precision is its own option).
+LEVELS: dict[str, list[str]] = {
+    "none": [],
+    "basic": ["shape", "fold", "dce", "cleanup"],
+    "extended": ["shape", "fold", "dce", "cleanup", "fuse", "simplify"],
+    "all": ["shape", "fold", "dce", "cleanup", "fuse", "simplify", "transformer"],
+}
+LEVEL_NAMES = (*LEVELS, "auto")
+PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic", "int8-static")
+
+
+def register_pass(name: str, target: str) -> None:
+    if name in PASSES and PASSES[name] != target:
+        raise ValueError(f"pass '{name}' is already registered as {PASSES[name]}")
+    PASSES[name] = target
+
+
+def get_pass(name: str, **options) -> Pass:
+    try:
+        target = PASSES[name]
+    except KeyError:
+        raise BadInputError(f"unknown pass '{name}'; known: {', '.join(PASSES)}") from None
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)(**options)
+
+
+def passes_for_level(level: str) -> list[str]:
+    if level not in LEVELS:
+        raise BadInputError(f"unknown optimisation level '{level}'; known: {', '.join(LEVEL_NAMES)}")
+    return list(LEVELS[level])
+
+
+def parse_pass_list(text: str) -> list[str]:
+    names = [n.strip().lower() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in PASSES]
+    if unknown:
+        raise BadInputError(f"unknown pass(es) {unknown}; known: {', '.join(PASSES)}")
+    return names

@@ -1,0 +1,99 @@
+"""Small helpers the passes share: sizes and node counts, onnx-ir round trips, temporary files.
+
+Everything here is careful about models over the protobuf limit: such a model cannot be
+serialised in one piece, so sizes are summed from tensors and temporary copies are written with
+external data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from modelport.ir import IRModel
+
+
+def is_large(model) -> bool:
+    """True when the model would not fit a single protobuf (with 1 MiB of slack for the graph)."""
+    from modelport.onnx_io import protobuf_limit, tensor_bytes
+
+    return tensor_bytes(model) + (1 << 20) > protobuf_limit()
+
+
+def model_size(model) -> int:
+    """Bytes the model takes on disk (graph + tensors), without serialising a large one."""
+    from modelport.onnx_io import tensor_bytes
+
+    if is_large(model):
+        return tensor_bytes(model)
+    return model.ByteSize()
+
+
+def node_count(model) -> int:
+    return len(model.graph.node)
+
+
+def op_histogram(model) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for n in model.graph.node:
+        out[n.op_type] = out.get(n.op_type, 0) + 1
+    return out
+
+
+def to_onnx_ir(model):
+    """An onnx-ir Model holding a copy of the proto's graph (the proto is left untouched)."""
+    import onnx_ir as ir
+
+    return ir.serde.deserialize_model(model)
+
+
+def from_onnx_ir(model):
+    import onnx_ir as ir
+
+    return ir.serde.serialize_model(model)
+
+
+def with_model(ir: IRModel, model) -> IRModel:
+    """A new IRModel around `model`, carrying over the contract and references of `ir`."""
+    return ir.clone(model=model)
+
+
+def name_nodes(model) -> None:
+    """Give every unnamed node a unique name, in place (block lists and reports refer to names)."""
+    seen = {n.name for n in model.graph.node if n.name}
+    for i, n in enumerate(model.graph.node):
+        if not n.name:
+            name = f"{n.op_type}_{i}"
+            while name in seen:
+                name += "_"
+            n.name = name
+            seen.add(name)
+
+
+def drop_value_info(model) -> None:
+    """Remove intermediate value_info in place: exporters leave stale shapes that break tools."""
+    del model.graph.value_info[:]
+
+
+@contextlib.contextmanager
+def temp_model_file(model, name: str = "model.onnx") -> Iterator[Path]:
+    """The model written to a temporary folder (external data when large); removed afterwards."""
+    from modelport.onnx_io import save_onnx
+
+    with tempfile.TemporaryDirectory(prefix="modelport-opt-") as d:
+        path = Path(d) / name
+        save_onnx(model, path, external=is_large(model))
+        yield path
+
+
+def load_model_file(path: Path):
+    """Load a model a tool wrote into one of our temporary folders (external data read in)."""
+    import onnx
+
+    return onnx.load(str(path), load_external_data=True)
+
+
+def opset_of(model) -> int | None:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)

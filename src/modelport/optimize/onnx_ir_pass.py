@@ -1,0 +1,45 @@
+"""Running onnx-ir / onnxscript machinery as a modelport Pass.
+
+Subclasses implement `transform(model: onnx_ir.Model) -> (modified, details)` in place on a
+deserialised copy; the IRModel they were given is never touched (the copy is serialised back
+into a new ModelProto).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from modelport.ir import IRModel
+from modelport.optimize import Pass, PassResult
+
+
+class OnnxIRPass(Pass):
+    def transform(self, model) -> tuple[bool, dict[str, Any]]:
+        raise NotImplementedError
+
+    def apply(self, ir: IRModel) -> PassResult:
+        from modelport.deps import require
+        from modelport.optimize.model_tools import from_onnx_ir, to_onnx_ir, with_model
+
+        require("onnx_ir", purpose=f"the '{self.name}' pass")
+        model = to_onnx_ir(ir.model)
+        modified, details = self.transform(model)
+        if not modified:
+            return PassResult(ir, False, details)
+        return PassResult(with_model(ir, from_onnx_ir(model)), True, details)
+
+
+def apply_rules(model, rules) -> int:
+    """Apply onnxscript rewrite rules to a fixed point (capped); returns how many rewrites."""
+    import onnx_ir.passes.common as common
+    from onnxscript.rewriter import RewriteRuleSet
+
+    total = 0
+    for _ in range(4):  # each round can expose new matches; four rounds is plenty in practice
+        count = RewriteRuleSet(list(rules)).apply_to_model(model)
+        total += count
+        if not count:
+            break
+    if total:
+        common.RemoveUnusedNodesPass()(model)
+    return total

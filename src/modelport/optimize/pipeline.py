@@ -1,0 +1,212 @@
+"""Running passes with a parity gate: after every pass that changed the model, the result is run
+in onnxruntime on the reference inputs and compared with the reference outputs. A pass that
+breaks parity (or fails, or produces a model onnxruntime cannot load) is rolled back and the
+row says why; with `strict` the run fails instead (exit 4 for parity, the pass's own error
+otherwise). Every pass yields one report row: nodes and size before/after, time, parity.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from modelport.convert.parity import DEFAULT_TOLERANCES, Tolerance, compare
+from modelport.errors import BadInputError, MissingDependencyError, ModelportError, ValidationError
+from modelport.ir import IRModel
+from modelport.optimize import Pass, get_pass, parse_pass_list, passes_for_level
+
+PassCallback = Callable[[str], None]
+
+
+def check_parity(ir: IRModel, tol: Tolerance, hop: str):
+    from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
+
+    outs = OnnxRuntimeRunner(ir.model).run(ir.reference.inputs)
+    return compare(ir.reference.outputs, outs, tol, hop=hop)
+
+
+@dataclass
+class PassRow:
+    name: str
+    status: str  # applied | unchanged | rolled_back | skipped
+    nodes_before: int
+    nodes_after: int
+    size_before: int
+    size_after: int
+    seconds: float
+    parity: dict | None = None
+    reason: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"name": f"optimize:{self.name}", "pass": self.name, "status": self.status,
+                "nodes_before": self.nodes_before, "nodes_after": self.nodes_after,
+                "size_before": self.size_before, "size_after": self.size_after,
+                "seconds": round(self.seconds, 4), "parity": self.parity, "reason": self.reason or None,
+                "details": self.details}
+
+
+def run_passes(ir: IRModel, passes: list[Pass], *, tolerance: Callable[[str], Tolerance] | None = None,
+               strict: bool = False, on_pass: PassCallback | None = None) -> tuple[IRModel, list[PassRow]]:
+    """Apply `passes` in order through the parity gate; returns the final IR and one row per pass."""
+    from modelport.optimize.model_tools import model_size, node_count
+
+    if ir.reference is None:
+        raise BadInputError("the model has no reference data to check optimisation passes against")
+    tolerance = tolerance or (lambda p: DEFAULT_TOLERANCES.get(p, DEFAULT_TOLERANCES["fp32"]))
+    rows: list[PassRow] = []
+    for p in passes:
+        if on_pass:
+            on_pass(f"optimize:{p.name}")
+        nb, sb = node_count(ir.model), model_size(ir.model)
+        t0 = time.perf_counter()
+        row = PassRow(p.name, "unchanged", nb, nb, sb, sb, 0.0)
+        try:
+            result = p.apply(ir)
+            row.details = result.details
+            if result.model is ir or not result.modified:
+                row.status = "skipped" if result.details.get("skipped") else "unchanged"
+                row.reason = result.details.get("skipped", "")
+            else:
+                parity = check_parity(result.model, tolerance(p.precision), f"optimize:{p.name}")
+                row.parity = parity.to_dict()
+                row.nodes_after, row.size_after = node_count(result.model.model), model_size(result.model.model)
+                if parity.ok:
+                    row.status = "applied"
+                    ir = result.model
+                else:
+                    row.status, row.reason = "rolled_back", f"parity: {parity.summary()}"
+                    row.nodes_after, row.size_after = nb, sb
+                    if strict:
+                        row.seconds = time.perf_counter() - t0
+                        rows.append(row)
+                        err = ValidationError(f"pass '{p.name}' broke parity: {parity.summary()}", parity=parity.to_dict())
+                        err.rows = rows
+                        raise err
+        except MissingDependencyError:
+            raise
+        except ValidationError:
+            raise
+        except Exception as e:
+            reason = e.message if isinstance(e, ModelportError) else f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            row.status, row.reason = "rolled_back", f"error: {reason}"
+            row.nodes_after, row.size_after = nb, sb
+            if strict:
+                row.seconds = time.perf_counter() - t0
+                rows.append(row)
+                err = ValidationError(f"pass '{p.name}' failed: {reason}")
+                err.rows = rows
+                raise err from e
+        row.seconds = time.perf_counter() - t0
+        rows.append(row)
+    return ir, rows
+
+
+@dataclass
+class OptimizeOptions:
+    level: str | None = "extended"  # a LEVELS name, "auto", or None with `passes`
+    passes: list[str] | None = None
+    precision: str = "fp32"  # fp32 | fp16 | int8
+    int8_mode: str | None = None  # dynamic | static (default: static when calibration is given)
+    calibration: str | None = None
+    calibration_method: str = "minmax"
+    per_channel: bool | None = None
+    keep_io_types: bool = True
+    budget: Tolerance | None = None
+    strict: bool = False
+    bench_runs: int = 20
+
+    def __post_init__(self):
+        from modelport.optimize import LEVEL_NAMES, PRECISIONS
+
+        if isinstance(self.passes, str):
+            self.passes = parse_pass_list(self.passes)
+        if self.level is not None and self.level not in LEVEL_NAMES:
+            raise BadInputError(f"unknown optimisation level '{self.level}'; known: {', '.join(LEVEL_NAMES)}")
+        if self.precision not in PRECISIONS:
+            raise BadInputError(f"unknown precision '{self.precision}'; known: fp32, fp16, int8")
+        if self.precision.startswith("int8-"):
+            self.precision, self.int8_mode = "int8", self.precision[5:]
+        if self.int8_mode not in (None, "dynamic", "static"):
+            raise BadInputError(f"unknown INT8 mode '{self.int8_mode}': dynamic or static")
+        if isinstance(self.budget, str):
+            self.budget = parse_budget(self.budget)
+
+
+def parse_budget(text: str) -> Tolerance:
+    """`cosine>=0.999`, `max_abs<=0.01`, or both comma-separated, as a Tolerance."""
+    atol, rtol, cos = float("inf"), float("inf"), 0.0
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        key, op, value = None, None, None
+        for sep in (">=", "<="):
+            if sep in part:
+                key, _, value = part.partition(sep)
+                op = sep
+                break
+        try:
+            v = float(value) if value is not None else None
+        except ValueError:
+            v = None
+        key = (key or "").strip().lower().replace("-", "_")
+        if key in ("cosine", "cos") and op == ">=" and v is not None:
+            cos = v
+        elif key in ("max_abs", "atol", "abs") and op == "<=" and v is not None:
+            atol, rtol = v, 0.0
+        else:
+            raise BadInputError(f"bad --accuracy-budget '{text}': use cosine>=0.999 and/or max_abs<=0.01")
+    return Tolerance(atol=atol, rtol=rtol, min_cosine=cos)
+
+
+def build_passes(opts: OptimizeOptions, *, with_precision: bool = True) -> list[Pass]:
+    names = list(opts.passes) if opts.passes else passes_for_level(opts.level or "none")
+    passes = [get_pass(n) for n in names]
+    if with_precision:
+        passes += precision_passes(opts)
+    return passes
+
+
+def precision_passes(opts: OptimizeOptions) -> list[Pass]:
+    if opts.precision == "fp16":
+        return [get_pass("fp16", keep_io_types=opts.keep_io_types)]
+    if opts.precision == "int8":
+        mode = opts.int8_mode or ("static" if opts.calibration else "dynamic")
+        if mode == "static":
+            return [get_pass("int8-static", calibration=None, method=opts.calibration_method,
+                             per_channel=opts.per_channel)]
+        return [get_pass("int8-dynamic", per_channel=bool(opts.per_channel))]
+    return []
+
+
+def optimize_ir(ir: IRModel, opts: OptimizeOptions, *, tolerance: Callable[[str], Tolerance] | None = None,
+                on_pass: PassCallback | None = None) -> tuple[IRModel, list[dict], dict | None]:
+    """Optimise `ir` as `opts` says; returns (IR, report rows, auto-selection table or None)."""
+    if opts.budget is not None:
+        budget = opts.budget
+        tolerance = _budgeted(tolerance, budget)
+    if opts.level == "auto" and not opts.passes:
+        from modelport.optimize.auto import auto_select
+
+        return auto_select(ir, opts, tolerance=tolerance, on_pass=on_pass)
+    passes = build_passes(opts)
+    if opts.precision == "int8" and (opts.int8_mode == "static") and not opts.calibration:
+        raise BadInputError("static INT8 quantisation needs calibration data", hint="pass --calibration DATA.npz or an image folder")
+    for p in passes:
+        if p.name == "int8-static":
+            from modelport.optimize.calibration import load_calibration
+
+            p.calibration = load_calibration(opts.calibration, ir)
+    out, rows = run_passes(ir, passes, tolerance=tolerance, strict=opts.strict, on_pass=on_pass)
+    return out, [r.to_dict() for r in rows], None
+
+
+def _budgeted(tolerance, budget: Tolerance):
+    """FP32 passes keep their own tolerance; precision passes are held to the user's budget."""
+
+    def tol(precision: str) -> Tolerance:
+        if precision == "fp32":
+            return tolerance("fp32") if tolerance else DEFAULT_TOLERANCES["fp32"]
+        return budget
+
+    return tol

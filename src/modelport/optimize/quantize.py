@@ -1,0 +1,203 @@
+"""INT8 quantisation through onnxruntime's quantisation tools: dynamic, and static QDQ calibrated
+from user data.
+
+Exports keep stale intermediate `value_info` that make onnxruntime's quantiser fail ("Inferred
+shape and existing shape differ"), so it is dropped first. Static calibration reads an `.npz` of
+named inputs (each array is a batch along axis 0) or a folder of images (see
+`calibration.py`). When the quantised model breaks parity, the first diverging node is localised
+and excluded from quantisation, up to `max_rounds` times; the excluded nodes are reported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from modelport.convert.parity import DEFAULT_TOLERANCES, Tolerance, compare
+from modelport.errors import BadInputError
+from modelport.ir import IRModel
+from modelport.optimize import Pass, PassResult
+
+CALIBRATION_METHODS = ("minmax", "entropy", "percentile", "distribution")
+
+
+@dataclass
+class Int8Info:
+    mode: str
+    excluded: list[str] = field(default_factory=list)
+    diverged: list[dict] = field(default_factory=list)
+    rounds: int = 0
+    parity_ok: bool | None = None
+    calibration: dict | None = None
+    per_channel: bool = False
+
+    def to_dict(self) -> dict:
+        return {"mode": self.mode, "kept_fp32": self.excluded, "diverged": self.diverged, "rounds": self.rounds,
+                "parity_ok": self.parity_ok, "calibration": self.calibration, "per_channel": self.per_channel}
+
+
+def _prepared(model):
+    import onnx
+
+    from modelport.optimize.model_tools import drop_value_info, name_nodes
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    drop_value_info(m)
+    name_nodes(m)
+    return m
+
+
+def _run_quantizer(model, quantize):
+    """Write `model` to a temp folder, call `quantize(src, dst, large)`, load the result."""
+    import logging
+
+    from modelport.optimize.model_tools import is_large, load_model_file, temp_model_file
+
+    large = is_large(model)
+    root = logging.getLogger()
+    level = root.level
+    with temp_model_file(model) as src:
+        dst = src.with_name("quantized.onnx")
+        try:
+            root.setLevel(logging.ERROR)  # the quantiser logs advice on the root logger
+            quantize(src, dst, large)
+        except (ValueError, RuntimeError, KeyError, IndexError) as e:
+            raise BadInputError(f"onnxruntime quantisation failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
+        finally:
+            root.setLevel(level)
+        return load_model_file(dst)
+
+
+def _dynamic(model, *, exclude: list[str], per_channel: bool):
+    from modelport.deps import require
+
+    q = require("onnxruntime.quantization", purpose="INT8 quantisation")
+
+    def run(src, dst, large):
+        q.quantize_dynamic(src, dst, weight_type=q.QuantType.QInt8, per_channel=per_channel,
+                           nodes_to_exclude=exclude or None, use_external_data_format=large)
+
+    return _run_quantizer(model, run)
+
+
+class _Reader:
+    """onnxruntime CalibrationDataReader over a list of feed dicts."""
+
+    def __init__(self, feeds: list[dict]):
+        self._it = iter(feeds)
+
+    def get_next(self):
+        return next(self._it, None)
+
+    def rewind(self):  # some onnxruntime versions call it
+        pass
+
+
+def _static(model, feeds: list[dict], *, exclude: list[str], per_channel: bool, method: str):
+    from modelport.deps import require
+
+    q = require("onnxruntime.quantization", purpose="INT8 quantisation")
+    methods = {"minmax": q.CalibrationMethod.MinMax, "entropy": q.CalibrationMethod.Entropy,
+               "percentile": q.CalibrationMethod.Percentile, "distribution": q.CalibrationMethod.Distribution}
+
+    def run(src, dst, large):
+        q.quantize_static(src, dst, _Reader(feeds), quant_format=q.QuantFormat.QDQ, per_channel=per_channel,
+                          activation_type=q.QuantType.QInt8, weight_type=q.QuantType.QInt8,
+                          nodes_to_exclude=exclude or None, use_external_data_format=large,
+                          calibrate_method=methods[method], extra_options={"ActivationSymmetric": False})
+
+    return _run_quantizer(model, run)
+
+
+def quantize_model(ir: IRModel, *, mode: str = "dynamic", calibration: list[dict] | None = None,
+                   method: str = "minmax", per_channel: bool | None = None, exclude: list[str] | None = None,
+                   fallback: bool = True, tol: Tolerance | None = None, max_rounds: int = 6,
+                   batch: int = 32) -> tuple[IRModel, Int8Info]:
+    """(INT8 IRModel, report info). `mode` is "dynamic" or "static" (static needs `calibration`)."""
+    from modelport.optimize.localize import first_divergence
+    from modelport.optimize.model_tools import with_model
+    from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
+
+    if mode not in ("dynamic", "static"):
+        raise BadInputError(f"unknown INT8 mode '{mode}': dynamic or static")
+    if method not in CALIBRATION_METHODS:
+        raise BadInputError(f"unknown calibration method '{method}'; known: {', '.join(CALIBRATION_METHODS)}")
+    if mode == "static" and not calibration:
+        raise BadInputError("static INT8 quantisation needs calibration data", hint="pass --calibration DATA.npz or an image folder")
+    base = _prepared(ir.model)
+    has_conv = any(n.op_type == "Conv" for n in base.graph.node)
+    # Per-channel weights help convolutions (one scale per output channel); default it on for them.
+    per_channel = has_conv if per_channel is None else per_channel
+    info = Int8Info(mode=mode, per_channel=per_channel)
+    if mode == "static":
+        info.calibration = {"samples": len(calibration), "method": method}
+    excluded = list(exclude or [])
+    tol = tol or DEFAULT_TOLERANCES["int8"]
+    ref = ir.reference
+    while True:
+        if mode == "dynamic":
+            qmodel = _dynamic(base, exclude=excluded, per_channel=per_channel)
+        else:
+            qmodel = _static(base, calibration, exclude=excluded, per_channel=per_channel, method=method)
+        if not fallback or ref is None:
+            break
+        parity = compare(ref.outputs, OnnxRuntimeRunner(qmodel).run(ref.inputs), tol, hop=f"int8-{mode}")
+        info.parity_ok = parity.ok
+        if parity.ok or info.rounds >= max_rounds:
+            break
+        info.rounds += 1
+        div = first_divergence(base, qmodel, ref.inputs, threshold=0.1, batch=batch, skip=set(excluded),
+                                 worst_if_none=True)
+        if div is None:
+            break
+        info.diverged.append(div.to_dict())
+        excluded.append(div.node)
+    info.excluded = sorted(excluded)
+    out = with_model(ir, qmodel)
+    out.provenance["precision"] = "int8"
+    out.provenance["int8"] = info.to_dict()
+    return out, info
+
+
+def quantize_dynamic(ir: IRModel, *, per_channel: bool = False, fallback: bool = True) -> IRModel:
+    """INT8 weights with activations quantised at run time (no calibration data needed)."""
+    return quantize_model(ir, mode="dynamic", per_channel=per_channel, fallback=fallback)[0]
+
+
+def quantize_static(ir: IRModel, calibration: list[dict], *, method: str = "minmax",
+                    per_channel: bool | None = None, fallback: bool = True) -> IRModel:
+    """INT8 QDQ model calibrated on `calibration` (a list of feed dicts)."""
+    return quantize_model(ir, mode="static", calibration=calibration, method=method,
+                          per_channel=per_channel, fallback=fallback)[0]
+
+
+class DynamicQuantizationPass(Pass):
+    name = "int8-dynamic"
+    description = "INT8 weights, activations quantised at run time"
+    precision = "int8"
+
+    def __init__(self, *, per_channel: bool = False, fallback: bool = True):
+        self.per_channel = per_channel
+        self.fallback = fallback
+
+    def apply(self, ir: IRModel) -> PassResult:
+        out, info = quantize_model(ir, mode="dynamic", per_channel=self.per_channel, fallback=self.fallback)
+        return PassResult(out, True, info.to_dict())
+
+
+class StaticQuantizationPass(Pass):
+    name = "int8-static"
+    description = "INT8 QDQ model calibrated from user data"
+    precision = "int8"
+
+    def __init__(self, *, calibration: list[dict] | None = None, method: str = "minmax",
+                 per_channel: bool | None = None, fallback: bool = True):
+        self.calibration = calibration
+        self.method = method
+        self.per_channel = per_channel
+        self.fallback = fallback
+
+    def apply(self, ir: IRModel) -> PassResult:
+        out, info = quantize_model(ir, mode="static", calibration=self.calibration, method=self.method,
+                                   per_channel=self.per_channel, fallback=self.fallback)
+        return PassResult(out, True, info.to_dict())

@@ -1,0 +1,37 @@
+"""onnx-simplifier: constant folding and shape-driven simplification by running the graph.
+
+onnxsim serialises the whole model into one protobuf, so models over the protobuf limit are
+passed over (reported as skipped); the folding/elimination passes still apply to them.
+"""
+
+from __future__ import annotations
+
+from modelport.ir import IRModel
+from modelport.optimize import Pass, PassResult
+
+
+class OnnxSimPass(Pass):
+    name = "simplify"
+    description = "onnx-simplifier (onnxsim)"
+
+    def apply(self, ir: IRModel) -> PassResult:
+        from modelport.deps import require
+        from modelport.optimize.model_tools import drop_value_info, is_large, with_model
+
+        if is_large(ir.model):
+            return PassResult(ir, False, {"skipped": "model over the protobuf limit; onnxsim needs one protobuf"})
+        onnxsim = require("onnxsim", purpose="the 'simplify' pass")
+        import onnx
+
+        m = onnx.ModelProto()
+        m.CopyFrom(ir.model)
+        drop_value_info(m)
+        try:
+            out, ok = onnxsim.simplify(m)
+        except Exception as e:  # onnxsim raises bare RuntimeErrors from its C++ core
+            return PassResult(ir, False, {"skipped": f"onnxsim failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}"})
+        if not ok:
+            return PassResult(ir, False, {"skipped": "onnxsim's own check failed"})
+        drop_value_info(out)
+        changed = len(out.graph.node) != len(ir.model.graph.node) or out.graph.node != ir.model.graph.node
+        return PassResult(with_model(ir, out), bool(changed), {})

@@ -1,0 +1,96 @@
+from unittest import mock
+
+import numpy as np
+import pytest
+from onnx import helper, numpy_helper
+
+from modelport.errors import ValidationError
+from modelport.optimize import Pass, PassResult, get_pass
+from modelport.optimize.pipeline import OptimizeOptions, optimize_ir, parse_budget, run_passes
+from tests.optimize.conftest import make_ir, ops
+
+
+class BreakWeights(Pass):
+    """Deliberately wrong: doubles every initializer."""
+
+    name = "break"
+
+    def apply(self, ir):
+        out = ir.clone()
+        for t in out.model.graph.initializer:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * 2, t.name))
+        return PassResult(out, True)
+
+
+@pytest.fixture
+def mm_ir():
+    rng = np.random.default_rng(4)
+    return make_ir([helper.make_node("Identity", ["x"], ["xi"]), helper.make_node("MatMul", ["xi", "w"], ["mm"]),
+                    helper.make_node("Add", ["mm", "b"], ["y"])],
+                   [("x", [2, 8])], [("y", [2, 4])], {"w": rng.standard_normal((8, 4)), "b": rng.standard_normal(4)})
+
+
+def test_parity_breaking_pass_is_rolled_back(mm_ir):
+    out, rows = run_passes(mm_ir, [get_pass("dce"), BreakWeights(), get_pass("fuse")])
+    assert [r.status for r in rows] == ["applied", "rolled_back", "applied"]
+    assert "parity" in rows[1].reason and rows[1].parity["ok"] is False
+    assert ops(out) == ["Gemm"]
+    w = numpy_helper.to_array(next(t for t in out.model.graph.initializer if t.name == "w"))
+    np.testing.assert_array_equal(w, numpy_helper.to_array(mm_ir.model.graph.initializer[0]))
+    assert rows[0].nodes_before == 3 and rows[0].nodes_after == 2 and rows[0].seconds >= 0
+
+
+def test_strict_fails_with_validation_error(mm_ir):
+    with pytest.raises(ValidationError) as e:
+        run_passes(mm_ir, [BreakWeights()], strict=True)
+    assert e.value.exit_code == 4 and e.value.rows[0].status == "rolled_back"
+
+
+def test_failing_pass_rolled_back(mm_ir):
+    class Crash(Pass):
+        name = "crash"
+
+        def apply(self, ir):
+            raise RuntimeError("boom")
+
+    out, rows = run_passes(mm_ir, [Crash()])
+    assert out is mm_ir and rows[0].status == "rolled_back" and "boom" in rows[0].reason
+
+
+def test_levels_and_budget(mm_ir):
+    out, rows, sel = optimize_ir(mm_ir, OptimizeOptions(level="basic"))
+    assert [r["pass"] for r in rows] == ["shape", "fold", "dce", "cleanup"] and sel is None
+    t = parse_budget("cosine>=0.995,max_abs<=0.01")
+    assert t.min_cosine == 0.995 and t.atol == 0.01
+    from modelport.errors import BadInputError
+
+    with pytest.raises(BadInputError):
+        parse_budget("speed>=2")
+    with pytest.raises(BadInputError):
+        OptimizeOptions(level="turbo")
+
+
+def test_over_protobuf_limit_goes_through_every_pass(tmp_path, cli):
+    """External data in, external data out, with the protobuf limit lowered to 4 KiB."""
+    import onnx
+
+    rng = np.random.default_rng(6)
+    w = numpy_helper.from_array(rng.standard_normal((64, 64)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(64).astype(np.float32), "b")
+    g = helper.make_graph([helper.make_node("Identity", ["x"], ["xi"]), helper.make_node("MatMul", ["xi", "w"], ["mm"]),
+                           helper.make_node("Add", ["mm", "b"], ["a"]), helper.make_node("Relu", ["a"], ["y"])], "big",
+                          [helper.make_tensor_value_info("x", 1, ["batch", 64])], [helper.make_tensor_value_info("y", 1, ["batch", 64])], [w, b])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    src = tmp_path / "src"
+    src.mkdir()
+    onnx.save(m, str(src / "big.onnx"), save_as_external_data=True, location="big.onnx.data", size_threshold=0)
+    with mock.patch("onnx.checker.MAXIMUM_PROTOBUF", 4096):
+        r = cli("optimize", src / "big.onnx", "-o", tmp_path / "out", "--level", "all", "--json")
+    assert r.exit_code == 0, r
+    rep = r.json()
+    statuses = {s["pass"]: s["status"] for s in rep["stages"] if "pass" in s}
+    print(statuses)
+    assert "applied" in (statuses["fold"], statuses["dce"]) and statuses["fuse"] == "applied" and statuses["simplify"] == "skipped"
+    assert (tmp_path / "out" / "model.onnx.data").is_file()
+    assert rep["parity"][-1]["ok"]
