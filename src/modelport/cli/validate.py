@@ -1,0 +1,51 @@
+"""`modelport validate A B [--localize]`: compare two models on the same inputs; exit 4 on a mismatch."""
+
+from __future__ import annotations
+
+import typer
+
+from modelport.cli._common import console, run
+
+
+def render_validate(report: dict) -> None:
+    from modelport.cli.render import parity_table
+
+    console.print(parity_table(report))
+    where = report.get("localize")
+    if where:
+        if where.get("node"):
+            console.print(f"first diverging node: [bold]{where['node']}[/] ({where['op_type']}), tensor '{where['tensor']}'")
+        else:
+            console.print(where.get("note", ""))
+    console.print("[green]models match[/]" if report["status"] == "ok" else "[red]models differ[/]")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("validate")
+    def validate_cmd(
+        a: str = typer.Argument(..., help="Reference model (.onnx, .ort, .tflite, .plan)."),
+        b: str = typer.Argument(..., help="Candidate model."),
+        localize: bool = typer.Option(False, "--localize", help="Name the first diverging node (ONNX vs ONNX)."),
+        inputs: str | None = typer.Option(None, "--inputs", help=".npz of inputs keyed by name (else generated)."),
+        dim: list[str] = typer.Option([], "--dim", help="Size of a symbolic dim in generated inputs, e.g. batch=4."),
+        seed: int = typer.Option(0, "--seed"),
+        precision: str = typer.Option("fp32", "--precision", help="Default tolerances for this precision of B."),
+        atol: float | None = typer.Option(None, "--atol"),
+        rtol: float | None = typer.Option(None, "--rtol"),
+        min_cosine: float | None = typer.Option(None, "--min-cosine"),
+        json_out: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
+        quiet: bool = typer.Option(False, "--quiet", "-q"),
+    ):
+        """Compare two models on the same inputs (exit 4 when they differ: a CI gate)."""
+
+        def body():
+            from modelport.convert.compare_models import validate_models
+            from modelport.convert.parity import DEFAULT_TOLERANCES, Tolerance
+            from modelport.specs import parse_dims
+
+            base = DEFAULT_TOLERANCES.get(precision.lower(), DEFAULT_TOLERANCES["fp32"])
+            tol = Tolerance(atol if atol is not None else base.atol, rtol if rtol is not None else base.rtol,
+                            min_cosine if min_cosine is not None else base.min_cosine)
+            return validate_models(a, b, inputs=inputs, dims=parse_dims(dim), seed=seed, tolerance=tol, localize=localize)
+
+        run(body, json_out=json_out, quiet=quiet, render=render_validate)

@@ -1,0 +1,27 @@
+"""The IR at the precision a target asks for, through the project's precision passes."""
+
+from __future__ import annotations
+
+from modelport.errors import BadInputError
+from modelport.ir import IRModel
+
+
+def at_precision(ir: IRModel, precision: str, *, calibration=None) -> IRModel:
+    """fp32: as is; fp16: FP16 weights and activations with FP32 I/O; int8: dynamic INT8
+    quantization, or static (QDQ) when `calibration` (an .npz or image folder) is given.
+    An IR already at that precision (an --optimize stage ran) is returned unchanged."""
+    if precision == "fp32" or ir.provenance.get("precision") == precision:
+        return ir
+    if precision == "fp16":
+        from modelport.optimize.precision import to_fp16
+
+        return to_fp16(ir, keep_io_types=True)
+    if precision == "int8":
+        from modelport.optimize import quantize
+
+        if calibration:
+            from modelport.optimize.calibration import load_calibration
+
+            return quantize.quantize_static(ir, load_calibration(calibration, ir))
+        return quantize.quantize_dynamic(ir)
+    raise BadInputError(f"unknown precision '{precision}'; choose fp32, fp16 or int8")

@@ -1,0 +1,53 @@
+"""Run a chatty converter with its stdout/stderr (Python and C level) captured into a log file.
+
+onnx2tf and TensorFlow print progress tables and C++ log lines straight to file descriptors 1
+and 2; `--json` output on stdout must stay clean, so both descriptors are pointed at a log file
+for the duration of the call. The log's tail is what an error message quotes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def captured_output(log_path: Path):
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        for s in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                s.flush()
+        saved = []
+        for fd in (1, 2):
+            try:
+                saved.append((fd, os.dup(fd)))
+                os.dup2(log.fileno(), fd)
+            except OSError:
+                pass
+        text = io.TextIOWrapper(open(log.fileno(), "ab", closefd=False), write_through=True)
+        try:
+            with contextlib.redirect_stdout(text), contextlib.redirect_stderr(text):
+                yield
+        finally:
+            with contextlib.suppress(Exception):
+                text.flush()
+            for fd, copy in saved:
+                os.dup2(copy, fd)
+                os.close(copy)
+
+
+def log_tail(log_path: Path, lines: int = 3) -> str:
+    """The last meaningful lines of a log (ANSI colour codes stripped), for an error message."""
+    import re
+
+    try:
+        text = log_path.read_text(errors="replace")
+    except OSError:
+        return ""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    keep = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith(("I0000", "W0000"))]
+    return " | ".join(keep[-lines:])

@@ -1,0 +1,61 @@
+"""`modelport validate A B`: same inputs to both, exit 4 on a mismatch, --localize names the node."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+
+@pytest.fixture(scope="module")
+def variants(tmp_path_factory):
+    """A CNN as ONNX, the same as TFLite and ORT, and an ONNX copy with one conv's weights changed."""
+    from modelport.convert import ConvertOptions, convert
+    from modelport.zoo_builders.pytorch import cnn_small
+
+    d = tmp_path_factory.mktemp("v")
+    convert(cnn_small(), d / "out", ConvertOptions(targets=["onnx", "tflite", "ort"], inputs=["x:batch,3,32,32"]))
+    model = onnx.load(str(d / "out/model.onnx"))
+    convs = [n for n in model.graph.node if n.op_type == "Conv"]
+    target = convs[2]
+    init = next(t for t in model.graph.initializer if t.name == target.input[1])
+    init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) * 1.5, init.name))
+    onnx.save(model, str(d / "broken.onnx"))
+    return d, target.name
+
+
+def test_same_model_in_three_runtimes_matches(cli, variants):
+    d, _ = variants
+    for other in ("model.tflite", "model.ort"):
+        r = cli("validate", d / "out/model.onnx", d / "out" / other, "--json")
+        assert r.exit_code == 0, r
+        assert r.json()["status"] == "ok" and r.json()["parity"][0]["ok"]
+
+
+def test_mismatch_exit_4_and_localize(cli, variants):
+    d, conv = variants
+    r = cli("validate", d / "out/model.onnx", d / "broken.onnx", "--localize", "--json")
+    assert r.exit_code == 4
+    report = r.json()
+    assert report["status"] == "failed" and report["localize"]["node"] == conv
+    assert conv in r.stderr
+
+
+def test_localize_scope_for_tflite_is_stated(cli, variants, tmp_path):
+    d, _ = variants
+    r = cli("validate", d / "broken.onnx", d / "out/model.tflite", "--localize", "--json")
+    assert r.exit_code == 4 and "ONNX vs ONNX" in r.json()["localize"]["note"]
+
+
+def test_user_inputs_and_bad_files(cli, variants, tmp_path):
+    d, _ = variants
+    npz = tmp_path / "in.npz"
+    np.savez(npz, x=np.zeros((1, 3, 32, 32), np.float32))
+    assert cli("validate", d / "out/model.onnx", d / "out/model.ort", "--inputs", npz).exit_code == 0
+    bad = tmp_path / "bad.tflite"
+    bad.write_bytes(b"\x00" * 64)
+    r = cli("validate", d / "out/model.onnx", bad)
+    assert r.exit_code == 2
+    r = cli("validate", d / "out/model.onnx", tmp_path / "in.npz")
+    assert r.exit_code == 2 and "cannot run this kind of file" in r.stderr

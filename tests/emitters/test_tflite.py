@@ -1,0 +1,107 @@
+"""TFLite target: PyTorch CNN and Keras models reach TFLite with parity checked in the LiteRT interpreter."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from modelport.convert import ConvertOptions, convert
+from modelport.errors import UnsupportedError
+from modelport.runtimes.tflite import load_interpreter
+from tests.conftest import tree
+from tests.emitters.models import bitwise_model, save_onnx
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    from modelport.zoo_builders.pytorch import cnn_small
+
+    return cnn_small()
+
+
+def _torch_out(module, x):
+    import torch
+
+    with torch.no_grad():
+        return module(torch.from_numpy(x)).numpy()
+
+
+def _tflite_out(path, x):
+    it = load_interpreter(path)
+    d = it.get_input_details()[0]
+    it.resize_tensor_input(d["index"], list(x.shape), strict=False)
+    it.allocate_tensors()
+    it.set_tensor(d["index"], x)
+    it.invoke()
+    return it.get_tensor(it.get_output_details()[0]["index"])
+
+
+@pytest.mark.parametrize("precision,atol", [("fp32", 1e-4), ("fp16", 1e-2), ("int8", 5e-2)])
+def test_pytorch_cnn_to_tflite(cnn, tmp_path, precision, atol):
+    out = tmp_path / "out"
+    report = convert(cnn, out, ConvertOptions(targets=["tflite"], inputs=["x:batch,3,32,32"], precision=precision))
+    hop = next(p for p in report["parity"] if "tflite" in p["hop"])
+    assert hop["ok"]
+    art = report["artifacts"][0]
+    assert art["precision"] == precision and art["inputs_layout"] == {"x": "NCHW (as source)"}
+    assert json.loads((out / "report.json").read_text())["status"] == "ok"
+    # independent check: the file takes NCHW like the source, any batch size, and matches torch
+    x = np.random.default_rng(7).standard_normal((3, 3, 32, 32)).astype(np.float32)
+    np.testing.assert_allclose(_tflite_out(out / "model.tflite", x), _torch_out(cnn, x), atol=atol, rtol=0.05)
+
+
+def test_nhwc_layout_option(cnn, tmp_path):
+    out = tmp_path / "out"
+    report = convert(cnn, out, ConvertOptions(targets=["tflite"], inputs=["x:batch,3,32,32"],
+                                              emit_options={"tflite_layout": "nhwc"}))
+    art = report["artifacts"][0]
+    assert art["inputs_layout"]["x"].startswith("NHWC")
+    assert report["parity"][-1]["ok"]
+    it = load_interpreter(out / "model.tflite")
+    assert list(it.get_input_details()[0]["shape_signature"][1:]) == [32, 32, 3]
+    x = np.random.default_rng(3).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    got = _tflite_out(out / "model.tflite", np.ascontiguousarray(x.transpose(0, 2, 3, 1)))
+    np.testing.assert_allclose(got, _torch_out(cnn, x), atol=1e-4, rtol=1e-3)
+
+
+def test_int8_full_integer_with_calibration(cnn, tmp_path):
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, x=np.random.default_rng(0).standard_normal((8, 3, 32, 32)).astype(np.float32))
+    out = tmp_path / "out"
+    report = convert(cnn, out, ConvertOptions(targets=["tflite"], inputs=["x:batch,3,32,32"], precision="int8",
+                                              emit_options={"calibration": str(calib)}))
+    assert report["artifacts"][0]["quantization"].startswith("integer")
+    assert report["parity"][-1]["ok"]
+    it = load_interpreter(out / "model.tflite")
+    kinds = {np.dtype(d["dtype"]).name for d in it.get_tensor_details()}
+    assert "int8" in kinds  # activations are int8, not just weights
+
+
+def test_keras_model_to_tflite(tmp_path):
+    keras = pytest.importorskip("keras")
+    inp = keras.Input((16, 16, 3), name="image")
+    y = keras.layers.Conv2D(8, 3, activation="relu")(inp)
+    y = keras.layers.GlobalAveragePooling2D()(y)
+    y = keras.layers.Dense(4, name="logits")(y)
+    model = keras.Model(inp, y)
+    path = tmp_path / "src" / "m.keras"
+    path.parent.mkdir()
+    model.save(path)
+    out = tmp_path / "out"
+    report = convert(path, out, ConvertOptions(targets=["tflite"]))
+    assert report["source"]["framework"] == "keras"
+    assert report["parity"][-1]["ok"] and "tflite" in report["parity"][-1]["hop"]
+    x = np.random.default_rng(5).standard_normal((2, 16, 16, 3)).astype(np.float32)
+    got = _tflite_out(out / "model.tflite", x)  # NHWC in, as in Keras
+    np.testing.assert_allclose(got, model.predict(x, verbose=0), atol=1e-4, rtol=1e-3)
+
+
+def test_unsupported_op_names_the_node_and_leaves_nothing(tmp_path):
+    src = save_onnx(bitwise_model(), tmp_path / "src", "bits.onnx")
+    out = tmp_path / "out"
+    with pytest.raises(UnsupportedError) as e:
+        convert(src, out, ConvertOptions(targets=["tflite"]))
+    assert "band (BitwiseAnd)" in e.value.message and e.value.exit_code == 2
+    assert not out.exists() and tree(tmp_path) == ["src", "src/bits.onnx"]
