@@ -1,0 +1,277 @@
+"""Walk an ONNX graph in order and collect the module's source pieces and state dict.
+
+Unsupported ops are counted over the whole graph before any code is produced; converter
+failures (a configuration an op family cannot express) are collected too, and reported together.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+
+import numpy as np
+
+from modelport.emitters.pytorch_code.codegen import (
+    ONNX_DTYPES,
+    Module,
+    Names,
+    NodeView,
+    NotConvertible,
+    Value,
+    identifier,
+    literal,
+    snake,
+    torch_dtype,
+)
+from modelport.emitters.pytorch_code.registry import Registry, default_registry
+
+NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
+OP_HINTS = {"Slice": "sliced", "Range": "positions", "Max": "maximum", "Min": "minimum", "Sum": "total",
+            "Abs": "absolute", "IsNaN": "is_nan", "IsInf": "is_inf", "Pow": "power", "Round": "rounded", "Input": "x"}
+FOLD_LIMIT = 1 << 20  # elements: constant subgraphs up to this size are evaluated at emit time
+
+
+class GenerationFailed(Exception):
+    def __init__(self, unsupported: Counter, failures: list[tuple[str, str, str]]):
+        self.unsupported = unsupported
+        self.failures = failures
+        parts = []
+        if unsupported:
+            parts.append("unsupported ops: " + ", ".join(f"{op} x{n}" for op, n in sorted(unsupported.items())))
+        if failures:
+            shown = "; ".join(f"{op} '{name}': {why}" for op, name, why in failures[:5])
+            more = f" (+{len(failures) - 5} more)" if len(failures) > 5 else ""
+            parts.append(f"nodes that cannot be expressed: {shown}{more}")
+        super().__init__("; ".join(parts))
+
+
+def _infer(model):
+    import onnx
+
+    try:
+        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception:
+        return model
+
+
+def _shapes_and_types(model) -> tuple[dict, dict]:
+    shapes, dtypes = {}, {}
+    g = model.graph
+    for v in list(g.input) + list(g.value_info) + list(g.output):
+        if not v.type.HasField("tensor_type"):
+            continue
+        tt = v.type.tensor_type
+        if tt.elem_type in ONNX_DTYPES:
+            dtypes[v.name] = ONNX_DTYPES[tt.elem_type]
+        if tt.HasField("shape"):
+            shapes[v.name] = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
+    return shapes, dtypes
+
+
+def constant_value(node) -> np.ndarray:
+    from onnx import helper, numpy_helper
+
+    a = node.attribute[0]
+    v = helper.get_attribute_value(a)
+    if a.name == "value":
+        return numpy_helper.to_array(v)
+    if a.name in ("value_float", "value_int"):
+        return np.array(v, dtype=np.float32 if a.name == "value_float" else np.int64)
+    if a.name in ("value_floats", "value_ints"):
+        return np.array(v, dtype=np.float32 if a.name == "value_floats" else np.int64)
+    raise NotConvertible(f"Constant with '{a.name}' (strings and sparse tensors are not supported)")
+
+
+class Generator:
+    def __init__(self, model, *, registry: Registry | None = None):
+        self.model = _infer(model)
+        self.graph = self.model.graph
+        self.registry = registry or default_registry()
+        self.opsets = {o.domain or "": o.version for o in self.model.opset_import}
+        self.opsets.setdefault("ai.onnx", self.opsets.get("", 1))
+        self.shapes, self.dtypes = _shapes_and_types(self.model)
+        self.values: dict[str, Value] = {}
+        self.mod = Module()
+        self.attr_names = Names()
+        self.local_names = Names()
+        self.var_of: dict[str, str] = {}
+        self.param_exprs: dict[str, str] = {}
+        self.absorbed: set[int] = set()
+        self.consumers: dict[str, list] = defaultdict(list)
+        self.initializers = {t.name for t in self.graph.initializer}
+        self.live_values = self._live()
+
+    # ---- naming and constants
+    def var_for(self, onnx_name: str, op_type: str, hint: str | None = None) -> str:
+        """The local variable for an ONNX value: its name made an identifier, without an exporter's
+        numeric suffix ('add_40' -> 'add'), or `hint` / the op's name when the ONNX name says nothing."""
+        if onnx_name not in self.var_of:
+            base = re.sub(r"_\d+$", "", onnx_name) if re.search(r"[A-Za-z]_\d+$", onnx_name) else onnx_name
+            self.var_of[onnx_name] = self.local_names.make(identifier(base, hint or OP_HINTS.get(op_type, snake(op_type))))
+        return self.var_of[onnx_name]
+
+    def literal(self, value) -> str:
+        text = literal(value)
+        if "math." in text:
+            self.mod.uses.add("math")
+        return text
+
+    def constant_expr(self, onnx_name: str) -> str:
+        if onnx_name in self.param_exprs:
+            return self.param_exprs[onnx_name]
+        arr = self.values[onnx_name].const
+        attr = self.attr_names.make(identifier(onnx_name, "const"))
+        dims = ", ".join(str(d) for d in arr.shape)
+        shape = f"({dims},)" if arr.ndim == 1 else f"({dims})"
+        dt = "" if arr.dtype == np.float32 else f", dtype={torch_dtype(arr.dtype)}"
+        if onnx_name in self.initializers and arr.dtype.kind == "f" and arr.size > 1:
+            self.mod.init.append(f"self.{attr} = nn.Parameter(torch.zeros({shape}{dt}))")
+        else:
+            self.mod.init.append(f'self.register_buffer("{attr}", torch.zeros({shape}{dt}))')
+        self.mod.state[attr] = np.ascontiguousarray(arr)
+        self.param_exprs[onnx_name] = f"self.{attr}"
+        return f"self.{attr}"
+
+    # ---- analysis
+    def _live(self) -> set[str]:
+        """Values that reach a graph output (dead nodes are not emitted)."""
+        for node in self.graph.node:
+            for i in node.input:
+                if i:
+                    self.consumers[i].append(node)
+        live = {o.name for o in self.graph.output}
+        for node in reversed(self.graph.node):
+            if any(o in live for o in node.output):
+                live.update(i for i in node.input if i)
+        return live
+
+    def _live_nodes(self):
+        return [n for n in self.graph.node if any(o in self.live_values for o in n.output)]
+
+    def unsupported(self) -> Counter:
+        missing = Counter()
+        for node in self._live_nodes():
+            if node.op_type == "Constant" and not node.domain:
+                continue
+            domain = node.domain or ""
+            if self.registry.find(domain, node.op_type, self.opsets.get(domain, 1)) is None:
+                label = node.op_type if domain in ("", "ai.onnx") else f"{domain}.{node.op_type}"
+                missing[label] += 1
+        return missing
+
+    # ---- constant folding
+    def _fold(self, node) -> list[np.ndarray] | None:
+        if node.op_type in NONDETERMINISTIC or node.domain not in ("", "ai.onnx"):
+            return None
+        ins = [i for i in node.input if i]
+        if not ins or not all(self.values[i].kind == "const" for i in ins):
+            return None
+        if sum(self.values[i].const.size for i in ins) > FOLD_LIMIT:
+            return None
+        try:
+            from onnx import helper
+            from onnx.reference import ReferenceEvaluator
+
+            g = helper.make_graph([node], "fold", [helper.make_tensor_value_info(i, 0, None) for i in ins],
+                                  [helper.make_tensor_value_info(o, 0, None) for o in node.output if o])
+            m = helper.make_model(g, opset_imports=[helper.make_opsetid("", self.opsets.get("", 1))])
+            outs = ReferenceEvaluator(m).run(None, {i: self.values[i].const for i in ins})
+        except Exception:
+            return None
+        if any(not isinstance(o, np.ndarray) or o.dtype == object or o.size > FOLD_LIMIT for o in outs):
+            return None
+        return [np.asarray(o) for o in outs]
+
+    # ---- the walk
+    def run(self) -> Module:
+        missing = self.unsupported()
+        if missing:
+            raise GenerationFailed(missing, [])
+        g = self.graph
+        for t in g.initializer:
+            from onnx import numpy_helper
+
+            self.values[t.name] = Value("const", const=numpy_helper.to_array(t))
+        for v in g.input:
+            if v.name in self.initializers:
+                continue
+            name = self.local_names.make(identifier(v.name, "x"))
+            self.var_of[v.name] = name
+            self.values[v.name] = Value("tensor", name)
+            self.mod.args.append(name)
+        failures = []
+        for node in self._live_nodes():
+            if id(node) in self.absorbed:
+                continue
+            try:
+                self._convert(node)
+            except NotConvertible as e:
+                failures.append((node.op_type, node.name or (node.output[0] if node.output else ""), str(e)))
+                for o in node.output:
+                    self.values.setdefault(o, Value("tensor", "None"))
+        if failures:
+            raise GenerationFailed(Counter(), failures)
+        for o in g.output:
+            self.mod.returns.append(self._output_expr(o.name))
+        return self.mod
+
+    def _convert(self, node) -> None:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            self.values[node.output[0]] = Value("const", const=constant_value(node))
+            return
+        folded = self._fold(node)
+        if folded is not None:
+            for o, arr in zip(node.output, folded, strict=False):
+                if o:
+                    self.values[o] = Value("const", const=arr)
+            return
+        for i in node.input:
+            if i and i not in self.values:
+                raise NotConvertible(f"input '{i}' is not produced by any earlier node")
+        domain = node.domain or ""
+        opset = self.opsets.get(domain, 1)
+        converter = self.registry.lookup(domain, node.op_type, opset)
+        converter.fn(NodeView(self, node, opset))
+        for o in node.output:
+            if o and o in self.live_values and o not in self.values:
+                raise NotConvertible(f"output '{o}' was not produced")
+
+    def _output_expr(self, name: str) -> str:
+        v = self.values[name]
+        if v.kind == "const":
+            return self.constant_expr(name)
+        if v.kind in ("ints", "int"):
+            dt = self.dtypes.get(name, "int64")
+            return f"torch.tensor({v.expr}, dtype={torch_dtype(dt)})"
+        return v.expr
+
+
+def render(mod: Module, *, doc: str) -> str:
+    """The model.py source text."""
+    lines = [f'"""{doc.strip()}\n"""', "", "from __future__ import annotations", ""]
+    std = ["import math"] if "math" in mod.uses else []
+    std.append("from pathlib import Path")
+    body = "\n".join([*mod.helpers.values(), *mod.init, *mod.forward, *mod.returns])
+    lines += std + [""] + (["import torch"] if "torch." in body else [])
+    if "F" in mod.uses:
+        lines.append("import torch.nn.functional as F")
+    lines += ["from torch import nn", "", ""]
+    for src in mod.helpers.values():
+        lines += [src.strip(), "", ""]
+    lines += ["class Model(nn.Module):", "    def __init__(self) -> None:", "        super().__init__()"]
+    lines += [f"        {ln}" for ln in mod.init]
+    lines += ["", f"    def forward(self, {', '.join(mod.args)}):" if mod.args else "    def forward(self):"]
+    lines += [f"        {ln}" for ln in mod.forward]
+    ret = mod.returns[0] if len(mod.returns) == 1 else ", ".join(mod.returns)
+    lines += [f"        return {ret}", "", ""]
+    lines += [
+        'def load_model(weights: str | Path | None = None) -> Model:',
+        '    """The model with its trained weights (model.safetensors beside this file by default), in eval mode."""',
+        "    from safetensors.torch import load_file",
+        "",
+        "    model = Model()",
+        '    model.load_state_dict(load_file(str(weights or Path(__file__).with_name("model.safetensors"))))',
+        "    return model.eval()",
+        "",
+    ]
+    return "\n".join(lines)
