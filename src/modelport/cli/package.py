@@ -1,0 +1,83 @@
+"""`modelport package ARTIFACT_OR_OUT_DIR --for triton|torchserve|tfserving|k8s|kserve -o DIR`."""
+
+from __future__ import annotations
+
+import typer
+
+from modelport.cli._common import console, run
+from modelport.serving import PACKAGERS
+
+
+def parse_sizes(text: str | None) -> list[int]:
+    from modelport.errors import BadInputError
+
+    if not text:
+        return []
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise BadInputError(f"bad --preferred-batch '{text}': comma-separated integers, e.g. 4,8") from None
+
+
+def render_package(report: dict) -> None:
+    from rich.table import Table
+
+    t = Table(title="bundles", title_justify="left")
+    for col in ("system", "path", "model", "files", "details"):
+        t.add_column(col)
+    for b in report.get("bundles", []):
+        details = ", ".join(f"{k}={b[k]}" for k in ("version", "platform", "max_batch_size", "server", "image", "gpu") if k in b)
+        t.add_row(b["system"], b["path"], str(b.get("model_name", "")), str(len(b["files"])), details)
+    console.print(t)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("package")
+    def package_cmd(
+        source: str = typer.Argument(..., help="A 'modelport convert' output folder, an .onnx file, or a SavedModel folder."),
+        systems: str = typer.Option(..., "--for", help=f"Serving system(s), comma-separated: {', '.join(PACKAGERS)}."),
+        output: str = typer.Option(..., "-o", "--output-dir", help="Bundle folder (one sub-folder per system when several)."),
+        name: str | None = typer.Option(None, "--name", help="Model name in the server (default: the source's name)."),
+        version: int | None = typer.Option(None, "--version", help="Model version (default 1, or the next with --add-version)."),
+        add_version: bool = typer.Option(False, "--add-version", help="Add a version to an existing Triton/TF Serving bundle."),
+        backend: str | None = typer.Option(None, "--backend", help="Triton backend: onnx, tensorrt, savedmodel, torchscript."),
+        max_batch: int = typer.Option(8, "--max-batch", help="Triton max_batch_size when the contract has a batch axis (0: off)."),
+        preferred_batch: str | None = typer.Option(None, "--preferred-batch", help="Triton preferred batch sizes, e.g. 4,8."),
+        queue_delay_us: int = typer.Option(100, "--queue-delay-us", help="Triton dynamic-batching queue delay (microseconds)."),
+        no_dynamic_batching: bool = typer.Option(False, "--no-dynamic-batching", help="Leave Triton's dynamic batcher off."),
+        instances: int = typer.Option(1, "--instances", help="Model instances (Triton) or workers (TorchServe)."),
+        device: str = typer.Option("cpu", "--device", help="cpu or gpu."),
+        trt_accel: bool = typer.Option(False, "--trt-accel", help="Triton: TensorRT acceleration for ONNX on GPU."),
+        postprocess: str = typer.Option("none", "--postprocess", help="TorchServe handler: none, softmax or topk=K."),
+        no_preprocess: bool = typer.Option(False, "--no-preprocess", help="TorchServe handler: don't apply the contract's preprocessing."),
+        server: str = typer.Option("triton", "--server", help="k8s/kserve: the server inside: triton, torchserve, tfserving."),
+        image: str | None = typer.Option(None, "--image", help="k8s: the image name the manifests use."),
+        replicas: int = typer.Option(1, "--replicas", help="k8s Deployment replicas."),
+        min_replicas: int = typer.Option(1, "--min-replicas", help="Autoscaling minimum."),
+        max_replicas: int = typer.Option(4, "--max-replicas", help="Autoscaling maximum."),
+        cpu: str = typer.Option("1", "--cpu", help="CPU request per pod, e.g. 500m or 2."),
+        memory: str = typer.Option("2Gi", "--memory", help="Memory request and limit per pod."),
+        gpus: int | None = typer.Option(None, "--gpus", help="GPUs per pod when a GPU is needed (default 1)."),
+        namespace: str | None = typer.Option(None, "--namespace", help="Kubernetes namespace of the manifests."),
+        storage_uri: str | None = typer.Option(None, "--storage-uri", help="KServe: where the bundle is uploaded (s3://, gs://, pvc://)."),
+        force: bool = typer.Option(False, "--force", help="Replace an existing bundle folder."),
+        json_out: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="No tables."),
+    ):
+        """Package converted artifacts as bundles a model server loads as they are."""
+
+        def body():
+            from modelport.serving import PackageOptions
+            from modelport.serving.packaging import package
+
+            options = PackageOptions(
+                model_name=name, version=version, add_version=add_version, force=force, backend=backend,
+                max_batch_size=max_batch, preferred_batch_sizes=parse_sizes(preferred_batch), queue_delay_us=queue_delay_us,
+                dynamic_batching=not no_dynamic_batching, instances=instances, device=device.lower(), trt_acceleration=trt_accel,
+                postprocess=postprocess, preprocess=not no_preprocess, server=server.lower(), image=image, replicas=replicas,
+                min_replicas=min_replicas, max_replicas=max_replicas, cpu=cpu, memory=memory, gpus=gpus, namespace=namespace,
+                storage_uri=storage_uri,
+            )
+            return package(source, output, systems, options)
+
+        run(body, json_out=json_out, quiet=quiet, render=render_package)

@@ -1,0 +1,130 @@
+"""Packagers turn converted artifacts into bundles a model server loads as they are.
+
+A registry keyed by the `--for` name. Each packager module has `NAME`, `DESCRIPTION` and
+`package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bundle`; it writes into
+`out_dir` (a staging folder the caller renames into place) and takes every name, dtype and dim
+from the artifacts' I/O contract. Adding a server is one module plus one line in PACKAGERS.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from modelport.errors import BadInputError
+
+PACKAGERS: dict[str, str] = {
+    "triton": "modelport.serving.triton",
+    "torchserve": "modelport.serving.torchserve",
+    "tfserving": "modelport.serving.tfserving",
+    "k8s": "modelport.serving.kubernetes",
+    "kserve": "modelport.serving.kserve",
+}
+
+ALIASES: dict[str, str] = {"kubernetes": "k8s", "tf-serving": "tfserving", "tensorflow-serving": "tfserving"}
+
+# servers a container bundle (k8s, kserve) can wrap
+SERVERS = ("triton", "torchserve", "tfserving")
+
+
+@dataclass
+class PackageOptions:
+    """Every packaging option, declared once; the CLI and the Python API fill the same fields."""
+
+    model_name: str | None = None  # default: the source file's stem, sanitised
+    version: int | None = None  # default 1, or the next free version with add_version
+    add_version: bool = False  # add a version to an existing Triton/TF Serving repository
+    force: bool = False
+    backend: str | None = None  # triton: onnx|tensorrt|savedmodel|torchscript (default: first available)
+    max_batch_size: int = 8  # triton, when the contract has a dynamic batch axis
+    preferred_batch_sizes: list[int] = field(default_factory=list)
+    queue_delay_us: int = 100
+    dynamic_batching: bool = True
+    instances: int = 1
+    device: str = "cpu"  # cpu | gpu
+    trt_acceleration: bool = False  # triton: TensorRT execution accelerator for ONNX on GPU
+    trt_precision: str = "FP16"
+    postprocess: str = "none"  # torchserve handler: none | softmax | topk=K
+    preprocess: bool = True  # torchserve handler applies the contract's preprocessing
+    server: str = "triton"  # k8s / kserve: which server's bundle the container runs
+    image: str | None = None  # k8s: the image built from the Dockerfile
+    replicas: int = 1
+    min_replicas: int = 1
+    max_replicas: int = 4
+    target_cpu_utilization: int = 70
+    cpu: str = "1"
+    memory: str = "2Gi"
+    gpus: int | None = None  # default: 1 when the device is gpu or the artifact needs one
+    namespace: str | None = None
+    storage_uri: str | None = None  # kserve
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.device not in ("cpu", "gpu"):
+            raise BadInputError(f"bad --device '{self.device}': cpu or gpu")
+        if self.server not in SERVERS:
+            raise BadInputError(f"bad --server '{self.server}': one of {', '.join(SERVERS)}")
+        for what, v in (("--instances", self.instances), ("--replicas", self.replicas), ("--max-batch", self.max_batch_size + 1),
+                        ("--min-replicas", self.min_replicas), ("--max-replicas", self.max_replicas)):
+            if v < 1:
+                raise BadInputError(f"bad {what}: must be at least 1")
+        if self.max_replicas < self.min_replicas:
+            raise BadInputError("--max-replicas is below --min-replicas")
+        if self.version is not None and self.version < 1:
+            raise BadInputError("bad --version: versions start at 1")
+
+
+@dataclass
+class Bundle:
+    """What a packager wrote: the system, its root folder and files, and what a user needs to know."""
+
+    system: str
+    path: Path
+    files: list[Path]
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self, root: Path | None = None) -> dict[str, Any]:
+        def rel(p: Path) -> str:
+            try:
+                return str(Path(p).relative_to(root)) if root else str(p)
+            except ValueError:
+                return str(p)
+
+        size = sum(f.stat().st_size for f in self.files if f.is_file())
+        return {"system": self.system, "path": rel(self.path), "files": [rel(f) for f in self.files], "size": size,
+                **self.details}
+
+
+def register_packager(name: str, module: str) -> None:
+    if name in PACKAGERS and PACKAGERS[name] != module:
+        raise ValueError(f"packager '{name}' is already registered as {PACKAGERS[name]}")
+    PACKAGERS[name] = module
+
+
+def canonical(name: str) -> str:
+    key = name.strip().lower()
+    key = ALIASES.get(key, key)
+    if key not in PACKAGERS:
+        raise BadInputError(f"unknown serving system '{name}'; known: {sorted(PACKAGERS)}")
+    return key
+
+
+def get_packager(name: str) -> ModuleType:
+    return importlib.import_module(PACKAGERS[canonical(name)])
+
+
+def parse_systems(text: str | list[str]) -> list[str]:
+    """'triton,torchserve' (or a list) -> canonical names, in order, without repeats."""
+    items = text.split(",") if isinstance(text, str) else [p for t in text for p in t.split(",")]
+    out: list[str] = []
+    for item in items:
+        if item.strip():
+            name = canonical(item)
+            if name not in out:
+                out.append(name)
+    if not out:
+        raise BadInputError("no serving system given", hint=f"--for one of {', '.join(sorted(PACKAGERS))}")
+    return out

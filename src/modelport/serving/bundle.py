@@ -1,0 +1,195 @@
+"""What packaging reads: a convert output folder (report.json + artifacts) or a bare model file.
+
+The I/O contract (names, dtypes, dynamic dims, layout, preprocessing) comes from the folder's
+`report.json`, from the `modelport.contract` metadata of a modelport-written ONNX file, or from the
+ONNX graph itself; a SavedModel folder gives it through its serving signature. Every config,
+handler and manifest a packager writes takes its names and shapes from `Artifacts.inputs/outputs`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from modelport.errors import BadInputError, UnsafeInputError
+from modelport.ir import TensorSpec, specs_from_onnx
+
+# report artifact target -> artifact kind packagers ask for
+TARGET_KINDS = {"onnx": "onnx", "tensorrt": "tensorrt", "trt": "tensorrt", "tflite": "tflite", "ort": "ort",
+                "pytorch": "pytorch", "torchscript": "torchscript", "savedmodel": "savedmodel", "tf": "savedmodel"}
+# conventional file names in a convert output folder, for folders whose report lists fewer artifacts
+CONVENTIONAL = {"onnx": "model.onnx", "tensorrt": "model.plan", "tflite": "model.tflite", "ort": "model.ort",
+                "torchscript": "model.pt", "savedmodel": "saved_model", "pytorch": "pytorch/model.py"}
+
+
+def safe_name(text: str) -> str:
+    """A model name every server accepts: letters, digits, '_' and '-', starting with a letter."""
+    name = re.sub(r"[^A-Za-z0-9_-]+", "_", text).strip("_-") or "model"
+    return name if name[0].isalpha() else f"m_{name}"
+
+
+@dataclass
+class Artifacts:
+    """Converted artifacts plus the one I/O contract every packager takes its names and shapes from."""
+
+    source: Path
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    name: str
+    files: dict[str, Path] = field(default_factory=dict)  # kind -> main file or folder
+    sample_dims: dict[str, int] = field(default_factory=dict)
+    precision: str = "fp32"
+
+    def contract(self) -> dict[str, Any]:
+        return {"inputs": [s.to_dict() for s in self.inputs], "outputs": [s.to_dict() for s in self.outputs],
+                "sample_dims": dict(self.sample_dims)}
+
+    def has(self, kind: str) -> bool:
+        return kind in self.files
+
+    def get(self, kind: str, purpose: str) -> Path:
+        if kind not in self.files:
+            have = ", ".join(sorted(self.files)) or "none"
+            raise BadInputError(f"no {kind} artifact for {purpose} (artifacts here: {have})", path=self.source,
+                                hint=f"convert with --to {kind} first")
+        return self.files[kind]
+
+    def onnx_files(self) -> list[Path]:
+        """model.onnx and its external-data files (checked to stay inside the folder)."""
+        from modelport.onnx_io import model_files
+
+        return model_files(self.get("onnx", "this bundle"))
+
+    def batch_axis(self) -> str | None:
+        """The symbolic name shared by dim 0 of every input and output, i.e. a batch axis a server may batch on."""
+        specs = self.inputs + self.outputs
+        if not specs or any(not s.shape for s in specs):
+            return None
+        first = {s.shape[0] for s in specs}
+        if len(first) == 1:
+            (dim,) = first
+            return dim if isinstance(dim, str) else None
+        return None
+
+    def sample_inputs(self, batch: int = 1, seed: int = 0) -> dict[str, np.ndarray]:
+        """Deterministic inputs with the batch axis at `batch` (for README requests and checks)."""
+        from modelport.samples import make_inputs
+
+        dims = dict(self.sample_dims)
+        axis = self.batch_axis()
+        if axis:
+            dims[axis] = batch
+        return make_inputs(self.inputs, dims, seed=seed)
+
+    def reference_outputs(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The ONNX artifact's outputs on `feeds` (onnxruntime, CPU)."""
+        from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
+
+        return OnnxRuntimeRunner(self.get("onnx", "reference outputs")).run(feeds)
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return os.path.commonpath([str(path.resolve()), str(root.resolve())]) == str(root.resolve())
+
+
+def _report_path(root: Path, rel: str) -> Path:
+    """A path named in report.json, refused when it leaves the folder."""
+    if os.path.isabs(rel) or ".." in Path(rel).parts:
+        raise UnsafeInputError(f"report.json names '{rel}', a path outside the folder", path=root)
+    p = root / rel
+    if p.is_symlink() or not _inside(p, root):
+        raise UnsafeInputError(f"report.json names '{rel}', which resolves outside the folder", path=root)
+    return p
+
+
+def _load_out_dir(root: Path) -> Artifacts:
+    report_file = root / "report.json"
+    try:
+        report = json.loads(report_file.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise BadInputError(f"unreadable report.json ({type(e).__name__})", path=report_file) from None
+    if not isinstance(report, dict):
+        raise BadInputError("report.json is not a modelport report", path=report_file)
+    return from_report(root, report)
+
+
+def from_report(root: Path, report: dict) -> Artifacts:
+    """Artifacts of a convert output folder, from its report (read from disk or still in memory)."""
+    report_file = root / "report.json"
+    if report.get("status") not in (None, "ok", "running"):
+        raise BadInputError(f"the conversion did not succeed (status {report.get('status')!r})", path=report_file)
+    contract = report.get("contract") or {}
+    if not contract.get("inputs") or not contract.get("outputs"):
+        raise BadInputError("report.json holds no I/O contract", path=report_file)
+    files: dict[str, Path] = {}
+    precision = "fp32"
+    for a in report.get("artifacts", []):
+        kind = TARGET_KINDS.get(str(a.get("target", "")).lower(), str(a.get("target", "")).lower())
+        if a.get("path"):
+            p = _report_path(root, a["path"])
+            if p.exists():
+                files.setdefault(kind, p)
+                if kind == "onnx":
+                    precision = a.get("precision", precision)
+    for kind, rel in CONVENTIONAL.items():
+        p = root / rel
+        if kind not in files and p.exists() and not p.is_symlink():
+            files[kind] = p
+    src = (report.get("source") or {}).get("path")
+    name = Path(src).stem if src and not str(src).startswith("zoo:") else root.name
+    if src and str(src).startswith("zoo:"):
+        name = str(src)[4:]
+    return Artifacts(
+        source=root, inputs=[TensorSpec.from_dict(d) for d in contract["inputs"]],
+        outputs=[TensorSpec.from_dict(d) for d in contract["outputs"]], name=safe_name(name), files=files,
+        sample_dims=dict(contract.get("sample_dims") or {}), precision=precision,
+    )
+
+
+def _load_onnx_file(path: Path) -> Artifacts:
+    from modelport.onnx_io import load_onnx, read_contract
+
+    model = load_onnx(path, load_external=False)
+    init = {i.name for i in model.graph.initializer}
+    inputs = specs_from_onnx([v for v in model.graph.input if v.name not in init])
+    outputs = specs_from_onnx(model.graph.output)
+    stored = read_contract(model) or {}
+    # A modelport-written file carries layouts, preprocessing and value ranges the graph cannot.
+    for specs, key in ((inputs, "inputs"), (outputs, "outputs")):
+        saved = {d.get("name"): TensorSpec.from_dict(d) for d in stored.get(key, []) if isinstance(d, dict)}
+        for s in specs:
+            if s.name in saved:
+                s.layout, s.preprocess, s.value_range = saved[s.name].layout, saved[s.name].preprocess, saved[s.name].value_range
+    return Artifacts(source=path, inputs=inputs, outputs=outputs, name=safe_name(path.stem), files={"onnx": path},
+                     sample_dims=dict(stored.get("sample_dims") or {}))
+
+
+def _load_saved_model(path: Path) -> Artifacts:
+    from modelport.serving.tfserving import signature_specs
+
+    inputs, outputs = signature_specs(path)
+    return Artifacts(source=path, inputs=inputs, outputs=outputs, name=safe_name(path.name), files={"savedmodel": path})
+
+
+def load_artifacts(source: str | Path) -> Artifacts:
+    """Artifacts from a convert output folder, a bare .onnx file or a SavedModel folder."""
+    from modelport.file_checks import check_model_file
+
+    path = check_model_file(source)
+    if path.is_dir():
+        if (path / "report.json").is_file():
+            return _load_out_dir(path)
+        if (path / "saved_model.pb").is_file():
+            return _load_saved_model(path)
+        raise BadInputError("neither a convert output folder (no report.json) nor a SavedModel", path=path,
+                            hint="package the folder 'modelport convert ... -o OUT' wrote")
+    if path.suffix.lower() == ".onnx":
+        return _load_onnx_file(path)
+    raise BadInputError(f"cannot package a bare '{path.suffix}' file: it carries no I/O contract", path=path,
+                        hint="package the folder 'modelport convert ... -o OUT' wrote, or an .onnx file")

@@ -1,0 +1,159 @@
+"""TorchServe bundle: `model-store/<name>.mar`, `config.properties`, `requirements.txt`.
+
+The `.mar` is the zip `torch-model-archiver` writes: `MAR-INF/MANIFEST.json` naming the
+serialized model and the handler, with every extra file at the archive root. The handler
+(`torchserve_handler.py`, copied in as `modelport_handler.py`) runs the ONNX artifact through
+onnxruntime and applies the contract's preprocessing and the chosen postprocessing; the contract
+itself travels in the archive as `modelport.json`. Member names are checked while writing: no
+absolute paths, no `..`, no backslashes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import zipfile
+from pathlib import Path, PurePosixPath
+
+from modelport.errors import BadInputError, UnsafeInputError
+from modelport.serving import Bundle, PackageOptions
+from modelport.serving.bundle import Artifacts
+
+NAME = "torchserve"
+DESCRIPTION = "TorchServe model archive (.mar) with a handler running the ONNX artifact in onnxruntime"
+HANDLER = "modelport_handler.py"
+ARCHIVER_VERSION = "0.12.0"  # the manifest format written here is torch-model-archiver 0.12.0's
+
+
+def safe_arcname(name: str) -> str:
+    """Refuse member names that would land outside the folder TorchServe extracts into."""
+    p = PurePosixPath(name)
+    if not name or "\\" in name or p.is_absolute() or ".." in p.parts or name.startswith("/") or ":" in p.parts[0]:
+        raise UnsafeInputError(f"refusing archive member name '{name}' (absolute, '..' or backslash)")
+    return str(p)
+
+
+def write_mar(path: Path, members: dict[str, Path | bytes]) -> Path:
+    """Write a .mar (zip) from {member name: file or bytes}; names are checked first."""
+    names = {safe_arcname(n): v for n, v in members.items()}
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, value in names.items():
+            if isinstance(value, bytes):
+                z.writestr(name, value)
+            else:
+                z.write(value, arcname=name)
+    return path
+
+
+def _postprocess(mode: str) -> str:
+    mode = (mode or "none").strip().lower()
+    if mode in ("none", "softmax"):
+        return mode
+    if mode.startswith("topk=") and mode[5:].isdigit() and int(mode[5:]) > 0:
+        return mode
+    raise BadInputError(f"bad --postprocess '{mode}': none, softmax or topk=K")
+
+
+def manifest(name: str, version: str) -> dict:
+    return {
+        "createdOn": time.strftime("%d/%m/%Y %H:%M:%S"),
+        "runtime": "python",
+        "model": {"modelName": name, "serializedFile": "model.onnx", "handler": HANDLER, "modelVersion": version,
+                  "requirementsFile": "requirements.txt"},
+        "archiverVersion": ARCHIVER_VERSION,
+    }
+
+
+def requirements() -> str:
+    from modelport.deps import version_of
+
+    ort = version_of("onnxruntime")
+    np_v = version_of("numpy")
+    return "".join(f"{pkg}=={v}\n" if v else f"{pkg}\n" for pkg, v in (("onnxruntime", ort), ("numpy", np_v)))
+
+
+def config_properties(*, workers: int, batch: int, delay_ms: int) -> str:
+    return "\n".join([
+        "inference_address=http://0.0.0.0:8080",
+        "management_address=http://0.0.0.0:8081",
+        "metrics_address=http://0.0.0.0:8082",
+        "disable_token_authorization=true",
+        "install_py_dep_per_model=false",
+        f"default_workers_per_model={workers}",
+        f"# requests TorchServe may group per handler call: batch_size={batch}, max_batch_delay={delay_ms} ms",
+        "",
+    ])
+
+
+def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bundle:
+    import importlib.resources
+
+    from modelport.serving.requests import named_request, write_json_request
+
+    name = options.model_name or artifacts.name
+    version = str(options.version or 1)
+    onnx_files = artifacts.onnx_files()
+    meta = {**artifacts.contract(), "serving": {
+        "runtime": "onnxruntime", "model_file": "model.onnx", "postprocess": _postprocess(options.postprocess),
+        "preprocess": bool(options.preprocess), "precision": artifacts.precision,
+    }}
+    handler = importlib.resources.files("modelport.serving").joinpath("torchserve_handler.py").read_bytes()
+    members: dict[str, Path | bytes] = {
+        "MAR-INF/MANIFEST.json": json.dumps(manifest(name, version), indent=2).encode(),
+        "model.onnx": onnx_files[0],
+        HANDLER: handler,
+        "modelport.json": json.dumps(meta, indent=2).encode(),
+        "requirements.txt": requirements().encode(),
+    }
+    for extra in onnx_files[1:]:
+        members[extra.relative_to(onnx_files[0].parent).as_posix()] = extra
+    store = out_dir / "model-store"
+    store.mkdir(parents=True, exist_ok=True)
+    mar = write_mar(store / f"{name}.mar", members)
+    files = [mar]
+    props = out_dir / "config.properties"
+    props.write_text(config_properties(workers=options.instances, batch=1, delay_ms=max(1, options.queue_delay_us // 1000)))
+    reqs = out_dir / "requirements.txt"
+    reqs.write_text(requirements())
+    files += [props, reqs]
+    has_pre = any(s.preprocess for s in artifacts.inputs) and options.preprocess
+
+    def request(a):
+        body = named_request(a)
+        if has_pre:
+            body["preprocessed"] = True  # the sample data are model inputs already
+        return body
+
+    sample = write_json_request(out_dir / f"{name}.request.json", artifacts, request)
+    if sample:
+        files.append(sample)
+    readme = out_dir / "README.md"
+    readme.write_text(_readme(name, artifacts, sample, meta["serving"]))
+    files.append(readme)
+    return Bundle(NAME, out_dir, files, {"model_name": name, "version": version, "mar": str(mar.relative_to(out_dir)),
+                                         "handler": HANDLER, "postprocess": meta["serving"]["postprocess"],
+                                         "gpu": options.device == "gpu"})
+
+
+def _readme(name: str, artifacts: Artifacts, sample: Path | None, serving: dict) -> str:
+    body = f"-d @{sample.name}" if sample else "-d '{\"inputs\": {...}}'"
+    ins = "\n".join(f"- `{s.name}`: {s.dtype} {s.shape}" + (f", preprocessing {s.preprocess}" if s.preprocess else "")
+                    for s in artifacts.inputs)
+    return f"""# TorchServe bundle: {name}
+
+`model-store/{name}.mar` runs the ONNX model in onnxruntime through `{HANDLER}`
+(postprocessing: {serving['postprocess']}). Install the handler's needs beside TorchServe
+(`pip install -r requirements.txt`, Java 17), then:
+
+```sh
+torchserve --start --ncs --disable-token-auth --model-store model-store \\
+  --ts-config config.properties --models {name}={name}.mar
+curl -sf localhost:8080/ping
+curl -s -X POST localhost:8080/predictions/{name} -H 'Content-Type: application/json' {body}
+torchserve --stop
+```
+
+The body is `{{"inputs": {{NAME: nested list}}}}`; the handler applies each input's preprocessing
+from the contract unless the body says `"preprocessed": true`. Inputs:
+{ins}
+"""

@@ -1,0 +1,40 @@
+"""`modelport package` and `convert --package` through the CLI: outputs, --json, exit codes."""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import tree
+
+
+def test_package_command(cli, tiny_onnx, tmp_path):
+    out = tmp_path / "repo"
+    r = cli("package", tiny_onnx, "--for", "triton", "-o", out, "--name", "tiny", "--max-batch", "4", "--json")
+    assert r.exit_code == 0, r
+    report = json.loads(r.stdout)
+    assert report["bundles"][0]["max_batch_size"] == 4 and (out / "tiny" / "config.pbtxt").is_file()
+    again = cli("package", tiny_onnx, "--for", "triton", "-o", out)
+    assert again.exit_code == 2 and "already exists" in again.stderr
+    added = cli("package", tiny_onnx, "--for", "triton", "-o", out, "--name", "tiny", "--add-version", "-q")
+    assert added.exit_code == 0, added
+    assert (out / "tiny" / "2" / "model.onnx").is_file() and (out / "tiny" / "1" / "model.onnx").is_file()
+
+
+def test_package_bad_usage_exits_2(cli, tiny_onnx, tmp_path):
+    for args in (["--for", "nginx"], ["--for", "triton", "--device", "tpu"], ["--for", "k8s", "--server", "nginx"],
+                 ["--for", "torchserve", "--postprocess", "argmaxx"]):
+        r = cli("package", tiny_onnx, *args, "-o", tmp_path / "b")
+        assert r.exit_code == 2, (args, r)
+    assert [p for p in tree(tmp_path) if not p.startswith("src")] == []
+
+
+def test_convert_with_package(cli, tiny_onnx, tmp_path):
+    out = tmp_path / "out"
+    r = cli("convert", tiny_onnx, "-o", out, "--package", "triton,k8s", "--json")
+    assert r.exit_code == 0, r
+    report = json.loads(r.stdout)
+    assert [b["path"] for b in report["bundles"]] == ["packages/triton", "packages/k8s"]
+    assert (out / "packages" / "triton" / "tiny" / "1" / "model.onnx").is_file()
+    assert (out / "packages" / "k8s" / "k8s" / "deployment.yaml").is_file()
+    bad = cli("convert", tiny_onnx, "-o", tmp_path / "o2", "--package", "nginx")
+    assert bad.exit_code == 2 and not (tmp_path / "o2").exists()

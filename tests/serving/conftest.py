@@ -1,0 +1,51 @@
+"""Real artifacts from the earlier stages, converted once per session for every packaging test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+MEAN = [0.485, 0.456, 0.406]
+STD = [0.229, 0.224, 0.225]
+
+
+@pytest.fixture(scope="session")
+def cnn_out(tmp_path_factory) -> Path:
+    """`modelport convert` of the zoo's small CNN (PyTorch .pt2, dynamic batch, NCHW, mean/std) to ONNX."""
+    from modelport.convert import ConvertOptions, convert
+    from modelport.specs import apply_options, parse_input_spec
+    from modelport.zoo_builders import save_source
+
+    root = tmp_path_factory.mktemp("cnn")
+    save_source("cnn_small", root / "src")
+    specs = apply_options([parse_input_spec("input:batch,3,64,64")], layouts=["NCHW"],
+                          means=[",".join(map(str, MEAN))], stds=[",".join(map(str, STD))])
+    out = root / "out"
+    convert(root / "src" / "model.pt2", out, ConvertOptions(targets=["onnx"], inputs=specs))
+    return out
+
+
+@pytest.fixture(scope="session")
+def mlp_out(tmp_path_factory) -> Path:
+    """`modelport convert` of a two-layer ONNX MLP with a dynamic batch (source: an .onnx file)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from modelport.convert import ConvertOptions, convert
+
+    rng = np.random.default_rng(1)
+    w = numpy_helper.from_array(rng.standard_normal((8, 5)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["features", "w"], ["h"]), helper.make_node("Relu", ["h"], ["scores"])],
+        "mlp", [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["batch", 5])], initializer=[w],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    root = tmp_path_factory.mktemp("mlp")
+    (root / "src").mkdir()
+    onnx.save(model, str(root / "src" / "mlp.onnx"))
+    convert(root / "src" / "mlp.onnx", root / "out", ConvertOptions(targets=["onnx"]))
+    return root / "out"

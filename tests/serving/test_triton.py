@@ -1,0 +1,75 @@
+"""Triton model repository: layout, config round trip through Triton's schema, batching, versions."""
+
+from __future__ import annotations
+
+import pytest
+from tritonclient.grpc import model_config_pb2 as pb
+
+from modelport.errors import BadInputError
+from modelport.serving import PackageOptions
+from modelport.serving.bundle import load_artifacts
+from modelport.serving.triton import build_config, config_text, package, parse_config
+
+
+def test_repository_layout_and_config_from_the_contract(cnn_out, tmp_path):
+    b = package(load_artifacts(cnn_out), tmp_path, PackageOptions(model_name="cnn", preferred_batch_sizes=[2, 8], queue_delay_us=500))
+    assert (tmp_path / "cnn" / "1" / "model.onnx").is_file()
+    config = parse_config((tmp_path / "cnn" / "config.pbtxt").read_text())
+    assert config.name == "cnn" and config.platform == "onnxruntime_onnx"
+    assert config.max_batch_size == 8  # dim 0 is the symbolic 'batch' on every input and output
+    (inp,), (out,) = config.input, config.output
+    assert (inp.name, pb.DataType.Name(inp.data_type), list(inp.dims)) == ("input", "TYPE_FP32", [3, 64, 64])
+    assert pb.ModelInput.Format.Name(inp.format) == "FORMAT_NCHW"
+    assert (out.name, list(out.dims)) == ("output", [10])
+    assert list(config.dynamic_batching.preferred_batch_size) == [2, 8]
+    assert config.dynamic_batching.max_queue_delay_microseconds == 500
+    assert config.instance_group[0].kind == pb.ModelInstanceGroup.KIND_CPU
+    assert b.details["versions"] == [1]
+    readme = (tmp_path / "README.md").read_text()
+    assert "tritonserver --model-repository" in readme and "/v2/models/cnn/infer" in readme
+    assert (tmp_path / "cnn.request.json").is_file()
+
+
+def test_config_round_trips_through_tritons_schema(mlp_out):
+    opts = PackageOptions(device="gpu", instances=2, trt_acceleration=True, max_batch_size=16)
+    config = build_config(load_artifacts(mlp_out), opts, "onnx", "mlp")
+    text = config_text(config)
+    again = parse_config(text)
+    assert again == config
+    assert again.instance_group[0].count == 2 and again.instance_group[0].kind == pb.ModelInstanceGroup.KIND_GPU
+    acc = again.optimization.execution_accelerators.gpu_execution_accelerator[0]
+    assert acc.name == "tensorrt" and acc.parameters["precision_mode"] == "FP16"
+    with pytest.raises(BadInputError):
+        parse_config(text + "\nnot_a_triton_field: 1\n")
+
+
+def test_no_batch_axis_means_full_dims(mlp_out):
+    config = build_config(load_artifacts(mlp_out), PackageOptions(max_batch_size=0), "onnx", "mlp")
+    assert config.max_batch_size == 0 and list(config.input[0].dims) == [-1, 8]
+    assert not config.HasField("dynamic_batching")
+
+
+@pytest.mark.parametrize("kw, text", [
+    ({"trt_acceleration": True}, "--trt-accel"),  # CPU
+    ({"preferred_batch_sizes": [32]}, "outside"),
+    ({"backend": "nope"}, "unknown Triton backend"),
+])
+def test_bad_options(mlp_out, kw, text):
+    with pytest.raises(BadInputError, match=text):
+        opts = PackageOptions(**kw)
+        build_config(load_artifacts(mlp_out), opts, opts.backend or "onnx", "mlp")
+
+
+def test_tensorrt_backend_needs_the_plan(mlp_out, tmp_path):
+    with pytest.raises(BadInputError, match="no tensorrt artifact"):
+        package(load_artifacts(mlp_out), tmp_path, PackageOptions(backend="tensorrt"))
+
+
+def test_adding_a_version_keeps_the_old_ones(mlp_out, tmp_path):
+    arts = load_artifacts(mlp_out)
+    package(arts, tmp_path, PackageOptions())
+    b = package(arts, tmp_path, PackageOptions(add_version=True))
+    assert b.details["versions"] == [1, 2]
+    assert (tmp_path / "mlp" / "1" / "model.onnx").is_file() and (tmp_path / "mlp" / "2" / "model.onnx").is_file()
+    with pytest.raises(BadInputError, match="already exists"):
+        package(arts, tmp_path, PackageOptions(version=2))
