@@ -37,7 +37,7 @@ def main() -> None:
 
     bare = time_cmd([sys.executable, "-c", "pass"], args.runs)
     helped = time_cmd([sys.executable, "-m", "modelport", "--help"], args.runs)
-    print("start-up (median of %d runs)" % args.runs)
+    print(f"start-up (median of {args.runs} runs)")
     print(f"  python -c pass     {bare * 1000:8.1f} ms")
     print(f"  modelport --help   {helped * 1000:8.1f} ms   ({helped / bare:.1f}x bare python, +{(helped - bare) * 1000:.0f} ms)")
 

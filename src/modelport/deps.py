@@ -20,6 +20,9 @@ EXTRAS = {
     "tensorrt": "tensorrt",
     "tritonclient": "serve",
     "onnxsim": "optimize",
+    "onnxscript": "optimize",
+    "onnx_ir": "optimize",
+    "PIL": "optimize",
     "onnxconverter_common": "optimize",
 }
 

@@ -48,7 +48,8 @@ def parse_input_spec(text: str) -> TensorSpec:
     if len(pieces) > 1 and pieces[-1].lower() in DTYPES:
         dtype = DTYPES[pieces.pop().lower()]
     shape: list[int | str] = []
-    if len(pieces) > 1 and re.fullmatch(r"[\[\(]?[\w?,\-]*[\]\)]?", pieces[-1]) and (
+    # a lone '0' is TensorFlow's output index ('x:0'), never a shape (a dim of 0 is invalid)
+    if len(pieces) > 1 and pieces[-1] != "0" and re.fullmatch(r"[\[\(]?[\w?,\-]*[\]\)]?", pieces[-1]) and (
         any(c.isdigit() for c in pieces[-1]) or "," in pieces[-1]
     ):
         shape = parse_shape(pieces.pop())

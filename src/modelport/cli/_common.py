@@ -27,7 +27,9 @@ def run(fn: Callable[[], dict | None], *, json_out: bool, quiet: bool, render: C
     try:
         result = fn()
     except ModelportError as e:
-        console.print(f"[bold red]error:[/] {e.message}", soft_wrap=True)
+        from rich.markup import escape
+
+        console.print(f"[bold red]error:[/] {escape(e.message)}", soft_wrap=True)  # hints hold "[tf]"
         if json_out:
             emit_json(getattr(e, "report", None) or {"status": "failed", "exit_code": e.exit_code, "error": e.to_dict()})
         raise typer.Exit(e.exit_code) from None

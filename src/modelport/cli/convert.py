@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 
 from modelport.cli._common import run, stage_status
@@ -29,28 +27,40 @@ def source_from_mmdnn(source: str | None, network: str | None, weights: str | No
 def register(app: typer.Typer) -> None:
     @app.command("convert")
     def convert_cmd(
-        source: Optional[str] = typer.Argument(None, help="Model file or folder, or zoo:NAME."),
-        to: Optional[str] = typer.Option(None, "--to", "-df", "--dstFramework", help="Target(s), comma-separated (default onnx)."),
-        output: Optional[str] = typer.Option(None, "-o", "--output-dir", "-om", "--outputModel", help="Output folder."),
-        framework: Optional[str] = typer.Option(None, "--from", "-sf", "--srcFramework", help="Source framework (else sniffed from the file)."),
-        network: Optional[str] = typer.Option(None, "-in", "--inputNetwork", help="MMdnn: the network file (or architecture)."),
-        weights: Optional[str] = typer.Option(None, "-iw", "--inputWeight", help="MMdnn: the weights file."),
+        source: str | None = typer.Argument(None, help="Model file or folder, or zoo:NAME."),
+        to: str | None = typer.Option(None, "--to", "-df", "--dstFramework", help="Target(s), comma-separated (default onnx)."),
+        output: str | None = typer.Option(None, "-o", "--output-dir", "-om", "--outputModel", help="Output folder."),
+        framework: str | None = typer.Option(None, "--from", "-sf", "--srcFramework", help="Source framework (else sniffed from the file)."),
+        network: str | None = typer.Option(None, "-in", "--inputNetwork", help="MMdnn: the network file (or architecture)."),
+        weights: str | None = typer.Option(None, "-iw", "--inputWeight", help="MMdnn: the weights file."),
         inputs: list[str] = typer.Option([], "--input", "--inputs", "-i", help="NAME:SHAPE[:DTYPE], e.g. input:batch,3,224,224 (repeatable)."),
         input_shape: list[str] = typer.Option([], "--inputShape", help="MMdnn: a shape per input, in order, e.g. 1,3,224,224."),
         outputs: list[str] = typer.Option([], "--output", "--outputs", help="Output names, in order (comma-separated or repeated)."),
-        arch: Optional[str] = typer.Option(None, "--arch", help="Architecture for a state dict: zoo:NAME or package.module:Class."),
-        opset: Optional[int] = typer.Option(None, "--opset", help="Target ONNX opset."),
-        atol: Optional[float] = typer.Option(None, "--atol", help="Absolute tolerance for parity."),
-        rtol: Optional[float] = typer.Option(None, "--rtol", help="Relative tolerance for parity."),
-        min_cosine: Optional[float] = typer.Option(None, "--min-cosine", help="Minimum cosine similarity per output."),
+        arch: str | None = typer.Option(None, "--arch", help="Architecture for a state dict: zoo:NAME or package.module:Class."),
+        opset: int | None = typer.Option(None, "--opset", help="Target ONNX opset."),
+        atol: float | None = typer.Option(None, "--atol", help="Absolute tolerance for parity."),
+        rtol: float | None = typer.Option(None, "--rtol", help="Relative tolerance for parity."),
+        min_cosine: float | None = typer.Option(None, "--min-cosine", help="Minimum cosine similarity per output."),
         layout: list[str] = typer.Option([], "--layout", help="Input layout, e.g. NCHW or image=NHWC."),
         mean: list[str] = typer.Option([], "--mean", help="Preprocessing mean, e.g. 0.485,0.456,0.406 or NAME=..."),
         std: list[str] = typer.Option([], "--std", help="Preprocessing std, e.g. 0.229,0.224,0.225 or NAME=..."),
         scale: list[str] = typer.Option([], "--scale", help="Preprocessing scale, e.g. 0.00392 or NAME=..."),
-        channel_order: Optional[str] = typer.Option(None, "--channel-order", help="RGB or BGR."),
+        channel_order: str | None = typer.Option(None, "--channel-order", help="RGB or BGR."),
         dim: list[str] = typer.Option([], "--dim", help="Size of a symbolic dim in sample data, e.g. batch=4."),
         seed: int = typer.Option(0, "--seed", help="Seed of the sample inputs."),
         trust: bool = typer.Option(False, "--trust", help="Allow loading that runs code from the model file."),
+        signature: str | None = typer.Option(None, "--signature", help="SavedModel/TFLite signature to convert (default serving_default)."),
+        input_names: str | None = typer.Option(None, "--input-names", help="New names for the model's inputs, in order, comma-separated (TF sources)."),
+        optimize: str | None = typer.Option(None, "--optimize", "-O", help="Optimisation level: none, basic, extended, all or auto."),
+        precision: str = typer.Option("fp32", "--precision", help="fp32, fp16 or int8."),
+        calibration: str | None = typer.Option(None, "--calibration", help="INT8 calibration data: .npz of named inputs or a folder of images."),
+        accuracy_budget: str | None = typer.Option(None, "--accuracy-budget", help="e.g. cosine>=0.999 or max_abs<=0.01 (precision passes and auto)."),
+        strict: bool = typer.Option(False, "--strict", help="An optimisation pass that breaks parity fails the run (exit 4)."),
+        plan_only: bool = typer.Option(False, "--plan-only", help="TensorRT: check and write the build plan (tensorrt/) without building an engine."),
+        tflite_layout: str = typer.Option("source", "--tflite-layout", help="TFLite input layout: source (as the model) or nhwc."),
+        trt_shapes: list[str] = typer.Option([], "--trt-shapes", help="TensorRT profile NAME:MIN:OPT:MAX, e.g. x:1x3x224x224:8x3x224x224:32x3x224x224 (repeatable)."),
+        workspace: int | None = typer.Option(None, "--workspace", help="TensorRT builder workspace limit in MiB (default 4096)."),
+        package: str | None = typer.Option(None, "--package", help="Also package for serving systems, e.g. triton,torchserve (OUT/packages/<system>/)."),
         force: bool = typer.Option(False, "--force", help="Replace an existing output folder."),
         json_out: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No tables or progress."),
@@ -74,7 +84,19 @@ def register(app: typer.Typer) -> None:
                 targets=targets, framework=framework, inputs=specs, output_names=out_names, arch=arch_,
                 trust=trust, opset=opset, atol=atol, rtol=rtol, min_cosine=min_cosine,
                 sample_dims=parse_dims(dim), seed=seed, force=force,
+                optimize=optimize, precision=precision.lower(), calibration=calibration,
+                accuracy_budget=accuracy_budget, strict=strict,
             )
+            if signature:
+                options.source_options["signature"] = signature
+            if package:
+                options.packages = [p.strip() for p in package.split(",") if p.strip()]
+            if input_names:
+                options.source_options["input_names"] = [n.strip() for n in input_names.split(",") if n.strip()]
+            from modelport.cli.emit import emit_options
+
+            options.emit_options.update(emit_options(plan_only=plan_only, tflite_layout=tflite_layout,
+                                                     trt_shapes=trt_shapes, workspace=workspace, calibration=calibration))
             with stage_status(quiet or json_out) as on_stage:
                 return convert(src, output, options, on_stage=on_stage)
 

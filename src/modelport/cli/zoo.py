@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -64,7 +63,7 @@ def register(app: typer.Typer) -> None:
     @zoo_app.command("fetch")
     def fetch_cmd(
         name: str = typer.Argument(...),
-        cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help="Default: ~/.cache/modelport."),
+        cache_dir: str | None = typer.Option(None, "--cache-dir", help="Default: ~/.cache/modelport."),
         json_out: bool = typer.Option(False, "--json"),
         quiet: bool = typer.Option(False, "--quiet", "-q"),
     ):

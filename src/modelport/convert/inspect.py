@@ -46,6 +46,15 @@ INSPECTORS: list[tuple[str, str]] = [
     (".pth", "modelport.parsers.pytorch:inspect"),
     (".pt2", "modelport.parsers.pytorch:inspect"),
     (".safetensors", "modelport.parsers.pytorch:inspect"),
+    (".keras", "modelport.parsers.keras:inspect"),
+    (".h5", "modelport.parsers.keras:inspect"),
+    (".hdf5", "modelport.parsers.keras:inspect"),
+    ("saved_model.pb", "modelport.parsers.savedmodel:inspect"),
+    (".pb", "modelport.parsers.graphdef:inspect"),
+    (".tflite", "modelport.parsers.tflite:inspect"),
+    (".plan", "modelport.runtimes.tensorrt:engine_info"),
+    (".engine", "modelport.runtimes.tensorrt:engine_info"),
+    ("/", "modelport.parsers.savedmodel:inspect"),
 ]
 
 

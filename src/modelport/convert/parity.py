@@ -110,7 +110,9 @@ def compare_arrays(name: str, ref: np.ndarray, act: np.ndarray, tol: Tolerance) 
     reasons = []
     if nan or inf:
         reasons.append(f"{nan} NaN, {inf} Inf")
-    within = diff[finite] <= tol.atol + tol.rtol * np.abs(r[finite])
+    # An infinite rtol means "no element-wise bound" (inf * 0 would be NaN and fail everything).
+    bound = tol.atol + (tol.rtol * np.abs(r[finite]) if np.isfinite(tol.rtol) else np.inf)
+    within = diff[finite] <= bound
     if not np.all(within):
         reasons.append(f"{int((~within).sum())} elements outside atol={tol.atol:g} rtol={tol.rtol:g}")
     if cosine < tol.min_cosine:
@@ -127,7 +129,7 @@ def compare(reference: dict[str, np.ndarray], actual: dict[str, np.ndarray], tol
         if len(reference) != len(actual):
             result.outputs.append(OutputParity("*", False, float("inf"), float("inf"), 0.0, 0, 0, False, f"{len(actual)} outputs, reference has {len(reference)}"))
             return result
-        pairs = [(n, r, a) for (n, r), a in zip(reference.items(), actual.values())]
+        pairs = [(n, r, a) for (n, r), a in zip(reference.items(), actual.values(), strict=True)]
     for name, r, a in pairs:
         result.outputs.append(compare_arrays(name, r, a, tol))
     return result

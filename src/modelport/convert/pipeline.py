@@ -7,6 +7,7 @@ end to end against the source framework's reference outputs; a breach is exit 4,
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,18 @@ class ConvertOptions:
     force: bool = False
     source_options: dict[str, Any] = field(default_factory=dict)  # parser-specific
     emit_options: dict[str, Any] = field(default_factory=dict)  # emitter-specific
+    packages: list[str] = field(default_factory=list)  # serving systems to package for (OUT/packages/<system>/)
+    package_options: dict[str, Any] = field(default_factory=dict)  # PackageOptions fields
+    optimize: str | None = None  # optimisation level (optimize.LEVELS or "auto"); None: no stage
+    passes: list[str] | None = None  # explicit pass names instead of a level
+    int8_mode: str | None = None  # dynamic | static (static when calibration is given)
+    calibration: str | None = None  # .npz of named inputs or a folder of images
+    calibration_method: str = "minmax"
+    per_channel: bool | None = None
+    keep_io_types: bool = True
+    accuracy_budget: str | None = None  # e.g. "cosine>=0.999" or "max_abs<=0.01"
+    strict: bool = False  # a pass that breaks parity fails the run instead of being rolled back
+    command: str = "convert"  # the report's command name
 
     def __post_init__(self):
         # The Python API accepts the CLI's spec strings: inputs=["input:batch,3,224,224"].
@@ -138,16 +151,17 @@ def validate_artifact(artifact, ir: IRModel, tol: Tolerance, hop: str):
     return compare(ir.reference.outputs, outs, tol, hop=hop)
 
 
-def run_stage(report: Report, name: str, fn, *args, on_stage: StageCallback | None = None, **details):
+@contextlib.contextmanager
+def run_stage(report: Report, name: str, *, on_stage: StageCallback | None = None, **details):
+    """A timed report stage; an unexpected exception inside becomes a StageError naming the
+    stage and the stages that ran before it (user errors pass through unchanged)."""
     if on_stage:
         on_stage(name)
     before = report.stage_names
     with report.stage(name, **details) as entry:
         try:
-            return fn(entry, *args)
-        except ModelportError:
-            raise
-        except MemoryError:
+            yield entry
+        except (ModelportError, MemoryError):
             raise
         except Exception as e:
             raise StageError(name, before, e) from e
@@ -164,10 +178,14 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
     from modelport.staging import staged_dir
 
     options = options or ConvertOptions(**kwargs)
-    report = Report("convert")
+    report = Report(options.command)
     try:
         for t in options.targets:
             get_emitter(t)  # unknown targets fail before any work
+        if options.packages:
+            from modelport.serving import parse_systems
+
+            options.packages = parse_systems(options.packages)  # unknown systems fail before any work
         out = Path(output_dir)
         from modelport.staging import check_output
 
@@ -175,30 +193,40 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
         src, spec, zoo_tol = resolve_source(source, options)
         tol = options.tolerance("fp32", zoo_tol)
 
-        ir = run_stage(report, "parse", lambda e: parse(src, spec), on_stage=on_stage)
+        with run_stage(report, "parse", on_stage=on_stage):
+            ir = parse(src, spec)
         report.data["source"] = describe_source(src, ir)
         report.data["contract"] = ir.contract()
         report.data["stages"][-1].update(nodes=len(ir.model.graph.node), exporter=ir.provenance.get("exporter"))
 
         fw = ir.provenance.get("framework", "source")
-        export_parity = run_stage(report, "validate:ir", lambda e: validate_ir(ir, tol, f"{fw}→onnx (IR)"), on_stage=on_stage)
+        with run_stage(report, "validate:ir", on_stage=on_stage):
+            export_parity = validate_ir(ir, tol, f"{fw}→onnx (IR)")
         report.add_parity(export_parity)
         export_parity.raise_if_failed(path=spec.path)
+
+        from modelport.optimize.stage import optimize_stage, wanted
+
+        if wanted(options):
+            ir, options = optimize_stage(ir, options, report, zoo_tol, on_stage=on_stage)
 
         with staged_dir(out, source_inputs(source), force=options.force) as stage:
             for target in options.targets:
                 emitter = get_emitter(target)
                 eopts = EmitOptions(precision=options.precision, opset=options.opset, options=dict(options.emit_options))
-                artifact = run_stage(report, f"emit:{target}", lambda e: emitter.emit(ir, stage, eopts), on_stage=on_stage)
+                with run_stage(report, f"emit:{target}", on_stage=on_stage):
+                    artifact = emitter.emit(ir, stage, eopts)
                 report.add_artifact(artifact.to_dict(stage))
                 if artifact.runner:
                     ttol = options.tolerance(artifact.precision, zoo_tol)
-                    parity = run_stage(
-                        report, f"validate:{target}",
-                        lambda e: validate_artifact(artifact, ir, ttol, f"{fw}→{target} (end to end)"), on_stage=on_stage,
-                    )
+                    with run_stage(report, f"validate:{target}", on_stage=on_stage):
+                        parity = validate_artifact(artifact, ir, ttol, f"{fw}→{target} (end to end)")
                     report.add_parity(parity)
                     parity.raise_if_failed(path=out)
+            if options.packages:
+                from modelport.serving.packaging import package_converted
+
+                package_converted(stage, report, options.packages, options.package_options, on_stage=on_stage)
             report.finish(exit_code=0)
             report.write(stage)
         return report.data

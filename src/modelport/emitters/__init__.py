@@ -17,6 +17,10 @@ from modelport.errors import BadInputError
 
 EMITTERS: dict[str, str] = {
     "onnx": "modelport.emitters.onnx",
+    "pytorch": "modelport.emitters.pytorch_code",
+    "tflite": "modelport.emitters.tflite",
+    "tensorrt": "modelport.emitters.tensorrt",
+    "ort": "modelport.emitters.ort",
 }
 
 

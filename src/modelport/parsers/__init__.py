@@ -20,10 +20,16 @@ from modelport.ir import IRModel, TensorSpec
 PARSERS: dict[str, str] = {
     "onnx": "modelport.parsers.onnx",
     "pytorch": "modelport.parsers.pytorch",
+    "keras": "modelport.parsers.keras",
+    "savedmodel": "modelport.parsers.savedmodel",
+    "graphdef": "modelport.parsers.graphdef",
+    "tflite": "modelport.parsers.tflite",
 }
 
 # other spellings users type (MMdnn's included)
 ALIASES: dict[str, str] = {"torch": "pytorch", "pth": "pytorch"}
+ALIASES.update({"tensorflow": "savedmodel", "tf": "savedmodel", "saved_model": "savedmodel", "frozen": "graphdef",
+                "pb": "graphdef", "tf.keras": "keras", "h5": "keras", "lite": "tflite"})
 
 
 @dataclass
@@ -76,5 +82,7 @@ def parse(source, spec: SourceSpec) -> IRModel:
     elif spec.path is not None:
         name = detect(spec.path)
     else:
-        name = "pytorch"  # a Python object: only nn.Modules are accepted as objects today
+        name = "pytorch"  # a Python object: an nn.Module, or a keras.Model (checked without importing Keras)
+        if any(c.__module__.split(".")[0] in ("keras", "tf_keras") for c in type(source).__mro__):
+            name = "keras"
     return get_parser(name).parse(source, spec)

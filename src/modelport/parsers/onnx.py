@@ -21,7 +21,6 @@ def sniff(path: Path) -> bool:
 
 
 def convert_opset(model, opset: int, path=None):
-    import onnx
     from onnx import version_converter
 
     current = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)

@@ -25,6 +25,8 @@ RUNNERS: dict[str, str] = {
     "onnxruntime": "modelport.runtimes.onnxruntime:OnnxRuntimeRunner",
     "torch": "modelport.runtimes.torch:TorchRunner",
     "tflite": "modelport.runtimes.tflite:TFLiteRunner",
+    "torch_source": "modelport.runtimes.torch_source:TorchSourceRunner",
+    "tensorrt": "modelport.runtimes.tensorrt:TensorRTRunner",
 }
 
 

@@ -48,4 +48,4 @@ class OnnxRuntimeRunner:
         if missing:
             raise BadInputError(f"missing inputs {missing}; the model expects {self.input_names}")
         outs = self.session.run(self.output_names, {n: feeds[n] for n in self.input_names})
-        return dict(zip(self.output_names, outs))
+        return dict(zip(self.output_names, outs, strict=True))

@@ -48,39 +48,34 @@ class TFLiteRunner:
         self.input_transpose = input_transpose or {}
         self.output_transpose = output_transpose or {}
 
-    def _match_inputs(self, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    def _match_inputs(self, feeds: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray]]:
+        """(our name, array) pairs in the interpreter's input order."""
         if self.input_names:
-            return [feeds[n] for n in self.input_names]
-        by_name = {tflite_name(d["name"]): d for d in self.inputs}
+            return [(n, feeds[n]) for n in self.input_names]
+        by_name = {tflite_name(d["name"]): i for i, d in enumerate(self.inputs)}
         if set(feeds) <= set(by_name) and len(feeds) == len(self.inputs):
-            order = {d["index"]: i for i, d in enumerate(self.inputs)}
-            arrays = [None] * len(self.inputs)
-            for k, v in feeds.items():
-                arrays[order[by_name[k]["index"]]] = v
-            return arrays
+            return sorted(feeds.items(), key=lambda kv: by_name[kv[0]])
         if len(feeds) != len(self.inputs):
             raise BadInputError(f"{len(feeds)} inputs given, the TFLite model takes {len(self.inputs)}", path=self.path)
-        return list(feeds.values())
+        return list(feeds.items())
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        names = self.input_names or list(feeds)
-        arrays = self._match_inputs(feeds)
+        pairs = [(n, np.transpose(a, self.input_transpose[n]) if n in self.input_transpose else a)
+                 for n, a in self._match_inputs(feeds)]
         it = self.interpreter
-        for name, d, a in zip(names, self.inputs, arrays):
-            if name in self.input_transpose:
-                a = np.transpose(a, self.input_transpose[name])
+        for (_, a), d in zip(pairs, self.inputs, strict=True):
             if tuple(d["shape"]) != a.shape:
                 it.resize_tensor_input(d["index"], list(a.shape), strict=False)
         it.allocate_tensors()
-        for name, d, a in zip(names, it.get_input_details(), arrays):
-            if name in self.input_transpose:
-                a = np.transpose(a, self.input_transpose[name])
+        for (_, a), d in zip(pairs, it.get_input_details(), strict=True):
             it.set_tensor(d["index"], np.ascontiguousarray(a.astype(d["dtype"], copy=False)))
         it.invoke()
         outs = {}
         details = it.get_output_details()
         names_out = self.output_names or [tflite_name(d["name"]) for d in details]
-        for name, d in zip(names_out, details):
+        if len(set(names_out)) < len(names_out):  # 'StatefulPartitionedCall:0', ':1' strip to one name
+            names_out = [d["name"] for d in details]
+        for name, d in zip(names_out, details, strict=True):
             v = it.get_tensor(d["index"])
             if d.get("quantization") and d["dtype"] in (np.int8, np.uint8) and d["quantization"][0]:
                 scale, zero = d["quantization"]

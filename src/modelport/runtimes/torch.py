@@ -35,4 +35,4 @@ class TorchRunner:
             outs = flatten_outputs(self.module(*args))
         arrays = [o.detach().cpu().numpy() for o in outs]
         names = self.output_names or [f"output_{i}" for i in range(len(arrays))]
-        return dict(zip(names, arrays))
+        return dict(zip(names, arrays, strict=False))

@@ -10,6 +10,7 @@ import importlib
 from pathlib import Path
 
 SAVERS = {"pytorch": "modelport.zoo_builders.pytorch"}
+SAVERS["keras"] = "modelport.zoo_builders.keras"
 
 
 def save_source(name: str, output: Path, *, force: bool = False) -> dict:
