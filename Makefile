@@ -34,6 +34,8 @@ test: setup
 
 bench: setup
 	$(BIN)/python bench/cli_bench.py
+	$(BIN)/python bench/optimize_bench.py
+	$(BIN)/python bench/pytorch_code_conformance.py
 
 lint: setup
 	$(BIN)/ruff check src tests bench
