@@ -38,3 +38,26 @@ def test_convert_with_package(cli, tiny_onnx, tmp_path):
     assert (out / "packages" / "k8s" / "k8s" / "deployment.yaml").is_file()
     bad = cli("convert", tiny_onnx, "-o", tmp_path / "o2", "--package", "nginx")
     assert bad.exit_code == 2 and not (tmp_path / "o2").exists()
+
+
+def test_package_unservable_and_untrusted(cli, tmp_path):
+    """tflite/ort for Triton: exit 2 naming what it takes; tracing PyTorch code without --trust: exit 3."""
+    from modelport.convert import ConvertOptions, convert
+    from tests.serving.conftest import write_mlp
+
+    src = write_mlp(tmp_path / "src")
+    edge = tmp_path / "edge"
+    convert(src, edge, ConvertOptions(targets=["tflite", "ort"]))
+    r = cli("package", edge, "--for", "triton", "-o", tmp_path / "b1")
+    assert r.exit_code == 2 and "Triton takes ONNX" in r.stderr, r
+    code = tmp_path / "code"
+    convert(src, code, ConvertOptions(targets=["pytorch"]))
+    r = cli("package", code, "--for", "triton", "-o", tmp_path / "b2")
+    assert r.exit_code == 3 and "--trust" in r.stderr, r
+    r = cli("package", code, "--for", "triton", "--trust", "-o", tmp_path / "b3", "--json")
+    assert r.exit_code == 0, r
+    assert json.loads(r.stdout)["bundles"][0]["platform"] == "pytorch_libtorch"
+    assert (tmp_path / "b3" / "mlp" / "1" / "model.pt").is_file()
+    r = cli("package", code, "--for", "torchserve", "-o", tmp_path / "b4", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["bundles"][0]["runtime"] == "torch", r
+    assert [p for p in tree(tmp_path) if p.startswith(("b1", "b2"))] == []

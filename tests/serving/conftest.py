@@ -26,14 +26,11 @@ def cnn_out(tmp_path_factory) -> Path:
     return out
 
 
-@pytest.fixture(scope="session")
-def mlp_out(tmp_path_factory) -> Path:
-    """`modelport convert` of a two-layer ONNX MLP with a dynamic batch (source: an .onnx file)."""
+def write_mlp(folder: Path) -> Path:
+    """A two-layer ONNX MLP with a dynamic batch: features[batch, 8] -> scores[batch, 5]."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
-
-    from modelport.convert import ConvertOptions, convert
 
     rng = np.random.default_rng(1)
     w = numpy_helper.from_array(rng.standard_normal((8, 5)).astype(np.float32), "w")
@@ -44,8 +41,52 @@ def mlp_out(tmp_path_factory) -> Path:
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(folder / "mlp.onnx"))
+    return folder / "mlp.onnx"
+
+
+@pytest.fixture(scope="session")
+def mlp_out(tmp_path_factory) -> Path:
+    """`modelport convert` of a two-layer ONNX MLP with a dynamic batch (source: an .onnx file)."""
+    from modelport.convert import ConvertOptions, convert
+
     root = tmp_path_factory.mktemp("mlp")
-    (root / "src").mkdir()
-    onnx.save(model, str(root / "src" / "mlp.onnx"))
-    convert(root / "src" / "mlp.onnx", root / "out", ConvertOptions(targets=["onnx"]))
+    convert(write_mlp(root / "src"), root / "out", ConvertOptions(targets=["onnx"]))
     return root / "out"
+
+
+@pytest.fixture(scope="session")
+def mlp_edge_out(tmp_path_factory) -> Path:
+    """The MLP converted to TFLite and the ORT format only (no .onnx in the folder)."""
+    from modelport.convert import ConvertOptions, convert
+
+    root = tmp_path_factory.mktemp("mlp_edge")
+    convert(write_mlp(root / "src"), root / "out", ConvertOptions(targets=["tflite", "ort"]))
+    return root / "out"
+
+
+@pytest.fixture(scope="session")
+def mlp_plan_out(tmp_path_factory) -> Path:
+    """The MLP through `convert --to tensorrt --plan-only`: OUT/tensorrt/ holds the build plan, no engine."""
+    from modelport.convert import ConvertOptions, convert
+
+    root = tmp_path_factory.mktemp("mlp_plan")
+    convert(write_mlp(root / "src"), root / "out", ConvertOptions(targets=["tensorrt"], emit_options={"plan_only": True}))
+    return root / "out"
+
+
+@pytest.fixture(scope="session")
+def cnn_pt_out(tmp_path_factory) -> Path:
+    """The same CNN converted to ONNX and to PyTorch code (`pytorch/model.py` + `model.safetensors`)."""
+    from modelport.convert import ConvertOptions, convert
+    from modelport.specs import apply_options, parse_input_spec
+    from modelport.zoo_builders import save_source
+
+    root = tmp_path_factory.mktemp("cnn_pt")
+    save_source("cnn_small", root / "src")
+    specs = apply_options([parse_input_spec("input:batch,3,64,64")], layouts=["NCHW"],
+                          means=[",".join(map(str, MEAN))], stds=[",".join(map(str, STD))])
+    out = root / "out"
+    convert(root / "src" / "model.pt2", out, ConvertOptions(targets=["onnx", "pytorch"], inputs=specs))
+    return out

@@ -56,3 +56,11 @@ def test_keras_savedmodel_source_and_multi_model_config(tmp_path, mlp_out):
     np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-6)
     ins, outs = signature_specs(repo / "keras_mlp" / "1")
     assert [s.name for s in ins] == ["pixels"]
+
+
+def test_tflite_and_ort_are_refused_before_tensorflow_loads(mlp_edge_out, tmp_path):
+    from modelport.errors import BadInputError
+
+    with pytest.raises(BadInputError, match=r"TF Serving cannot serve .*ORT-format.*TFLite.*TF Serving takes a SavedModel"):
+        package(load_artifacts(mlp_edge_out), tmp_path, PackageOptions())
+    assert not (tmp_path / "models.config").exists()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import json
 import os
 import shutil
@@ -19,7 +21,7 @@ import numpy as np
 import pytest
 
 from modelport.convert.parity import Tolerance, compare
-from modelport.errors import UnsafeInputError
+from modelport.errors import BadInputError, UnsafeInputError
 from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 from modelport.serving import PackageOptions
 from modelport.serving.bundle import load_artifacts
@@ -82,9 +84,9 @@ def _post(url: str, body: dict, timeout: float = 10) -> tuple[int, dict]:
         return e.code, {"error": e.read().decode(errors="replace")}
 
 
-@pytest.mark.skipif(shutil.which("java") is None, reason="TorchServe needs Java")
-def test_real_torchserve_serves_the_archive(bundle, cnn_out, tmp_path):
-    out, _ = bundle
+@contextlib.contextmanager
+def _torchserve(model_store: Path, name: str, tmp_path: Path):
+    """A real TorchServe on 127.0.0.1 (free ports) serving `name`.mar; yields the prediction URL."""
     bindir = str(Path(sys.executable).parent)
     if not (Path(bindir) / "torchserve").exists():
         pytest.fail("torchserve is not installed in the test environment (pip install torchserve==0.12.0)")
@@ -97,40 +99,12 @@ def test_real_torchserve_serves_the_archive(bundle, cnn_out, tmp_path):
     ]))
     env = {**os.environ, "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
     cmd = [str(Path(bindir) / "torchserve"), "--start", "--foreground", "--ncs", "--disable-token-auth",
-           "--model-store", str(out / "model-store"), "--ts-config", str(cfg), "--models", "cnn=cnn.mar"]
-    log = open(tmp_path / "torchserve.out", "w")
+           "--model-store", str(model_store), "--ts-config", str(cfg), "--models", f"{name}={name}.mar"]
+    log_path = tmp_path / "torchserve.out"
+    log = open(log_path, "w")
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        arts = load_artifacts(cnn_out)
-        feeds = arts.sample_inputs(batch=2)
-        expected = OnnxRuntimeRunner(cnn_out / "model.onnx").run(feeds)
-        url = f"http://127.0.0.1:{ports[0]}/predictions/cnn"
-        body = {"inputs": {k: v.tolist() for k, v in feeds.items()}, "preprocessed": True}
-        deadline = time.monotonic() + 60
-        status, reply = 0, {}
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                pytest.fail(f"torchserve exited with {proc.returncode}: {(tmp_path / 'torchserve.out').read_text()[-3000:]}")
-            try:
-                status, reply = _post(url, body)
-                if status == 200:
-                    break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            time.sleep(0.5)
-        assert status == 200, (status, reply, (tmp_path / "torchserve.out").read_text()[-3000:])
-        got = {k: np.asarray(v, dtype=np.float32) for k, v in reply["outputs"].items()}
-        result = compare(expected, got, TOL, hop="torchserve")
-        assert result.ok, result.summary()
-
-        # raw pixels: the handler applies the contract's mean/std itself
-        raw = np.random.default_rng(3).uniform(0, 1, size=(1, 3, 64, 64)).astype(np.float32)
-        pre = (raw - np.asarray(MEAN, np.float32).reshape(1, 3, 1, 1)) / np.asarray(STD, np.float32).reshape(1, 3, 1, 1)
-        status, reply = _post(url, {"inputs": {"input": raw.tolist()}})
-        assert status == 200, reply
-        want = OnnxRuntimeRunner(cnn_out / "model.onnx").run({"input": pre.astype(np.float32)})
-        result = compare(want, {k: np.asarray(v, np.float32) for k, v in reply["outputs"].items()}, TOL, hop="torchserve raw")
-        assert result.ok, result.summary()
+        yield f"http://127.0.0.1:{ports[0]}/predictions/{name}", proc, log_path
     finally:
         subprocess.run([str(Path(bindir) / "torchserve"), "--stop", "--foreground"], cwd=tmp_path, env=env,
                        capture_output=True, timeout=30)
@@ -144,6 +118,145 @@ def test_real_torchserve_serves_the_archive(bundle, cnn_out, tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
         log.close()
+
+
+def _first_reply(url: str, body: dict, proc, log_path: Path) -> dict:
+    """POST until the model is up (60 s at most); the first 200 reply."""
+    deadline = time.monotonic() + 60
+    status, reply = 0, {}
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"torchserve exited with {proc.returncode}: {log_path.read_text()[-3000:]}")
+        try:
+            status, reply = _post(url, body)
+            if status == 200:
+                return reply
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            pass
+        time.sleep(0.5)
+    pytest.fail(f"no 200 reply: {status} {reply} {log_path.read_text()[-3000:]}")
+
+
+def _check_serving(url: str, proc, log_path: Path, reference: Path) -> None:
+    """A preprocessed batch of 2 and a raw-pixel request, both compared with onnxruntime on `reference`."""
+    arts = load_artifacts(reference.parent)
+    feeds = arts.sample_inputs(batch=2)
+    expected = OnnxRuntimeRunner(reference).run(feeds)
+    reply = _first_reply(url, {"inputs": {k: v.tolist() for k, v in feeds.items()}, "preprocessed": True}, proc, log_path)
+    got = {k: np.asarray(v, dtype=np.float32) for k, v in reply["outputs"].items()}
+    result = compare(expected, got, TOL, hop="torchserve")
+    assert result.ok, result.summary()
+
+    # raw pixels: the handler applies the contract's mean/std itself
+    raw = np.random.default_rng(3).uniform(0, 1, size=(1, 3, 64, 64)).astype(np.float32)
+    pre = (raw - np.asarray(MEAN, np.float32).reshape(1, 3, 1, 1)) / np.asarray(STD, np.float32).reshape(1, 3, 1, 1)
+    status, reply = _post(url, {"inputs": {"input": raw.tolist()}})
+    assert status == 200, reply
+    want = OnnxRuntimeRunner(reference).run({"input": pre.astype(np.float32)})
+    result = compare(want, {k: np.asarray(v, np.float32) for k, v in reply["outputs"].items()}, TOL, hop="torchserve raw")
+    assert result.ok, result.summary()
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="TorchServe needs Java")
+def test_real_torchserve_serves_the_archive(bundle, cnn_out, tmp_path):
+    out, _ = bundle
+    with _torchserve(out / "model-store", "cnn", tmp_path) as (url, proc, log_path):
+        _check_serving(url, proc, log_path, cnn_out / "model.onnx")
+
+
+@pytest.fixture(scope="module")
+def torch_bundle(cnn_pt_out, tmp_path_factory):
+    out = tmp_path_factory.mktemp("ts_torch") / "bundle"
+    out.mkdir()
+    b = package(load_artifacts(cnn_pt_out), out, PackageOptions(model_name="cnnpt"))
+    return out, b
+
+
+def test_pytorch_code_archive_layout(torch_bundle, cnn_pt_out):
+    out, b = torch_bundle
+    assert b.details["runtime"] == "torch"  # the default when the bundle holds the emitted PyTorch code
+    with zipfile.ZipFile(out / "model-store" / "cnnpt.mar") as z:
+        names = set(z.namelist())
+        manifest = json.loads(z.read("MAR-INF/MANIFEST.json"))
+        meta = json.loads(z.read("modelport.json"))
+        assert z.read("model.py") == (cnn_pt_out / "pytorch" / "model.py").read_bytes()
+        reqs = z.read("requirements.txt").decode()
+    assert {"model.py", "model.safetensors", "modelport_handler.py", "modelport.json"} <= names
+    assert "model.onnx" not in names
+    assert manifest["model"]["serializedFile"] == "model.safetensors"
+    assert meta["serving"] == {"runtime": "torch", "model_file": "model.safetensors", "code_file": "model.py",
+                               "postprocess": "none", "preprocess": True, "precision": "fp32"}
+    assert "safetensors==" in reqs and "onnxruntime" not in reqs
+    assert "emitted PyTorch code" in (out / "README.md").read_text()
+
+
+def test_runtime_choice(cnn_pt_out, cnn_out, tmp_path):
+    b = package(load_artifacts(cnn_pt_out), tmp_path / "a", PackageOptions(runtime="onnxruntime"))
+    with zipfile.ZipFile(b.files[0]) as z:
+        assert "model.onnx" in z.namelist() and "model.py" not in z.namelist()
+    with pytest.raises(BadInputError, match="no pytorch artifact"):
+        package(load_artifacts(cnn_out), tmp_path / "b", PackageOptions(runtime="torch"))
+    with pytest.raises(BadInputError, match="bad --runtime"):
+        package(load_artifacts(cnn_out), tmp_path / "c", PackageOptions(runtime="tensorflow"))
+
+
+def _handle_in_process(mar: Path, folder: Path, feeds: dict) -> dict:
+    """The archive's handler as TorchServe calls it, on the extracted archive (no server needed)."""
+    from types import SimpleNamespace
+
+    with zipfile.ZipFile(mar) as z:
+        z.extractall(folder)
+    spec = importlib.util.spec_from_file_location(f"extracted_handler_{folder.name}", folder / "modelport_handler.py")
+    handler_module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(handler_module)
+    handler = handler_module.ModelportHandler()
+    context = SimpleNamespace(system_properties={"model_dir": str(folder), "gpu_id": None})
+    body = json.dumps({"inputs": {k: v.tolist() for k, v in feeds.items()}, "preprocessed": True}).encode()
+    (reply,) = handler.handle([{"body": body}], context)
+    return {k: np.asarray(v, np.float32) for k, v in reply["outputs"].items()}
+
+
+def test_torch_handler_runs_the_archive_in_process(torch_bundle, cnn_pt_out, tmp_path):
+    out, _ = torch_bundle
+    feeds = load_artifacts(cnn_pt_out).sample_inputs(batch=3)
+    got = _handle_in_process(out / "model-store" / "cnnpt.mar", tmp_path, feeds)
+    result = compare(OnnxRuntimeRunner(cnn_pt_out / "model.onnx").run(feeds), got, TOL, hop="handler")
+    assert result.ok, result.summary()
+
+
+def test_ort_format_model_is_served_by_the_onnxruntime_handler(mlp_edge_out, tmp_path):
+    """A folder with model.ort (and model.tflite) but no .onnx: the .mar carries model.ort."""
+    b = package(load_artifacts(mlp_edge_out), tmp_path / "bundle", PackageOptions(model_name="mlp"))
+    assert b.details["runtime"] == "onnxruntime"
+    mar = tmp_path / "bundle" / "model-store" / "mlp.mar"
+    with zipfile.ZipFile(mar) as z:
+        assert "model.ort" in z.namelist() and "model.tflite" not in z.namelist()
+        assert json.loads(z.read("MAR-INF/MANIFEST.json"))["model"]["serializedFile"] == "model.ort"
+    feeds = load_artifacts(mlp_edge_out).sample_inputs(batch=2)
+    got = _handle_in_process(mar, tmp_path / "x", feeds)
+    want = OnnxRuntimeRunner(mlp_edge_out.parent / "src" / "mlp.onnx").run(feeds)
+    result = compare(want, got, TOL, hop="ort handler")
+    assert result.ok, result.summary()
+
+
+def test_tflite_only_is_refused(mlp_edge_out, tmp_path):
+    import shutil as sh
+
+    folder = tmp_path / "tfl"
+    sh.copytree(mlp_edge_out, folder)
+    (folder / "model.ort").unlink()
+    report = json.loads((folder / "report.json").read_text())
+    report["artifacts"] = [a for a in report["artifacts"] if a["target"] == "tflite"]
+    (folder / "report.json").write_text(json.dumps(report))
+    with pytest.raises(BadInputError, match=r"TorchServe cannot serve .*TFLite.*TorchServe takes ONNX"):
+        package(load_artifacts(folder), tmp_path / "b", PackageOptions())
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="TorchServe needs Java")
+def test_real_torchserve_serves_the_pytorch_code(torch_bundle, cnn_pt_out, tmp_path):
+    out, _ = torch_bundle
+    with _torchserve(out / "model-store", "cnnpt", tmp_path) as (url, proc, log_path):
+        _check_serving(url, proc, log_path, cnn_pt_out / "model.onnx")
 
 
 def test_handler_postprocessing_modes():

@@ -73,3 +73,79 @@ def test_adding_a_version_keeps_the_old_ones(mlp_out, tmp_path):
     assert (tmp_path / "mlp" / "1" / "model.onnx").is_file() and (tmp_path / "mlp" / "2" / "model.onnx").is_file()
     with pytest.raises(BadInputError, match="already exists"):
         package(arts, tmp_path, PackageOptions(version=2))
+
+
+def test_torchscript_repository_from_the_pytorch_code(cnn_pt_out, tmp_path):
+    import json
+
+    import numpy as np
+    import torch
+
+    from modelport.convert.parity import compare
+    from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
+    from modelport.serving.torchscript import TOLERANCE
+
+    b = package(load_artifacts(cnn_pt_out), tmp_path, PackageOptions(model_name="cnn", backend="pytorch", trust=True))
+    model_pt = tmp_path / "cnn" / "1" / "model.pt"
+    assert model_pt.is_file() and not (tmp_path / "cnn" / "1" / "model.onnx").exists()
+    text = (tmp_path / "cnn" / "config.pbtxt").read_text()
+    config = parse_config(text)
+    assert config == build_config(load_artifacts(cnn_pt_out), PackageOptions(), "torchscript", "cnn")
+    assert (config.platform, config.default_model_filename, config.max_batch_size) == ("pytorch_libtorch", "model.pt", 8)
+    (inp,), (out,) = config.input, config.output
+    assert (inp.name, list(inp.dims), pb.ModelInput.Format.Name(inp.format)) == ("INPUT__0", [3, 64, 64], "FORMAT_NCHW")
+    assert (out.name, pb.DataType.Name(out.data_type), list(out.dims)) == ("OUTPUT__0", "TYPE_FP32", [10])
+    assert b.details["platform"] == "pytorch_libtorch" and b.details["torchscript"]["parity_onnx"]["ok"]
+    request = json.loads((tmp_path / "cnn.request.json").read_text())
+    assert [i["name"] for i in request["inputs"]] == ["INPUT__0"]
+    assert "`INPUT__0` is `input`" in (tmp_path / "README.md").read_text()
+    # what Triton's libtorch backend would load, run at a batch inside max_batch_size
+    x = np.random.default_rng(9).standard_normal((4, 3, 64, 64)).astype(np.float32)
+    with torch.no_grad():
+        got = torch.jit.load(str(model_pt))(torch.from_numpy(x)).numpy()
+    result = compare(OnnxRuntimeRunner(cnn_pt_out / "model.onnx").run({"input": x}), {"output": got}, TOLERANCE, hop="model.pt")
+    assert result.ok, result.summary()
+
+
+def test_torchscript_without_trust_is_refused(cnn_pt_out, tmp_path):
+    from modelport.errors import UnsafeInputError
+
+    with pytest.raises(UnsafeInputError):
+        package(load_artifacts(cnn_pt_out), tmp_path, PackageOptions(backend="torchscript"))
+    assert not list((tmp_path).rglob("model.pt"))
+
+
+def test_tensorrt_plan_only_gives_config_and_build_folder(mlp_plan_out, tmp_path):
+    import json
+
+    arts = load_artifacts(mlp_plan_out)
+    b = package(arts, tmp_path, PackageOptions(model_name="mlp"))  # the plan is the only artifact: tensorrt_plan
+    config = parse_config((tmp_path / "mlp" / "config.pbtxt").read_text())
+    assert (config.platform, config.default_model_filename, config.max_batch_size) == ("tensorrt_plan", "model.plan", 8)
+    assert [(i.name, list(i.dims)) for i in config.input] == [("features", [8])]
+    assert config.instance_group[0].kind == pb.ModelInstanceGroup.KIND_GPU
+    version = tmp_path / "mlp" / "1"
+    build = version / "build"
+    assert {p.name for p in build.iterdir()} >= {"model.onnx", "plan.json", "trtexec.sh", "build_engine.py"}
+    assert not (version / "model.plan").exists()
+    # the build scripts write the engine exactly where Triton looks for it
+    plan = json.loads((build / "plan.json").read_text())
+    assert (build / plan["engine"]).resolve() == (version / "model.plan").resolve()
+    assert "--saveEngine=../model.plan" in (build / "trtexec.sh").read_text()
+    assert b.details["engine"].startswith("not built") and "trtexec.sh" in (tmp_path / "README.md").read_text()
+    # Triton may batch up to max_batch_size: the engine's profile must reach it
+    with pytest.raises(BadInputError, match="exceeds the TensorRT profile's max batch 8"):
+        package(arts, tmp_path / "big", PackageOptions(max_batch_size=16))
+
+
+def test_tensorrt_plan_only_refused_in_a_container(mlp_plan_out, tmp_path):
+    from modelport.serving import kubernetes
+
+    with pytest.raises(BadInputError, match="engine is not built"):
+        kubernetes.package(load_artifacts(mlp_plan_out), tmp_path, PackageOptions(server="triton"))
+
+
+def test_tflite_and_ort_are_refused_naming_what_triton_takes(mlp_edge_out, tmp_path):
+    with pytest.raises(BadInputError, match=r"Triton cannot serve .*ORT-format.*TFLite.*Triton takes ONNX") as e:
+        package(load_artifacts(mlp_edge_out), tmp_path, PackageOptions())
+    assert e.value.exit_code == 2 and "--to onnx" in (e.value.hint or "")

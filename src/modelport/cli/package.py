@@ -26,7 +26,7 @@ def render_package(report: dict) -> None:
     for col in ("system", "path", "model", "files", "details"):
         t.add_column(col)
     for b in report.get("bundles", []):
-        details = ", ".join(f"{k}={b[k]}" for k in ("version", "platform", "max_batch_size", "server", "image", "gpu") if k in b)
+        details = ", ".join(f"{k}={b[k]}" for k in ("version", "platform", "runtime", "max_batch_size", "server", "image", "gpu") if k in b)
         t.add_row(b["system"], b["path"], str(b.get("model_name", "")), str(len(b["files"])), details)
     console.print(t)
 
@@ -41,6 +41,8 @@ def register(app: typer.Typer) -> None:
         version: int | None = typer.Option(None, "--version", help="Model version (default 1, or the next with --add-version)."),
         add_version: bool = typer.Option(False, "--add-version", help="Add a version to an existing Triton/TF Serving bundle."),
         backend: str | None = typer.Option(None, "--backend", help="Triton backend: onnx, tensorrt, savedmodel, torchscript."),
+        runtime: str | None = typer.Option(None, "--runtime", help="TorchServe handler: onnxruntime or torch (default: torch when the PyTorch code is there)."),
+        trust: bool = typer.Option(False, "--trust", help="Triton torchscript: allow importing the emitted model.py to trace it."),
         max_batch: int = typer.Option(8, "--max-batch", help="Triton max_batch_size when the contract has a batch axis (0: off)."),
         preferred_batch: str | None = typer.Option(None, "--preferred-batch", help="Triton preferred batch sizes, e.g. 4,8."),
         queue_delay_us: int = typer.Option(100, "--queue-delay-us", help="Triton dynamic-batching queue delay (microseconds)."),
@@ -71,7 +73,7 @@ def register(app: typer.Typer) -> None:
             from modelport.serving.packaging import package
 
             options = PackageOptions(
-                model_name=name, version=version, add_version=add_version, force=force, backend=backend,
+                model_name=name, version=version, add_version=add_version, force=force, backend=backend, runtime=runtime, trust=trust,
                 max_batch_size=max_batch, preferred_batch_sizes=parse_sizes(preferred_batch), queue_delay_us=queue_delay_us,
                 dynamic_batching=not no_dynamic_batching, instances=instances, device=device.lower(), trt_acceleration=trt_accel,
                 postprocess=postprocess, preprocess=not no_preprocess, server=server.lower(), image=image, replicas=replicas,

@@ -94,6 +94,19 @@ class Artifacts:
         return OnnxRuntimeRunner(self.get("onnx", "reference outputs")).run(feeds)
 
 
+# artifact kinds a serving system cannot load as they are, and why (docs/serving.md has the full matrix)
+UNSERVED = {"tflite": "a TFLite flatbuffer (.tflite)",
+            "tensorrt": "a TensorRT engine", "ort": "an ORT-format model (.ort)", "pytorch": "PyTorch code",
+            "torchscript": "a TorchScript model.pt", "savedmodel": "a SavedModel"}
+
+
+def unservable(artifacts: Artifacts, system: str, accepts: str) -> BadInputError:
+    """The exit-2 error for artifacts `system` cannot serve, naming what it holds and what it accepts."""
+    held = [UNSERVED.get(k, k) for k in sorted(artifacts.files)] or ["no artifact"]
+    return BadInputError(f"{system} cannot serve what this folder holds ({'; '.join(held)}); {system} takes {accepts}",
+                         path=artifacts.source, hint="convert with --to onnx as well: every system here serves ONNX")
+
+
 def _inside(path: Path, root: Path) -> bool:
     return os.path.commonpath([str(path.resolve()), str(root.resolve())]) == str(root.resolve())
 

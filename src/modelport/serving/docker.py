@@ -79,7 +79,7 @@ def dockerfile(name: str, *, gpu: bool, model_name: str) -> str:
         f"COPY {s.bundle_dir}/ {s.mount}/",
     ]
     if name == "torchserve":
-        # the handler's own needs (onnxruntime, numpy), installed at build time, not per model at start-up
+        # the handler's own needs (onnxruntime or safetensors, numpy), installed at build time, not per model at start-up
         lines.insert(2, "USER root")
         lines.append(f"RUN python -m pip install --no-cache-dir -r {s.mount}/requirements.txt && chown -R model-server {s.mount}")
         lines.append("USER model-server")

@@ -26,8 +26,18 @@ def k8s_name(text: str) -> str:
 
 
 def server_bundle(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bundle:
-    """The chosen server's bundle, written into the folder the Dockerfile copies."""
-    return get_packager(options.server).package(artifacts, out_dir / server(options.server).bundle_dir, options)
+    """The chosen server's bundle, written into the folder the Dockerfile copies.
+
+    A TensorRT build plan without its engine is refused: the image would start a server with no model.
+    """
+    from modelport.errors import BadInputError
+
+    bundle = get_packager(options.server).package(artifacts, out_dir / server(options.server).bundle_dir, options)
+    if str(bundle.details.get("engine", "")).startswith("not built"):
+        raise BadInputError("the TensorRT engine is not built (a --plan-only conversion): a container needs model.plan",
+                            path=artifacts.source,
+                            hint="build it on a GPU (tensorrt/build_engine.py) and convert again, or package --backend onnx")
+    return bundle
 
 
 def needs_gpu(bundle: Bundle, options: PackageOptions) -> bool:

@@ -100,12 +100,13 @@ def package_converted(stage: Path, report: Report, systems: list[str], options: 
                       on_stage=None) -> list[Bundle]:
     """The convert pipeline's last step: bundles for `systems` in `stage/packages/<system>/`.
 
-    The artifacts are the ones this run just wrote and validated, with the contract it recorded.
+    The artifacts are the ones this run just wrote and validated, with the contract it recorded;
+    its own PyTorch code may be imported to trace it (trust), as the run itself just did.
     """
     from modelport.serving.bundle import from_report
 
     artifacts = from_report(stage, report.data)
-    opts = PackageOptions(**(options or {}))
+    opts = PackageOptions(**{"trust": True, **(options or {})})
     if on_stage:
         on_stage("package")
     bundles = write_bundles(artifacts, stage / "packages", parse_systems(systems), opts, subfolders=True, report=report)

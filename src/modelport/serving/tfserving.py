@@ -92,6 +92,10 @@ def export_saved_model(artifacts: Artifacts, dest: Path) -> Path:
         shutil.copytree(artifacts.files["savedmodel"], dest, symlinks=False)
         signature_specs(dest)
         return dest
+    if not artifacts.has("onnx"):
+        from modelport.serving.bundle import unservable
+
+        raise unservable(artifacts, "TF Serving", "a SavedModel, or ONNX (converted to a SavedModel with onnx2tf)")
     tf = _tf()
     from modelport.deps import require
 

@@ -2,10 +2,11 @@
 
 The `.mar` is the zip `torch-model-archiver` writes: `MAR-INF/MANIFEST.json` naming the
 serialized model and the handler, with every extra file at the archive root. The handler
-(`torchserve_handler.py`, copied in as `modelport_handler.py`) runs the ONNX artifact through
-onnxruntime and applies the contract's preprocessing and the chosen postprocessing; the contract
-itself travels in the archive as `modelport.json`. Member names are checked while writing: no
-absolute paths, no `..`, no backslashes.
+(`torchserve_handler.py`, copied in as `modelport_handler.py`) runs either the ONNX artifact through
+onnxruntime or the emitted PyTorch code (`model.py` + `model.safetensors`) with torch, and applies
+the contract's preprocessing and the chosen postprocessing; the contract itself travels in the
+archive as `modelport.json`. Member names are checked while writing: no absolute paths, no `..`,
+no backslashes.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ from pathlib import Path, PurePosixPath
 
 from modelport.errors import BadInputError, UnsafeInputError
 from modelport.serving import Bundle, PackageOptions
-from modelport.serving.bundle import Artifacts
+from modelport.serving.bundle import Artifacts, unservable
 
 NAME = "torchserve"
-DESCRIPTION = "TorchServe model archive (.mar) with a handler running the ONNX artifact in onnxruntime"
+DESCRIPTION = "TorchServe model archive (.mar) with a handler running the ONNX artifact or the emitted PyTorch code"
+# --runtime name -> (artifact kind the handler runs, serialized file in the archive)
+RUNTIMES = {"onnxruntime": ("onnx", "model.onnx"), "torch": ("pytorch", "model.safetensors")}
+RUNTIME_ALIASES = {"onnx": "onnxruntime", "ort": "onnxruntime", "pytorch": "torch"}
 HANDLER = "modelport_handler.py"
 ARCHIVER_VERSION = "0.12.0"  # the manifest format written here is torch-model-archiver 0.12.0's
 
@@ -54,22 +58,58 @@ def _postprocess(mode: str) -> str:
     raise BadInputError(f"bad --postprocess '{mode}': none, softmax or topk=K")
 
 
-def manifest(name: str, version: str) -> dict:
+def choose_runtime(artifacts: Artifacts, requested: str | None) -> str:
+    """The handler's runtime: the one asked for, else torch when the emitted PyTorch code is there, else onnxruntime."""
+    if requested:
+        key = RUNTIME_ALIASES.get(requested.strip().lower(), requested.strip().lower())
+        if key not in RUNTIMES:
+            raise BadInputError(f"bad --runtime '{requested}' for TorchServe: {', '.join(RUNTIMES)}")
+        if not (key == "onnxruntime" and artifacts.has("ort")):
+            artifacts.get(RUNTIMES[key][0], f"the TorchServe {key} handler")
+        return key
+    if artifacts.has("pytorch"):
+        return "torch"
+    if artifacts.has("onnx") or artifacts.has("ort"):
+        return "onnxruntime"
+    raise unservable(artifacts, "TorchServe", "ONNX or an ORT-format model (onnxruntime handler) or the emitted PyTorch code")
+
+
+def pytorch_files(artifacts: Artifacts) -> dict[str, Path]:
+    """model.py and model.safetensors of the emitted PyTorch code (both must be there)."""
+    folder = artifacts.get("pytorch", "the TorchServe torch handler")
+    folder = folder if folder.is_dir() else folder.parent
+    files = {n: folder / n for n in ("model.py", "model.safetensors")}
+    for n, p in files.items():
+        if not p.is_file() or p.is_symlink():
+            raise BadInputError(f"the PyTorch code artifact has no {n}", path=folder,
+                                hint="convert again with --to pytorch")
+    return files
+
+
+def manifest(name: str, version: str, serialized: str = "model.onnx") -> dict:
     return {
         "createdOn": time.strftime("%d/%m/%Y %H:%M:%S"),
         "runtime": "python",
-        "model": {"modelName": name, "serializedFile": "model.onnx", "handler": HANDLER, "modelVersion": version,
+        "model": {"modelName": name, "serializedFile": serialized, "handler": HANDLER, "modelVersion": version,
                   "requirementsFile": "requirements.txt"},
         "archiverVersion": ARCHIVER_VERSION,
     }
 
 
-def requirements() -> str:
+def requirements(runtime: str = "onnxruntime") -> str:
+    """The handler's own needs, pinned to the versions the artifact was checked with.
+
+    For the torch handler, torch itself is TorchServe's (its images ship it); it is named in a
+    comment so a bare `pip install torchserve` knows which version the code was checked with.
+    """
     from modelport.deps import version_of
 
-    ort = version_of("onnxruntime")
-    np_v = version_of("numpy")
-    return "".join(f"{pkg}=={v}\n" if v else f"{pkg}\n" for pkg, v in (("onnxruntime", ort), ("numpy", np_v)))
+    pkgs = ("onnxruntime", "numpy") if runtime == "onnxruntime" else ("safetensors", "numpy")
+    lines = [f"{pkg}=={v}\n" if v else f"{pkg}\n" for pkg, v in ((p, version_of(p)) for p in pkgs)]
+    if runtime == "torch":
+        torch_v = (version_of("torch") or "").split("+")[0]
+        lines.insert(0, f"# torch{'==' + torch_v if torch_v else ''} is TorchServe's own; install it beside a bare torchserve\n")
+    return "".join(lines)
 
 
 def config_properties(*, workers: int, batch: int, delay_ms: int) -> str:
@@ -92,21 +132,32 @@ def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bun
 
     name = options.model_name or artifacts.name
     version = str(options.version or 1)
-    onnx_files = artifacts.onnx_files()
+    runtime = choose_runtime(artifacts, options.runtime)
+    serialized = RUNTIMES[runtime][1]
+    if runtime == "onnxruntime" and not artifacts.has("onnx"):
+        serialized = "model.ort"  # onnxruntime loads the ORT format as it loads .onnx
     meta = {**artifacts.contract(), "serving": {
-        "runtime": "onnxruntime", "model_file": "model.onnx", "postprocess": _postprocess(options.postprocess),
-        "preprocess": bool(options.preprocess), "precision": artifacts.precision,
+        "runtime": runtime, "model_file": serialized, "postprocess": _postprocess(options.postprocess),
+        "preprocess": bool(options.preprocess), "precision": artifacts.precision if runtime == "onnxruntime" else "fp32",
     }}
+    if runtime == "torch":
+        meta["serving"]["code_file"] = "model.py"
     handler = importlib.resources.files("modelport.serving").joinpath("torchserve_handler.py").read_bytes()
     members: dict[str, Path | bytes] = {
-        "MAR-INF/MANIFEST.json": json.dumps(manifest(name, version), indent=2).encode(),
-        "model.onnx": onnx_files[0],
+        "MAR-INF/MANIFEST.json": json.dumps(manifest(name, version, serialized), indent=2).encode(),
         HANDLER: handler,
         "modelport.json": json.dumps(meta, indent=2).encode(),
-        "requirements.txt": requirements().encode(),
+        "requirements.txt": requirements(runtime).encode(),
     }
-    for extra in onnx_files[1:]:
-        members[extra.relative_to(onnx_files[0].parent).as_posix()] = extra
+    if serialized == "model.ort":
+        members["model.ort"] = artifacts.get("ort", "the TorchServe onnxruntime handler")
+    elif runtime == "onnxruntime":
+        onnx_files = artifacts.onnx_files()
+        members["model.onnx"] = onnx_files[0]
+        for extra in onnx_files[1:]:
+            members[extra.relative_to(onnx_files[0].parent).as_posix()] = extra
+    else:
+        members.update(pytorch_files(artifacts))
     store = out_dir / "model-store"
     store.mkdir(parents=True, exist_ok=True)
     mar = write_mar(store / f"{name}.mar", members)
@@ -114,7 +165,7 @@ def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bun
     props = out_dir / "config.properties"
     props.write_text(config_properties(workers=options.instances, batch=1, delay_ms=max(1, options.queue_delay_us // 1000)))
     reqs = out_dir / "requirements.txt"
-    reqs.write_text(requirements())
+    reqs.write_text(requirements(runtime))
     files += [props, reqs]
     has_pre = any(s.preprocess for s in artifacts.inputs) and options.preprocess
 
@@ -131,17 +182,19 @@ def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bun
     readme.write_text(_readme(name, artifacts, sample, meta["serving"]))
     files.append(readme)
     return Bundle(NAME, out_dir, files, {"model_name": name, "version": version, "mar": str(mar.relative_to(out_dir)),
-                                         "handler": HANDLER, "postprocess": meta["serving"]["postprocess"],
+                                         "handler": HANDLER, "runtime": runtime, "postprocess": meta["serving"]["postprocess"],
                                          "gpu": options.device == "gpu"})
 
 
 def _readme(name: str, artifacts: Artifacts, sample: Path | None, serving: dict) -> str:
     body = f"-d @{sample.name}" if sample else "-d '{\"inputs\": {...}}'"
+    what = ("the ONNX model in onnxruntime" if serving["runtime"] == "onnxruntime"
+            else "the emitted PyTorch code (`model.py`, weights `model.safetensors`) with torch")
     ins = "\n".join(f"- `{s.name}`: {s.dtype} {s.shape}" + (f", preprocessing {s.preprocess}" if s.preprocess else "")
                     for s in artifacts.inputs)
     return f"""# TorchServe bundle: {name}
 
-`model-store/{name}.mar` runs the ONNX model in onnxruntime through `{HANDLER}`
+`model-store/{name}.mar` runs {what} through `{HANDLER}`
 (postprocessing: {serving['postprocess']}). Install the handler's needs beside TorchServe
 (`pip install -r requirements.txt`, Java 17), then:
 

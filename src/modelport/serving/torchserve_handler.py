@@ -2,13 +2,17 @@
 
 It depends on numpy and the model's runtime only (never on modelport): everything it needs to
 know (input/output names, dtypes, layouts, preprocessing, postprocessing, which runtime runs the
-model) is read from `modelport.json`, the I/O contract written into the same archive.
+model) is read from `modelport.json`, the I/O contract written into the same archive. The runtime
+is onnxruntime (`model.onnx`) or torch: the emitted `model.py` is imported from its path under a
+name of its own (never as a bare `model` module), `Model()` gets the weights of
+`model.safetensors` and runs in eval mode under `torch.inference_mode()`.
 
 Request body (JSON): `{"inputs": {NAME: nested list, ...}}` or `{NAME: nested list, ...}`; add
 `"preprocessed": true` to skip the contract's preprocessing for data that already had it.
 Response: `{"outputs": {NAME: nested list}}`, or for `topk=K` `{NAME: {"indices", "values"}}`.
 """
 
+import importlib.util
 import json
 import os
 
@@ -21,6 +25,7 @@ class ModelportHandler:
         self.meta = None
         self.session = None
         self.module = None
+        self.device = None
 
     def initialize(self, context):
         model_dir = context.system_properties.get("model_dir") or "."
@@ -37,9 +42,35 @@ class ModelportHandler:
             if context.system_properties.get("gpu_id") is not None and "CUDAExecutionProvider" in ort.get_available_providers():
                 providers.insert(0, "CUDAExecutionProvider")
             self.session = ort.InferenceSession(model_path, opts, providers=providers)
+        elif serving["runtime"] == "torch":
+            self.module = self.load_torch(os.path.join(model_dir, serving["code_file"]), model_path,
+                                          context.system_properties.get("gpu_id"))
         else:
             raise RuntimeError("unknown runtime in modelport.json: " + str(serving["runtime"]))
         self.initialized = True
+
+    def load_torch(self, code_path, weights_path, gpu_id):
+        import torch
+        from safetensors.torch import load_file
+
+        spec = importlib.util.spec_from_file_location("modelport_served_model_" + str(os.getpid()), code_path)
+        code = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(code)
+        model = code.Model()
+        model.load_state_dict(load_file(weights_path))
+        self.device = torch.device("cpu")
+        if gpu_id is not None and torch.cuda.is_available():
+            self.device = torch.device("cuda", int(gpu_id))
+        return model.to(self.device).eval()
+
+    @staticmethod
+    def flat(out):
+        """Tensors of a module's output in order (a tensor, or nested tuples/lists of them)."""
+        if isinstance(out, (list, tuple)):
+            return [t for v in out for t in ModelportHandler.flat(v)]
+        if isinstance(out, dict):
+            return [t for v in out.values() for t in ModelportHandler.flat(v)]
+        return [out]
 
     # -- pre/post-processing, driven by the contract -------------------------------------------------
 
@@ -89,7 +120,14 @@ class ModelportHandler:
 
     def run(self, feeds):
         names = [s["name"] for s in self.meta["outputs"]]
-        return dict(zip(names, self.session.run(names, feeds), strict=True))
+        if self.module is None:
+            return dict(zip(names, self.session.run(names, feeds), strict=True))
+        import torch
+
+        args = [torch.from_numpy(feeds[s["name"]]).to(self.device) for s in self.meta["inputs"]]
+        with torch.inference_mode():
+            outs = self.flat(self.module(*args))
+        return dict(zip(names, [o.detach().cpu().numpy() for o in outs], strict=True))
 
     def postprocess(self, outputs):
         mode = self.meta["serving"].get("postprocess") or "none"

@@ -6,6 +6,14 @@ reads one back through the same schema. Inputs and outputs, their Triton data ty
 and `max_batch_size` all come from the I/O contract: when dim 0 of every input and output is the
 same symbolic axis, Triton batches on it and the dims leave it out; otherwise `max_batch_size`
 is 0 and the dims are the full shapes, -1 for every dynamic dim.
+
+pytorch_libtorch takes a TorchScript `model.pt`: a TorchScript artifact is copied, else the
+emitted PyTorch code is traced (`torchscript.py`, parity-checked before it is written). TorchScript
+keeps no tensor names, so its inputs and outputs follow the backend's `<name>__<index>` convention
+(`INPUT__0`, `OUTPUT__0`, … in contract order). A TensorRT build plan without an engine
+(`convert --to tensorrt --plan-only`) gives the config and `<version>/build/` (ONNX, trtexec.sh,
+build_engine.py) whose scripts write `<version>/model.plan` on the serving GPU machine; Triton
+ignores the non-numeric folder.
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ from pathlib import Path
 
 from modelport.errors import BadInputError
 from modelport.serving import Bundle, PackageOptions
-from modelport.serving.bundle import Artifacts
+from modelport.serving.bundle import Artifacts, unservable
 
 NAME = "triton"
 DESCRIPTION = "Triton model repository (config.pbtxt + versions), validated with Triton's config schema"
@@ -28,6 +36,26 @@ BACKENDS: dict[str, tuple[str, str, str]] = {
     "torchscript": ("torchscript", "pytorch_libtorch", "model.pt"),
 }
 GPU_ONLY = {"tensorrt"}
+BACKEND_ALIASES = {"pytorch": "torchscript", "libtorch": "torchscript", "trt": "tensorrt", "onnxruntime": "onnx"}
+ACCEPTS = "ONNX, a TensorRT engine or build plan, a SavedModel, TorchScript or the emitted PyTorch code"
+
+
+def tensor_names(backend: str, artifacts: Artifacts) -> tuple[list[str], list[str]]:
+    """Input and output names in the config: the contract's, or `INPUT__i`/`OUTPUT__i` for TorchScript."""
+    if backend == "torchscript":
+        return [f"INPUT__{i}" for i in range(len(artifacts.inputs))], [f"OUTPUT__{i}" for i in range(len(artifacts.outputs))]
+    return [s.name for s in artifacts.inputs], [s.name for s in artifacts.outputs]
+
+
+def _available(artifacts: Artifacts, backend: str) -> bool:
+    kind = BACKENDS[backend][0]
+    return artifacts.has(kind) or (backend == "torchscript" and artifacts.has("pytorch"))
+
+
+def plan_only(artifacts: Artifacts) -> Path | None:
+    """The TensorRT build-plan folder when the artifacts hold a plan but no engine."""
+    p = artifacts.files.get("tensorrt")
+    return p if p is not None and p.is_dir() and (p / "plan.json").is_file() else None
 
 
 def _pb():
@@ -38,14 +66,14 @@ def _pb():
 
 def choose_backend(artifacts: Artifacts, options: PackageOptions) -> str:
     if options.backend:
-        if options.backend not in BACKENDS:
+        backend = BACKEND_ALIASES.get(options.backend.lower(), options.backend.lower())
+        if backend not in BACKENDS:
             raise BadInputError(f"unknown Triton backend '{options.backend}'; known: {', '.join(BACKENDS)}")
-        return options.backend
-    for name, (kind, _, _) in BACKENDS.items():
-        if artifacts.has(kind):
+        return backend
+    for name in BACKENDS:
+        if _available(artifacts, name):
             return name
-    raise BadInputError("no artifact Triton can serve", path=artifacts.source,
-                        hint="convert with --to onnx (or tensorrt)")
+    raise unservable(artifacts, "Triton", ACCEPTS)
 
 
 def _dims(shape: list, batched: bool) -> list[int]:
@@ -60,13 +88,16 @@ def build_config(artifacts: Artifacts, options: PackageOptions, backend: str, na
     if backend not in BACKENDS:
         raise BadInputError(f"unknown Triton backend '{backend}'; known: {', '.join(BACKENDS)}")
     _, platform, filename = BACKENDS[backend]
+    names_in, names_out = tensor_names(backend, artifacts)
     gpu = options.device == "gpu" or backend in GPU_ONLY
     config = pb.ModelConfig(name=name, platform=platform, default_model_filename=filename)
     batch_axis = artifacts.batch_axis() if options.max_batch_size > 0 else None
     config.max_batch_size = options.max_batch_size if batch_axis else 0
-    for specs, field in ((artifacts.inputs, config.input), (artifacts.outputs, config.output)):
-        for s in specs:
-            t = field.add(name=s.name, data_type=pb.DataType.Value("TYPE_" + v2_datatype(s.dtype).replace("BYTES", "STRING")))
+    if backend == "tensorrt" and batch_axis:
+        _check_profile_batch(artifacts, options.max_batch_size)
+    for specs, names, field in ((artifacts.inputs, names_in, config.input), (artifacts.outputs, names_out, config.output)):
+        for s, tensor_name in zip(specs, names, strict=True):
+            t = field.add(name=tensor_name, data_type=pb.DataType.Value("TYPE_" + v2_datatype(s.dtype).replace("BYTES", "STRING")))
             dims = _dims(s.shape, bool(batch_axis))
             if dims:
                 t.dims.extend(dims)
@@ -94,6 +125,20 @@ def build_config(artifacts: Artifacts, options: PackageOptions, backend: str, na
     return config
 
 
+def _check_profile_batch(artifacts: Artifacts, max_batch: int) -> None:
+    """Triton may batch up to max_batch_size: the engine's optimisation profile must reach that far."""
+    import json
+
+    folder = plan_only(artifacts) or artifacts.source / "tensorrt"
+    if not (folder / "plan.json").is_file():
+        return
+    profiles = json.loads((folder / "plan.json").read_text()).get("profiles") or []
+    top = min((p["max"][0] for p in profiles if p.get("max")), default=None)
+    if top is not None and max_batch > top:
+        raise BadInputError(f"--max-batch {max_batch} exceeds the TensorRT profile's max batch {top}",
+                            path=folder / "plan.json", hint=f"pass --max-batch {top} or less, or rebuild with larger --trt-shapes")
+
+
 def config_text(config) -> str:
     from google.protobuf import text_format
 
@@ -115,9 +160,20 @@ def _existing_versions(model_dir: Path) -> list[int]:
     return sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()) if model_dir.is_dir() else []
 
 
-def _place_model(artifacts: Artifacts, backend: str, version_dir: Path) -> list[Path]:
+def _place_model(artifacts: Artifacts, backend: str, version_dir: Path, options: PackageOptions,
+                 details: dict) -> list[Path]:
     kind, _, filename = BACKENDS[backend]
     version_dir.mkdir(parents=True)
+    if backend == "torchscript" and not artifacts.has("torchscript"):
+        from modelport.serving.torchscript import write_torchscript
+
+        details["torchscript"] = write_torchscript(artifacts, version_dir / filename, trust=options.trust)
+        return [version_dir / filename]
+    if backend == "tensorrt" and plan_only(artifacts):
+        build = version_dir / "build"
+        shutil.copytree(plan_only(artifacts), build, symlinks=False)
+        details["engine"] = f"not built: run {build.relative_to(version_dir.parent.parent)}/trtexec.sh on the serving GPU"
+        return [p for p in build.rglob("*") if p.is_file()]
     if backend == "onnx":
         src_files = artifacts.onnx_files()
         main = version_dir / filename
@@ -162,24 +218,34 @@ def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bun
         if old.platform and old.platform != config.platform:
             raise BadInputError(f"the repository serves '{name}' with {old.platform}; version {version} would need {config.platform}",
                                 path=old_config)
-    files = _place_model(artifacts, backend, model_dir / str(version))
+    details: dict = {}
+    files = _place_model(artifacts, backend, model_dir / str(version), options, details)
     text = config_text(config)
     parse_config(text)  # the round trip through Triton's schema is the check
     old_config.parent.mkdir(parents=True, exist_ok=True)
     old_config.write_text(text)
     files.append(old_config)
-    request = write_json_request(out_dir / f"{name}.request.json", artifacts, v2_request)
+    names_in, _ = tensor_names(backend, artifacts)
+
+    def request_fn(a):
+        body = v2_request(a)
+        for entry, tensor_name in zip(body["inputs"], names_in, strict=True):
+            entry["name"] = tensor_name
+        return body
+
+    request = write_json_request(out_dir / f"{name}.request.json", artifacts, request_fn)
     if request:
         files.append(request)
     readme = out_dir / "README.md"
-    readme.write_text(_readme(name, version, backend, config, request))
+    readme.write_text(_readme(name, version, backend, config, request, artifacts, details))
     files.append(readme)
     return Bundle(NAME, out_dir, files, {"model_name": name, "version": version, "versions": [*existing, version],
                                          "platform": config.platform, "max_batch_size": config.max_batch_size,
-                                         "gpu": options.device == "gpu" or backend in GPU_ONLY})
+                                         "gpu": options.device == "gpu" or backend in GPU_ONLY, **details})
 
 
-def _readme(name: str, version: int, backend: str, config, request: Path | None) -> str:
+def _readme(name: str, version: int, backend: str, config, request: Path | None, artifacts: Artifacts,
+            details: dict) -> str:
     from modelport.serving.docker import image_for
 
     gpu = any(g.kind == 1 for g in config.instance_group)  # KIND_GPU
@@ -187,6 +253,17 @@ def _readme(name: str, version: int, backend: str, config, request: Path | None)
     gpus = "--gpus all " if gpu else ""
     body = f"-d @{request.name}" if request else "-d '{\"inputs\": [...]}'  # KServe v2 JSON, one entry per input"
     ins = "\n".join(f"- `{i.name}`: {_pb().DataType.Name(i.data_type)} dims {list(i.dims)}" for i in config.input)
+    notes = ""
+    if backend == "torchscript":
+        pairs = [*zip(config.input, artifacts.inputs, strict=True), *zip(config.output, artifacts.outputs, strict=True)]
+        notes += ("\nTorchScript keeps no tensor names: Triton's PyTorch backend takes them by position, so the\n"
+                  "config names them `INPUT__i`/`OUTPUT__i`. Contract names:\n"
+                  + "\n".join(f"- `{t.name}` is `{s.name}`" for t, s in pairs) + "\n")
+    if "engine" in details:
+        notes += (f"\nThe TensorRT engine is not built yet (the conversion wrote its build plan only). On the GPU\n"
+                  f"machine that will serve it, with the Triton image's TensorRT version, build it first:\n\n"
+                  f"```sh\nsh {name}/{version}/build/trtexec.sh        # or: python {name}/{version}/build/build_engine.py\n```\n\n"
+                  f"It writes `{name}/{version}/model.plan`; Triton ignores the `build/` folder.\n")
     return f"""# Triton model repository: {name}
 
 Version {version} of `{name}` ({config.platform}); max_batch_size {config.max_batch_size}.
@@ -207,4 +284,4 @@ curl -s -X POST localhost:8000/v2/models/{name}/infer -H 'Content-Type: applicat
 
 Inputs (Triton data types; the batch axis is left out of the dims when max_batch_size > 0):
 {ins}
-"""
+{notes}"""
