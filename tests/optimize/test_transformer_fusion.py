@@ -1,13 +1,26 @@
+from collections import Counter
+
 from modelport.optimize import get_pass
 from tests.optimize.conftest import assert_same_outputs
 
 
-def test_bert_layernorm_fusions_into_contrib_ops(bert_ir):
-    simplified = get_pass("simplify").apply(bert_ir).model
-    result = get_pass("transformer").apply(simplified)
+def _ops(ir) -> Counter:
+    return Counter((n.domain, n.op_type) for n in ir.model.graph.node)
+
+
+def test_bert_tiny_attention_fuses_without_skip_layer_norm(bert_ir):
+    result = get_pass("transformer").apply(bert_ir)
     assert result.modified
-    domains = {(n.domain, n.op_type) for n in result.model.model.graph.node}
-    assert ("com.microsoft", "SkipLayerNormalization") in domains
-    assert result.details["fusions"]["skip_layer_normalization"] >= 1
-    assert len(result.model.model.graph.node) < len(simplified.model.graph.node)
+    ops = _ops(result.model)
+    assert ops[("com.microsoft", "Attention")] == 2  # zoo:bert_tiny has two layers
+    assert ops[("com.microsoft", "SkipLayerNormalization")] == 0
+    assert len(result.model.model.graph.node) < len(bert_ir.model.graph.node)
+    assert_same_outputs(bert_ir, result.model, atol=1e-4)
+
+
+def test_bert_tiny_transformer_sln_fuses_skip_layer_norm(bert_ir):
+    result = get_pass("transformer-sln").apply(bert_ir)
+    ops = _ops(result.model)
+    assert ops[("com.microsoft", "SkipLayerNormalization")] >= 4
+    assert result.details["fusions"]["skip_layer_normalization"] >= 4
     assert_same_outputs(bert_ir, result.model, atol=1e-4)

@@ -53,6 +53,7 @@ PASSES: dict[str, str] = {
     "fuse": "modelport.optimize.fusion:FusionPass",
     "simplify": "modelport.optimize.simplify:OnnxSimPass",
     "transformer": "modelport.optimize.transformer_fusion:TransformerFusionPass",
+    "transformer-sln": "modelport.optimize.transformer_fusion:SkipLayerNormTransformerFusionPass",
     "fp16": "modelport.optimize.precision:Float16Pass",
     "int8-dynamic": "modelport.optimize.quantize:DynamicQuantizationPass",
     "int8-static": "modelport.optimize.quantize:StaticQuantizationPass",
@@ -63,7 +64,9 @@ LEVELS: dict[str, list[str]] = {
     "none": [],
     "basic": ["shape", "fold", "dce", "cleanup"],
     "extended": ["shape", "fold", "dce", "cleanup", "fuse", "simplify"],
-    "all": ["shape", "fold", "dce", "cleanup", "fuse", "simplify", "transformer"],
+    # transformer before simplify: onnxsim drops the exporter's symbolic shapes, which the
+    # attention rules need on dynamic-shape exports (see optimize/attention_fusion.py)
+    "all": ["shape", "fold", "dce", "cleanup", "fuse", "transformer", "simplify"],
 }
 LEVEL_NAMES = (*LEVELS, "auto")
 PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic", "int8-static")
