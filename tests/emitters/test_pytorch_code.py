@@ -208,3 +208,86 @@ def test_keras_and_tflite_become_pytorch_code(cli, keras_files, tmp_path, name):
     code = out / "pytorch" / "model.py"
     lint = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", str(code)], capture_output=True, text=True, cwd=REPO)
     assert lint.returncode == 0, lint.stdout
+
+
+@pytest.fixture(scope="module")
+def keras_recurrent(tmp_path_factory):
+    import keras
+
+    d = tmp_path_factory.mktemp("keras_recurrent")
+    for name, layer in (("lstm", keras.layers.LSTM(6)), ("gru", keras.layers.GRU(6))):
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((7, 4)), layer, keras.layers.Dense(3)])
+        model.save(d / f"{name}.keras")
+    return d
+
+
+@pytest.mark.tf
+@pytest.mark.parametrize("name", ["lstm", "gru"])
+def test_keras_recurrent_becomes_pytorch_code(cli, keras_recurrent, tmp_path, name):
+    """tf2onnx writes a Keras LSTM as an LSTM node and a Keras GRU as a `Loop`: the loop becomes a
+    Python `for` over a body method."""
+    out = tmp_path / "out"
+    r = cli("convert", keras_recurrent / f"{name}.keras", "--to", "pytorch", "-o", out, "--json")
+    assert r.exit_code == 0, r
+    parity = _end_to_end(r.json())
+    assert parity["ok"], parity
+    code = (out / "pytorch" / "model.py").read_text()
+    if name == "gru":
+        assert "for step in range(7):" in code and "_body(self, " in code
+    lint = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", str(out / "pytorch" / "model.py")],
+                          capture_output=True, text=True, cwd=REPO)
+    assert lint.returncode == 0, lint.stdout
+
+
+def _upsampling_cnn(path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    w = helper.make_tensor("conv.weight", TensorProto.FLOAT, [4, 3, 3, 3], rng.standard_normal(108).astype(np.float32).tolist())
+    scales = helper.make_tensor("scales", TensorProto.FLOAT, [4], [1, 1, 2, 2])
+    nodes = [
+        helper.make_node("Conv", ["x", "conv.weight"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Resize", ["c", "", "scales"], ["up"], mode="nearest", coordinate_transformation_mode="asymmetric",
+                         nearest_mode="floor"),
+        helper.make_node("Resize", ["up", "", "scales"], ["smooth"], mode="linear"),
+        helper.make_node("MaxPool", ["smooth"], ["y"], kernel_shape=[2, 2], strides=[2, 2]),
+    ]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=[w, scales])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+    return path
+
+
+def test_emit_onnx_to_pytorch_cli(cli, tmp_path):
+    src = _upsampling_cnn(tmp_path / "src" / "up.onnx")
+    out = tmp_path / "out"
+    r = cli("emit", src, "--to", "pytorch", "-o", out, "--json")
+    assert r.exit_code == 0, r
+    parity = _end_to_end(r.json())
+    assert parity["ok"], parity
+    code = (out / "pytorch" / "model.py").read_text()
+    assert 'up = F.interpolate(c, scale_factor=2.0, mode="nearest")' in code
+    assert 'mode="bilinear", align_corners=False' in code
+    assert {"pytorch/model.py", "pytorch/model.safetensors", "pytorch/README.md", "report.json"} <= set(tree(out))
+    again = cli("emit", src, "--to", "pytorch", "-o", out)
+    assert again.exit_code == 2  # an existing output needs --force
+
+
+def test_unsupported_op_inside_a_loop_body_is_listed():
+    from modelport.emitters.pytorch_code import generate_source
+    from modelport.errors import UnsupportedError
+
+    body = helper.make_graph(
+        [helper.make_node("Det", ["s_in"], ["d"]), helper.make_node("Add", ["s_in", "d"], ["s_out"]),
+         helper.make_node("Identity", ["c_in"], ["c_out"])], "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []), helper.make_tensor_value_info("c_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("s_in", TensorProto.FLOAT, [2, 2])],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), helper.make_tensor_value_info("s_out", TensorProto.FLOAT, [2, 2])])
+    loop = helper.make_node("Loop", ["n", "", "x"], ["y"], body=body)
+    graph = helper.make_graph([loop], "g", [helper.make_tensor_value_info("n", TensorProto.INT64, []),
+                                            helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])])
+    with pytest.raises(UnsupportedError, match="unsupported ops: Det x1"):
+        generate_source(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))

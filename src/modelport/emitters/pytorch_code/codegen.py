@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from modelport.emitters.pytorch_code.helpers import HELPERS
+
 TORCH_DTYPES = {
     "float32": "torch.float32", "float64": "torch.float64", "float16": "torch.float16",
     "bfloat16": "torch.bfloat16", "int8": "torch.int8", "int16": "torch.int16", "int32": "torch.int32",
@@ -35,7 +37,7 @@ RESERVED = set(keyword.kwlist) | {"self", "torch", "nn", "F", "math", "Path", "M
                                   "list", "tuple", "int", "float", "len", "range", "min", "max", "sum", "abs",
                                   "zip", "slice", "print", "input", "type", "id", "map", "all", "any",
                                   "onnx_reshape", "onnx_slice", "gather_nd", "scatter_nd", "onnx_one_hot",
-                                  "onnx_recurrence", "onnx_unsqueeze", "onnx_pad"}
+                                  "onnx_recurrence", "onnx_unsqueeze", "onnx_pad"} | set(HELPERS)
 _FX_NAMES = {"getitem", "to_copy", "val", "tmp", "const_fold_opt"}
 _MEANINGLESS = re.compile(r"^(val|_v|tmp|v|t|onnx|node)?_?\d+$|^$", re.IGNORECASE)
 
@@ -126,6 +128,7 @@ class Module:
     args: list[str] = field(default_factory=list)
     returns: list[str] = field(default_factory=list)
     submodules: Counter = field(default_factory=Counter)
+    methods: list[tuple[str, list[str], list[str], list[str]]] = field(default_factory=list)  # name, args, body, returns
 
 
 class NodeView:
@@ -141,9 +144,13 @@ class NodeView:
         from onnx import helper
 
         self.attrs = {}
+        self.graphs = {}
         for a in node.attribute:
-            if a.type in (5, 10):  # GRAPH / GRAPHS
-                raise NotConvertible(f"attribute '{a.name}' holds a subgraph")
+            if a.type == 5:  # GRAPH: the body of Loop / Scan, the branches of If
+                self.graphs[a.name] = a.g
+                continue
+            if a.type == 10:
+                raise NotConvertible(f"attribute '{a.name}' holds a list of subgraphs")
             v = helper.get_attribute_value(a)
             if isinstance(v, bytes):
                 v = v.decode()

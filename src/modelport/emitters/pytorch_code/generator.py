@@ -55,8 +55,11 @@ def _infer(model):
 
 
 def _shapes_and_types(model) -> tuple[dict, dict]:
+    return graph_shapes_and_types(model.graph)
+
+
+def graph_shapes_and_types(g) -> tuple[dict, dict]:
     shapes, dtypes = {}, {}
-    g = model.graph
     for v in list(g.input) + list(g.value_info) + list(g.output):
         if not v.type.HasField("tensor_type"):
             continue
@@ -143,14 +146,20 @@ class Generator:
         for node in reversed(self.graph.node):
             if any(o in live for o in node.output):
                 live.update(i for i in node.input if i)
+                for a in node.attribute:
+                    if a.type == 5:  # a subgraph's reads from this scope
+                        live.update(free_names(a.g))
         return live
 
     def _live_nodes(self):
         return [n for n in self.graph.node if any(o in self.live_values for o in n.output)]
 
-    def unsupported(self) -> Counter:
+    def unsupported(self, nodes=None) -> Counter:
         missing = Counter()
-        for node in self._live_nodes():
+        for node in self._live_nodes() if nodes is None else nodes:
+            for a in node.attribute:
+                if a.type == 5:
+                    missing += self.unsupported(a.g.node)
             if node.op_type == "Constant" and not node.domain:
                 continue
             domain = node.domain or ""
@@ -251,7 +260,8 @@ def render(mod: Module, *, doc: str) -> str:
     lines = [f'"""{doc.strip()}\n"""', "", "from __future__ import annotations", ""]
     std = ["import math"] if "math" in mod.uses else []
     std.append("from pathlib import Path")
-    body = "\n".join([*mod.helpers.values(), *mod.init, *mod.forward, *mod.returns])
+    methods = [ln for _, args, body, rets in mod.methods for ln in [*args, *body, *rets]]
+    body = "\n".join([*mod.helpers.values(), *mod.init, *mod.forward, *mod.returns, *methods])
     lines += std + [""] + (["import torch"] if "torch." in body else [])
     if "F" in mod.uses:
         lines.append("import torch.nn.functional as F")
@@ -263,7 +273,12 @@ def render(mod: Module, *, doc: str) -> str:
     lines += ["", f"    def forward(self, {', '.join(mod.args)}):" if mod.args else "    def forward(self):"]
     lines += [f"        {ln}" for ln in mod.forward]
     ret = mod.returns[0] if len(mod.returns) == 1 else ", ".join(mod.returns)
-    lines += [f"        return {ret}", "", ""]
+    lines += [f"        return {ret}", ""]
+    for name, args, body, returns in mod.methods:
+        lines += [f"    def {name}(self, {', '.join(args)}):" if args else f"    def {name}(self):"]
+        lines += [f"        {ln}" for ln in body]
+        lines += [f"        return {', '.join(returns)}" if returns else "        return None", ""]
+    lines += [""]
     lines += [
         'def load_model(weights: str | Path | None = None) -> Model:',
         '    """The model with its trained weights (model.safetensors beside this file by default), in eval mode."""',
@@ -275,3 +290,88 @@ def render(mod: Module, *, doc: str) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def free_names(graph) -> list[str]:
+    """Values a (sub)graph reads from enclosing scopes, nested subgraphs included, in first-use order."""
+    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    free: list[str] = []
+    for node in graph.node:
+        used = list(node.input)
+        for a in node.attribute:
+            if a.type == 5:
+                used += free_names(a.g)
+        for name in used:
+            if name and name not in defined and name not in free:
+                free.append(name)
+        defined.update(node.output)
+    return free
+
+
+class BodyGenerator(Generator):
+    """A subgraph (Loop body, If branch) written as a method of the same module: it shares the
+    module's submodules, parameters and helpers; values it reads from the enclosing graph are
+    constants when known there, otherwise method arguments."""
+
+    def __init__(self, parent: Generator, graph):
+        self.parent = parent
+        self.model = parent.model
+        self.graph = graph
+        self.registry = parent.registry
+        self.opsets = parent.opsets
+        shapes, dtypes = graph_shapes_and_types(graph)
+        self.shapes, self.dtypes = {**parent.shapes, **shapes}, {**parent.dtypes, **dtypes}
+        pm = parent.mod
+        self.mod = Module(init=pm.init, state=pm.state, helpers=pm.helpers, uses=pm.uses, submodules=pm.submodules,
+                          methods=pm.methods)
+        self.attr_names = parent.attr_names
+        self.local_names = Names()
+        self.var_of = {}
+        self.values: dict[str, Value] = {}
+        self.param_exprs = parent.param_exprs
+        self.absorbed = set()
+        self.consumers = defaultdict(list)
+        self.initializers = parent.initializers | {t.name for t in graph.initializer}
+        self.live_values = self._live()
+        self.captured: list[str] = []  # expressions in the enclosing scope, passed as the last arguments
+
+    def bind_input(self, onnx_name: str, value: Value) -> None:
+        self.values[onnx_name] = value
+
+    def arg(self, onnx_name: str, hint: str, kind: str = "tensor") -> str:
+        name = self.local_names.make(identifier(onnx_name, hint))
+        self.var_of[onnx_name] = name
+        self.values[onnx_name] = Value(kind, name)
+        self.mod.args.append(name)
+        return name
+
+    def build(self, method_hint: str) -> str:
+        """Writes the method; returns its name. Inputs must be bound (or made args) first."""
+        from onnx import numpy_helper
+
+        for t in self.graph.initializer:
+            self.values[t.name] = Value("const", const=numpy_helper.to_array(t))
+        for name in free_names(self.graph):
+            if name in self.values:
+                continue
+            outer = self.parent.values.get(name)
+            if outer is None:
+                raise NotConvertible(f"subgraph reads '{name}', which the enclosing graph does not produce")
+            if outer.kind == "const":
+                self.values[name] = outer
+                continue
+            param = self.local_names.make(identifier(name, "outer"))
+            self.var_of[name] = param
+            self.values[name] = Value(outer.kind, param, length=outer.length)
+            self.mod.args.append(param)
+            self.captured.append(outer.expr)
+        missing = self.unsupported()
+        if missing:
+            raise NotConvertible("unsupported ops in a subgraph: " + ", ".join(f"{op} x{k}" for op, k in sorted(missing.items())))
+        for node in self._live_nodes():
+            if id(node) not in self.absorbed:
+                self._convert(node)
+        self.mod.returns = [self._output_expr(o.name) for o in self.graph.output]
+        method = self.attr_names.make(method_hint)
+        self.parent.mod.methods.append((method, self.mod.args, self.mod.forward, self.mod.returns))
+        return method

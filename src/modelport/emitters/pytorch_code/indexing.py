@@ -213,8 +213,21 @@ def topk(n):
     axis = n.attr("axis", -1)
     largest = bool(n.attr("largest", 1))
     sorted_ = bool(n.attr("sorted", 1))
-    opts = [f"dim={axis}"] + ([] if largest else ["largest=False"]) + ([] if sorted_ else ["sorted=False"])
-    n.emit_many(f"torch.topk({n.t(0)}, {n.scalar(1)}, {', '.join(opts)})")
+    x = n.t(0)
+    if not sorted_:
+        opts = [f"dim={axis}"] + ([] if largest else ["largest=False"]) + ([] if sorted_ else ["sorted=False"])
+        n.emit_many(f"torch.topk({x}, {n.scalar(1)}, {', '.join(opts)})")
+        return
+    # ONNX orders equal values by index; a stable sort does, torch.topk does not promise it
+    k = n.scalar(1)
+    desc = ", descending=True" if largest else ""
+    values, order = n.tmp("sorted_values"), n.tmp("order")
+    n.line(f"{values}, {order} = torch.sort({x}, dim={axis}{desc}, stable=True)")
+    index = ":, " * axis if axis >= 0 else "..., "
+    tail = "" if axis >= 0 else ", :" * (-axis - 1)
+    for j, name in ((0, values), (1, order)):
+        if n.used(j):
+            n.emit(f"{name}[{index}:{k}{tail}]", j)
 
 
 @converter("NonZero")

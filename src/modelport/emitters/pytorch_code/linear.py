@@ -73,3 +73,31 @@ def einsum(n):
     eq = n.attr("equation").replace(" ", "")
     args = ", ".join(n.t(i) for i in range(len(n.inputs)))
     n.emit(f'torch.einsum("{eq}", {args})')
+
+
+@converter("Attention")
+def attention(n):
+    """ONNX Attention (opset 23): a call to the `onnx_attention` helper."""
+    args = [n.t(i) for i in range(3)]
+    optional = [n.t(i) if n.has(i) else "None" for i in range(3, 7)]
+    while optional and optional[-1] == "None":
+        optional.pop()
+    args += optional
+    if n.attr("softmax_precision") == 11:
+        n.fail("softmax_precision float64 (the softmax runs in float32)")
+    opts = []
+    if n.attr("q_num_heads") is not None:
+        opts += [f"q_heads={n.attr('q_num_heads')}", f"kv_heads={n.attr('kv_num_heads')}"]
+    if n.attr("scale") is not None:
+        opts.append(f"scale={n.gen.literal(n.attr('scale'))}")
+    if n.attr("is_causal", 0):
+        opts.append("causal=True")
+    if n.attr("softcap", 0.0):
+        opts.append(f"softcap={n.gen.literal(n.attr('softcap'))}")
+    if n.attr("qk_matmul_output_mode", 0):
+        opts.append(f"qk_output={n.attr('qk_matmul_output_mode')}")
+    window = (n.attr("left_window_size", -1), n.attr("right_window_size", -1))
+    if window != (-1, -1):
+        opts.append(f"window={window}")
+    n.use("math")
+    n.emit_many(f"{n.helper('onnx_attention')}({', '.join(args + opts)})", 4)

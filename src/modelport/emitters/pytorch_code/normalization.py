@@ -14,7 +14,8 @@ from modelport.emitters.pytorch_code.registry import converter
 @converter("BatchNormalization")
 def batch_norm(n):
     if n.attr("training_mode", 0) or any(n.used(j) for j in range(1, len(n.outputs))):
-        n.fail("BatchNormalization in training mode")
+        _batch_norm_training(n)
+        return
     eps = n.attr("epsilon", 1e-5)
     consts = [n.const(i) for i in range(1, 5)]
     rank = n.rank(0)
@@ -31,6 +32,31 @@ def batch_norm(n):
         return
     n.use("F")
     n.emit(f"F.batch_norm({n.t(0)}, {n.t(3)}, {n.t(4)}, {n.t(1)}, {n.t(2)}, training=False{eps_arg})")
+
+
+def _batch_norm_training(n):
+    """Training mode: normalise with the batch's statistics (biased variance) and also return the
+    updated running statistics, running * momentum + batch * (1 - momentum)."""
+    if n.opset < 14:
+        n.fail("BatchNormalization training outputs before opset 14")
+    rank = n.rank(0)
+    if rank is None:
+        n.fail("BatchNormalization in training mode on an input of unknown rank")
+    x = n.t(0)
+    dims = "(" + ", ".join(str(d) for d in range(rank) if d != 1) + ("," if rank == 2 else "") + ")"
+    view = "1, -1" + ", 1" * (rank - 2)
+    eps, momentum = n.gen.literal(n.attr("epsilon", 1e-5)), n.attr("momentum", 0.9)
+    mean, var = n.tmp("batch_mean"), n.tmp("batch_var")
+    n.line(f"{mean} = {x}.mean(dim={dims})")
+    n.line(f"{var} = {x}.var(dim={dims}, unbiased=False)")
+    scale, bias = n.t(1), n.t(2)
+    n.emit(f"({x} - {mean}.reshape({view})) * torch.rsqrt({var}.reshape({view}) + {eps}) * {scale}.reshape({view})"
+           f" + {bias}.reshape({view})")
+    keep, new = n.gen.literal(momentum), n.gen.literal(round(1.0 - momentum, 9))
+    if n.used(1):
+        n.emit(f"{n.t(3)} * {keep} + {mean} * {new}", 1)
+    if n.used(2):
+        n.emit(f"{n.t(4)} * {keep} + {var} * {new}", 2)
 
 
 @converter("LayerNormalization")

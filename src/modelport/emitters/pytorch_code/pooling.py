@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from modelport.emitters.pytorch_code.codegen import literal
 from modelport.emitters.pytorch_code.conv import resolve_pads, tup
 from modelport.emitters.pytorch_code.registry import converter
 
@@ -28,10 +29,10 @@ def _explicit_pad(n, x: str, pads: list[int], value: str | None) -> str:
 def max_pool(n):
     nd = _spatial(n)
     n.use("F")
-    if n.used(1):
-        n.fail("MaxPool indices output (torch numbers them per channel, ONNX over the whole tensor)")
-    if n.attr("storage_order", 0):
-        n.fail("MaxPool storage_order=1")
+    with_indices = n.used(1)
+    column_major = bool(n.attr("storage_order", 0))
+    if column_major and (not with_indices or nd != 2):
+        n.fail("MaxPool storage_order=1 outside 2-D pooling with indices")
     kernel = n.attr("kernel_shape")
     strides = n.attr("strides", [1] * nd)
     dilations = n.attr("dilations", [1] * nd)
@@ -40,6 +41,8 @@ def max_pool(n):
     begin, end = pads[:nd], pads[nd:]
     fits = all(p <= ((k - 1) * d + 1) // 2 for p, k, d in zip(begin, kernel, dilations, strict=False))
     if begin != end or not fits:
+        if with_indices:
+            n.fail("MaxPool indices with padding torch cannot express")
         if (n.dtype(0) or "float32").startswith(("int", "uint")):
             n.fail("integer MaxPool with padding torch cannot express")
         n.use("math")
@@ -52,7 +55,14 @@ def max_pool(n):
         opts.append(f"dilation={tup(dilations)}")
     if n.attr("ceil_mode", 0):
         opts.append("ceil_mode=True")
-    n.emit(f"F.max_pool{nd}d({x}, {', '.join(opts)})")
+    if not with_indices:
+        n.emit(f"F.max_pool{nd}d({x}, {', '.join(opts)})")
+        return
+    pooled, where = n.tmp("pooled"), n.tmp("argmax")
+    n.line(f"{pooled}, {where} = F.max_pool{nd}d({x}, {', '.join(opts)}, return_indices=True)")
+    n.bind(pooled, 0)
+    order = ", column_major=True" if column_major else ""
+    n.emit(f"{n.helper('onnx_max_pool_indices')}({x}, {where}{order})", 1)
 
 
 @converter("AveragePool")
@@ -62,8 +72,6 @@ def avg_pool(n):
     kernel = n.attr("kernel_shape")
     strides = n.attr("strides", [1] * nd)
     dilations = n.attr("dilations", [1] * nd)
-    if any(d != 1 for d in dilations):
-        n.fail("AveragePool with dilations (torch's avg_pool has none)")
     pads = resolve_pads(n, kernel, strides, dilations)
     include = bool(n.attr("count_include_pad", 0))
     ceil = bool(n.attr("ceil_mode", 0))
@@ -73,6 +81,11 @@ def avg_pool(n):
     if ceil:
         opts.append("ceil_mode=True")
     fits = all(p <= k // 2 for p, k in zip(begin, kernel, strict=False))
+    if any(d != 1 for d in dilations) or (ceil and begin != end):
+        # torch's avg_pool has no dilation, and its ceil_mode windows differ once pads are uneven
+        flags = (", ceil_mode=True" if ceil else "") + (", count_include_pad=True" if include else "")
+        n.emit(f"{n.helper('onnx_avg_pool')}({x}, {literal(kernel)}, {literal(strides)}, {literal(pads)}, {literal(dilations)}{flags})")
+        return
     if begin == end and fits:
         if any(begin):
             opts.append(f"padding={tup(begin)}")
@@ -84,8 +97,6 @@ def avg_pool(n):
     if include:
         n.emit(f"F.avg_pool{nd}d({padded}, {', '.join(opts)})")
         return
-    if ceil:
-        n.fail("AveragePool with unequal pads, ceil_mode and count_include_pad=0")
     # Average over real elements only: pooled sum of the input over pooled count of ones.
     ones = _explicit_pad(n, f"torch.ones_like({x})", pads, None)
     n.emit(f"F.avg_pool{nd}d({padded}, {', '.join(opts)}) / F.avg_pool{nd}d({ones}, {', '.join(opts)})")

@@ -38,13 +38,16 @@ def reduce(n):
     axes = _axes(n)
     x = n.t(0)
     if axes == "runtime":
-        if method == "prod" or n.attr("noop_with_empty_axes", 0):
-            n.fail("ReduceProd or noop_with_empty_axes with axes computed at run time")
-        dims = f"tuple({n.ints(1)}) or tuple(range({x}.dim()))"
+        if method == "prod":
+            n.fail("ReduceProd with axes computed at run time")
+        noop = bool(n.attr("noop_with_empty_axes", 0))
+        axes_list = n.ints(1)
+        dims = f"tuple({axes_list})" if noop else f"tuple({axes_list}) or tuple(range({x}.dim()))"
         keep_arg = ", keepdim=True" if keep else ""
         base = pre.format(x=x)
         call = f"torch.logsumexp({base}, dim={dims}{keep_arg})" if method == "logsumexp" else f"{base}.{method}(dim={dims}{keep_arg})"
-        n.emit(post.format(r=call))
+        expr = post.format(r=call)
+        n.emit(f"({expr} if len({axes_list}) else {x})" if noop else expr)
         return
     if not axes:
         if axes is not None or n.attr("noop_with_empty_axes", 0):

@@ -45,13 +45,22 @@ def _module_ok(n, acts) -> bool:
         return False
     if n.has(3) and n.const(3) is None:
         return False
-    if n.has(4):  # sequence_lens
+    if n.has(4) and not _full_lengths(n):  # sequence_lens
         return False
     if op == "LSTM" and (n.has(7) or n.attr("input_forget", 0)):
         return False
     if op == "GRU" and not n.attr("linear_before_reset", 0):
         return False
     return acts is not None and n.attr("clip") is None and n.attr("direction", "forward") != "reverse"
+
+
+def _full_lengths(n) -> bool:
+    """sequence_lens is a constant equal to the sequence length for every batch entry."""
+    lens, shape = n.const(4), n.static_shape(0)
+    if lens is None or shape is None:
+        return False
+    steps = shape[1] if n.attr("layout", 0) else shape[0]
+    return bool((lens == steps).all())
 
 
 @converter(("LSTM", "GRU", "RNN"))
@@ -67,8 +76,6 @@ def recurrent(n):
         return
     if acts != "default":
         n.fail(f"{op} activations {n.attr('activations')}")
-    if n.has(4):
-        n.fail(f"{op} with sequence_lens")
     clip = n.attr("clip")
     x, w, r = n.t(0), n.t(1), n.t(2)
     b = n.t(3) if n.has(3) else "None"
@@ -86,6 +93,8 @@ def recurrent(n):
         opts.append("linear_before_reset=True")
     if op == "LSTM" and n.attr("input_forget", 0):
         opts.append("input_forget=True")
+    if n.has(4) and not _full_lengths(n):
+        opts.append(f"seq_lens={n.t(4)}")
     helper = n.helper("onnx_recurrence")
     n.emit_many(f"{helper}({x}, {w}, {r}, {b}, {h0}, {c0}, {p}, {', '.join(opts)})", 3)
 

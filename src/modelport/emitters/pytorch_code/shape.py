@@ -253,7 +253,9 @@ def pad(n):
             value = n.scalar(2)
         axes = n.const_ints(3) if n.has(3) else None
         if n.has(3) and axes is None:
-            n.fail("pad axes computed at run time")
+            value_arg = "" if value is None else f", value={value}"
+            n.emit(f'{n.helper("onnx_pad")}({n.t(0)}, {n.ints(1)}, mode="{PAD_MODES[mode]}"{value_arg}, axes={n.ints(3)})')
+            return
     else:
         pads = n.attr("pads")
         value = n.gen.literal(n.attr("value", 0.0))
@@ -261,10 +263,9 @@ def pad(n):
     rank = n.rank(0)
     x = n.t(0)
     if pads is None:
-        if axes is not None:
-            n.fail("pads and axes computed at run time")
         value_arg = "" if value is None else f", value={value}"
-        n.emit(f'{n.helper("onnx_pad")}({x}, {n.ints(1)}, mode="{PAD_MODES[mode]}"{value_arg})')
+        axes_arg = "" if axes is None else f", axes={literal(axes)}"
+        n.emit(f'{n.helper("onnx_pad")}({x}, {n.ints(1)}, mode="{PAD_MODES[mode]}"{value_arg}{axes_arg})')
         return
     k = len(pads) // 2
     if axes is None:
