@@ -59,3 +59,30 @@ def test_user_inputs_and_bad_files(cli, variants, tmp_path):
     assert r.exit_code == 2
     r = cli("validate", d / "out/model.onnx", tmp_path / "in.npz")
     assert r.exit_code == 2 and "cannot run this kind of file" in r.stderr
+
+
+@pytest.mark.parametrize("kind", ["garbage_tables", "bad_root", "truncated", "wrong_identifier"])
+def test_corrupt_tflite_is_exit_2_not_a_crash(cli, variants, tmp_path, kind):
+    from tests.parsers.test_tflite import _corrupt
+
+    d, _ = variants
+    bad = tmp_path / "bad.tflite"
+    bad.write_bytes(_corrupt((d / "out/model.tflite").read_bytes(), kind))
+    for pair in ((d / "out/model.onnx", bad), (bad, d / "out/model.onnx")):
+        r = cli("validate", *pair, "--json")
+        assert r.exit_code == 2, r
+        assert "bad.tflite" in r.stderr
+
+
+@pytest.mark.parametrize("sig", ["SIGSEGV", "SIGABRT"])
+def test_tflite_side_runs_in_a_child(cli, variants, tmp_path, monkeypatch, sig):
+    """The interpreter dying on the user's file ends validate with exit 2 naming the signal."""
+    from tests.runtimes.crash_injection import inject_crash
+
+    d, _ = variants
+    inject_crash(monkeypatch, tmp_path / "hook", "modelport.runtimes.tflite:load_interpreter", sig)
+    r = cli("validate", d / "out/model.onnx", d / "out/model.tflite")
+    assert r.exit_code == 2, r
+    assert sig in r.stderr and "model.tflite" in r.stderr
+    monkeypatch.delenv("MODELPORT_TEST_CRASH")
+    assert cli("validate", d / "out/model.onnx", d / "out/model.tflite").exit_code == 0

@@ -48,6 +48,18 @@ def saved(tmp_path_factory):
     return d, marker
 
 
+def test_tensorflow_abort_during_conversion_exit_2(cli, saved, tmp_path, monkeypatch):
+    """Loading, running and converting the graph happen in a child: an abort there is exit 2, no output."""
+    from tests.runtimes.crash_injection import inject_crash
+
+    d, _ = saved
+    inject_crash(monkeypatch, tmp_path / "hook", "tf2onnx.convert:from_graph_def", "SIGABRT")
+    r = cli("convert", d / "two_io", "-o", tmp_path / "out")
+    assert r.exit_code == 2, r
+    assert "SIGABRT" in r.stderr and "two_io" in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_sniff(saved):
     d, _ = saved
     assert detect(d / "two_io") == "savedmodel"

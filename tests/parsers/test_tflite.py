@@ -72,6 +72,24 @@ def test_child_killed_by_signal_is_a_bad_input(tmp_path):
         run_isolated("import time; time.sleep(30)", [], path=tmp_path / "x.tflite", timeout=1)
 
 
+@pytest.mark.parametrize("target,sig", [("tf2onnx.convert:from_tflite", "SIGSEGV"),
+                                        ("modelport.runtimes.tflite:load_interpreter", "SIGABRT")])
+def test_crash_during_conversion_exit_2_names_signal(cli, tflites, tmp_path, monkeypatch, target, sig):
+    """tf2onnx's own read of the flatbuffer, like the interpreter's, happens in the child: a crash
+    there ends the run with exit 2 naming the signal, and nothing is written."""
+    from tests.runtimes.crash_injection import inject_crash
+
+    inject_crash(monkeypatch, tmp_path / "hook", target, sig)
+    src = tmp_path / "src" / "cnn.tflite"
+    src.parent.mkdir()
+    src.write_bytes((tflites / "cnn.tflite").read_bytes())
+    r = cli("convert", src, "-o", tmp_path / "out")
+    assert r.exit_code == 2, r
+    assert sig in r.stderr and "cnn.tflite" in r.stderr
+    assert not (tmp_path / "out").exists()
+    assert [p for p in tree(tmp_path) if not p.startswith("hook")] == ["src", "src/cnn.tflite"]
+
+
 def _corrupt(raw: bytes, kind: str) -> bytes:
     if kind == "garbage_tables":
         # valid root offset and 'TFL3' identifier, the tables behind them garbage
@@ -112,3 +130,28 @@ def test_json_stdout_is_one_document(cli_proc, tflites, tmp_path):
     import json
 
     assert json.loads(r.stdout)["status"] == "ok"
+
+
+def test_int8_io_source_keeps_integer_io(tmp_path):
+    """A full-integer .tflite with int8 I/O: the IR takes and returns int8 like the file, and the
+    references are the interpreter's raw int8 outputs, so parity is exact."""
+    import tensorflow as tf
+
+    @tf.function(input_signature=[tf.TensorSpec([1, 8], tf.float32, name="x")])
+    def f(x):
+        return {"y": x * 2.0 + 1.0}
+
+    conv = tf.lite.TFLiteConverter.from_concrete_functions([f.get_concrete_function()])
+    conv.optimizations = [tf.lite.Optimize.DEFAULT]
+    rng = np.random.default_rng(0)
+    conv.representative_dataset = lambda: ([rng.uniform(-1, 1, (1, 8)).astype(np.float32)] for _ in range(16))
+    conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    conv.inference_input_type = conv.inference_output_type = tf.int8
+    path = tmp_path / "q.tflite"
+    path.write_bytes(conv.convert())
+    ir = parse(path, SourceSpec(path=path))
+    assert ir.inputs[0].dtype == "int8" and ir.outputs[0].dtype == "int8"
+    ref = next(iter(ir.reference.outputs.values()))
+    assert ref.dtype == np.int8
+    got = OnnxRuntimeRunner(ir.model).run(ir.reference.inputs)
+    np.testing.assert_array_equal(got[ir.outputs[0].name], ref)

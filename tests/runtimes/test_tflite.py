@@ -46,3 +46,32 @@ def test_wrong_input_count(two_input_tflite):
 
     with pytest.raises(BadInputError, match="takes 2"):
         get_runner("tflite", two_input_tflite).run({"x": np.zeros((1, 2), np.float32)})
+
+
+def test_int8_io_quantised_by_the_runner(tmp_path):
+    """A full-integer file with int8 I/O (TF's converter): float feeds are quantised with the input's
+    scale/zero point, outputs dequantised, and describe() reports both dtypes."""
+    import tensorflow as tf
+
+    from modelport.runtimes import get_runner
+
+    @tf.function(input_signature=[tf.TensorSpec([1, 8], tf.float32, name="x")])
+    def f(x):
+        return {"y": x * 2.0 + 1.0}
+
+    conv = tf.lite.TFLiteConverter.from_concrete_functions([f.get_concrete_function()])
+    conv.optimizations = [tf.lite.Optimize.DEFAULT]
+    rng = np.random.default_rng(0)
+    conv.representative_dataset = lambda: ([rng.uniform(-1, 1, (1, 8)).astype(np.float32)] for _ in range(16))
+    conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    conv.inference_input_type = conv.inference_output_type = tf.int8
+    path = tmp_path / "q.tflite"
+    path.write_bytes(conv.convert())
+    r = get_runner("tflite", path)
+    info = r.describe()
+    (i,), (o,) = info["inputs"], info["outputs"]
+    assert (i["tensor_dtype"], i["dtype"], o["tensor_dtype"], o["dtype"]) == ("int8", "float32", "int8", "float32")
+    x = rng.uniform(-1, 1, (1, 8)).astype(np.float32)
+    y = next(iter(r.run({"x": x}).values()))
+    assert y.dtype == np.float32
+    np.testing.assert_allclose(y, x * 2 + 1, atol=4 * o["quantization"][0] + 2 * i["quantization"][0])

@@ -58,6 +58,7 @@ def register(app: typer.Typer) -> None:
         strict: bool = typer.Option(False, "--strict", help="An optimisation pass that breaks parity fails the run (exit 4)."),
         plan_only: bool = typer.Option(False, "--plan-only", help="TensorRT: check and write the build plan (tensorrt/) without building an engine."),
         tflite_layout: str = typer.Option("source", "--tflite-layout", help="TFLite input layout: source (as the model) or nhwc."),
+        tflite_io_dtype: str = typer.Option("float32", "--tflite-io-dtype", help="Full-integer TFLite (--precision int8 --calibration) I/O type: float32, int8 or uint8."),
         trt_shapes: list[str] = typer.Option([], "--trt-shapes", help="TensorRT profile NAME:MIN:OPT:MAX, e.g. x:1x3x224x224:8x3x224x224:32x3x224x224 (repeatable)."),
         workspace: int | None = typer.Option(None, "--workspace", help="TensorRT builder workspace limit in MiB (default 4096)."),
         package: str | None = typer.Option(None, "--package", help="Also package for serving systems, e.g. triton,torchserve (OUT/packages/<system>/)."),
@@ -96,7 +97,8 @@ def register(app: typer.Typer) -> None:
             from modelport.cli.emit import emit_options
 
             options.emit_options.update(emit_options(plan_only=plan_only, tflite_layout=tflite_layout,
-                                                     trt_shapes=trt_shapes, workspace=workspace, calibration=calibration))
+                                                     trt_shapes=trt_shapes, workspace=workspace, calibration=calibration,
+                                                     tflite_io_dtype=tflite_io_dtype))
             with stage_status(quiet or json_out) as on_stage:
                 return convert(src, output, options, on_stage=on_stage)
 

@@ -13,7 +13,7 @@ from modelport.errors import BadInputError
 
 
 def emit_options(*, plan_only: bool = False, tflite_layout: str | None = None, trt_shapes: list[str] | None = None,
-                 workspace: int | None = None, calibration: str | None = None) -> dict:
+                 workspace: int | None = None, calibration: str | None = None, tflite_io_dtype: str | None = None) -> dict:
     """The emitter options the deployment targets read (EmitOptions.options)."""
     out: dict = {}
     if plan_only:
@@ -34,6 +34,10 @@ def emit_options(*, plan_only: bool = False, tflite_layout: str | None = None, t
         out["workspace"] = workspace
     if calibration:
         out["calibration"] = calibration
+    if tflite_io_dtype and tflite_io_dtype.lower() != "float32":
+        if tflite_io_dtype.lower() not in ("int8", "uint8"):
+            raise BadInputError(f"--tflite-io-dtype '{tflite_io_dtype}': choose float32, int8 or uint8")
+        out["tflite_io_dtype"] = tflite_io_dtype.lower()
     return out
 
 
@@ -49,6 +53,7 @@ def register(app: typer.Typer) -> None:
         calibration: str | None = typer.Option(None, "--calibration", help="INT8 calibration data: .npz of named inputs or a folder of images."),
         plan_only: bool = typer.Option(False, "--plan-only", help="TensorRT: check and write the build plan without building."),
         tflite_layout: str = typer.Option("source", "--tflite-layout", help="TFLite input layout: source or nhwc."),
+        tflite_io_dtype: str = typer.Option("float32", "--tflite-io-dtype", help="Full-integer TFLite I/O type: float32, int8 or uint8."),
         trt_shapes: list[str] = typer.Option([], "--trt-shapes", help="TensorRT profile NAME:MIN:OPT:MAX (repeatable)."),
         workspace: int | None = typer.Option(None, "--workspace", help="TensorRT workspace limit in MiB."),
         atol: float | None = typer.Option(None, "--atol"),
@@ -73,7 +78,7 @@ def register(app: typer.Typer) -> None:
                 atol=atol, rtol=rtol, min_cosine=min_cosine, precision=precision.lower(), seed=seed,
                 sample_dims=parse_dims(dim), force=force, calibration=calibration, command="emit",
                 emit_options=emit_options(plan_only=plan_only, tflite_layout=tflite_layout, trt_shapes=trt_shapes,
-                                          workspace=workspace, calibration=calibration),
+                                          workspace=workspace, calibration=calibration, tflite_io_dtype=tflite_io_dtype),
             )
             with stage_status(quiet or json_out) as on_stage:
                 return convert(model, output, options, on_stage=on_stage)

@@ -9,6 +9,12 @@ both see the same data. A mismatch is a ValidationError (exit 4): usable as a CI
 Localisation (`localize=True`) needs intermediate tensors from both sides under the same names:
 that holds for two ONNX variants of one graph (optimised, FP16, quantised), not for TFLite files
 written by onnx2tf, whose tensors carry TensorFlow names.
+
+A `.tflite` given here is the user's file, not one this program just wrote: it is described and
+run in a child process with a timeout (`runtimes.isolated`), so a flatbuffer that crashes the
+interpreter ends the run with exit 2 naming the signal instead of killing it. Quantised
+(int8/uint8) TFLite inputs are fed floats that the runner quantises; the report's `b.io` (or
+`a.io`) says so.
 """
 
 from __future__ import annotations
@@ -31,7 +37,14 @@ def kind_of(path: Path) -> str:
     return kind
 
 
-def input_specs(path: Path, kind: str) -> list[TensorSpec]:
+def describe_tflite(path: Path) -> dict:
+    """Input/output details of a user's `.tflite`, read in a child process."""
+    from modelport.runtimes.isolated import IsolatedRunner
+
+    return IsolatedRunner("tflite", path).describe()
+
+
+def input_specs(path: Path, kind: str, details: dict | None = None) -> list[TensorSpec]:
     """The model's input specs (dynamic dims symbolic)."""
     if kind == "onnx":
         from modelport.ir import specs_from_onnx
@@ -56,19 +69,19 @@ def input_specs(path: Path, kind: str) -> list[TensorSpec]:
                            [d if isinstance(d, int) else f"{i.name}_dim{k}" for k, d in enumerate(i.shape)])
                 for i in sess.get_inputs()]
     if kind == "tflite":
-        from modelport.runtimes.tflite import load_interpreter, tflite_name
+        from modelport.runtimes.tflite import tflite_name
 
-        it = load_interpreter(path)
-        return [TensorSpec(tflite_name(d["name"]), np.dtype(d["dtype"]).name,
+        details = details or describe_tflite(path)
+        return [TensorSpec(tflite_name(d["name"]), d["dtype"],
                            [int(x) if x > 0 else f"dim{k}" for k, x in enumerate(d["shape_signature"])])
-                for d in it.get_input_details()]
+                for d in details["inputs"]]
     from modelport.runtimes import get_runner
 
     runner = get_runner("tensorrt", path, rebuild=False)
     return [TensorSpec(n, d.name, [x if x > 0 else f"dim{k}" for k, x in enumerate(s)]) for n, d, s in runner.io(True)]
 
 
-def _runner(path: Path, kind: str, feeds: dict[str, np.ndarray]):
+def _runner(path: Path, kind: str, feeds: dict[str, np.ndarray], details: dict | None = None):
     from modelport.runtimes import get_runner
 
     if kind == "onnx":
@@ -80,9 +93,10 @@ def _runner(path: Path, kind: str, feeds: dict[str, np.ndarray]):
     if kind == "ort":
         return get_runner("onnxruntime", path)
     if kind == "tflite":
-        from modelport.runtimes.tflite import load_interpreter, tflite_name
+        from modelport.runtimes.isolated import IsolatedRunner
+        from modelport.runtimes.tflite import tflite_name
 
-        details = load_interpreter(path).get_input_details()
+        details = (details or describe_tflite(path))["inputs"]
         names, transpose = [], {}
         by_name = {tflite_name(d["name"]): d for d in details}
         ordered = [by_name[n] for n in feeds] if set(feeds) == set(by_name) else details
@@ -96,8 +110,19 @@ def _runner(path: Path, kind: str, feeds: dict[str, np.ndarray]):
         names_in_order = [None] * len(details)
         for name, d in zip(names, ordered, strict=False):
             names_in_order[order[d["index"]]] = name
-        return get_runner("tflite", path, input_names=names_in_order, input_transpose=transpose)
+        return IsolatedRunner("tflite", path, input_names=names_in_order, input_transpose=transpose)
     return get_runner("tensorrt", path, rebuild=False)
+
+
+def tflite_io_note(details: dict) -> str:
+    """'float32', or which tensors are quantised and how the runner bridged them."""
+    q_in = [d for d in details["inputs"] if d["quantization"]]
+    q_out = [d for d in details["outputs"] if d["quantization"]]
+    if not q_in and not q_out:
+        return "float32 inputs and outputs"
+    kinds = sorted({d["tensor_dtype"] for d in q_in + q_out})
+    return (f"{'/'.join(kinds)} I/O ({len(q_in)} input(s) quantised from float, {len(q_out)} output(s) dequantised "
+            f"with each tensor's scale and zero point)")
 
 
 def _fits(sig, shape) -> bool:
@@ -141,14 +166,25 @@ def validate_models(a: str | Path, b: str | Path, *, inputs: str | None = None, 
 
     pa, pb = check_model_file(a), check_model_file(b)
     ka, kb = kind_of(pa), kind_of(pb)
-    specs = input_specs(pa, ka)
+    for p, k in ((pa, ka), (pb, kb)):
+        if k == "tflite":
+            from modelport.parsers.tflite import check_header
+
+            check_header(p)
+    da = describe_tflite(pa) if ka == "tflite" else None
+    db = describe_tflite(pb) if kb == "tflite" else None
+    specs = input_specs(pa, ka, da)
     feeds = load_inputs(inputs, specs) if inputs else make_inputs(specs, dims or {}, seed=seed)
     tol = tolerance or DEFAULT_TOLERANCES.get(precision, DEFAULT_TOLERANCES["fp32"])
-    out_a = _runner(pa, ka, feeds).run(feeds)
-    out_b = _align_outputs(out_a, _runner(pb, kb, feeds).run(feeds))
+    out_a = _runner(pa, ka, feeds, da).run(feeds)
+    out_b = _align_outputs(out_a, _runner(pb, kb, feeds, db).run(feeds))
     parity = compare(out_a, out_b, tol, hop=f"{pa.name} ({ka}) vs {pb.name} ({kb})")
-    report = {"schema": "modelport.validate/1", "command": "validate", "a": {"path": str(pa), "kind": ka},
-              "b": {"path": str(pb), "kind": kb}, "inputs": {k: list(v.shape) for k, v in feeds.items()},
+    side_a, side_b = {"path": str(pa), "kind": ka}, {"path": str(pb), "kind": kb}
+    for side, d in ((side_a, da), (side_b, db)):
+        if d:
+            side["io"] = tflite_io_note(d)
+    report = {"schema": "modelport.validate/1", "command": "validate", "a": side_a,
+              "b": side_b, "inputs": {k: list(v.shape) for k, v in feeds.items()},
               "parity": [parity.to_dict()], "status": "ok" if parity.ok else "failed",
               "exit_code": 0 if parity.ok else 4}
     if localize:

@@ -10,7 +10,15 @@ model keeps NCHW inputs, an NHWC Keras model keeps NHWC), so client code does no
 the artifact records which layout each input has. Outputs are returned in the source layout.
 
 Precision: fp32, fp16 (float16 weights), int8 as dynamic-range quantization, or, with
-`calibration` data, integer quantization of weights and activations (float I/O).
+`calibration` data, integer quantization of weights and activations. Full-integer models keep
+float32 inputs and outputs unless `tflite_io_dtype` is "int8" or "uint8": then onnx2tf's
+full-integer file (`-oiqt -iqd int8 -oqd int8`) is taken, whose input and output tensors are
+integers; validation feeds it through the runner, which quantises the float reference inputs and
+dequantises the outputs with each tensor's scale and zero point.
+
+Validation loads the `.tflite` in this process: the file was written by onnx2tf and TensorFlow's
+converter a moment ago, not handed in by a user. User-supplied `.tflite` files (as sources or
+in `validate`) are only ever opened in a child process (`runtimes.isolated`).
 """
 
 from __future__ import annotations
@@ -31,7 +39,9 @@ DESCRIPTION = "TFLite flatbuffer via onnx2tf (fp32/fp16/int8), validated in the 
 
 CHANNELS_LAST = ("NHWC", "NWC", "NDHWC")
 LAYOUTS = ("source", "nhwc")
-_FILES = {"fp32": "float32", "fp16": "float16", "int8": "dynamic_range_quant", "int8-full": "integer_quant"}
+_FILES = {"fp32": "float32", "fp16": "float16", "int8": "dynamic_range_quant", "int8-full": "integer_quant",
+          "int8-full-io": "full_integer_quant"}
+IO_DTYPES = ("float32", "int8", "uint8")
 
 
 def _to_last(rank: int) -> list[int]:
@@ -74,7 +84,8 @@ def load_calibration(path: str | Path, ir: IRModel) -> dict[str, np.ndarray]:
     return {s.name: np.concatenate([f[s.name] for f in feeds], axis=0).astype(np.float32) for s in ir.inputs}
 
 
-def _convert(ir: IRModel, work: Path, keep_first, keep_last, calibration: dict[str, Path] | None, log: Path) -> Path:
+def _convert(ir: IRModel, work: Path, keep_first, keep_last, calibration: dict[str, Path] | None, log: Path,
+             io_dtype: str = "float32") -> Path:
     from modelport.deps import require
     from modelport.emitters.quiet_call import captured_output, log_tail
 
@@ -88,7 +99,7 @@ def _convert(ir: IRModel, work: Path, keep_first, keep_last, calibration: dict[s
             keep_nwc_or_nhwc_or_ndhwc_input_names=keep_last or None,
         )
         if calibration:
-            kwargs.update(output_integer_quantized_tflite=True, input_quant_dtype="float32", output_quant_dtype="float32",
+            kwargs.update(output_integer_quantized_tflite=True, input_quant_dtype=io_dtype, output_quant_dtype=io_dtype,
                           custom_input_op_name_np_data_path=[[n, str(p), 0.0, 1.0] for n, p in calibration.items()])
         try:
             onnx2tf.convert(**kwargs)
@@ -149,6 +160,12 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     ir, pre = preflight.check_tflite(model)
     pre.raise_if_unsupported()
     calib = load_calibration(opts["calibration"], ir) if opts.get("calibration") and precision == "int8" else None
+    io_dtype = str(opts.get("tflite_io_dtype") or "float32").lower()
+    if io_dtype not in IO_DTYPES:
+        raise BadInputError(f"TFLite I/O dtype '{io_dtype}' is not one of {', '.join(IO_DTYPES)}")
+    if io_dtype != "float32" and not calib:
+        raise BadInputError(f"--tflite-io-dtype {io_dtype} needs a full-integer model",
+                            hint="pass --precision int8 --calibration DATA")
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="modelport-tflite-") as tmp:
         work = Path(tmp)
@@ -161,8 +178,8 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
                 calib_files[name] = work / f"calib_{len(calib_files)}.npy"
                 np.save(calib_files[name], arr)
         log = work / "onnx2tf.log"
-        tf_dir = _convert(ir, work, keep_first, keep_last, calib_files, log)
-        mode = "int8-full" if calib else precision
+        tf_dir = _convert(ir, work, keep_first, keep_last, calib_files, log, io_dtype)
+        mode = ("int8-full-io" if io_dtype != "float32" else "int8-full") if calib else precision
         produced = tf_dir / f"model_{_FILES[mode]}.tflite"
         if not produced.exists():
             raise UnsupportedError(f"onnx2tf wrote no {produced.name}: {log_tail(log)}")
@@ -175,11 +192,13 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     input_names = _match_inputs(ir, in_details)
     out_transpose = _output_transposes(ir, out_details)
     quant = {"fp32": "none", "fp16": "float16 weights", "int8": "dynamic range (int8 weights, float activations)",
-             "int8-full": "integer (int8 weights and activations, float I/O), calibrated"}[mode]
+             "int8-full": "integer (int8 weights and activations, float I/O), calibrated",
+             "int8-full-io": f"full integer (int8 weights and activations, {io_dtype} I/O), calibrated; validated by "
+                             f"quantising float inputs and dequantising outputs with each tensor's scale and zero point"}[mode]
     return Artifact(
         target=NAME, runtime=RUNTIME, path=path, files=[path], precision=precision,
         details={"converter": f"onnx2tf {version_of('onnx2tf')}", "layout": layout, "inputs_layout": described,
-                 "quantization": quant, "tflite_ops": len(ops), "preflight": pre.to_dict(),
+                 "quantization": quant, "io_dtype": io_dtype, "tflite_ops": len(ops), "preflight": pre.to_dict(),
                  "input_transpose": in_transpose, "output_transpose": out_transpose},
         runner="tflite",
         runner_options={"input_names": input_names, "output_names": [o.name for o in ir.outputs],

@@ -3,7 +3,9 @@
 `--inputs` names the graph's input tensors (`x:0` or `x`, optionally with a shape and dtype, as
 in `--inputs x:0:batch,28,28,1`) and `--outputs` its output tensors; both are required, as for
 tf2onnx. The ONNX names drop the `:0`. The protobuf is decoded and screened for file and Python
-ops before anything runs; references come from TensorFlow running the pruned graph.
+ops before anything runs; references come from TensorFlow running the pruned graph. All of it, and
+the tf2onnx conversion, runs in one child process with a timeout (a TensorFlow abort on a hostile
+graph becomes exit 2 naming the signal).
 """
 
 from __future__ import annotations
@@ -48,6 +50,15 @@ def placeholders(graph_def) -> list[str]:
 
 
 def parse(source, spec) -> IRModel:
+    """Decode, screen, run and convert the GraphDef in one child process (see parse_isolated)."""
+    from modelport.parsers.tf_common import parse_isolated
+
+    path = check_model_file(Path(source), kind="GraphDef")
+    return parse_isolated(__name__, path, spec, path=path, what="the GraphDef conversion")
+
+
+def parse_here(source, spec) -> IRModel:
+    """The conversion itself, in this process: what the child of `parse` runs."""
     import numpy as np
 
     from modelport.parsers import tf_common

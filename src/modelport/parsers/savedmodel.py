@@ -5,6 +5,8 @@ is). Its input names are the signature's keyword names (`--input-names` renames 
 outputs are the signature's output keys, in the sorted order TensorFlow flattens them. The
 saved_model.pb is decoded before TensorFlow loads the folder, and the signature's graph is
 screened for file and Python ops before it runs. References come from calling the signature.
+All of that, and the tf2onnx conversion, runs in one child process with a timeout: TensorFlow may
+abort on a hostile graph, and then the run ends with exit 2 naming the signal.
 """
 
 from __future__ import annotations
@@ -93,13 +95,22 @@ def _other_tf_format(source, spec) -> IRModel:
 
 
 def parse(source, spec) -> IRModel:
+    """Decode, load, screen, run and convert the SavedModel in one child process (see parse_isolated)."""
+    from modelport.parsers.tf_common import parse_isolated
+
+    if not sniff(Path(source)):
+        return _other_tf_format(source, spec)
+    folder = folder_of(Path(source))
+    return parse_isolated(__name__, folder, spec, path=folder, what="the SavedModel conversion")
+
+
+def parse_here(source, spec) -> IRModel:
+    """The conversion itself, in this process: what the child of `parse` runs."""
     import numpy as np
 
     from modelport.parsers import tf_common
     from modelport.samples import make_inputs
 
-    if not sniff(Path(source)):
-        return _other_tf_format(source, spec)
     folder = folder_of(Path(source))
     proto = read_proto(folder)
     name = choose_signature(signature_names(proto), spec.options.get("signature"), folder)

@@ -329,3 +329,61 @@ def build_ir(model, inputs: list[TensorSpec], output_tf_shapes: dict[str, list] 
 
 def source_path(source) -> Path | None:
     return Path(source) if isinstance(source, (str, Path)) else None
+
+
+def spec_to_dict(spec) -> dict:
+    """A SourceSpec as JSON, for a parser running in a child process."""
+    return {
+        "path": str(spec.path) if spec.path is not None else None, "framework": spec.framework,
+        "inputs": [s.to_dict() for s in spec.inputs], "output_names": spec.output_names, "arch": spec.arch,
+        "trust": spec.trust, "opset": spec.opset, "sample_dims": dict(spec.sample_dims), "seed": spec.seed,
+        "options": dict(spec.options),
+    }
+
+
+def spec_from_dict(d: dict):
+    from modelport.parsers import SourceSpec
+
+    return SourceSpec(
+        path=Path(d["path"]) if d.get("path") else None, framework=d.get("framework"),
+        inputs=[TensorSpec.from_dict(s) for s in d.get("inputs", [])], output_names=d.get("output_names"),
+        arch=d.get("arch"), trust=bool(d.get("trust")), opset=d.get("opset"), sample_dims=dict(d.get("sample_dims") or {}),
+        seed=int(d.get("seed", 0)), options=dict(d.get("options") or {}),
+    )
+
+
+def parse_in_child(work: Path, request: dict) -> dict:
+    """Child side of `parse_isolated`: run the parser's in-process `parse_here`, save the IR."""
+    import importlib
+
+    spec = spec_from_dict(request["spec"])
+    parse_here = importlib.import_module(request["module"]).parse_here
+    ir = parse_here(request["source"], spec)
+    ir.save(work / "ir")
+    return {"producer": ir.reference.producer if ir.reference else "", "spec": spec_to_dict(spec)}
+
+
+def parse_isolated(module: str, source, spec, *, path: Path, what: str) -> IRModel:
+    """Run `module.parse_here(source, spec)` in a child process with a timeout; return its IR.
+
+    TensorFlow's graph import and execution may abort on a hostile graph (CHECK failures are not
+    treated as vulnerabilities by TensorFlow's security policy): a child killed by a signal or
+    overrunning becomes exit 2 naming the signal, and nothing is written. Errors the parser raises
+    come back with their class and exit code. One child per conversion; the parent never imports
+    TensorFlow for it.
+    """
+    from modelport.errors import ModelportError
+    from modelport.runtimes.isolated import CONVERT_TIMEOUT_S, call_in_child, timeout_for
+
+    request = {"module": module, "source": str(Path(source).resolve()), "spec": spec_to_dict(spec)}
+
+    def collect(work: Path, response: dict) -> IRModel:
+        ir = IRModel.load(work / "ir")
+        if ir.reference is not None:
+            ir.reference.producer = response.get("producer", "")
+        back = spec_from_dict(response["spec"])
+        spec.inputs, spec.output_names = back.inputs, back.output_names
+        return ir
+
+    return call_in_child("modelport.parsers.tf_common:parse_in_child", request, path=path,
+                         timeout=timeout_for(CONVERT_TIMEOUT_S), what=what, collect=collect, unexpected=ModelportError)

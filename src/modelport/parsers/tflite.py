@@ -1,32 +1,32 @@
 """TFLite flatbuffers (`.tflite`) as sources, converted with tf2onnx, referenced by the LiteRT interpreter.
 
 FlatBuffers have no bounds checks of their own and the interpreter may abort on a hostile file
-(TFSA-2018-003, CVE-2020-15211), so the first load, the tensor details and the reference run
-happen in a child process with a timeout. A child killed by a signal, or one that overruns, is
-reported as a bad input (exit 2) naming the signal; the parent never touched the file by then.
-Names: a signature's keys when the file has one (`--signature` picks among several), else the
-tensor names without `serving_default_` and `:0`.
+(TFSA-2018-003, CVE-2020-15211), so everything that reads the flatbuffer happens in one child
+process with a timeout (`runtimes.isolated`): the interpreter's load, tensor details and
+reference run, tf2onnx's own reading of the file and the conversion, and the IR assembly. The
+child writes the IR (ONNX file, contract, reference arrays) into a temporary folder and the parent
+reads that back; the parent itself checks only the size and the 'TFL3' identifier. A child killed
+by a signal, or one that overruns, is reported as a bad input (exit 2) naming the signal, and
+nothing is written. Names: a signature's keys when the file has one (`--signature` picks among
+several), else the tensor names without `serving_default_` and `:0`.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
-from modelport.errors import BadInputError, ModelportError
+from modelport.errors import BadInputError
 from modelport.file_checks import check_model_file
 from modelport.ir import IRModel, TensorSpec
+from modelport.runtimes.isolated import CONVERT_TIMEOUT_S, RUN_TIMEOUT_S, call_in_child, run_isolated, timeout_for
+
+__all__ = ["check_header", "inspect", "parse", "probe", "run_isolated", "sniff"]
 
 NAME = "tflite"
-DESCRIPTION = "TFLite flatbuffer (.tflite), loaded first in a crash-isolated child process"
+DESCRIPTION = "TFLite flatbuffer (.tflite), read and converted in a crash-isolated child process"
 IDENTIFIER = b"TFL3"
-PROBE_TIMEOUT_S = 120.0
-PROBE_CODE = "import sys; from modelport.parsers.tflite import probe_main; sys.exit(probe_main(sys.argv[1]))"
+PROBE_TIMEOUT_S = RUN_TIMEOUT_S
+WHAT = "the TFLite loader"
 
 
 def sniff(path: Path) -> bool:
@@ -47,51 +47,24 @@ def check_header(path: Path) -> None:
         raise BadInputError(f"not a TFLite flatbuffer: identifier {head[4:8]!r}, expected b'TFL3'", path=path)
 
 
-def run_isolated(code: str, args: list[str], *, path, timeout: float = PROBE_TIMEOUT_S, what: str = "the TFLite loader"):
-    """Run `python -c code args` in a child; a signal death or timeout becomes BadInputError."""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3")}
-    try:
-        proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        raise BadInputError(f"{what} did not finish within {timeout:g} s (corrupt or hostile file?)", path=path) from None
-    if proc.returncode < 0:
-        try:
-            sig = signal.Signals(-proc.returncode).name
-        except ValueError:
-            sig = f"signal {-proc.returncode}"
-        raise BadInputError(f"{what} crashed ({sig}): the file is corrupt or not a valid model", path=path)
-    return proc
+def _request(path: Path, spec, *, convert: bool) -> dict:
+    from modelport.parsers.tf_common import spec_to_dict
+
+    return {"path": str(Path(path).resolve()), "spec": spec_to_dict(spec), "convert": convert}
 
 
-def probe(path: Path, spec, *, timeout: float = PROBE_TIMEOUT_S) -> dict:
-    """Load the file in a child, build the input contract and run the reference there."""
-    import numpy as np
+def probe(path: Path, spec, *, timeout: float | None = None) -> dict:
+    """Input contract, names, op histogram and the reference run, computed in the child."""
+    from modelport.runtimes.isolated import read_arrays
 
-    with tempfile.TemporaryDirectory(prefix="modelport-tflite-") as tmp:
-        work = Path(tmp)
-        request = {
-            "path": str(Path(path).resolve()), "inputs": [s.to_dict() for s in spec.inputs],
-            "input_names": spec.options.get("input_names"), "signature": spec.options.get("signature"),
-            "sample_dims": spec.sample_dims, "seed": spec.seed,
-        }
-        (work / "request.json").write_text(json.dumps(request))
-        proc = run_isolated(PROBE_CODE, [str(work)], path=path, timeout=timeout)
-        error = work / "error.json"
-        if error.exists():
-            e = json.loads(error.read_text())
-            cls = {2: BadInputError}.get(e.get("exit_code"), ModelportError)
-            err = cls(e["reason"], path=path, hint=e.get("hint"))
-            if cls is ModelportError:
-                err.exit_code = e.get("exit_code", 1)
-            raise err
-        if proc.returncode != 0 or not (work / "response.json").exists():
-            tail = (proc.stderr or "").strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
-            raise BadInputError(f"the TFLite loader failed: {tail[0][:300]}", path=path)
-        result = json.loads((work / "response.json").read_text())
-        with np.load(work / "arrays.npz", allow_pickle=False) as z:
-            result["sample"] = {k[3:]: z[k] for k in z.files if k.startswith("in/")}
-            result["reference"] = {k[4:]: z[k] for k in z.files if k.startswith("out/")}
-    return result
+    def collect(work: Path, response: dict) -> dict:
+        response["sample"] = read_arrays(work, "sample")
+        response["reference"] = read_arrays(work, "reference")
+        return response
+
+    return call_in_child("modelport.parsers.tflite:probe_in_child", _request(path, spec, convert=False), path=path,
+                         timeout=timeout or timeout_for(PROBE_TIMEOUT_S), what=WHAT, collect=collect,
+                         unexpected=BadInputError)
 
 
 def _names(interp, details, wanted_signature: str | None, kind: str) -> list[str]:
@@ -112,53 +85,6 @@ def _names(interp, details, wanted_signature: str | None, kind: str) -> list[str
     return names
 
 
-def probe_main(workdir: str) -> int:
-    """The child's side of `probe`: everything that touches the flatbuffer through the interpreter."""
-    import numpy as np
-
-    from modelport.parsers import SourceSpec
-    from modelport.parsers.tf_common import merge_inputs, spec_from_tf
-    from modelport.runtimes.tflite import TFLiteRunner, load_interpreter
-    from modelport.samples import make_inputs
-
-    work = Path(workdir)
-    req = json.loads((work / "request.json").read_text())
-    try:
-        path = Path(req["path"])
-        interp = load_interpreter(path)
-        ins, outs = interp.get_input_details(), interp.get_output_details()
-        in_names = _names(interp, ins, req.get("signature"), "inputs")
-        out_names = _names(interp, outs, req.get("signature"), "outputs")
-        graph = [spec_from_tf(n, [None if s < 0 else int(s) for s in d.get("shape_signature", d["shape"])], np.dtype(d["dtype"]))
-                 for n, d in zip(in_names, ins, strict=True)]
-        user = SourceSpec(inputs=[TensorSpec.from_dict(d) for d in req["inputs"]], options={"input_names": req.get("input_names")})
-        specs = merge_inputs(graph, user, path)
-        sample = make_inputs(specs, req.get("sample_dims") or {}, seed=req.get("seed", 0))
-        runner = TFLiteRunner(path, input_names=[s.name for s in specs], output_names=out_names)
-        ref = runner.run(sample)
-        arrays = {f"in/{k}": v for k, v in sample.items()}
-        arrays.update({f"out/{k}": np.asarray(v) for k, v in ref.items()})
-        with open(work / "arrays.npz", "wb") as f:
-            np.savez(f, **arrays)
-        response = {
-            "inputs": [s.to_dict() for s in specs],
-            "tensor_inputs": [d["name"] for d in ins], "tensor_outputs": [d["name"] for d in outs],
-            "outputs": out_names,
-            "output_shapes": {n: [None if s < 0 else int(s) for s in d.get("shape_signature", d["shape"])] for n, d in zip(out_names, outs, strict=True)},
-            "signatures": sorted(interp.get_signature_list() or {}),
-            "ops": _op_histogram(interp),
-        }
-        (work / "response.json").write_text(json.dumps(response))
-        return 0
-    except ModelportError as e:
-        (work / "error.json").write_text(json.dumps({"exit_code": e.exit_code, "reason": e.reason, "hint": e.hint}))
-        return 2
-    except Exception as e:
-        text = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-        (work / "error.json").write_text(json.dumps({"exit_code": 2, "reason": f"not a valid TFLite model: {text}"}))
-        return 2
-
-
 def _op_histogram(interp) -> dict:
     from collections import Counter
 
@@ -169,26 +95,77 @@ def _op_histogram(interp) -> dict:
     return dict(ops.most_common())
 
 
-def parse(source, spec) -> IRModel:
+def _probe_here(path: Path, spec):
+    """The probe, run inside the child: returns (response, interpreter-side arrays)."""
+    import numpy as np
+
+    from modelport.parsers.tf_common import merge_inputs, spec_from_tf
+    from modelport.runtimes.tflite import TFLiteRunner, load_interpreter
+    from modelport.samples import make_inputs
+
+    interp = load_interpreter(path)
+    ins, outs = interp.get_input_details(), interp.get_output_details()
+    wanted = spec.options.get("signature")
+    in_names = _names(interp, ins, wanted, "inputs")
+    out_names = _names(interp, outs, wanted, "outputs")
+    graph = [spec_from_tf(n, [None if s < 0 else int(s) for s in d.get("shape_signature", d["shape"])], np.dtype(d["dtype"]))
+             for n, d in zip(in_names, ins, strict=True)]
+    specs = merge_inputs(graph, spec, path)
+    sample = make_inputs(specs, spec.sample_dims or {}, seed=spec.seed)
+    # the ONNX graph keeps the file's I/O types: a quantised model's references stay integers too
+    runner = TFLiteRunner(path, input_names=[s.name for s in specs], output_names=out_names, dequantize_outputs=False)
+    reference = {k: np.asarray(v) for k, v in runner.run(sample).items()}
+    response = {
+        "inputs": [s.to_dict() for s in specs],
+        "tensor_inputs": [d["name"] for d in ins], "tensor_outputs": [d["name"] for d in outs],
+        "outputs": out_names,
+        "output_shapes": {n: [None if s < 0 else int(s) for s in d.get("shape_signature", d["shape"])]
+                          for n, d in zip(out_names, outs, strict=True)},
+        "signatures": sorted(interp.get_signature_list() or {}),
+        "ops": _op_histogram(interp),
+    }
+    return response, sample, reference
+
+
+def probe_in_child(work: Path, request: dict) -> dict:
+    """Child side of `probe` and `parse`: every read of the flatbuffer happens here."""
+    from modelport.parsers.tf_common import spec_from_dict
+    from modelport.runtimes.isolated import write_arrays
+
+    path = Path(request["path"])
+    spec = spec_from_dict(request["spec"])
+    try:
+        probed, sample, reference = _probe_here(path, spec)
+    except (ValueError, RuntimeError) as e:
+        text = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        raise BadInputError(f"not a valid TFLite model: {text}", path=path) from None
+    if not request.get("convert"):
+        write_arrays(work, "sample", sample)
+        write_arrays(work, "reference", reference)
+        return probed
+    ir = _convert_here(path, spec, probed, sample, reference)
+    ir.save(work / "ir")
+    return {"producer": ir.reference.producer}
+
+
+def _convert_here(path: Path, spec, probed: dict, sample: dict, reference: dict) -> IRModel:
+    """tf2onnx on the flatbuffer (in the child), names mapped onto the probe's, IR assembled."""
+    import warnings
+
+    from modelport.deps import version_of
+    from modelport.errors import UnsupportedError
     from modelport.parsers import tf_common
 
-    path = Path(source)
-    check_header(path)
-    probed = probe(path, spec)
     specs = [TensorSpec.from_dict(d) for d in probed["inputs"]]
     names = tf_common.rename_outputs(probed["outputs"], spec, path)
-    reference = dict(zip(names, (probed["reference"][n] for n in probed["outputs"]), strict=True))
+    ref = dict(zip(names, (reference[n] for n in probed["outputs"]), strict=True))
     tf = tf_common.import_tf()
     tf2onnx = tf_common.import_tf2onnx()
     try:
-        import warnings
-
         with tf_common.stdout_to_stderr(), warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated.*")
             model, _ = tf2onnx.convert.from_tflite(str(path), opset=spec.opset)
     except Exception as e:
-        from modelport.errors import UnsupportedError
-
         raise UnsupportedError(f"tf2onnx failed on the TFLite model: {tf_common.first_line(e)}", path=path) from None
     tf_common.check_converted(model, path)
     mapping = dict(zip(probed["tensor_inputs"], [s.name for s in specs], strict=True))
@@ -198,16 +175,28 @@ def parse(source, spec) -> IRModel:
         mapping.update(zip(onnx_in, [s.name for s in specs], strict=True))
     tf_common.rename_values(model, mapping)
     out_shapes = {n: probed["output_shapes"].get(o) for n, o in zip(names, probed["outputs"], strict=True)}
-    from modelport.deps import version_of
-
     litert = version_of("ai_edge_litert")
     producer = f"ai-edge-litert {litert} interpreter" if litert else f"tensorflow {tf.__version__} tf.lite interpreter"
     return tf_common.build_ir(
-        model, specs, out_shapes, probed["sample"], reference, producer=producer,
+        model, specs, out_shapes, sample, ref, producer=producer,
         provenance={"framework": "tflite", "format": "tflite", "path": str(path), "signatures": probed["signatures"],
                     "tensorflow": tf.__version__},
         spec=spec, path=path,
     )
+
+
+def parse(source, spec) -> IRModel:
+    path = Path(source)
+    check_header(path)
+
+    def collect(work: Path, response: dict) -> IRModel:
+        ir = IRModel.load(work / "ir")
+        ir.reference.producer = response.get("producer", "")
+        return ir
+
+    return call_in_child("modelport.parsers.tflite:probe_in_child", _request(path, spec, convert=True), path=path,
+                         timeout=timeout_for(CONVERT_TIMEOUT_S), what="the TFLite conversion", collect=collect,
+                         unexpected=BadInputError)
 
 
 def inspect(path: Path) -> dict:

@@ -2,6 +2,14 @@
 
 Inputs are matched by name (TFLite names such as 'serving_default_x:0' are matched on their
 stripped form) and otherwise by position; dynamic dims are resized before allocation.
+
+Quantised I/O (full-integer models with int8/uint8 inputs or outputs): a float feed for an
+int8/uint8 input is quantised with that tensor's scale and zero point (q = round(x / scale) + zero,
+clipped to the type's range), and int8/uint8 outputs are dequantised ((q - zero) * scale), so
+callers compare float values whatever the file's I/O type. Integer feeds are passed unchanged.
+
+This runner loads the file in the calling process: use it for files this program wrote. For a
+user's file, `runtimes.isolated.IsolatedRunner("tflite", path)` runs it in a child process.
 """
 
 from __future__ import annotations
@@ -33,12 +41,41 @@ def tflite_name(name: str) -> str:
     return re.sub(r"^serving_default_", "", n)
 
 
+QUANTISED = (np.int8, np.uint8, np.int16)
+
+
+def _scale_zero(detail: dict) -> tuple[float, int] | None:
+    q = detail.get("quantization") or (0.0, 0)
+    return (float(q[0]), int(q[1])) if q[0] else None
+
+
+def quantise(x: np.ndarray, detail: dict) -> np.ndarray:
+    """A float array in a quantised input's integer type, with the tensor's scale and zero point."""
+    dtype = np.dtype(detail["dtype"])
+    sz = _scale_zero(detail)
+    if sz is None or dtype.type not in QUANTISED or not np.issubdtype(x.dtype, np.floating):
+        return x.astype(dtype, copy=False)
+    scale, zero = sz
+    info = np.iinfo(dtype)
+    return np.clip(np.round(x.astype(np.float64) / scale) + zero, info.min, info.max).astype(dtype)
+
+
+def io_detail(d: dict) -> dict:
+    """One tensor's details as plain JSON: the dtype callers feed/read, and the file's own dtype."""
+    stored = np.dtype(d["dtype"]).name
+    sz = _scale_zero(d)
+    quantised = sz is not None and np.dtype(d["dtype"]).type in QUANTISED
+    return {"name": d["name"], "index": int(d["index"]), "dtype": "float32" if quantised else stored,
+            "tensor_dtype": stored, "quantization": list(sz) if quantised else None,
+            "shape_signature": [int(x) for x in d.get("shape_signature", d["shape"])]}
+
+
 class TFLiteRunner:
     name = "tflite"
 
     def __init__(self, model, *, threads: int | None = None, input_names: list[str] | None = None,
                  output_names: list[str] | None = None, input_transpose: dict[str, list[int]] | None = None,
-                 output_transpose: dict[str, list[int]] | None = None):
+                 output_transpose: dict[str, list[int]] | None = None, dequantize_outputs: bool = True):
         self.path = Path(model)
         self.interpreter = load_interpreter(self.path, threads)
         self.inputs = self.interpreter.get_input_details()
@@ -47,6 +84,11 @@ class TFLiteRunner:
         self.output_names = output_names
         self.input_transpose = input_transpose or {}
         self.output_transpose = output_transpose or {}
+        self.dequantize_outputs = dequantize_outputs  # False: int8/uint8 outputs as stored (a source's own values)
+
+    def describe(self) -> dict:
+        """Inputs and outputs in the interpreter's order (see `io_detail`)."""
+        return {"inputs": [io_detail(d) for d in self.inputs], "outputs": [io_detail(d) for d in self.outputs]}
 
     def _match_inputs(self, feeds: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray]]:
         """(our name, array) pairs in the interpreter's input order."""
@@ -68,7 +110,7 @@ class TFLiteRunner:
                 it.resize_tensor_input(d["index"], list(a.shape), strict=False)
         it.allocate_tensors()
         for (_, a), d in zip(pairs, it.get_input_details(), strict=True):
-            it.set_tensor(d["index"], np.ascontiguousarray(a.astype(d["dtype"], copy=False)))
+            it.set_tensor(d["index"], np.ascontiguousarray(quantise(a, d)))
         it.invoke()
         outs = {}
         details = it.get_output_details()
@@ -77,9 +119,9 @@ class TFLiteRunner:
             names_out = [d["name"] for d in details]
         for name, d in zip(names_out, details, strict=True):
             v = it.get_tensor(d["index"])
-            if d.get("quantization") and d["dtype"] in (np.int8, np.uint8) and d["quantization"][0]:
-                scale, zero = d["quantization"]
-                v = (v.astype(np.float32) - zero) * scale
+            sz = _scale_zero(d)
+            if sz and self.dequantize_outputs and np.dtype(d["dtype"]).type in QUANTISED:
+                v = (v.astype(np.float32) - sz[1]) * sz[0]
             if name in self.output_transpose:
                 v = np.transpose(v, self.output_transpose[name])
             outs[name] = v

@@ -1,0 +1,186 @@
+"""Running untrusted model files in a child process with a timeout.
+
+FlatBuffers have no bounds checks of their own (TFSA-2018-003, CVE-2020-15211) and TensorFlow
+treats CHECK-fail aborts as non-vulnerabilities, so a hostile `.tflite` or graph may kill the
+process that loads it. Work that parses or runs such a file happens here in a fresh
+`python -c` child; the parent only reads back what the child wrote into a temporary folder
+(JSON, `.npz` arrays, an ONNX file it produced). A child killed by a signal or overrunning its
+timeout becomes a BadInputError (exit 2) naming the signal; an error the child raised comes back
+as the same ModelportError class with its reason.
+
+`call_in_child(target, request)` runs any `module:function(work, request) -> dict` there;
+`IsolatedRunner` wraps any registered runner so that loading and running happen in the child.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from modelport import errors
+from modelport.errors import BadInputError, ModelportError
+
+RUN_TIMEOUT_S = 120.0  # loading and running one model on one batch
+CONVERT_TIMEOUT_S = 1800.0  # parsing + converting a whole model (large graphs take minutes)
+TIMEOUT_ENV = "MODELPORT_CHILD_TIMEOUT"
+CHILD_CODE = "import sys; from modelport.runtimes.isolated import child_main; sys.exit(child_main(sys.argv[1]))"
+
+
+def timeout_for(default: float) -> float:
+    """`MODELPORT_CHILD_TIMEOUT` (seconds) overrides every child's limit."""
+    raw = os.environ.get(TIMEOUT_ENV)
+    try:
+        return float(raw) if raw else default
+    except ValueError:
+        raise BadInputError(f"{TIMEOUT_ENV}={raw!r} is not a number of seconds") from None
+
+
+def signal_name(returncode: int) -> str:
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def run_isolated(code: str, args: list[str], *, path, timeout: float = RUN_TIMEOUT_S, what: str = "the model loader"):
+    """Run `python -c code args` in a child; a signal death or timeout becomes BadInputError."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3")}
+    try:
+        proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                              timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise BadInputError(f"{what} did not finish within {timeout:g} s (corrupt or hostile file?)", path=path) from None
+    if proc.returncode < 0:
+        raise BadInputError(f"{what} crashed ({signal_name(proc.returncode)}): the file is corrupt or not a valid model",
+                            path=path)
+    return proc
+
+
+def _rebuild_error(record: dict, path) -> ModelportError:
+    cls = getattr(errors, record.get("type", ""), None)
+    if not (isinstance(cls, type) and issubclass(cls, ModelportError)) or cls is errors.StageError:
+        cls = ModelportError
+    err = cls(record["reason"], path=record.get("path") or path, hint=record.get("hint"))
+    if cls is ModelportError:
+        err.exit_code = int(record.get("exit_code", errors.EXIT_UNEXPECTED))
+    return err
+
+
+def call_in_child(target: str, request: dict, *, path, arrays: dict[str, np.ndarray] | None = None,
+                  timeout: float = RUN_TIMEOUT_S, what: str = "the model loader",
+                  collect: Callable[[Path, dict], object] | None = None, unexpected: type[ModelportError] = BadInputError):
+    """Run `target(work, request)` in a child and return its JSON response (or `collect(work, response)`).
+
+    `arrays` reach the child as `work/arrays_in.npz`; the child may leave files in `work` for
+    `collect`, which runs before the folder is removed. An exception that is not a
+    ModelportError inside the child is raised here as `unexpected` with its first line.
+    """
+    with tempfile.TemporaryDirectory(prefix="modelport-child-") as tmp:
+        work = Path(tmp)
+        (work / "request.json").write_text(json.dumps({"target": target, "args": request}))
+        if arrays is not None:
+            write_arrays(work, "arrays_in", arrays)
+        proc = run_isolated(CHILD_CODE, [str(work)], path=path, timeout=timeout, what=what)
+        error = work / "error.json"
+        if error.exists():
+            record = json.loads(error.read_text())
+            if record.get("type") == "unexpected":
+                raise unexpected(f"{what} failed: {record['reason']}", path=path)
+            raise _rebuild_error(record, path)
+        response_file = work / "response.json"
+        if proc.returncode != 0 or not response_file.exists():
+            tail = (proc.stderr or "").strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
+            raise unexpected(f"{what} failed: {tail[0][:300]}", path=path)
+        response = json.loads(response_file.read_text())
+        return collect(work, response) if collect else response
+
+
+def read_arrays(work: Path, stem: str) -> dict[str, np.ndarray]:
+    """Arrays written by `write_arrays`, in their original order and under their original names."""
+    names = json.loads((work / f"{stem}.json").read_text())
+    with np.load(work / f"{stem}.npz", allow_pickle=False) as z:
+        return {n: z[str(i)] for i, n in enumerate(names)}
+
+
+def write_arrays(work: Path, stem: str, arrays: dict[str, np.ndarray]) -> None:
+    """Arrays keyed by position in the .npz (names may hold '/' or ':'), names in a JSON list."""
+    with open(work / f"{stem}.npz", "wb") as f:
+        np.savez(f, **{f"{i}": np.asarray(v) for i, v in enumerate(arrays.values())})
+    (work / f"{stem}.json").write_text(json.dumps(list(arrays)))
+
+
+def child_main(workdir: str) -> int:
+    """The child's side: import the target, call it, write response.json or error.json."""
+    work = Path(workdir)
+    req = json.loads((work / "request.json").read_text())
+    try:
+        module, _, attr = req["target"].partition(":")
+        fn = getattr(importlib.import_module(module), attr)
+        response = fn(work, req["args"])
+        (work / "response.json").write_text(json.dumps(response if response is not None else {}, default=str))
+        return 0
+    except ModelportError as e:
+        record = {"type": type(e).__name__, "exit_code": e.exit_code, "reason": e.reason, "hint": e.hint, "path": e.path}
+    except Exception as e:
+        text = (str(e).strip().splitlines() or [""])[0][:300]
+        record = {"type": "unexpected", "reason": f"{type(e).__name__}: {text}" if text else type(e).__name__}
+    (work / "error.json").write_text(json.dumps(record))
+    return 2
+
+
+def _runner_in_child(work: Path, args: dict) -> dict:
+    from modelport.runtimes import get_runner
+
+    runner = get_runner(args["runner"], args["model"], **args.get("options", {}))
+    response: dict = {}
+    if args.get("describe"):
+        describe = getattr(runner, "describe", None)
+        response["describe"] = describe() if describe else None
+    if args.get("run"):
+        outs = runner.run(read_arrays(work, "arrays_in"))
+        write_arrays(work, "arrays_out", outs)
+        response["ran"] = True
+    return response
+
+
+class IsolatedRunner:
+    """Any registered runner, loaded and run in a child process on each call.
+
+    `run(feeds)` costs a process start and the runtime's import each time (about 1 s for LiteRT):
+    meant for validating untrusted files, not for benchmarks.
+    """
+
+    def __init__(self, runner: str, model, *, timeout: float | None = None, **options):
+        self.inner = runner
+        self.name = f"{runner} (isolated)"
+        self.path = Path(model)
+        self.options = options
+        self.timeout = timeout or timeout_for(RUN_TIMEOUT_S)
+
+    def _call(self, *, describe: bool = False, feeds: dict | None = None):
+        request = {"runner": self.inner, "model": str(self.path.resolve()), "options": self.options,
+                   "describe": describe, "run": feeds is not None}
+
+        def collect(work: Path, response: dict):
+            if feeds is not None:
+                response["outputs"] = read_arrays(work, "arrays_out")
+            return response
+
+        return call_in_child("modelport.runtimes.isolated:_runner_in_child", request, path=self.path, arrays=feeds,
+                             timeout=self.timeout, what=f"the {self.inner} runtime", collect=collect)
+
+    def describe(self) -> dict | None:
+        """The inner runner's `describe()` (input/output details), computed in the child."""
+        return self._call(describe=True)["describe"]
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return self._call(feeds=feeds)["outputs"]
