@@ -69,3 +69,11 @@ def test_python_api_accepts_spec_strings_and_modules(tmp_path):
     assert report["contract"]["inputs"][0]["shape"] == ["batch", 32]
     report = modelport.convert("zoo:mlp", tmp_path / "z", options=modelport.ConvertOptions(atol=1e-5))
     assert report["parity"][0]["tolerance"]["atol"] == 1e-5
+
+
+def test_target_help_comes_from_the_registry(cli_proc):
+    from modelport.emitters import EMITTERS
+
+    for command in ("convert", "emit"):
+        text = " ".join(cli_proc(command, "--help", env={"COLUMNS": "300"}).stdout.split())
+        assert ", ".join(EMITTERS) in text, command

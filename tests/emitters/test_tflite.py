@@ -147,3 +147,11 @@ def test_unsupported_op_names_the_node_and_leaves_nothing(tmp_path):
         convert(src, out, ConvertOptions(targets=["tflite"]))
     assert "band (BitwiseAnd)" in e.value.message and e.value.exit_code == 2
     assert not out.exists() and tree(tmp_path) == ["src", "src/bits.onnx"]
+
+
+def test_transformer_is_refused_with_the_converters_reason(cli, tmp_path):
+    """A documented limit (docs/emitters.md): onnx2tf cannot convert a PyTorch BERT export.
+    The run must fail cleanly (exit 2, reason named, no output), not crash or half-write."""
+    r = cli("convert", "zoo:bert_tiny", "--to", "tflite", "-o", tmp_path / "o")
+    assert r.exit_code == 2 and "onnx2tf could not convert the model" in r.stderr
+    assert not (tmp_path / "o").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from modelport.cli._common import run, stage_status
+from modelport.emitters import EMITTERS
 from modelport.errors import BadInputError
 
 
@@ -28,7 +29,7 @@ def register(app: typer.Typer) -> None:
     @app.command("convert")
     def convert_cmd(
         source: str | None = typer.Argument(None, help="Model file or folder, or zoo:NAME."),
-        to: str | None = typer.Option(None, "--to", "-df", "--dstFramework", help="Target(s), comma-separated (default onnx)."),
+        to: str | None = typer.Option(None, "--to", "-df", "--dstFramework", help=f"Target(s), comma-separated: {', '.join(EMITTERS)} (default onnx)."),
         output: str | None = typer.Option(None, "-o", "--output-dir", "-om", "--outputModel", help="Output folder."),
         framework: str | None = typer.Option(None, "--from", "-sf", "--srcFramework", help="Source framework (else sniffed from the file)."),
         network: str | None = typer.Option(None, "-in", "--inputNetwork", help="MMdnn: the network file (or architecture)."),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import typer
 
 from modelport.cli._common import run, stage_status
+from modelport.emitters import EMITTERS
 from modelport.errors import BadInputError
 
 
@@ -45,7 +46,7 @@ def register(app: typer.Typer) -> None:
     @app.command("emit")
     def emit_cmd(
         model: str = typer.Argument(..., help="ONNX model file."),
-        to: str = typer.Option(..., "--to", help="Target(s), comma-separated: tflite, tensorrt, ort, onnx."),
+        to: str = typer.Option(..., "--to", help=f"Target(s), comma-separated: {', '.join(EMITTERS)}."),
         output: str | None = typer.Option(None, "-o", "--output-dir", help="Output folder."),
         inputs: list[str] = typer.Option([], "--input", "-i", help="NAME:SHAPE[:DTYPE] to override the model's input spec."),
         dim: list[str] = typer.Option([], "--dim", help="Size of a symbolic dim in sample data, e.g. batch=4."),
