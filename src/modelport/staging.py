@@ -88,3 +88,16 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def describe_files(path: str | Path, files: Iterable[str | Path], root: str | Path | None = None) -> dict:
+    """`{path, files, size}` of an output, paths relative to `root` (the output folder) when inside it."""
+
+    def rel(p) -> str:
+        try:
+            return str(Path(p).relative_to(root)) if root else str(p)
+        except ValueError:
+            return str(p)
+
+    files = [Path(f) for f in files]
+    return {"path": rel(path), "files": [rel(f) for f in files], "size": sum(f.stat().st_size for f in files if f.is_file())}

@@ -7,21 +7,22 @@ artifact through `runtimes/` against the IR's reference outputs.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from modelport.errors import BadInputError
+from modelport.registry import Registry
+from modelport.staging import describe_files
 
-EMITTERS: dict[str, str] = {
+EMITTERS = Registry("target", {
     "onnx": "modelport.emitters.onnx",
     "pytorch": "modelport.emitters.pytorch_code",
     "tflite": "modelport.emitters.tflite",
     "tensorrt": "modelport.emitters.tensorrt",
     "ort": "modelport.emitters.ort",
-}
+})
+register_emitter = EMITTERS.register
 
 
 @dataclass
@@ -46,24 +47,9 @@ class Artifact:
     runner_options: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self, root: Path | None = None) -> dict[str, Any]:
-        def rel(p: Path) -> str:
-            try:
-                return str(Path(p).relative_to(root)) if root else str(p)
-            except ValueError:
-                return str(p)
-
-        size = sum(f.stat().st_size for f in self.files if f.is_file())
         return {"target": self.target, "runtime": self.runtime, "precision": self.precision,
-                "path": rel(self.path), "files": [rel(f) for f in self.files], "size": size, **self.details}
-
-
-def register_emitter(name: str, module: str) -> None:
-    if name in EMITTERS and EMITTERS[name] != module:
-        raise ValueError(f"emitter '{name}' is already registered as {EMITTERS[name]}")
-    EMITTERS[name] = module
+                **describe_files(self.path, self.files, root), **self.details}
 
 
 def get_emitter(name: str) -> ModuleType:
-    if name not in EMITTERS:
-        raise BadInputError(f"unknown target '{name}'; known: {sorted(EMITTERS)}")
-    return importlib.import_module(EMITTERS[name])
+    return EMITTERS.load(name)

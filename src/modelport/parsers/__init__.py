@@ -7,7 +7,6 @@ framework is one module plus one line in PARSERS.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -15,21 +14,23 @@ from typing import Any
 
 from modelport.errors import BadInputError
 from modelport.ir import IRModel, TensorSpec
+from modelport.registry import Registry
 
-# framework name -> module; order matters for sniffing (first match wins)
-PARSERS: dict[str, str] = {
+# framework name -> module; order matters for sniffing (first match wins). Aliases: other
+# spellings users type, MMdnn's included.
+PARSERS = Registry("source framework", {
     "onnx": "modelport.parsers.onnx",
     "pytorch": "modelport.parsers.pytorch",
     "keras": "modelport.parsers.keras",
     "savedmodel": "modelport.parsers.savedmodel",
     "graphdef": "modelport.parsers.graphdef",
     "tflite": "modelport.parsers.tflite",
-}
-
-# other spellings users type (MMdnn's included)
-ALIASES: dict[str, str] = {"torch": "pytorch", "pth": "pytorch"}
-ALIASES.update({"tensorflow": "savedmodel", "tf": "savedmodel", "saved_model": "savedmodel", "frozen": "graphdef",
-                "pb": "graphdef", "tf.keras": "keras", "h5": "keras", "lite": "tflite"})
+}, aliases={
+    "torch": "pytorch", "pth": "pytorch", "tensorflow": "savedmodel", "tf": "savedmodel", "saved_model": "savedmodel",
+    "frozen": "graphdef", "pb": "graphdef", "tf.keras": "keras", "h5": "keras", "lite": "tflite",
+})
+register_parser = PARSERS.register
+canonical = PARSERS.canonical
 
 
 @dataclass
@@ -48,28 +49,14 @@ class SourceSpec:
     options: dict[str, Any] = field(default_factory=dict)  # framework-specific (signature, tf inputs, ...)
 
 
-def register_parser(name: str, module: str) -> None:
-    if name in PARSERS and PARSERS[name] != module:
-        raise ValueError(f"parser '{name}' is already registered as {PARSERS[name]}")
-    PARSERS[name] = module
-
-
-def canonical(name: str) -> str:
-    key = name.lower()
-    key = ALIASES.get(key, key)
-    if key not in PARSERS:
-        raise BadInputError(f"unknown source framework '{name}'; known: {sorted(PARSERS)}")
-    return key
-
-
 def get_parser(name: str) -> ModuleType:
-    return importlib.import_module(PARSERS[canonical(name)])
+    return PARSERS.load(name)
 
 
 def detect(path: Path) -> str:
     """The framework of a file or folder, from its name and first bytes."""
-    for name, module in PARSERS.items():
-        if importlib.import_module(module).sniff(path):
+    for name in PARSERS:
+        if PARSERS.load(name).sniff(path):
             return name
     raise BadInputError(
         "cannot tell the source framework from the file", path=path, hint=f"pass --from with one of {sorted(PARSERS)}"

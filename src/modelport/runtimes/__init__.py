@@ -6,12 +6,11 @@ up by name and imported lazily, so a missing runtime costs nothing until it is a
 
 from __future__ import annotations
 
-import importlib
 from typing import Protocol
 
 import numpy as np
 
-from modelport.errors import BadInputError
+from modelport.registry import Registry
 
 
 class Runner(Protocol):
@@ -21,25 +20,15 @@ class Runner(Protocol):
 
 
 # runtime name -> "module:factory"; the factory takes the model (object or path) and options.
-RUNNERS: dict[str, str] = {
+RUNNERS = Registry("runtime", {
     "onnxruntime": "modelport.runtimes.onnxruntime:OnnxRuntimeRunner",
     "torch": "modelport.runtimes.torch:TorchRunner",
     "tflite": "modelport.runtimes.tflite:TFLiteRunner",
     "torch_source": "modelport.runtimes.torch_source:TorchSourceRunner",
     "tensorrt": "modelport.runtimes.tensorrt:TensorRTRunner",
-}
-
-
-def register_runner(name: str, target: str) -> None:
-    if name in RUNNERS and RUNNERS[name] != target:
-        raise ValueError(f"runner '{name}' is already registered as {RUNNERS[name]}")
-    RUNNERS[name] = target
+})
+register_runner = RUNNERS.register
 
 
 def get_runner(name: str, model, **options) -> Runner:
-    try:
-        target = RUNNERS[name]
-    except KeyError:
-        raise BadInputError(f"unknown runtime '{name}'; known: {sorted(RUNNERS)}") from None
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)(model, **options)
+    return RUNNERS.load(name)(model, **options)

@@ -8,23 +8,24 @@ from the artifacts' I/O contract. Adding a server is one module plus one line in
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from modelport.errors import BadInputError
+from modelport.registry import Registry
+from modelport.staging import describe_files
 
-PACKAGERS: dict[str, str] = {
+PACKAGERS = Registry("serving system", {
     "triton": "modelport.serving.triton",
     "torchserve": "modelport.serving.torchserve",
     "tfserving": "modelport.serving.tfserving",
     "k8s": "modelport.serving.kubernetes",
     "kserve": "modelport.serving.kserve",
-}
-
-ALIASES: dict[str, str] = {"kubernetes": "k8s", "tf-serving": "tfserving", "tensorflow-serving": "tfserving"}
+}, aliases={"kubernetes": "k8s", "tf-serving": "tfserving", "tensorflow-serving": "tfserving"})
+register_packager = PACKAGERS.register
+canonical = PACKAGERS.canonical
 
 # servers a container bundle (k8s, kserve) can wrap
 SERVERS = ("triton", "torchserve", "tfserving")
@@ -89,33 +90,11 @@ class Bundle:
     details: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self, root: Path | None = None) -> dict[str, Any]:
-        def rel(p: Path) -> str:
-            try:
-                return str(Path(p).relative_to(root)) if root else str(p)
-            except ValueError:
-                return str(p)
-
-        size = sum(f.stat().st_size for f in self.files if f.is_file())
-        return {"system": self.system, "path": rel(self.path), "files": [rel(f) for f in self.files], "size": size,
-                **self.details}
-
-
-def register_packager(name: str, module: str) -> None:
-    if name in PACKAGERS and PACKAGERS[name] != module:
-        raise ValueError(f"packager '{name}' is already registered as {PACKAGERS[name]}")
-    PACKAGERS[name] = module
-
-
-def canonical(name: str) -> str:
-    key = name.strip().lower()
-    key = ALIASES.get(key, key)
-    if key not in PACKAGERS:
-        raise BadInputError(f"unknown serving system '{name}'; known: {sorted(PACKAGERS)}")
-    return key
+        return {"system": self.system, **describe_files(self.path, self.files, root), **self.details}
 
 
 def get_packager(name: str) -> ModuleType:
-    return importlib.import_module(PACKAGERS[canonical(name)])
+    return PACKAGERS.load(name)
 
 
 def parse_systems(text: str | list[str]) -> list[str]:

@@ -1,0 +1,52 @@
+"""Registries keyed by the names users type, whose entries are imported only when looked up.
+
+Parsers (`--from`), emitters (`--to`), packagers (`--for`) and runtimes share this one mechanism:
+an entry is `"package.module"` or `"package.module:attribute"`, a duplicate registration is an
+error, aliases (MMdnn's spellings, common synonyms) resolve to one canonical key, and an unknown
+name is a BadInputError that lists the known ones. A registry is a read-only mapping of
+name -> target, in registration order, so the CLI's help text is generated from it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from modelport.errors import BadInputError
+
+
+class Registry(Mapping[str, str]):
+    def __init__(self, kind: str, entries: dict[str, str], *, aliases: dict[str, str] | None = None):
+        self.kind = kind
+        self._entries: dict[str, str] = {}
+        self.aliases: dict[str, str] = dict(aliases or {})
+        for name, target in entries.items():
+            self.register(name, target)
+
+    def __getitem__(self, name: str) -> str:
+        return self._entries[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def register(self, name: str, target: str) -> None:
+        if name in self._entries and self._entries[name] != target:
+            raise ValueError(f"{self.kind} '{name}' is already registered as {self._entries[name]}")
+        self._entries[name] = target
+
+    def canonical(self, name: str) -> str:
+        key = name.strip().lower()
+        key = self.aliases.get(key, key)
+        if key not in self._entries:
+            raise BadInputError(f"unknown {self.kind} '{name}'; known: {sorted(self._entries)}")
+        return key
+
+    def load(self, name: str) -> Any:
+        """The module (or module attribute) registered under `name` or one of its aliases."""
+        module, _, attr = self._entries[self.canonical(name)].partition(":")
+        loaded = importlib.import_module(module)
+        return getattr(loaded, attr) if attr else loaded
