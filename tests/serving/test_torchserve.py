@@ -90,6 +90,8 @@ def _torchserve(model_store: Path, name: str, tmp_path: Path):
     bindir = str(Path(sys.executable).parent)
     if not (Path(bindir) / "torchserve").exists():
         pytest.fail("torchserve is not installed in the test environment (pip install torchserve==0.12.0)")
+    if shutil.which("java") is None:
+        pytest.fail("TorchServe needs Java 17 on PATH (apt-get install openjdk-17-jre-headless)")
     ports = [_free_port() for _ in range(3)]
     cfg = tmp_path / "config.properties"
     cfg.write_text("\n".join([
@@ -157,7 +159,6 @@ def _check_serving(url: str, proc, log_path: Path, reference: Path) -> None:
     assert result.ok, result.summary()
 
 
-@pytest.mark.skipif(shutil.which("java") is None, reason="TorchServe needs Java")
 def test_real_torchserve_serves_the_archive(bundle, cnn_out, tmp_path):
     out, _ = bundle
     with _torchserve(out / "model-store", "cnn", tmp_path) as (url, proc, log_path):
@@ -252,7 +253,6 @@ def test_tflite_only_is_refused(mlp_edge_out, tmp_path):
         package(load_artifacts(folder), tmp_path / "b", PackageOptions())
 
 
-@pytest.mark.skipif(shutil.which("java") is None, reason="TorchServe needs Java")
 def test_real_torchserve_serves_the_pytorch_code(torch_bundle, cnn_pt_out, tmp_path):
     out, _ = torch_bundle
     with _torchserve(out / "model-store", "cnnpt", tmp_path) as (url, proc, log_path):
