@@ -135,20 +135,9 @@ def test_json_stdout_is_one_document(cli_proc, tflites, tmp_path):
 def test_int8_io_source_keeps_integer_io(tmp_path):
     """A full-integer .tflite with int8 I/O: the IR takes and returns int8 like the file, and the
     references are the interpreter's raw int8 outputs, so parity is exact."""
-    import tensorflow as tf
+    from tests.tflite_models import write_int8_io_tflite
 
-    @tf.function(input_signature=[tf.TensorSpec([1, 8], tf.float32, name="x")])
-    def f(x):
-        return {"y": x * 2.0 + 1.0}
-
-    conv = tf.lite.TFLiteConverter.from_concrete_functions([f.get_concrete_function()])
-    conv.optimizations = [tf.lite.Optimize.DEFAULT]
-    rng = np.random.default_rng(0)
-    conv.representative_dataset = lambda: ([rng.uniform(-1, 1, (1, 8)).astype(np.float32)] for _ in range(16))
-    conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    conv.inference_input_type = conv.inference_output_type = tf.int8
-    path = tmp_path / "q.tflite"
-    path.write_bytes(conv.convert())
+    path = write_int8_io_tflite(tmp_path / "q.tflite")
     ir = parse(path, SourceSpec(path=path))
     assert ir.inputs[0].dtype == "int8" and ir.outputs[0].dtype == "int8"
     ref = next(iter(ir.reference.outputs.values()))

@@ -9,22 +9,12 @@ import pytest
 from modelport.errors import BadInputError
 from modelport.runtimes.isolated import IsolatedRunner, call_in_child
 from tests.runtimes.crash_injection import inject_crash
+from tests.tflite_models import write_two_input_tflite
 
 
 @pytest.fixture(scope="module")
 def tflite_file(tmp_path_factory):
-    import os
-
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    import tensorflow as tf
-
-    @tf.function(input_signature=[tf.TensorSpec([None, 4, 2], tf.float32, name="a"), tf.TensorSpec([None, 2], tf.float32, name="b")])
-    def f(a, b):
-        return {"y": tf.reduce_sum(a, axis=1) * 10.0 + b}
-
-    path = tmp_path_factory.mktemp("iso") / "two.tflite"
-    path.write_bytes(tf.lite.TFLiteConverter.from_concrete_functions([f.get_concrete_function()]).convert())
-    return path
+    return write_two_input_tflite(tmp_path_factory.mktemp("iso") / "two.tflite")
 
 
 def _feeds():

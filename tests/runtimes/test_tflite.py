@@ -6,23 +6,12 @@ import numpy as np
 import pytest
 
 from modelport.errors import BadInputError
+from tests.tflite_models import write_int8_io_tflite, write_two_input_tflite
 
 
 @pytest.fixture(scope="module")
 def two_input_tflite(tmp_path_factory):
-    import os
-
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    import tensorflow as tf
-
-    @tf.function(input_signature=[tf.TensorSpec([None, 4, 2], tf.float32, name="a"), tf.TensorSpec([None, 2], tf.float32, name="b")])
-    def f(a, b):
-        return {"y": tf.reduce_sum(a, axis=1) * 10.0 + b}
-
-    conv = tf.lite.TFLiteConverter.from_concrete_functions([f.get_concrete_function()])
-    path = tmp_path_factory.mktemp("tfl") / "two.tflite"
-    path.write_bytes(conv.convert())
-    return path
+    return write_two_input_tflite(tmp_path_factory.mktemp("tfl") / "two.tflite")
 
 
 def test_feed_order_and_transpose(two_input_tflite):
@@ -51,27 +40,13 @@ def test_wrong_input_count(two_input_tflite):
 def test_int8_io_quantised_by_the_runner(tmp_path):
     """A full-integer file with int8 I/O (TF's converter): float feeds are quantised with the input's
     scale/zero point, outputs dequantised, and describe() reports both dtypes."""
-    import tensorflow as tf
-
     from modelport.runtimes import get_runner
 
-    @tf.function(input_signature=[tf.TensorSpec([1, 8], tf.float32, name="x")])
-    def f(x):
-        return {"y": x * 2.0 + 1.0}
-
-    conv = tf.lite.TFLiteConverter.from_concrete_functions([f.get_concrete_function()])
-    conv.optimizations = [tf.lite.Optimize.DEFAULT]
-    rng = np.random.default_rng(0)
-    conv.representative_dataset = lambda: ([rng.uniform(-1, 1, (1, 8)).astype(np.float32)] for _ in range(16))
-    conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    conv.inference_input_type = conv.inference_output_type = tf.int8
-    path = tmp_path / "q.tflite"
-    path.write_bytes(conv.convert())
-    r = get_runner("tflite", path)
+    r = get_runner("tflite", write_int8_io_tflite(tmp_path / "q.tflite"))
     info = r.describe()
     (i,), (o,) = info["inputs"], info["outputs"]
     assert (i["tensor_dtype"], i["dtype"], o["tensor_dtype"], o["dtype"]) == ("int8", "float32", "int8", "float32")
-    x = rng.uniform(-1, 1, (1, 8)).astype(np.float32)
+    x = np.random.default_rng(1).uniform(-1, 1, (1, 8)).astype(np.float32)
     y = next(iter(r.run({"x": x}).values()))
     assert y.dtype == np.float32
     np.testing.assert_allclose(y, x * 2 + 1, atol=4 * o["quantization"][0] + 2 * i["quantization"][0])

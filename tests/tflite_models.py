@@ -1,0 +1,45 @@
+"""Small TFLite files the tests build with TensorFlow's own converter (never checked in)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+
+def _tf():
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import tensorflow as tf
+
+    return tf
+
+
+def write_two_input_tflite(path: Path) -> Path:
+    """Inputs a[batch,4,2] and b[batch,2]; y = sum(a, axis=1) * 10 + b."""
+    tf = _tf()
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4, 2], tf.float32, name="a"), tf.TensorSpec([None, 2], tf.float32, name="b")])
+    def f(a, b):
+        return {"y": tf.reduce_sum(a, axis=1) * 10.0 + b}
+
+    path.write_bytes(tf.lite.TFLiteConverter.from_concrete_functions([f.get_concrete_function()]).convert())
+    return path
+
+
+def write_int8_io_tflite(path: Path) -> Path:
+    """A full-integer file whose input x[1,8] and output y are int8 tensors; y = 2x + 1."""
+    tf = _tf()
+
+    @tf.function(input_signature=[tf.TensorSpec([1, 8], tf.float32, name="x")])
+    def f(x):
+        return {"y": x * 2.0 + 1.0}
+
+    conv = tf.lite.TFLiteConverter.from_concrete_functions([f.get_concrete_function()])
+    conv.optimizations = [tf.lite.Optimize.DEFAULT]
+    rng = np.random.default_rng(0)
+    conv.representative_dataset = lambda: ([rng.uniform(-1, 1, (1, 8)).astype(np.float32)] for _ in range(16))
+    conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    conv.inference_input_type = conv.inference_output_type = tf.int8
+    path.write_bytes(conv.convert())
+    return path
