@@ -15,7 +15,7 @@ from pathlib import Path
 from modelport.errors import BadInputError
 from modelport.file_checks import check_model_file
 from modelport.ir import IRModel
-from modelport.parsers.tf_common import first_line, import_tf, plain_name, stdout_to_stderr
+from modelport.parsers.tf_common import first_line, import_tf, parse_proto, plain_name, stdout_to_stderr
 
 NAME = "graphdef"
 DESCRIPTION = "frozen TensorFlow GraphDef (.pb) with --inputs/--outputs tensor names"
@@ -33,13 +33,7 @@ def tensor_name(name: str) -> str:
 def read_graph_def(path: Path):
     path = check_model_file(path, kind="GraphDef")
     tf = import_tf()
-    from google.protobuf.message import DecodeError
-
-    graph_def = tf.compat.v1.GraphDef()
-    try:
-        graph_def.ParseFromString(path.read_bytes())
-    except (DecodeError, ValueError, RuntimeError) as e:
-        raise BadInputError(f"truncated or not a GraphDef: {first_line(e)}", path=path) from None
+    graph_def = parse_proto(tf.compat.v1.GraphDef(), path, "truncated or not a GraphDef")
     if not graph_def.node:
         raise BadInputError("the GraphDef has no nodes (truncated or not a GraphDef)", path=path)
     return graph_def

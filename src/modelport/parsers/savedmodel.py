@@ -15,7 +15,7 @@ from pathlib import Path
 
 from modelport.errors import BadInputError
 from modelport.ir import IRModel
-from modelport.parsers.tf_common import first_line, import_tf, stdout_to_stderr
+from modelport.parsers.tf_common import first_line, import_tf, parse_proto, stdout_to_stderr
 
 NAME = "savedmodel"
 DESCRIPTION = "TensorFlow SavedModel folder (saved_model.pb inside); --signature picks the function"
@@ -39,14 +39,9 @@ def read_proto(folder: Path):
     if pb.stat().st_size == 0:
         raise BadInputError("empty saved_model.pb", path=pb)
     import_tf()
-    from google.protobuf.message import DecodeError
     from tensorflow.core.protobuf import saved_model_pb2
 
-    proto = saved_model_pb2.SavedModel()
-    try:
-        proto.ParseFromString(pb.read_bytes())
-    except (DecodeError, ValueError, RuntimeError) as e:
-        raise BadInputError(f"truncated or corrupt saved_model.pb: {first_line(e)}", path=pb) from None
+    proto = parse_proto(saved_model_pb2.SavedModel(), pb, "truncated or corrupt saved_model.pb")
     if not proto.meta_graphs:
         raise BadInputError("saved_model.pb holds no meta graph (truncated or not a SavedModel)", path=pb)
     return proto

@@ -80,6 +80,17 @@ def import_tf2onnx():
     return tf2onnx
 
 
+def parse_proto(message, path: Path, reason: str):
+    """Decode `path` into the protobuf `message`; a decoding failure is exit 2, `reason: <error>`."""
+    from google.protobuf.message import DecodeError
+
+    try:
+        message.ParseFromString(path.read_bytes())
+    except (DecodeError, ValueError, RuntimeError) as e:
+        raise BadInputError(f"{reason}: {first_line(e)}", path=path) from None
+    return message
+
+
 def plain_name(name: str) -> str:
     """TensorFlow tensor name without the output index: 'x:0' -> 'x'."""
     base, sep, index = name.rpartition(":")
