@@ -51,15 +51,21 @@ def _pad_list(flat: list[int]) -> str:
     return "(" + ", ".join(str(v) for v in flat) + ")"
 
 
-@converter("Conv")
-def conv(n):
+def _weight_and_dims(n, what: str):
+    """(constant weight or None, spatial dims) of a Conv/ConvTranspose; 1-3 spatial dims only."""
     w = n.const(1)
     rank = n.rank(1) if w is None else w.ndim
     if rank is None:
         n.fail("weight of unknown rank")
     nd = rank - 2
     if nd not in (1, 2, 3):
-        n.fail(f"{nd}-D convolution")
+        n.fail(f"{nd}-D {what}")
+    return w, nd
+
+
+@converter("Conv")
+def conv(n):
+    w, nd = _weight_and_dims(n, "convolution")
     kernel = n.attr("kernel_shape") or (list(w.shape[2:]) if w is not None else (n.static_shape(1) or [None])[2:])
     if not kernel or any(k is None for k in kernel):
         n.fail("kernel shape unknown")
@@ -106,13 +112,7 @@ def _pad_input(n, x: str, pads: list[int]) -> tuple[str, list[int]]:
 
 @converter("ConvTranspose")
 def conv_transpose(n):
-    w = n.const(1)
-    rank = n.rank(1) if w is None else w.ndim
-    if rank is None:
-        n.fail("weight of unknown rank")
-    nd = rank - 2
-    if nd not in (1, 2, 3):
-        n.fail(f"{nd}-D transposed convolution")
+    w, nd = _weight_and_dims(n, "transposed convolution")
     wshape = list(w.shape) if w is not None else n.static_shape(1)
     kernel = n.attr("kernel_shape") or (wshape[2:] if wshape else None)
     if not kernel:
