@@ -15,16 +15,18 @@ from modelport.optimize.onnx_ir_pass import OnnxIRPass
 
 
 class TransformerFusionPass(OnnxIRPass):
-    """Attention (MultiHeadAttention / Attention), GELU/BiasGelu, RMSNorm and rotary fusions.
+    """Attention (MultiHeadAttention / Attention), GELU, RMSNorm and rotary fusions, in the form
+    onnxruntime's CPU provider runs fastest (see `optimize/cpu_kernels.py`).
 
-    Residual Add + LayerNormalization is left alone: onnxruntime 1.31's CPU kernel for
+    Residual Add + LayerNormalization is not fused, and is written as Sum + LayerNormalization so
+    that onnxruntime's session optimiser does not fuse it at load either: its CPU kernel for
     SkipLayerNormalization measured about 5x slower than Add + LayerNormalization (233 µs vs 47 µs
-    on 1x128x256, one thread), which made a fused GPT-2 slower than its raw export. The
-    `transformer-sln` pass fuses it too (for runtimes where that kernel is fast, e.g. CUDA).
+    on 1x128x256, one thread). BiasGelu is split back into Add + Gelu for the same reason. The
+    `transformer-sln` pass keeps both fusions (for runtimes where those kernels are fast, e.g. CUDA).
     """
 
     name = "transformer"
-    description = "attention/GELU fusions into onnxruntime contrib ops (no SkipLayerNormalization)"
+    description = "attention/GELU fusions into onnxruntime contrib ops, in the form its CPU kernels run fastest"
     skip_layer_norm = False
 
     def transform(self, model):
@@ -32,6 +34,10 @@ class TransformerFusionPass(OnnxIRPass):
 
         before = _op_counts(model)
         counts = fuse_transformer(model, skip_layer_norm=self.skip_layer_norm)
+        if not self.skip_layer_norm:
+            from modelport.optimize.cpu_kernels import prefer_cpu_kernels
+
+            counts.update(prefer_cpu_kernels(model))
         after = _op_counts(model)
         fused = {k: v for k, v in counts.items() if v}
         return before != after, {"fusions": fused}
