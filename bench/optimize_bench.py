@@ -5,7 +5,17 @@ Models (built locally, random init): a ResNet-18-sized CNN at 1x3x224x224, a BER
 128. Variants: the raw torch.onnx export, onnxsim alone, onnxruntime's own offline optimisation
 (ORT_ENABLE_EXTENDED, saved), modelport's levels, `auto`, FP16 and INT8 dynamic.
 
-    .venv/bin/python bench/optimize_bench.py [--runs 20] [--models cnn,bert,gpt]
+Latencies are measured interleaved: every variant of a model gets one run per round, for `--runs`
+rounds after a warm-up, and the median is reported, so that a noisy machine slows every variant
+alike instead of whichever happened to run during the noise. `--threads 1` gives the steadiest
+ratios on a small shared machine; the default (0) is onnxruntime's own thread count.
+
+Each model also gets a **GEMM floor** row: the same onnxruntime timing of only the model's
+weight GEMMs (every MatMul/Gemm with a constant 2-D weight, at the shapes the raw export runs
+them), as independent nodes. No graph rewrite can make an FP32 model faster than its GEMMs, so
+`raw / floor` is the ceiling of any FP32 speed-up from fusion on that runtime and machine.
+
+    .venv/bin/python bench/optimize_bench.py [--runs 20] [--threads 0] [--models cnn,bert,gpt]
 """
 
 from __future__ import annotations
@@ -69,17 +79,70 @@ def ort_offline(src: Path, dst: Path) -> Path:
     return dst
 
 
+def gemm_floor(model, feeds):
+    """A model of only `model`'s weight GEMMs at their run-time shapes, and feeds for it."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    from modelport.optimize.localize import run_tensors
+
+    weights = {i.name: i for i in model.graph.initializer}
+    gemms = [n for n in model.graph.node if n.op_type in ("MatMul", "Gemm") and len(n.input) > 1
+             and n.input[1] in weights and len(weights[n.input[1]].dims) == 2]
+    acts = {}
+    for values in run_tensors(model, feeds, sorted({n.input[0] for n in gemms})):
+        acts.update(values)
+    nodes, inits, inputs, outputs, floor_feeds = [], [], [], [], {}
+    rng = np.random.default_rng(0)
+    for i, n in enumerate(gemms):
+        x = acts[n.input[0]]
+        w = weights[n.input[1]]
+        trans_b = next((a.i for a in n.attribute if a.name == "transB"), 0) if n.op_type == "Gemm" else 0
+        k = w.dims[1] if trans_b else w.dims[0]
+        rows = int(np.prod(x.shape)) // k
+        inputs.append(helper.make_tensor_value_info(f"x{i}", 1, [rows, k]))
+        outputs.append(helper.make_tensor_value_info(f"y{i}", 1, None))
+        floor_feeds[f"x{i}"] = rng.standard_normal((rows, k)).astype(np.float32)
+        inits.append(numpy_helper.from_array(numpy_helper.to_array(w).astype(np.float32), f"w{i}"))
+        nodes.append(helper.make_node("Gemm", [f"x{i}", f"w{i}"], [f"y{i}"], transB=trans_b))
+    graph = helper.make_graph(nodes, "gemm_floor", inputs, outputs, inits)
+    floor = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    floor.ir_version = 8
+    return floor, floor_feeds, len(gemms)
+
+
+def interleaved_ms(models: dict, feeds: dict, *, runs: int, threads: int, warmup: int = 5) -> dict[str, float]:
+    """Median latency (ms) of each model, one run per model per round."""
+    import statistics
+    import time
+
+    from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
+
+    runners = {k: OnnxRuntimeRunner(m, threads=threads or None) for k, m in models.items()}
+    for k, r in runners.items():
+        for _ in range(warmup):
+            r.run(feeds[k])
+    times: dict[str, list[float]] = {k: [] for k in runners}
+    for _ in range(runs):
+        for k, r in runners.items():
+            t = time.perf_counter()
+            r.run(feeds[k])
+            times[k].append((time.perf_counter() - t) * 1000)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
 def main(argv=None) -> int:
     import onnx
 
     from modelport.convert.parity import DEFAULT_TOLERANCES, compare
-    from modelport.optimize.auto import latency_ms
     from modelport.optimize.model_tools import model_size, with_model
     from modelport.optimize.pipeline import OptimizeOptions, optimize_ir
     from modelport.parsers import SourceSpec, parse
+    from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads (0: its default)")
     ap.add_argument("--models", default="cnn,bert,gpt")
     a = ap.parse_args(argv)
     print("| model | variant | nodes | size MiB | latency ms (median) | speed-up vs raw | max abs | cosine |")
@@ -101,17 +164,23 @@ def main(argv=None) -> int:
             variants[f"modelport auto ({sel['chosen']})"] = auto_ir
             variants["fp16 (extended)"] = optimize_ir(ir, OptimizeOptions(level="extended", precision="fp16"))[0]
             variants["int8 dynamic (extended)"] = optimize_ir(ir, OptimizeOptions(level="extended", precision="int8"))[0]
-            raw_ms = None
-            for label, v in variants.items():
-                from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
-
+            floor, floor_feeds, n_gemms = gemm_floor(ir.model, feeds)
+            models = {k: v.model for k, v in variants.items()}
+            models[f"GEMM floor ({n_gemms} weight GEMMs only)"] = floor
+            run_feeds = {k: feeds for k in variants} | {k: floor_feeds for k in models if k not in variants}
+            ms = interleaved_ms(models, run_feeds, runs=a.runs, threads=a.threads)
+            raw_ms = ms["raw export"]
+            for label, model in models.items():
+                v = variants.get(label)
+                if v is None:
+                    print(f"| {name} | {label} | {len(model.graph.node)} | | {ms[label]:.2f} | "
+                          f"{raw_ms / ms[label]:.2f}x (ceiling) | | |", flush=True)
+                    continue
                 prec = v.provenance.get("precision", "fp32")
                 p = compare(ir.reference.outputs, OnnxRuntimeRunner(v.model).run(feeds), DEFAULT_TOLERANCES[prec], hop=label)
-                ms = latency_ms(v.model, feeds, runs=a.runs)
-                raw_ms = raw_ms or ms
                 o = p.outputs[0]
-                print(f"| {name} | {label} | {len(v.model.graph.node)} | {model_size(v.model) / 2**20:.2f} | {ms:.2f} | "
-                      f"{raw_ms / ms:.2f}x | {o.max_abs:.2g} | {o.cosine:.6f} |", flush=True)
+                print(f"| {name} | {label} | {len(v.model.graph.node)} | {model_size(v.model) / 2**20:.2f} | {ms[label]:.2f} | "
+                      f"{raw_ms / ms[label]:.2f}x | {o.max_abs:.2g} | {o.cosine:.6f} |", flush=True)
     return 0
 
 
