@@ -4,10 +4,16 @@ Two forms:
 - an `.npz` holding one array per model input, keyed by input name. An array with the input's
   rank is split along axis 0 into samples of the model's batch size (1 when the batch is dynamic);
   an array with one more axis than the input is a stack of ready samples.
-- a folder of images (`.png`, `.jpg`, `.jpeg`, `.bmp`) for a model with one 4-D float input:
-  each image is read as RGB (BGR when the input's preprocessing says so), resized (bilinear) to
-  the input's height and width, scaled by the input's `scale` (default 1/255), normalised with
-  its `mean`/`std` when given, and laid out as NCHW (or NHWC when the input's layout says so).
+- a folder of images (`.png`, `.jpg`, `.jpeg`, `.bmp`; names starting with "." are skipped) for
+  a model with one 4-D float input laid out NCHW or NHWC (the input's `layout`; NCHW when none).
+  Each image is read as 8-bit RGB (palette and grayscale expanded, alpha dropped; grayscale for a
+  one-channel input; 16-bit and float images are refused), channels reversed to BGR when the
+  input's preprocessing says so, resized (bilinear) to the input's height and width, scaled by
+  the input's `scale` (default 1/255), minus `mean` and divided by `std` when given (one value,
+  or one per channel in the input's channel order), and laid out as the input's layout.
+  A dynamic height or width takes its size from the sample dims (`--dim NAME=SIZE`, or a concrete
+  `--input` shape); with neither, the folder is refused rather than calibrating at a guessed size.
+  A fixed batch of N stacks N images per sample (a remainder is dropped); a dynamic batch is 1.
   At most `MAX_IMAGES` images are used, in sorted name order.
 """
 
@@ -21,6 +27,7 @@ from modelport.errors import BadInputError
 from modelport.ir import IRModel
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp"}
+FLOAT_DTYPES = {"float16", "bfloat16", "float32", "float64"}
 MAX_IMAGES = 256
 
 
@@ -62,37 +69,94 @@ def _npz(path: Path, ir: IRModel) -> list[dict[str, np.ndarray]]:
     return [{k: v[i] for k, v in per_input.items()} for i in range(n)]
 
 
+def _describe(ir: IRModel) -> str:
+    return ", ".join(f"{s.name} {s.dtype} {list(s.shape)}" for s in ir.inputs) or "none"
+
+
+def _image_geometry(folder: Path, ir: IRModel):
+    """(spec, layout, batch, channels, height, width) of the one image input, or BadInputError."""
+    specs = ir.inputs
+    if len(specs) != 1 or specs[0].dtype not in FLOAT_DTYPES or len(specs[0].shape) != 4:
+        raise BadInputError(f"image calibration needs a model with one 4-D float input; this model's inputs are "
+                            f"{_describe(ir)}", path=folder, hint="give an .npz of named inputs instead")
+    spec = specs[0]
+    layout = spec.layout or "NCHW"
+    if layout not in ("NCHW", "NHWC"):
+        raise BadInputError(f"image calibration needs an NCHW or NHWC input; '{spec.name}' is {layout}", path=folder)
+    n_ax, c_ax, h_ax, w_ax = (0, 1, 2, 3) if layout == "NCHW" else (0, 3, 1, 2)
+    size = {}
+    for axis, what in ((h_ax, "height"), (w_ax, "width")):
+        d = spec.shape[axis]
+        if isinstance(d, str):
+            if d not in ir.sample_dims:
+                example = ["1", "3", "224", "224"] if layout == "NCHW" else ["1", "224", "224", "3"]
+                raise BadInputError(f"input '{spec.name}' has a dynamic {what} ('{d}'); image calibration needs a size",
+                                    path=folder, hint=f"pass --dim {d}=SIZE or --input {spec.name}:{'x'.join(example)}")
+            d = ir.sample_dims[d]
+        size[what] = int(d)
+    c = spec.shape[c_ax]
+    channels = int(ir.sample_dims.get(c, 3)) if isinstance(c, str) else c
+    if channels not in (1, 3):
+        raise BadInputError(f"image calibration needs 1 or 3 channels; input '{spec.name}' has {channels}", path=folder)
+    batch = spec.shape[n_ax] if isinstance(spec.shape[n_ax], int) else 1
+    return spec, layout, batch, channels, size["height"], size["width"]
+
+
+def _channel_values(values, channels: int, what: str, folder: Path) -> np.ndarray | None:
+    if not values:
+        return None
+    if len(values) not in (1, channels):
+        raise BadInputError(f"preprocessing {what} has {len(values)} values; the input has {channels} channels", path=folder)
+    return np.asarray(values, np.float32)
+
+
+def image_files(folder: Path) -> list[Path]:
+    """The calibration images of `folder`, sorted by name, at most `MAX_IMAGES`."""
+    try:
+        files = [p for p in folder.iterdir()
+                 if p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith(".") and p.is_file()]
+    except OSError as e:
+        raise BadInputError(f"cannot list the calibration folder: {e.strerror or e}", path=folder) from None
+    return sorted(files)[:MAX_IMAGES]
+
+
 def _images(folder: Path, ir: IRModel) -> list[dict[str, np.ndarray]]:
     from modelport.deps import require
+    from modelport.errors import UnsafeInputError
 
     image_mod = require("PIL.Image", purpose="image calibration data")
-    floats = [s for s in ir.inputs if s.dtype.startswith("float")]
-    if len(ir.inputs) != 1 or len(floats) != 1 or len(floats[0].shape) != 4:
-        raise BadInputError("image calibration needs a model with one 4-D float input; give an .npz instead", path=folder)
-    spec = floats[0]
-    layout = spec.layout or "NCHW"
-    dims = spec.concrete_shape(ir.sample_dims, default=1)
-    h, w = (dims[2], dims[3]) if layout == "NCHW" else (dims[1], dims[2])
-    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())[:MAX_IMAGES]
+    spec, layout, batch, channels, h, w = _image_geometry(folder, ir)
+    files = image_files(folder)
     if not files:
         raise BadInputError(f"no images ({', '.join(sorted(IMAGE_SUFFIXES))}) in the calibration folder", path=folder)
+    if len(files) < batch:
+        raise BadInputError(f"{len(files)} images for a fixed batch of {batch}: calibration needs at least {batch}",
+                            path=folder)
     pre = spec.preprocess
     scale = pre.scale if pre and pre.scale is not None else 1.0 / 255.0
-    samples = []
-    for f in files:
+    mean = _channel_values(pre.mean if pre else None, channels, "mean", folder)
+    std = _channel_values(pre.std if pre else None, channels, "std", folder)
+    bgr = bool(pre and pre.channel_order == "BGR" and channels == 3)
+    dtype = spec.dtype if spec.dtype != "bfloat16" else "float32"
+    images = []
+    for f in files[:len(files) // batch * batch]:
         try:
             with image_mod.open(f) as im:
-                arr = np.asarray(im.convert("RGB").resize((w, h), image_mod.BILINEAR), dtype=np.float32)
-        except OSError as e:
+                if im.mode in ("I", "F") or im.mode.startswith("I;"):
+                    raise BadInputError(f"calibration image is {im.mode} (16-bit or float); give 8-bit images", path=f)
+                im = im.convert("L" if channels == 1 else "RGB").resize((w, h), image_mod.BILINEAR)
+                arr = np.asarray(im, dtype=np.float32).reshape(h, w, channels)
+        except image_mod.DecompressionBombError as e:
+            raise UnsafeInputError(f"calibration image refused: {e}", path=f) from None
+        except (OSError, ValueError, SyntaxError) as e:
             raise BadInputError(f"cannot read calibration image: {e}", path=f) from None
-        if pre and pre.channel_order == "BGR":
+        if bgr:
             arr = arr[..., ::-1]
-        arr = arr * scale
-        if pre and pre.mean:
-            arr = arr - np.asarray(pre.mean, np.float32)
-        if pre and pre.std:
-            arr = arr / np.asarray(pre.std, np.float32)
-        if layout == "NCHW":
-            arr = arr.transpose(2, 0, 1)
-        samples.append({spec.name: np.ascontiguousarray(arr[None]).astype(spec.dtype)})
-    return samples
+        arr = arr * np.float32(scale)
+        if mean is not None:
+            arr = arr - mean
+        if std is not None:
+            arr = arr / std
+        images.append(arr.transpose(2, 0, 1) if layout == "NCHW" else arr)
+    return [{spec.name: np.ascontiguousarray(np.stack(images[i:i + batch])).astype(dtype)}
+            for i in range(0, len(images), batch)]
