@@ -327,6 +327,25 @@ def test_cli_int8_static_from_image_folder(cli, calib_images, tmp_path):
     assert _input_scale(out / "model.onnx") == pytest.approx(2 / 255, rel=1e-5)
 
 
+def test_cli_preprocessing_flags_reach_image_calibration(cli, calib_images, tmp_path):
+    """A plain ONNX file (no contract): --mean/--std/--channel-order on `optimize` are what the
+    images are normalised with; without them the range is [0, 1] (scale 1/255)."""
+    model = _cnn_onnx(tmp_path / "cnn.onnx", shape=[1, 3, 16, 16])
+    out = tmp_path / "flags"
+    r = cli("optimize", model, "-o", out, "--precision", "int8", "--calibration", calib_images,
+            "--mean", "0.5,0.5,0.5", "--std", "0.5,0.5,0.5", "--channel-order", "BGR", "--json")
+    assert r.exit_code == 0, r
+    assert _input_scale(out / "model.onnx") == pytest.approx(2 / 255, rel=1e-5)
+    plain = tmp_path / "plain"
+    assert cli("optimize", model, "-o", plain, "--precision", "int8", "--calibration", calib_images, "--json").exit_code == 0
+    assert _input_scale(plain / "model.onnx") == pytest.approx(1 / 255, rel=1e-5)
+    # judged on the calibration images (range [0, 1]), not on standard-normal samples it was never
+    # calibrated for: every node stays quantised
+    row = next(s for s in json.loads((plain / "report.json").read_text())["stages"] if s.get("pass") == "int8-static")
+    assert row["status"] == "applied" and row["details"]["kept_fp32"] == []
+    assert row["details"]["checked_on"] == "1 calibration row against the FP32 model"
+
+
 def test_cli_dynamic_height_width_needs_dims(cli, calib_images, tmp_path):
     model = _cnn_onnx(tmp_path / "cnn.onnx", shape=["N", 3, "H", "W"])
     r = cli("optimize", model, "-o", tmp_path / "bad", "--precision", "int8", "--calibration", calib_images, "--json")

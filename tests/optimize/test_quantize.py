@@ -40,6 +40,11 @@ def test_static_qdq_from_npz(mlp_ir, tmp_path):
     out, info = quantize_model(mlp_ir, mode="static", calibration=samples, method="minmax")
     assert "QuantizeLinear" in _ops(out.model) and "DequantizeLinear" in _ops(out.model)
     assert info.parity_ok and info.calibration == {"samples": 8, "method": "minmax"}
+    # judged on the first calibration sample (fixed batch of 4) against the FP32 model
+    assert info.checked_on == "4 calibration rows against the FP32 model"
+    np.testing.assert_array_equal(out.reference.inputs["x"], samples[0]["x"])
+    fp32 = OnnxRuntimeRunner(mlp_ir.model).run(samples[0])
+    np.testing.assert_allclose(out.reference.outputs[next(iter(fp32))], next(iter(fp32.values())))
 
 
 def test_static_without_calibration_is_bad_input(mlp_ir):

@@ -76,6 +76,11 @@ def register(app: typer.Typer) -> None:
         strict: bool = typer.Option(False, "--strict", help="A pass that breaks parity fails the run (exit 4) instead of being rolled back."),
         inputs: list[str] = typer.Option([], "--input", "-i", help="NAME:SHAPE[:DTYPE] (repeatable)."),
         dim: list[str] = typer.Option([], "--dim", help="Size of a symbolic dim in sample data, e.g. batch=4."),
+        layout: list[str] = typer.Option([], "--layout", help="Input layout for image calibration, e.g. NCHW or image=NHWC."),
+        mean: list[str] = typer.Option([], "--mean", help="Image calibration mean, e.g. 0.485,0.456,0.406 or NAME=..."),
+        std: list[str] = typer.Option([], "--std", help="Image calibration std, e.g. 0.229,0.224,0.225 or NAME=..."),
+        scale: list[str] = typer.Option([], "--scale", help="Image calibration scale (default 1/255), or NAME=..."),
+        channel_order: str | None = typer.Option(None, "--channel-order", help="Image calibration channel order: RGB or BGR."),
         atol: float | None = typer.Option(None, "--atol", help="Absolute tolerance for FP32 parity."),
         rtol: float | None = typer.Option(None, "--rtol", help="Relative tolerance for FP32 parity."),
         min_cosine: float | None = typer.Option(None, "--min-cosine", help="Minimum cosine similarity per output."),
@@ -88,12 +93,14 @@ def register(app: typer.Typer) -> None:
         def body():
             from modelport.convert import ConvertOptions, convert
             from modelport.optimize import parse_pass_list
-            from modelport.specs import parse_dims, parse_input_spec
+            from modelport.specs import apply_options, parse_dims, parse_input_spec
 
             if not output:
                 raise BadInputError("no output folder", hint="pass -o OUT_DIR")
             options = ConvertOptions(
-                targets=["onnx"], inputs=[parse_input_spec(t) for t in inputs], atol=atol, rtol=rtol,
+                targets=["onnx"], atol=atol, rtol=rtol,
+                inputs=apply_options([parse_input_spec(t) for t in inputs], layouts=layout, means=mean, stds=std,
+                                     scales=scale, channel_order=channel_order),
                 min_cosine=min_cosine, sample_dims=parse_dims(dim), force=force,
                 optimize=None if passes else level, passes=parse_pass_list(passes) if passes else None,
                 precision=precision.lower(), int8_mode=int8_mode, calibration=calibration,

@@ -61,7 +61,9 @@ def auto_select(ir: IRModel, opts, *, tolerance=None, on_pass=None):
             on_pass(f"auto:bench:{label}")
         precision = model_ir.provenance.get("precision", "fp32")
         budget = opts.budget or DEFAULT_TOLERANCES.get(precision, DEFAULT_TOLERANCES["fp32"])
-        parity = compare(ir.reference.outputs, OnnxRuntimeRunner(model_ir.model).run(feeds), budget, hop=f"auto:{label}")
+        # a calibrated variant carries its own in-distribution reference (see quantize.calibration_reference)
+        ref = model_ir.reference or ir.reference
+        parity = compare(ref.outputs, OnnxRuntimeRunner(model_ir.model).run(ref.inputs), budget, hop=f"auto:{label}")
         worst = min(parity.outputs, key=lambda o: o.cosine) if parity.outputs else None
         table.append({
             "variant": label, "precision": precision, "nodes": node_count(model_ir.model),

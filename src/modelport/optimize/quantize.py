@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from modelport.convert.parity import DEFAULT_TOLERANCES, Tolerance, compare
 from modelport.errors import BadInputError
 from modelport.ir import IRModel
@@ -29,10 +31,12 @@ class Int8Info:
     parity_ok: bool | None = None
     calibration: dict | None = None
     per_channel: bool = False
+    checked_on: str = "the reference inputs"
 
     def to_dict(self) -> dict:
         return {"mode": self.mode, "kept_fp32": self.excluded, "diverged": self.diverged, "rounds": self.rounds,
-                "parity_ok": self.parity_ok, "calibration": self.calibration, "per_channel": self.per_channel}
+                "parity_ok": self.parity_ok, "calibration": self.calibration, "per_channel": self.per_channel,
+                "checked_on": self.checked_on}
 
 
 def _prepared(model):
@@ -134,6 +138,10 @@ def quantize_model(ir: IRModel, *, mode: str = "dynamic", calibration: list[dict
     excluded = list(exclude or [])
     tol = tol or DEFAULT_TOLERANCES["int8"]
     ref = ir.reference
+    if mode == "static" and ref is not None:
+        ref = calibration_reference(ir, calibration)
+        rows = len(next(iter(ref.inputs.values())))
+        info.checked_on = f"{rows} calibration row{'s' if rows != 1 else ''} against the FP32 model"
     while True:
         if mode == "dynamic":
             qmodel = _dynamic(base, exclude=excluded, per_channel=per_channel)
@@ -154,9 +162,36 @@ def quantize_model(ir: IRModel, *, mode: str = "dynamic", calibration: list[dict
         excluded.append(div.node)
     info.excluded = sorted(excluded)
     out = with_model(ir, qmodel)
+    if ref is not None:
+        out.reference = ref
     out.provenance["precision"] = "int8"
     out.provenance["int8"] = info.to_dict()
     return out, info
+
+
+CHECK_SAMPLES = 8
+
+
+def calibration_reference(ir: IRModel, calibration: list[dict]):
+    """The data a calibrated model is judged on: up to `CHECK_SAMPLES` calibration samples (stacked
+    along the batch axis when it is dynamic, else the first sample) and the FP32 model's outputs.
+
+    The parser's references are random sample inputs, which need not lie in the range the model was
+    calibrated for (images scaled to [0, 1] against standard-normal samples): judged on those, a
+    correct calibration looks broken and the fallback keeps every node in FP32. The FP32 model was
+    itself checked against the source framework before this pass; the swap is recorded in the
+    pass's `checked_on` and the returned IRModel carries it, so later checks (the emitted artifact's
+    validation) use the same in-distribution data.
+    """
+    from modelport.ir import Reference
+    from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
+
+    dynamic_batch = all(s.shape and not isinstance(s.shape[0], int) for s in ir.inputs)
+    samples = calibration[:CHECK_SAMPLES] if dynamic_batch else calibration[:1]
+    feeds = {k: np.concatenate([s[k] for s in samples]) for k in samples[0]}
+    outputs = OnnxRuntimeRunner(ir.model).run(feeds)
+    producer = f"{ir.reference.producer} (FP32 ONNX on calibration data)" if ir.reference else "FP32 ONNX"
+    return Reference(feeds, outputs, producer=producer)
 
 
 def quantize_dynamic(ir: IRModel, *, per_channel: bool = False, fallback: bool = True) -> IRModel:
