@@ -147,8 +147,9 @@ def validate_artifact(artifact, ir: IRModel, tol: Tolerance, hop: str):
     from modelport.runtimes import get_runner
 
     runner = get_runner(artifact.runner, artifact.path, **artifact.runner_options)
-    outs = runner.run(ir.reference.inputs)
-    return compare(ir.reference.outputs, outs, tol, hop=hop)
+    ref = artifact.reference or ir.reference
+    outs = runner.run(ref.inputs)
+    return compare(ref.outputs, outs, tol, hop=hop)
 
 
 @contextlib.contextmanager

@@ -45,6 +45,9 @@ class Artifact:
     # how to run it: a runtimes/ name and options, or None when no runtime here can (e.g. no GPU)
     runner: str | None = None
     runner_options: dict[str, Any] = field(default_factory=dict)
+    # the data to validate it with when the emitter judged it on other data than the IR's
+    # references (a model calibrated for INT8 is judged on its calibration data); None: the IR's
+    reference: Any = None
 
     def to_dict(self, root: Path | None = None) -> dict[str, Any]:
         return {"target": self.target, "runtime": self.runtime, "precision": self.precision,

@@ -49,6 +49,7 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
 
     ir, pre = preflight.check_ort(model)
     pre.raise_if_unsupported()
+    fp32_reference = ir.reference
     ir = at_precision(ir, options.precision, calibration=options.options.get("calibration"))
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "model.ort"
@@ -61,5 +62,5 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
         target=NAME, runtime=RUNTIME, path=path, files=[path, config], precision=options.precision,
         details={"format": "ort", "onnxruntime": onnxruntime.__version__, "optimization": "basic",
                  "nodes": len(ir.model.graph.node), "preflight": pre.to_dict()},
-        runner="onnxruntime",
+        runner="onnxruntime", reference=ir.reference if ir.reference is not fp32_reference else None,
     )

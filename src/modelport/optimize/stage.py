@@ -5,6 +5,13 @@ asked for and every target is `onnx`. Each pass becomes one `optimize:<pass>` en
 report's stages; `auto` adds the table it chose from as `report["optimize"]`. The returned
 options carry the precision of the model that came out, so the emitted artifact is validated
 with the right tolerance.
+
+The precision passes write onnxruntime models (QDQ, FP16 with casts) that other converters do
+not take (onnx2tf fails on QDQ graphs, TensorRT and the PyTorch code emitter want FP32). So when
+a target outside the ONNX family is asked for too, the stage runs the FP32 passes only and each
+emitter applies `--precision` itself (the ONNX and ORT emitters through the same precision
+passes, TFLite through its converter); `auto`, whose variants are onnxruntime models, is refused
+in that case.
 """
 
 from __future__ import annotations
@@ -12,6 +19,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from modelport.ir import IRModel
+
+ONNX_FAMILY = ("onnx", "ort")
 
 
 def wanted(options) -> bool:
@@ -22,12 +31,16 @@ def wanted(options) -> bool:
 
 def optimize_stage(ir: IRModel, options, report, zoo_tol=None, *, on_stage=None):
     """(optimised IR, options with the resulting precision and tolerances)."""
-    from modelport.errors import ValidationError
+    from modelport.errors import BadInputError, ValidationError
     from modelport.optimize.pipeline import OptimizeOptions, optimize_ir
 
+    others = [t for t in options.targets if t not in ONNX_FAMILY]
+    if others and options.optimize == "auto":
+        raise BadInputError(f"--optimize auto picks an onnxruntime variant; it cannot feed {', '.join(others)}",
+                            hint="use a named level (e.g. --optimize all) with those targets, or convert to onnx/ort only")
     opts = OptimizeOptions(
         level=options.optimize or ("none" if not options.passes else None), passes=options.passes,
-        precision=options.precision or "fp32", int8_mode=options.int8_mode, calibration=options.calibration,
+        precision="fp32" if others else (options.precision or "fp32"), int8_mode=options.int8_mode, calibration=options.calibration,
         calibration_method=options.calibration_method, per_channel=options.per_channel,
         keep_io_types=options.keep_io_types, budget=options.accuracy_budget, strict=options.strict,
     )
@@ -39,6 +52,8 @@ def optimize_stage(ir: IRModel, options, report, zoo_tol=None, *, on_stage=None)
     report.data["stages"].extend(rows)
     if selection:
         report.data["optimize"] = selection
+    if others:
+        return out, options  # the emitters apply the precision
     precision = out.provenance.get("precision", "fp32")
     changes = {"precision": precision}
     if opts.budget is not None and precision != "fp32":
