@@ -12,6 +12,8 @@ and the two rules here fix them:
   another shape — GPT-2's Conv1D flattens to (B·S, D) for its Gemm — and the fused model is then
   unloadable ("Gemm input 0 expected to have rank 2"), so the pass used to be rolled back. This
   rule re-applies the original Reshape target to the MHA output whenever it is not (B,S,D).
+  With a KV cache (past Concat before SDPA) the MHA has three outputs (attention, present key,
+  present value); only the first is reshaped.
   Reshape only reinterprets the row-major buffer, and (B,S,H,Dh) and (B,S,H·Dh) share it, so
   Reshape(MHA(q,k,v), shape) equals Reshape(Transpose(SDPA), shape).
 * `ZeroBiasMultiHeadAttention` — randomly initialised (and some trained) models have all-zero
@@ -20,15 +22,26 @@ and the two rules here fix them:
   Q, K and V are MatMuls of one input with constant weights, so the `Attention` rule can pack them
   (one (D, 3D) GEMM instead of three (D, D) ones).
 
-Run it before onnx-simplifier: onnxsim drops the exporter's symbolic shapes, and on dynamic-shape
-exports the re-inferred ones name the head count of Q, K and V differently (`unk__10` vs
-`unk__11`), so the SDPA rule no longer matches.
+The rules match on value shapes: the SDPA rule needs Q, K and V to share batch, head-count and
+head-size dims. onnx-simplifier drops the exporter's symbolic shapes, and onnx's own shape
+inference then cannot tell that the `-1` head count of each head-split Reshape (target
+`Concat(Shape(x)[:2], [-1], [Dh])`) is the same number, so it names Q's, K's and V's head counts
+differently (`unk__10` vs `unk__11`) and nothing fuses. `fill_symbolic_shapes` therefore first runs
+onnxruntime's symbolic shape inference (sympy arithmetic on dims: B·S·64 / (B·S·16) = 4) and
+gives its dims to the ones onnx leaves unknown or anonymous, and spells equal dim expressions
+alike (`past_sequence + sequence` / `sequence + past_sequence` on a KV-cache export). These
+shapes guide the matching (and the optimizer's folding during it) and are put back afterwards,
+so the output model carries onnx's own shapes and the export's I/O shapes.
 
 `fuse_transformer(model)` runs onnxscript's fusion sequence (the one `optimize_for_ort` runs) with
 these rules in place of the upstream MHA step, and returns the fusion counts.
 """
 
 from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
 
 from onnxscript.rewriter import _fusion_utils, pattern
 from onnxscript.rewriter.ort_fusions import mha, mha_bias
@@ -69,6 +82,8 @@ class MultiHeadAttentionReshapeBack(mha.MultiHeadAttention):
         if out is None or self._reshape_to is None:
             return out
         shape, allowzero = self._reshape_to
+        if isinstance(out, tuple):  # with past/present: (attention, present_key, present_value)
+            return (op.Reshape(out[0], shape, allowzero=allowzero), *out[1:])
         return op.Reshape(out, shape, allowzero=allowzero)
 
 
@@ -134,6 +149,7 @@ def fuse_transformer(model, *, skip_layer_norm: bool = True) -> dict[str, int]:
 
     rewrite(model, [_gemm_to_matmul_add.gemm_to_matmul_add_rule])
     counts: dict[str, int] = {}
+    restore_shapes = fill_symbolic_shapes(model)
 
     def run(key, fn, **kw):
         counts[key] = counts.get(key, 0) + fn(model, **kw)
@@ -163,6 +179,7 @@ def fuse_transformer(model, *, skip_layer_norm: bool = True) -> dict[str, int]:
     run("bias_gelu", fuse_bias_gelu)
     run("sdpa_via_mha", replace_sdpa_by_mha)
     optimize(model)
+    restore_shapes()
     _fold_weight_concats(model)
     rewrite(model, _core.ORT_PATTERN_REWRITE_RULES)
     ir.passes.Sequential(
@@ -192,3 +209,109 @@ def _fold_weight_concats(model) -> None:
         out.replace_all_uses_with(folded)
         graph.remove(node, safe=True)
         graph.register_initializer(folded)
+
+
+def _anonymous_dim(d) -> bool:
+    return not isinstance(d, int) and (d.value is None or d.value.startswith("unk__"))
+
+
+_TERM = re.compile(r"\d+|[A-Za-z_]\w*")
+
+
+def canonical_dim_name(name: str) -> str:
+    """One spelling for a symbolic dim that is a sum of products of names and integers.
+
+    torch.onnx names such dims after sympy expressions and does not always order them alike:
+    the present key and value of one layer can be `past_sequence + sequence` and
+    `sequence + past_sequence`. Other names are returned unchanged (this parses, never evaluates).
+    """
+    if "+" not in name and "*" not in name:
+        return name
+    terms = []
+    for term in name.split("+"):
+        factors = [f.strip() for f in term.split("*")]
+        if not all(_TERM.fullmatch(f) for f in factors):
+            return name
+        coeff = math.prod(int(f) for f in factors if f.isdigit())
+        names = sorted(f for f in factors if not f.isdigit())
+        terms.append("*".join(([str(coeff)] if coeff != 1 or not names else []) + names))
+    return " + ".join(sorted(terms))
+
+
+def fill_symbolic_shapes(model) -> Callable[[], None]:
+    """Make the shapes say what the fusion rules need to know, and return a function that puts
+    the model's own shapes back.
+
+    Symbolic dims that are the same expression get one spelling (`canonical_dim_name`). Dims that
+    onnx's shape inference leaves unknown or anonymous (`unk__N`) get the ones onnxruntime's
+    symbolic shape inference derives, as far as it gets (past an op it does not know, values stay
+    as they are). It merges two symbolic dims that meet in a broadcast (it cannot know that
+    neither is 1), which is why only the dims onnx cannot name are taken from it, and why all of
+    this is matching evidence that is not kept in the output model.
+    """
+    import logging
+
+    import onnx_ir as ir
+    import onnx_ir.passes.common as common
+    from onnx_ir.passes.common import _c_api_utils
+    from onnxruntime.tools import symbolic_shape_infer as ssi
+
+    graph = model.graph
+    values = ir.convenience.create_value_mapping(graph)
+    originals = {v: (v.shape, v.type) for v in values.values()}
+    outputs = [(v.shape, v.type) for v in graph.outputs]
+
+    def restore():
+        for value, (shape, type_) in originals.items():
+            value.shape, value.type = shape, type_
+        for value, (shape, type_) in zip(graph.outputs, outputs, strict=True):
+            value.shape, value.type = shape, type_
+
+    def canonical(shape):
+        return ir.Shape([d if isinstance(d, int) or d.value is None else canonical_dim_name(d.value)
+                         for d in shape])
+
+    for value in values.values():
+        if value.shape is not None:
+            value.shape = canonical(value.shape)
+    common.ShapeInferencePass()(model)
+
+    def infer(proto):
+        # `SymbolicShapeInference.infer_shapes` without its last step, which writes the model
+        # into the working directory and raises when some shape stays unknown; the shapes it did
+        # derive are kept.
+        inference = ssi.SymbolicShapeInference(2**31 - 1, True, False, 0)  # int_max, auto_merge, guess rank, verbose
+        inference._preprocess(proto)
+        while inference.run_:
+            inference._infer_impl()
+        inference._update_output_from_vi()
+        return inference.out_mp_
+
+    log = logging.getLogger(ssi.__name__)
+    level = log.level
+    log.setLevel(logging.CRITICAL)  # "potential unsafe merge" warnings about the evidence above
+    try:
+        found = ir.convenience.create_value_mapping(
+            ir.serde.deserialize_model(_c_api_utils.call_onnx_api(infer, model)).graph)
+    except Exception:  # sympy, onnx and assertion errors from an inference that is best effort
+        found = {}
+    finally:
+        log.setLevel(level)
+    io = {id(v) for v in (*graph.inputs, *graph.outputs)}
+    for name, value in values.items():
+        new = found.get(name)
+        if id(value) in io or value.const_value is not None or new is None or new.shape is None:
+            continue
+        old, new_shape = value.shape, canonical(new.shape)
+        if old is None:
+            dims = list(new_shape)
+        elif old.rank() == new_shape.rank():
+            dims = [n if _anonymous_dim(o) else o for o, n in zip(old, new_shape, strict=True)]
+        else:
+            continue
+        if value.type is not None and new.type is not None and value.type != new.type:
+            continue
+        value.shape = ir.Shape(dims)
+        if value.type is None:
+            value.type = new.type
+    return restore
