@@ -113,27 +113,26 @@ def _skeleton(model, feeds):
     return m
 
 
-def _initializer_bytes(t) -> int:
+def _itemsize(elem_type: int) -> int:
+    """Bytes per element of an ONNX tensor type (8, the widest, when numpy has no such type)."""
     from onnx import helper
 
     try:
-        itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
+        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).itemsize
     except (KeyError, TypeError, ValueError):
-        itemsize = 8
-    return int(np.prod(t.dims, dtype=np.int64)) * itemsize
+        return 8
+
+
+def _initializer_bytes(t) -> int:
+    return int(np.prod(t.dims, dtype=np.int64)) * _itemsize(t.data_type)
 
 
 def _nbytes(value) -> int | None:
     """Bytes of a tensor value info, or None when its type or a dim is unknown."""
-    from onnx import helper
-
     tt = value.type.tensor_type
     if not tt.elem_type or not tt.HasField("shape"):
         return None
-    try:
-        itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type)).itemsize
-    except (KeyError, TypeError, ValueError):
-        itemsize = 8
+    itemsize = _itemsize(tt.elem_type)
     n = 1
     for d in tt.shape.dim:
         if not d.HasField("dim_value"):
