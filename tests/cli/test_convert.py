@@ -188,3 +188,62 @@ def test_unnamed_options_apply_to_the_models_inputs_by_position(cli, tiny_onnx, 
     assert (spec["name"], spec["shape"], spec["layout"], spec["preprocess"]["mean"]) == ("x", [3, 8], "NC", [0.5])
     r = cli("convert", tiny_onnx, "-o", tmp_path / "p", "--inputShape", "3,8", "--inputShape", "1,2")
     assert r.exit_code == 2 and "2 input specs given, the model has 1" in r.stderr
+
+
+def _constant_output_onnx(folder: Path) -> Path:
+    """y = relu(x @ w) depends on x; c = x * 0 + 1 does not (a reference that proves nothing)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32), "w")
+    zero = numpy_helper.from_array(np.zeros((8,), np.float32), "zero")
+    one = numpy_helper.from_array(np.ones((8,), np.float32), "one")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["mm"]), helper.make_node("Relu", ["mm"], ["y"]),
+         helper.make_node("Mul", ["x", "zero"], ["z"]), helper.make_node("Add", ["z", "one"], ["c"])],
+        "const", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4]),
+         helper.make_tensor_value_info("c", TensorProto.FLOAT, ["batch", 8])], initializer=[w, zero, one],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(folder / "const.onnx"))
+    return folder / "const.onnx"
+
+
+def test_reference_that_ignores_its_input_is_recorded_and_warned(cli, tmp_path):
+    src = _constant_output_onnx(tmp_path / "src")
+    r = cli("convert", src, "--to", "onnx", "-o", tmp_path / "out", "--json")
+    assert r.exit_code == 0, r
+    varies = {o["name"]: o.get("reference_varies") for o in r.json()["contract"]["outputs"]}
+    assert varies == {"y": True, "c": False}
+    warnings = [line for line in r.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "['c']" in warnings[0] and "'y'" not in warnings[0]
+    assert r.json()["warnings"] == [warnings[0][len("warning: "):]]
+
+
+def test_reference_that_ignores_its_input_fails_under_strict(cli, tmp_path):
+    src = _constant_output_onnx(tmp_path / "src")
+    r = cli("convert", src, "--to", "onnx", "-o", tmp_path / "out", "--strict")
+    assert r.exit_code == 4, r
+    assert "['c']" in r.stderr and "--strict" in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_normal_model_reference_varies(cli, tiny_onnx, tmp_path):
+    r = cli("convert", tiny_onnx, "--to", "onnx", "-o", tmp_path / "out", "--strict", "--json")
+    assert r.exit_code == 0, r
+    assert [o["reference_varies"] for o in r.json()["contract"]["outputs"]] == [True]
+    assert r.json()["warnings"] == [] and "warning" not in r.stderr
+
+
+def test_per_output_tolerance_and_unknown_output_name(cli, tiny_onnx, tmp_path):
+    r = cli("convert", tiny_onnx, "--to", "onnx", "-o", tmp_path / "out", "--atol", "y=0.5", "--rtol", "0", "--json")
+    assert r.exit_code == 0, r
+    hop = r.json()["parity"][-1]
+    assert hop["tolerance"]["outputs"] == {"y": {"atol": 0.5}} and hop["tolerance"]["rtol"] == 0
+    assert hop["outputs"][0]["tolerance"]["atol"] == 0.5 and hop["outputs"][0]["tolerance"]["rtol"] == 0
+    bad = cli("convert", tiny_onnx, "--to", "onnx", "-o", tmp_path / "bad", "--atol", "probs=0.1")
+    assert bad.exit_code == 2 and "probs" in bad.stderr and "'y'" in bad.stderr
+    assert not (tmp_path / "bad").exists()
+    assert cli("convert", tiny_onnx, "-o", tmp_path / "bad2", "--min-cosine", "y=abc").exit_code == 2

@@ -39,3 +39,86 @@ def test_convert_with_optimize_level(cli, tiny_onnx, tmp_path):
     assert [s["pass"] for s in r.json()["stages"] if s.get("pass")] == ["shape", "fold", "dce", "cleanup"]
     bad = cli("convert", tiny_onnx, "-o", tmp_path / "d", "--optimize", "turbo")
     assert bad.exit_code == 2
+
+
+def _conv_weight_through_identity(folder):
+    """A Conv whose weight comes from a node: onnxruntime's quantiser fails ("Expected w2 to be an initializer")."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal((4,)).astype(np.float32), "b")
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["w"], ["w2"]), helper.make_node("Conv", ["x", "w2", "b"], ["y"], pads=[1, 1, 1, 1])],
+        "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4, 8, 8])], initializer=[w, b],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(folder / "conv.onnx"))
+    return folder / "conv.onnx"
+
+
+def _float_types(path):
+    import onnx
+
+    return {i.data_type for i in onnx.load(str(path)).graph.initializer if i.data_type in (1, 10)}
+
+
+def test_fp16_that_cannot_hold_parity_exits_4(cli, tiny_onnx, tmp_path):
+    # a tolerance FP16 cannot meet: the pass is rolled back, and the requested precision is not delivered
+    r = cli("optimize", tiny_onnx, "-o", tmp_path / "o", "--precision", "fp16", "--atol", "1e-9", "--rtol", "0")
+    assert r.exit_code == 4, r
+    assert "--precision fp16 cannot be delivered" in r.stderr and "max_abs=" in r.stderr
+    assert "--allow-precision-fallback" in r.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_fp16_fallback_when_allowed_says_fp32(cli, tiny_onnx, tmp_path):
+    out = tmp_path / "o"
+    r = cli("optimize", tiny_onnx, "-o", out, "--precision", "fp16", "--atol", "1e-9", "--rtol", "0",
+            "--allow-precision-fallback", "--json")
+    assert r.exit_code == 0, r
+    art = r.json()["artifacts"][0]
+    assert art["precision"] == "fp32" and art["requested_precision"] == "fp16"
+    assert "fp16" in art["precision_fallback"]["reason"] and "max_abs=" in art["precision_fallback"]["reason"]
+    assert any(line.startswith("warning:") and "fp16" in line and "fp32" in line for line in r.stderr.splitlines())
+    assert _float_types(out / "model.onnx") == {1}  # the file really is FP32
+
+
+def test_fp16_delivered_reports_requested_and_delivered(cli, tiny_onnx, tmp_path):
+    r = cli("optimize", tiny_onnx, "-o", tmp_path / "o", "--precision", "fp16", "--json")
+    assert r.exit_code == 0, r
+    art = r.json()["artifacts"][0]
+    assert art["precision"] == art["requested_precision"] == "fp16" and "precision_fallback" not in art
+    assert _float_types(tmp_path / "o" / "model.onnx") == {10}
+
+
+def test_int8_quantiser_error_exits_4_or_falls_back_when_allowed(cli, tmp_path):
+    src = _conv_weight_through_identity(tmp_path / "src")
+    r = cli("optimize", src, "-o", tmp_path / "q", "--level", "none", "--precision", "int8")
+    assert r.exit_code == 4, r
+    assert "--precision int8 cannot be delivered" in r.stderr and "to be an initializer" in r.stderr
+    assert not (tmp_path / "q").exists()
+    ok = cli("optimize", src, "-o", tmp_path / "q", "--level", "none", "--precision", "int8", "--allow-precision-fallback", "--json")
+    assert ok.exit_code == 0, ok
+    art = ok.json()["artifacts"][0]
+    assert art["precision"] == "fp32" and art["requested_precision"] == "int8"
+    assert "to be an initializer" in art["precision_fallback"]["reason"]
+
+
+def test_emitter_precision_error_exits_4_or_falls_back(cli, tmp_path):
+    """convert/emit with an ort target apply the precision in the emitter: same promise."""
+    src = _conv_weight_through_identity(tmp_path / "src")
+    r = cli("emit", src, "--to", "ort", "-o", tmp_path / "e", "--precision", "int8")
+    assert r.exit_code == 4, r
+    assert "int8 cannot be delivered" in r.stderr and not (tmp_path / "e").exists()
+    ok = cli("emit", src, "--to", "ort", "-o", tmp_path / "e", "--precision", "int8", "--allow-precision-fallback", "--json")
+    assert ok.exit_code == 0, ok
+    art = ok.json()["artifacts"][0]
+    assert (art["target"], art["precision"], art["requested_precision"]) == ("ort", "fp32", "int8")
+    assert [p["ok"] for p in ok.json()["parity"]] == [True, True]
+    tight = cli("convert", src, "--to", "ort", "-o", tmp_path / "c", "--precision", "fp16", "--atol", "1e-9", "--rtol", "0")
+    assert tight.exit_code == 4 and "fp16 cannot be delivered for ort" in tight.stderr, tight

@@ -47,6 +47,11 @@ def run(fn: Callable[[], dict | None], *, json_out: bool, quiet: bool, render: C
         if json_out:
             emit_json({"status": "failed", "exit_code": EXIT_UNEXPECTED, "error": {"type": type(e).__name__, "message": str(e)}})
         raise typer.Exit(EXIT_UNEXPECTED) from None
+    if isinstance(result, dict):
+        from rich.markup import escape
+
+        for text in result.get("warnings") or []:  # also with --quiet/--json: stderr, one line each
+            console.print(f"[bold yellow]warning:[/] {escape(text)}", soft_wrap=True)
     if json_out:
         emit_json(result if result is not None else {})
     elif render and not quiet and result is not None:

@@ -39,9 +39,9 @@ def register(app: typer.Typer) -> None:
         outputs: list[str] = typer.Option([], "--output", "--outputs", help="Output names, in order (comma-separated or repeated)."),
         arch: str | None = typer.Option(None, "--arch", help="Architecture for a state dict: zoo:NAME or package.module:Class."),
         opset: int | None = typer.Option(None, "--opset", help="Target ONNX opset."),
-        atol: float | None = typer.Option(None, "--atol", help="Absolute tolerance for parity."),
-        rtol: float | None = typer.Option(None, "--rtol", help="Relative tolerance for parity."),
-        min_cosine: float | None = typer.Option(None, "--min-cosine", help="Minimum cosine similarity per output."),
+        atol: list[str] = typer.Option([], "--atol", help="Absolute tolerance (scaled by each output's magnitude), e.g. 1e-4; OUTPUT=VALUE for one output (repeatable, comma-separated)."),
+        rtol: list[str] = typer.Option([], "--rtol", help="Relative tolerance, e.g. 1e-3; OUTPUT=VALUE for one output (repeatable, comma-separated)."),
+        min_cosine: list[str] = typer.Option([], "--min-cosine", help="Minimum cosine similarity, e.g. 0.999; OUTPUT=VALUE for one output (repeatable, comma-separated)."),
         layout: list[str] = typer.Option([], "--layout", help="Input layout, e.g. NCHW or image=NHWC."),
         mean: list[str] = typer.Option([], "--mean", help="Preprocessing mean, e.g. 0.485,0.456,0.406 or NAME=..."),
         std: list[str] = typer.Option([], "--std", help="Preprocessing std, e.g. 0.229,0.224,0.225 or NAME=..."),
@@ -56,7 +56,8 @@ def register(app: typer.Typer) -> None:
         precision: str = typer.Option("fp32", "--precision", help="fp32, fp16 or int8."),
         calibration: str | None = typer.Option(None, "--calibration", help="INT8 calibration data: .npz of named inputs or a folder of images."),
         accuracy_budget: str | None = typer.Option(None, "--accuracy-budget", help="e.g. cosine>=0.999 or max_abs<=0.01 (precision passes and auto)."),
-        strict: bool = typer.Option(False, "--strict", help="An optimisation pass that breaks parity fails the run (exit 4)."),
+        strict: bool = typer.Option(False, "--strict", help="An optimisation pass that breaks parity, or a source output that ignores its input, fails the run (exit 4)."),
+        allow_fallback: bool = typer.Option(False, "--allow-precision-fallback", help="Accept an FP32 artifact when --precision cannot be delivered within tolerance (else exit 4)."),
         plan_only: bool = typer.Option(False, "--plan-only", help="TensorRT: check and write the build plan (tensorrt/) without building an engine."),
         tflite_layout: str = typer.Option("source", "--tflite-layout", help="TFLite input layout: source (as the model) or nhwc."),
         tflite_io_dtype: str = typer.Option("float32", "--tflite-io-dtype", help="Full-integer TFLite (--precision int8 --calibration) I/O type: float32, int8 or uint8."),
@@ -71,6 +72,7 @@ def register(app: typer.Typer) -> None:
 
         def body():
             from modelport.convert import ConvertOptions, convert
+            from modelport.convert.parity import parse_tolerance_flags
             from modelport.specs import apply_options, parse_dims, parse_input_spec
 
             src, arch_ = source_from_mmdnn(source, network, weights, arch)
@@ -82,12 +84,13 @@ def register(app: typer.Typer) -> None:
             )
             targets = [t.strip().lower() for t in (to or "onnx").split(",") if t.strip()]
             out_names = [n.strip() for o in outputs for n in o.split(",") if n.strip()] or None
+            tols, per_output = parse_tolerance_flags(atol=atol, rtol=rtol, min_cosine=min_cosine)
             options = ConvertOptions(
                 targets=targets, framework=framework, inputs=specs, output_names=out_names, arch=arch_,
-                trust=trust, opset=opset, atol=atol, rtol=rtol, min_cosine=min_cosine,
+                trust=trust, opset=opset, **tols, output_tolerances=per_output,
                 sample_dims=parse_dims(dim), seed=seed, force=force,
                 optimize=optimize, precision=precision.lower(), calibration=calibration,
-                accuracy_budget=accuracy_budget, strict=strict,
+                accuracy_budget=accuracy_budget, strict=strict, allow_precision_fallback=allow_fallback,
             )
             if signature:
                 options.source_options["signature"] = signature

@@ -57,9 +57,11 @@ def register(app: typer.Typer) -> None:
         tflite_io_dtype: str = typer.Option("float32", "--tflite-io-dtype", help="Full-integer TFLite I/O type: float32, int8 or uint8."),
         trt_shapes: list[str] = typer.Option([], "--trt-shapes", help="TensorRT profile NAME:MIN:OPT:MAX (repeatable)."),
         workspace: int | None = typer.Option(None, "--workspace", help="TensorRT workspace limit in MiB."),
-        atol: float | None = typer.Option(None, "--atol"),
-        rtol: float | None = typer.Option(None, "--rtol"),
-        min_cosine: float | None = typer.Option(None, "--min-cosine"),
+        atol: list[str] = typer.Option([], "--atol", help="Absolute tolerance (scaled by each output's magnitude), e.g. 1e-4; OUTPUT=VALUE for one output (repeatable, comma-separated)."),
+        rtol: list[str] = typer.Option([], "--rtol", help="Relative tolerance, e.g. 1e-3; OUTPUT=VALUE for one output (repeatable, comma-separated)."),
+        min_cosine: list[str] = typer.Option([], "--min-cosine", help="Minimum cosine similarity, e.g. 0.999; OUTPUT=VALUE for one output (repeatable, comma-separated)."),
+        allow_fallback: bool = typer.Option(False, "--allow-precision-fallback", help="Accept FP32 artifacts when --precision cannot be delivered within tolerance (else exit 4)."),
+        strict: bool = typer.Option(False, "--strict", help="A model output that ignores its input fails the run (exit 4)."),
         seed: int = typer.Option(0, "--seed", help="Seed of the sample inputs."),
         force: bool = typer.Option(False, "--force", help="Replace an existing output folder."),
         json_out: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
@@ -69,14 +71,17 @@ def register(app: typer.Typer) -> None:
 
         def body():
             from modelport.convert import ConvertOptions, convert
+            from modelport.convert.parity import parse_tolerance_flags
             from modelport.specs import parse_dims, parse_input_spec
 
             if not output:
                 raise BadInputError("no output folder", hint="pass -o OUT_DIR")
             targets = [t.strip().lower() for t in to.split(",") if t.strip()]
+            tols, per_output = parse_tolerance_flags(atol=atol, rtol=rtol, min_cosine=min_cosine)
             options = ConvertOptions(
                 targets=targets, framework="onnx", inputs=[parse_input_spec(t) for t in inputs],
-                atol=atol, rtol=rtol, min_cosine=min_cosine, precision=precision.lower(), seed=seed,
+                **tols, output_tolerances=per_output, allow_precision_fallback=allow_fallback, strict=strict,
+                precision=precision.lower(), seed=seed,
                 sample_dims=parse_dims(dim), force=force, calibration=calibration, command="emit",
                 emit_options=emit_options(plan_only=plan_only, tflite_layout=tflite_layout, trt_shapes=trt_shapes,
                                           workspace=workspace, calibration=calibration, tflite_io_dtype=tflite_io_dtype),

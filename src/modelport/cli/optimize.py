@@ -73,7 +73,7 @@ def register(app: typer.Typer) -> None:
         per_channel: bool | None = typer.Option(None, "--per-channel/--per-tensor", help="INT8 weight scales per channel (default: on for CNNs)."),
         keep_io_types: bool = typer.Option(True, "--keep-io-types/--fp16-io", help="FP16: keep FP32 inputs and outputs."),
         budget: str | None = typer.Option(None, "--accuracy-budget", help="e.g. cosine>=0.999 or max_abs<=0.01 (precision passes and auto)."),
-        strict: bool = typer.Option(False, "--strict", help="A pass that breaks parity fails the run (exit 4) instead of being rolled back."),
+        strict: bool = typer.Option(False, "--strict", help="A pass that breaks parity, or a source output that ignores its input, fails the run (exit 4)."),
         inputs: list[str] = typer.Option([], "--input", "-i", help="NAME:SHAPE[:DTYPE] (repeatable)."),
         dim: list[str] = typer.Option([], "--dim", help="Size of a symbolic dim in sample data, e.g. batch=4."),
         layout: list[str] = typer.Option([], "--layout", help="Input layout for image calibration, e.g. NCHW or image=NHWC."),
@@ -81,9 +81,10 @@ def register(app: typer.Typer) -> None:
         std: list[str] = typer.Option([], "--std", help="Image calibration std, e.g. 0.229,0.224,0.225 or NAME=..."),
         scale: list[str] = typer.Option([], "--scale", help="Image calibration scale (default 1/255), or NAME=..."),
         channel_order: str | None = typer.Option(None, "--channel-order", help="Image calibration channel order: RGB or BGR."),
-        atol: float | None = typer.Option(None, "--atol", help="Absolute tolerance for FP32 parity."),
-        rtol: float | None = typer.Option(None, "--rtol", help="Relative tolerance for FP32 parity."),
-        min_cosine: float | None = typer.Option(None, "--min-cosine", help="Minimum cosine similarity per output."),
+        atol: list[str] = typer.Option([], "--atol", help="Absolute tolerance (scaled by each output's magnitude), e.g. 1e-4; OUTPUT=VALUE for one output (repeatable, comma-separated)."),
+        rtol: list[str] = typer.Option([], "--rtol", help="Relative tolerance, e.g. 1e-3; OUTPUT=VALUE for one output (repeatable, comma-separated)."),
+        min_cosine: list[str] = typer.Option([], "--min-cosine", help="Minimum cosine similarity, e.g. 0.999; OUTPUT=VALUE for one output (repeatable, comma-separated)."),
+        allow_fallback: bool = typer.Option(False, "--allow-precision-fallback", help="Accept an FP32 model when --precision cannot be delivered within tolerance (else exit 4)."),
         force: bool = typer.Option(False, "--force", help="Replace an existing output folder."),
         json_out: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No tables or progress."),
@@ -92,16 +93,18 @@ def register(app: typer.Typer) -> None:
 
         def body():
             from modelport.convert import ConvertOptions, convert
+            from modelport.convert.parity import parse_tolerance_flags
             from modelport.optimize import parse_pass_list
             from modelport.specs import apply_options, parse_dims, parse_input_spec
 
             if not output:
                 raise BadInputError("no output folder", hint="pass -o OUT_DIR")
+            tols, per_output = parse_tolerance_flags(atol=atol, rtol=rtol, min_cosine=min_cosine)
             options = ConvertOptions(
-                targets=["onnx"], atol=atol, rtol=rtol,
+                targets=["onnx"], **tols, output_tolerances=per_output, allow_precision_fallback=allow_fallback,
                 inputs=apply_options([parse_input_spec(t) for t in inputs], layouts=layout, means=mean, stds=std,
                                      scales=scale, channel_order=channel_order),
-                min_cosine=min_cosine, sample_dims=parse_dims(dim), force=force,
+                sample_dims=parse_dims(dim), force=force,
                 optimize=None if passes else level, passes=parse_pass_list(passes) if passes else None,
                 precision=precision.lower(), int8_mode=int8_mode, calibration=calibration,
                 calibration_method=calibration_method.lower(), per_channel=per_channel,

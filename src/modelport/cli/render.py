@@ -35,7 +35,10 @@ def artifacts_table(report: dict) -> Table:
     for col in ("target", "runtime", "precision", "path", "size"):
         t.add_column(col)
     for a in report.get("artifacts", []):
-        t.add_row(a["target"], a["runtime"], a.get("precision", ""), a["path"], _size(a.get("size", 0)))
+        precision = a.get("precision", "")
+        if a.get("requested_precision") and a["requested_precision"] != precision:
+            precision = f"[yellow]{precision}[/] ({a['requested_precision']} requested)"
+        t.add_row(a["target"], a["runtime"], precision, a["path"], _size(a.get("size", 0)))
     return t
 
 

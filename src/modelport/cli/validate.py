@@ -30,22 +30,26 @@ def register(app: typer.Typer) -> None:
         dim: list[str] = typer.Option([], "--dim", help="Size of a symbolic dim in generated inputs, e.g. batch=4."),
         seed: int = typer.Option(0, "--seed"),
         precision: str = typer.Option("fp32", "--precision", help="Default tolerances for this precision of B."),
-        atol: float | None = typer.Option(None, "--atol"),
-        rtol: float | None = typer.Option(None, "--rtol"),
-        min_cosine: float | None = typer.Option(None, "--min-cosine"),
+        atol: list[str] = typer.Option([], "--atol", help="Absolute tolerance (scaled by each output's magnitude), e.g. 1e-4; OUTPUT=VALUE for one output (repeatable, comma-separated)."),
+        rtol: list[str] = typer.Option([], "--rtol", help="Relative tolerance, e.g. 1e-3; OUTPUT=VALUE for one output (repeatable, comma-separated)."),
+        min_cosine: list[str] = typer.Option([], "--min-cosine", help="Minimum cosine similarity, e.g. 0.999; OUTPUT=VALUE for one output (repeatable, comma-separated)."),
+        by_position: bool = typer.Option(False, "--match-by-position", help="Pair outputs in order instead of by name (two models whose outputs are named differently)."),
         json_out: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", "-q"),
     ):
         """Compare two models on the same inputs (exit 4 when they differ: a CI gate)."""
 
         def body():
+            from dataclasses import replace
+
             from modelport.convert.compare_models import validate_models
-            from modelport.convert.parity import DEFAULT_TOLERANCES, Tolerance
+            from modelport.convert.parity import DEFAULT_TOLERANCES, parse_tolerance_flags
             from modelport.specs import parse_dims
 
             base = DEFAULT_TOLERANCES.get(precision.lower(), DEFAULT_TOLERANCES["fp32"])
-            tol = Tolerance(atol if atol is not None else base.atol, rtol if rtol is not None else base.rtol,
-                            min_cosine if min_cosine is not None else base.min_cosine)
-            return validate_models(a, b, inputs=inputs, dims=parse_dims(dim), seed=seed, tolerance=tol, localize=localize)
+            tols, per_output = parse_tolerance_flags(atol=atol, rtol=rtol, min_cosine=min_cosine)
+            tol = replace(base, **tols, overrides=per_output)
+            return validate_models(a, b, inputs=inputs, dims=parse_dims(dim), seed=seed, tolerance=tol, localize=localize,
+                                   by_position=by_position)
 
         run(body, json_out=json_out, quiet=quiet, render=render_validate)

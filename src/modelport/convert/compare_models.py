@@ -159,7 +159,7 @@ def load_inputs(path: str | Path, specs: list[TensorSpec]) -> dict[str, np.ndarr
 
 def validate_models(a: str | Path, b: str | Path, *, inputs: str | None = None, dims: dict[str, int] | None = None,
                     seed: int = 0, tolerance: Tolerance | None = None, precision: str = "fp32",
-                    localize: bool = False) -> dict:
+                    localize: bool = False, by_position: bool = False) -> dict:
     """Compare B against A on the same inputs; returns the report, raises ValidationError on a mismatch."""
     from modelport.file_checks import check_model_file
     from modelport.samples import make_inputs
@@ -178,7 +178,11 @@ def validate_models(a: str | Path, b: str | Path, *, inputs: str | None = None, 
     tol = tolerance or DEFAULT_TOLERANCES.get(precision, DEFAULT_TOLERANCES["fp32"])
     out_a = _runner(pa, ka, feeds, da).run(feeds)
     out_b = _align_outputs(out_a, _runner(pb, kb, feeds, db).run(feeds))
-    parity = compare(out_a, out_b, tol, hop=f"{pa.name} ({ka}) vs {pb.name} ({kb})")
+    if not by_position:
+        from modelport.convert.parity import check_override_names
+
+        check_override_names(tol, list(out_a), path=pa)
+    parity = compare(out_a, out_b, tol, hop=f"{pa.name} ({ka}) vs {pb.name} ({kb})", by_position=by_position)
     side_a, side_b = {"path": str(pa), "kind": ka}, {"path": str(pb), "kind": kb}
     for side, d in ((side_a, da), (side_b, db)):
         if d:

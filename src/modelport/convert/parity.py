@@ -1,18 +1,29 @@
 """Numerical parity between reference outputs and a candidate's outputs.
 
 One comparator serves the CLI, the optimisation pipeline's pass gate and the tests. An output
-passes when it has the reference's shape, holds no NaN/Inf the reference does not, every element
-satisfies |a - r| <= atol + rtol * |r|, and the cosine similarity is at least `min_cosine`.
-There is no "passed with a warning".
+passes when it has the reference's name and shape, holds no NaN/Inf the reference does not, every
+element satisfies |a - r| <= atol * s + rtol * |r|, and the cosine similarity is at least
+`min_cosine`. There is no "passed with a warning", and no fix-up a user of the artifact does not
+get: a candidate output under another name or in another shape fails.
+
+`s = max(1, max|r|)` over the output's finite reference values (the scale of the output). Float
+reordering (a fused kernel, another summation order) moves every element by about machine
+epsilon times the magnitude of what was summed, so an element near zero inside an output whose
+values reach the thousands carries an error of that output's scale, not of its own: a fixed atol
+(numpy's and torch's `allclose` rule) then fails correct conversions of large-magnitude outputs.
+For outputs within [-1, 1] the rule is the plain one. A `Tolerance` with `scaled=False` (an
+accuracy budget such as `max_abs<=0.01`) is an absolute bound.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from modelport.errors import ValidationError
+from modelport.errors import BadInputError, ValidationError
+
+KEYS = ("atol", "rtol", "min_cosine")
 
 
 @dataclass(frozen=True)
@@ -20,9 +31,63 @@ class Tolerance:
     atol: float = 1e-4
     rtol: float = 1e-3
     min_cosine: float = 0.999
+    scaled: bool = True  # atol times the output's scale max(1, max|reference|)
+    # per-output overrides: output name -> {"atol"|"rtol"|"min_cosine": value}
+    overrides: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def for_output(self, name: str) -> Tolerance:
+        """The tolerance one output is judged with (an override replaces the default's value)."""
+        over = self.overrides.get(name)
+        return replace(self, overrides={}, **over) if over else self
+
+    def with_overrides(self, overrides: dict | None) -> Tolerance:
+        return replace(self, overrides=dict(overrides or {}))
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = {k: getattr(self, k) for k in KEYS}
+        out["scaled"] = self.scaled
+        if self.overrides:
+            out["outputs"] = {n: dict(v) for n, v in self.overrides.items()}
+        return out
+
+
+def parse_tolerance_flags(**flags: list[str] | str | float | None) -> tuple[dict, dict]:
+    """CLI tolerance flags (`atol=["1e-3", "probs=0.1,logits=0.5"]`, rtol=…, min_cosine=…) as
+    (defaults {key: value}, per-output overrides {name: {key: value}}). A plain value sets the
+    default; NAME=VALUE sets that output's; items may be repeated or comma-separated."""
+    defaults: dict[str, float] = {}
+    overrides: dict[str, dict[str, float]] = {}
+    for key, values in flags.items():
+        if values is None:
+            continue
+        if isinstance(values, (int, float)):
+            defaults[key] = float(values)
+            continue
+        flag = "--" + key.replace("_", "-")
+        for part in (p.strip() for v in ([values] if isinstance(values, str) else values) for p in str(v).split(",")):
+            if not part:
+                continue
+            name, eq, text = part.rpartition("=")
+            try:
+                value = float(text)
+            except ValueError:
+                raise BadInputError(f"{flag} '{part}': expected a number or OUTPUT=number") from None
+            if value != value or (key != "min_cosine" and value < 0):
+                raise BadInputError(f"{flag} '{part}': must be a non-negative number")
+            if eq and not name.strip():
+                raise BadInputError(f"{flag} '{part}': empty output name")
+            if eq:
+                overrides.setdefault(name.strip(), {})[key] = value
+            else:
+                defaults[key] = value
+    return defaults, overrides
+
+
+def check_override_names(tol: Tolerance, names, path=None) -> None:
+    """Per-output tolerances must name outputs the model has (a typo would silently do nothing)."""
+    unknown = sorted(set(tol.overrides) - set(names))
+    if unknown:
+        raise BadInputError(f"tolerance given for unknown output(s) {unknown}; the model's outputs are {list(names)}", path=path)
 
 
 # Defaults per precision of the candidate: quantised models are judged mostly on cosine.
@@ -44,9 +109,17 @@ class OutputParity:
     inf: int
     ok: bool
     reason: str = ""
+    tolerance: dict | None = None  # what this output was judged with: atol, rtol, min_cosine, scale, atol_effective
 
     def to_dict(self) -> dict:
-        return {k: (None if isinstance(v, float) and not np.isfinite(v) else v) for k, v in asdict(self).items()}
+        out = {k: _finite(getattr(self, k)) for k in ("name", "shape_ok", "max_abs", "max_rel", "cosine", "nan", "inf", "ok", "reason")}
+        if self.tolerance is not None:
+            out["tolerance"] = {k: _finite(v) for k, v in self.tolerance.items()}
+        return out
+
+
+def _finite(v):
+    return None if isinstance(v, float) and not np.isfinite(v) else v
 
 
 @dataclass
@@ -71,7 +144,7 @@ class ParityResult:
         return {
             "hop": self.hop,
             "ok": self.ok,
-            "tolerance": {k: (None if not np.isfinite(v) else v) for k, v in self.tolerance.to_dict().items()},
+            "tolerance": {k: (_finite(float(v)) if k in KEYS else v) for k, v in self.tolerance.to_dict().items()},
             "outputs": [o.to_dict() for o in self.outputs],
         }
 
@@ -80,14 +153,16 @@ class ParityResult:
             raise ValidationError(f"parity failed for {self.hop}: {self.summary()}", path=path, parity=self.to_dict())
 
 
+def _failed(name: str, reason: str) -> OutputParity:
+    return OutputParity(name, False, float("inf"), float("inf"), 0.0, 0, 0, False, reason)
+
+
 def compare_arrays(name: str, ref: np.ndarray, act: np.ndarray, tol: Tolerance) -> OutputParity:
     ref = np.asarray(ref)
     act = np.asarray(act)
+    tol = tol.for_output(name)
     if ref.shape != act.shape:
-        if ref.size == act.size:
-            act = act.reshape(ref.shape)
-        else:
-            return OutputParity(name, False, float("inf"), float("inf"), 0.0, 0, 0, False, f"shape {act.shape} != reference {ref.shape}")
+        return _failed(name, f"shape {list(act.shape)} != reference {list(ref.shape)}")
     if ref.dtype == np.bool_ or act.dtype == np.bool_:
         ref, act = ref.astype(np.float64), act.astype(np.float64)
     r = ref.astype(np.float64)
@@ -97,7 +172,9 @@ def compare_arrays(name: str, ref: np.ndarray, act: np.ndarray, tol: Tolerance) 
     finite = np.isfinite(a) & np.isfinite(r)
     diff = np.abs(a - r)
     if r.size == 0:
-        return OutputParity(name, True, 0.0, 0.0, 1.0, 0, 0, True)
+        return OutputParity(name, True, 0.0, 0.0, 1.0, 0, 0, True, tolerance=_applied(tol, 1.0))
+    finite_ref = np.abs(r[np.isfinite(r)])
+    scale = max(1.0, float(finite_ref.max())) if tol.scaled and finite_ref.size else 1.0
     max_abs = float(diff[finite].max()) if finite.any() else 0.0
     rel = diff[finite] / np.maximum(np.abs(r[finite]), 1e-12)
     max_rel = float(rel.max()) if rel.size else 0.0
@@ -111,25 +188,42 @@ def compare_arrays(name: str, ref: np.ndarray, act: np.ndarray, tol: Tolerance) 
     if nan or inf:
         reasons.append(f"{nan} NaN, {inf} Inf")
     # An infinite rtol means "no element-wise bound" (inf * 0 would be NaN and fail everything).
-    bound = tol.atol + (tol.rtol * np.abs(r[finite]) if np.isfinite(tol.rtol) else np.inf)
+    atol = tol.atol * scale
+    bound = atol + (tol.rtol * np.abs(r[finite]) if np.isfinite(tol.rtol) else np.inf)
     within = diff[finite] <= bound
     if not np.all(within):
-        reasons.append(f"{int((~within).sum())} elements outside atol={tol.atol:g} rtol={tol.rtol:g}")
+        at = f"atol={tol.atol:g}" + (f"x{scale:.4g}" if scale != 1.0 else "")
+        reasons.append(f"{int((~within).sum())} elements outside {at} rtol={tol.rtol:g}")
     if cosine < tol.min_cosine:
         reasons.append(f"cosine {cosine:.6f} < {tol.min_cosine}")
-    return OutputParity(name, True, max_abs, max_rel, cosine, nan, inf, not reasons, "; ".join(reasons))
+    return OutputParity(name, True, max_abs, max_rel, cosine, nan, inf, not reasons, "; ".join(reasons),
+                        tolerance=_applied(tol, scale))
 
 
-def compare(reference: dict[str, np.ndarray], actual: dict[str, np.ndarray], tol: Tolerance, *, hop: str) -> ParityResult:
-    """Compare outputs by name; when names differ, fall back to position (same count required)."""
+def _applied(tol: Tolerance, scale: float) -> dict:
+    return {"atol": tol.atol, "rtol": tol.rtol, "min_cosine": tol.min_cosine, "scale": scale, "atol_effective": tol.atol * scale}
+
+
+def compare(reference: dict[str, np.ndarray], actual: dict[str, np.ndarray], tol: Tolerance, *, hop: str,
+            by_position: bool = False) -> ParityResult:
+    """Compare outputs by name: a candidate must give every reference output under its name.
+
+    `by_position` pairs outputs in order instead (same count required): for `validate A B` on two
+    different models whose outputs are named differently, and only when the user asks for it.
+    """
     result = ParityResult(hop=hop, tolerance=tol)
-    if set(reference) <= set(actual):
-        pairs = [(n, reference[n], actual[n]) for n in reference]
-    else:
+    if by_position:
         if len(reference) != len(actual):
-            result.outputs.append(OutputParity("*", False, float("inf"), float("inf"), 0.0, 0, 0, False, f"{len(actual)} outputs, reference has {len(reference)}"))
+            result.outputs.append(_failed("*", f"{len(actual)} outputs, reference has {len(reference)}"))
             return result
         pairs = [(n, r, a) for (n, r), a in zip(reference.items(), actual.values(), strict=True)]
+    else:
+        missing = [n for n in reference if n not in actual]
+        if missing:
+            extra = [n for n in actual if n not in reference]
+            result.outputs.append(_failed("*", f"outputs {missing} missing; the candidate gives {extra or list(actual)} instead"))
+            return result
+        pairs = [(n, reference[n], actual[n]) for n in reference]
     for name, r, a in pairs:
         result.outputs.append(compare_arrays(name, r, a, tol))
     return result

@@ -3,6 +3,12 @@
 Everything is written into a staging folder beside OUT_DIR and renamed into place at the end, so
 a failed run (bad input, parity failure, crash) leaves no output. Parity is checked per hop and
 end to end against the source framework's reference outputs; a breach is exit 4, never a warning.
+
+A requested precision is delivered within tolerance or the run fails (exit 4), unless the user
+allowed a fallback (`allow_precision_fallback`): then the artifact is FP32 and the report and
+the terminal say so (`requested_precision`, `precision_fallback`, `warnings`). A source output
+that does not change between two sample sets is recorded (`reference_varies: false` in the
+contract), warned about, and fails the run under `strict`.
 """
 
 from __future__ import annotations
@@ -13,9 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from modelport.convert.parity import DEFAULT_TOLERANCES, Tolerance, compare
+from modelport.convert.parity import DEFAULT_TOLERANCES, Tolerance, check_override_names, compare
 from modelport.convert.report import Report
-from modelport.errors import ModelportError, StageError
+from modelport.errors import ModelportError, StageError, ValidationError
 from modelport.ir import IRModel, TensorSpec
 
 
@@ -31,6 +37,8 @@ class ConvertOptions:
     atol: float | None = None
     rtol: float | None = None
     min_cosine: float | None = None
+    output_tolerances: dict[str, dict[str, float]] = field(default_factory=dict)  # {"probs": {"atol": 0.1}}
+    scaled_atol: bool = True  # atol times each output's scale (False: an absolute accuracy budget)
     precision: str = "fp32"
     sample_dims: dict[str, int] = field(default_factory=dict)
     seed: int = 0
@@ -47,7 +55,9 @@ class ConvertOptions:
     per_channel: bool | None = None
     keep_io_types: bool = True
     accuracy_budget: str | None = None  # e.g. "cosine>=0.999" or "max_abs<=0.01"
-    strict: bool = False  # a pass that breaks parity fails the run instead of being rolled back
+    strict: bool = False  # a pass that breaks parity, or a reference that ignores its input, fails the run
+    allow_precision_fallback: bool = False  # deliver FP32 when the requested precision cannot hold parity
+    fallback_reason: str | None = None  # set by the optimisation stage when it delivered FP32 instead
     command: str = "convert"  # the report's command name
 
     def __post_init__(self):
@@ -65,6 +75,7 @@ class ConvertOptions:
             atol=self.atol if self.atol is not None else zoo_tol.get("atol", base.atol),
             rtol=self.rtol if self.rtol is not None else zoo_tol.get("rtol", base.rtol),
             min_cosine=self.min_cosine if self.min_cosine is not None else zoo_tol.get("min_cosine", base.min_cosine),
+            scaled=self.scaled_atol, overrides=dict(self.output_tolerances),
         )
 
 
@@ -143,6 +154,69 @@ def validate_ir(ir: IRModel, tol: Tolerance, hop: str):
     return compare(ir.reference.outputs, outs, tol, hop=hop)
 
 
+def check_reference_varies(ir: IRModel, report: Report, *, strict: bool, path=None) -> None:
+    """Record per contract output whether the source's output changed between two sample sets;
+    warn about those that did not, and fail under `strict`: parity against them proves nothing."""
+    varies = ir.provenance.get("reference_varies") or {}
+    for o in report.data["contract"]["outputs"]:
+        if o["name"] in varies:
+            o["reference_varies"] = varies[o["name"]]
+    fixed = [n for n, v in varies.items() if v is False]
+    if not fixed:
+        return
+    text = (f"reference output(s) {fixed} do not change between two distinct sample inputs (or are all NaN/Inf): "
+            "parity against them proves nothing about the conversion")
+    if strict:
+        raise ValidationError(text + " (--strict)", path=path)
+    report.warn(text)
+
+
+def emit_and_validate(emitter, target: str, ir: IRModel, stage: Path, eopts, options: ConvertOptions, report: Report,
+                      zoo_tol, hop: str, *, on_stage: StageCallback | None = None, out: Path | None = None,
+                      requested: str | None = None) -> None:
+    """Emit one target and validate it. When its precision cannot be delivered within tolerance
+    and the user allowed a fallback, the target is emitted again in FP32 and the report says so."""
+    try:
+        _emit_once(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop, on_stage=on_stage, out=out,
+                   requested=requested)
+    except ValidationError as e:
+        if eopts.precision in ("fp32", None) or not options.allow_precision_fallback:
+            if eopts.precision not in ("fp32", None) and "--allow-precision-fallback" not in e.reason:
+                e.reason = (f"--precision {eopts.precision} cannot be delivered for {target}: {e.reason} "
+                            "(--allow-precision-fallback accepts an FP32 artifact instead)")
+            raise
+        for key in ("artifacts", "parity"):  # the failed attempt's entries, replaced below
+            while report.data[key] and report.data[key][-1].get("_attempt") == target:
+                report.data[key].pop()
+        requested = requested or eopts.precision
+        fp32 = type(eopts)(precision="fp32", opset=eopts.opset, options=dict(eopts.options))
+        _emit_once(emitter, target, ir, stage, fp32, options, report, zoo_tol, hop, on_stage=on_stage, out=out,
+                   requested=requested)
+        report.data["artifacts"][-1]["precision_fallback"] = {"requested": requested, "reason": e.reason}
+        report.warn(f"{target}: --precision {requested} could not be delivered ({e.reason}); the artifact is fp32")
+    for key in ("artifacts", "parity"):
+        for entry in report.data[key]:
+            entry.pop("_attempt", None)
+
+
+def _emit_once(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop, *, on_stage, out, requested=None):
+    with run_stage(report, f"emit:{target}", on_stage=on_stage):
+        artifact = emitter.emit(ir, stage, eopts)
+    entry = artifact.to_dict(stage)
+    entry["requested_precision"] = requested or eopts.precision
+    if entry["requested_precision"] != artifact.precision and options.fallback_reason:
+        entry["precision_fallback"] = {"requested": entry["requested_precision"], "reason": options.fallback_reason}
+    entry["_attempt"] = target
+    report.add_artifact(entry)
+    if artifact.runner:
+        ttol = options.tolerance(artifact.precision, zoo_tol)
+        with run_stage(report, f"validate:{target}", on_stage=on_stage):
+            parity = validate_artifact(artifact, ir, ttol, hop)
+        report.add_parity(parity)
+        report.data["parity"][-1]["_attempt"] = target
+        parity.raise_if_failed(path=out)
+
+
 def validate_artifact(artifact, ir: IRModel, tol: Tolerance, hop: str):
     from modelport.runtimes import get_runner
 
@@ -199,6 +273,8 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
         report.data["source"] = describe_source(src, ir)
         report.data["contract"] = ir.contract()
         report.data["stages"][-1].update(nodes=len(ir.model.graph.node), exporter=ir.provenance.get("exporter"))
+        check_override_names(tol, [o.name for o in ir.outputs], path=spec.path)
+        check_reference_varies(ir, report, strict=options.strict, path=spec.path)
 
         fw = ir.provenance.get("framework", "source")
         with run_stage(report, "validate:ir", on_stage=on_stage):
@@ -208,22 +284,17 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
 
         from modelport.optimize.stage import optimize_stage, wanted
 
+        requested_precision = None
         if wanted(options):
+            requested_precision = options.precision
             ir, options = optimize_stage(ir, options, report, zoo_tol, on_stage=on_stage)
 
         with staged_dir(out, source_inputs(source), force=options.force) as stage:
             for target in options.targets:
                 emitter = get_emitter(target)
                 eopts = EmitOptions(precision=options.precision, opset=options.opset, options=dict(options.emit_options))
-                with run_stage(report, f"emit:{target}", on_stage=on_stage):
-                    artifact = emitter.emit(ir, stage, eopts)
-                report.add_artifact(artifact.to_dict(stage))
-                if artifact.runner:
-                    ttol = options.tolerance(artifact.precision, zoo_tol)
-                    with run_stage(report, f"validate:{target}", on_stage=on_stage):
-                        parity = validate_artifact(artifact, ir, ttol, f"{fw}→{target} (end to end)")
-                    report.add_parity(parity)
-                    parity.raise_if_failed(path=out)
+                emit_and_validate(emitter, target, ir, stage, eopts, options, report, zoo_tol, f"{fw}→{target} (end to end)",
+                                  on_stage=on_stage, out=out, requested=requested_precision)
             if options.packages:
                 from modelport.serving.packaging import package_converted
 

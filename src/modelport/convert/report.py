@@ -4,7 +4,8 @@ Schema `modelport.report/1` (documented in the README):
   schema, command, status ("ok" | "failed"), exit_code, error, started, seconds,
   tool (versions), source {path, framework, format, sha256, size},
   contract {inputs, outputs, sample_dims}, stages [{name, seconds, ...}],
-  artifacts [{target, runtime, precision, files, size, nodes}], parity [{hop, ok, tolerance, outputs}].
+  artifacts [{target, runtime, precision, requested_precision, files, size, nodes}],
+  parity [{hop, ok, tolerance, outputs}], warnings [str].
 Later stages add their own keys to stages/artifacts entries; existing keys keep their meaning.
 """
 
@@ -47,7 +48,7 @@ class Report:
         self.data.update({
             "schema": SCHEMA, "command": self.command, "status": "running", "exit_code": None,
             "error": None, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "seconds": None,
-            "tool": {}, "source": None, "contract": None, "stages": [], "artifacts": [], "parity": [],
+            "tool": {}, "source": None, "contract": None, "stages": [], "artifacts": [], "parity": [], "warnings": [],
         })
 
     @contextlib.contextmanager
@@ -66,6 +67,10 @@ class Report:
 
     def add_parity(self, result) -> None:
         self.data["parity"].append(result.to_dict())
+
+    def warn(self, text: str) -> None:
+        """A finding the user must see although the run succeeds (printed on stderr by the CLI)."""
+        self.data["warnings"].append(text)
 
     def add_artifact(self, artifact: dict) -> None:
         self.data["artifacts"].append(artifact)

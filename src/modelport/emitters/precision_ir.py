@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modelport.errors import BadInputError
+from modelport.errors import BadInputError, ValidationError
 from modelport.ir import IRModel
 
 
@@ -22,6 +22,16 @@ def at_precision(ir: IRModel, precision: str, *, calibration=None) -> IRModel:
         if calibration:
             from modelport.optimize.calibration import load_calibration
 
-            return quantize.quantize_static(ir, load_calibration(calibration, ir))
-        return quantize.quantize_dynamic(ir)
+            data = load_calibration(calibration, ir)
+            return _delivered(lambda: quantize.quantize_static(ir, data))
+        return _delivered(lambda: quantize.quantize_dynamic(ir))
     raise BadInputError(f"unknown precision '{precision}'; choose fp32, fp16 or int8")
+
+
+def _delivered(quantize) -> IRModel:
+    """A quantiser that fails on the model ("Expected … to be an initializer") means INT8 cannot be
+    delivered: a validation failure (exit 4), which a precision fallback may accept."""
+    try:
+        return quantize()
+    except BadInputError as e:
+        raise ValidationError(f"--precision int8 cannot be delivered: {e.message}") from e

@@ -3,6 +3,11 @@ in onnxruntime on the reference inputs and compared with the reference outputs. 
 breaks parity (or fails, or produces a model onnxruntime cannot load) is rolled back and the
 row says why; with `strict` the run fails instead (exit 4 for parity, the pass's own error
 otherwise). Every pass yields one report row: nodes and size before/after, time, parity.
+
+A precision pass (FP16, INT8) is what the user asked for, not an optional improvement: when it is
+rolled back (after its own block-list fallback), `optimize_ir` fails with exit 4 naming the
+figures and the nodes it kept in FP32, unless `allow_fallback` accepts the FP32 model (recorded
+as `provenance["precision_fallback"]`).
 """
 
 from __future__ import annotations
@@ -116,6 +121,7 @@ class OptimizeOptions:
     keep_io_types: bool = True
     budget: Tolerance | None = None
     strict: bool = False
+    allow_fallback: bool = False  # accept FP32 when the requested precision cannot hold parity
     bench_runs: int = 20
 
     def __post_init__(self):
@@ -156,7 +162,7 @@ def parse_budget(text: str) -> Tolerance:
             atol, rtol = v, 0.0
         else:
             raise BadInputError(f"bad --accuracy-budget '{text}': use cosine>=0.999 and/or max_abs<=0.01")
-    return Tolerance(atol=atol, rtol=rtol, min_cosine=cos)
+    return Tolerance(atol=atol, rtol=rtol, min_cosine=cos, scaled=False)
 
 
 def build_passes(opts: OptimizeOptions, *, with_precision: bool = True) -> list[Pass]:
@@ -198,7 +204,28 @@ def optimize_ir(ir: IRModel, opts: OptimizeOptions, *, tolerance: Callable[[str]
 
             p.calibration = load_calibration(opts.calibration, ir)
     out, rows = run_passes(ir, passes, tolerance=tolerance, strict=opts.strict, on_pass=on_pass)
+    out = _check_delivered(out, passes, rows, opts)
     return out, [r.to_dict() for r in rows], None
+
+
+def _check_delivered(out: IRModel, passes: list[Pass], rows: list[PassRow], opts: OptimizeOptions) -> IRModel:
+    """The requested precision came out, or exit 4 naming why (unless a fallback is allowed)."""
+    failed = [(p, r) for p, r in zip(passes, rows, strict=True) if p.precision != "fp32" and r.status != "applied"]
+    if opts.precision == "fp32" or not failed:
+        return out
+    p, row = failed[0]
+    kept = row.details.get("kept_fp32") or []
+    why = f"pass '{p.name}' {row.status.replace('_', ' ')}: {row.reason or 'no change'}"
+    if kept:
+        why += f"; nodes kept in FP32: {', '.join(kept[:10])}" + (f" (+{len(kept) - 10} more)" if len(kept) > 10 else "")
+    if not opts.allow_fallback:
+        err = ValidationError(f"--precision {opts.precision} cannot be delivered within tolerance: {why} "
+                              "(--allow-precision-fallback accepts an FP32 model instead)", parity=row.parity)
+        err.rows = rows
+        raise err
+    out = out.clone(out.model)
+    out.provenance["precision_fallback"] = {"requested": opts.precision, "reason": why}
+    return out
 
 
 def _budgeted(tolerance, budget: Tolerance):

@@ -43,6 +43,7 @@ def optimize_stage(ir: IRModel, options, report, zoo_tol=None, *, on_stage=None)
         precision="fp32" if others else (options.precision or "fp32"), int8_mode=options.int8_mode, calibration=options.calibration,
         calibration_method=options.calibration_method, per_channel=options.per_channel,
         keep_io_types=options.keep_io_types, budget=options.accuracy_budget, strict=options.strict,
+        allow_fallback=options.allow_precision_fallback,
     )
     try:
         out, rows, selection = optimize_ir(ir, opts, tolerance=lambda p: options.tolerance(p, zoo_tol), on_pass=on_stage)
@@ -56,6 +57,11 @@ def optimize_stage(ir: IRModel, options, report, zoo_tol=None, *, on_stage=None)
         return out, options  # the emitters apply the precision
     precision = out.provenance.get("precision", "fp32")
     changes = {"precision": precision}
+    fallback = out.provenance.get("precision_fallback")
+    if fallback and precision != opts.precision:
+        changes["fallback_reason"] = fallback["reason"]
+        report.warn(f"--precision {opts.precision} could not be delivered ({fallback['reason']}); the model is {precision}")
     if opts.budget is not None and precision != "fp32":
-        changes.update(atol=opts.budget.atol, rtol=opts.budget.rtol, min_cosine=opts.budget.min_cosine)
+        changes.update(atol=opts.budget.atol, rtol=opts.budget.rtol, min_cosine=opts.budget.min_cosine,
+                       scaled_atol=opts.budget.scaled)
     return out, replace(options, **changes)

@@ -56,7 +56,7 @@ def parse_here(source, spec) -> IRModel:
     import numpy as np
 
     from modelport.parsers import tf_common
-    from modelport.samples import make_inputs
+    from modelport.samples import make_inputs, reference_varies
 
     path = Path(source)
     graph_def = read_graph_def(path)
@@ -94,19 +94,25 @@ def parse_here(source, spec) -> IRModel:
     names = [plain_name(n) for n in out_names]
     spec.output_names = None  # they were TF tensor names, not renames
     sample = make_inputs(specs, spec.sample_dims, seed=spec.seed)
+    def call(sample):
+        with stdout_to_stderr():
+            result = pruned(*[tf.constant(sample[s.name]) for s in specs])
+        return {n: np.asarray(v) for n, v in zip(names, tf.nest.flatten(result), strict=True)}
+
     try:
         with stdout_to_stderr():
             pruned = wrapped.prune(in_tensors, out_tensors)
-            result = pruned(*[tf.constant(sample[s.name]) for s in specs])
+        ref = call(sample)
     except Exception as e:
         raise BadInputError(f"TensorFlow cannot run the graph on the sample inputs: {first_line(e)}", path=path) from None
-    ref = {n: np.asarray(v) for n, v in zip(names, tf.nest.flatten(result), strict=True)}
+    varies = reference_varies(call, specs, ref, spec.sample_dims, seed=spec.seed)
     renames = {**dict(zip(in_names, [s.name for s in specs], strict=True)), **dict(zip(out_names, names, strict=True))}
     model = tf_common.graphdef_to_onnx(graph_def, in_names, out_names, renames, opset=spec.opset, path=path)
     out_shapes = {n: t.shape.as_list() if t.shape.rank is not None else None for n, t in zip(names, out_tensors, strict=True)}
     return tf_common.build_ir(
         model, specs, out_shapes, sample, ref, producer=f"tensorflow {tf.__version__} graph",
-        provenance={"framework": "tensorflow", "format": "graphdef", "path": str(path), "tensorflow": tf.__version__},
+        provenance={"framework": "tensorflow", "format": "graphdef", "path": str(path), "tensorflow": tf.__version__,
+                    "reference_varies": varies},
         spec=spec, path=path,
     )
 

@@ -99,7 +99,7 @@ def parse(source, spec) -> IRModel:
     import numpy as np
 
     from modelport.parsers import tf_common
-    from modelport.samples import make_inputs
+    from modelport.samples import make_inputs, reference_varies
 
     model, how = load(source, spec)
     tf = import_tf()
@@ -138,6 +138,13 @@ def parse(source, spec) -> IRModel:
         except Exception as e:
             raise BadInputError(f"Keras predict failed on the sample inputs: {first_line(e)}", path=path) from None
     ref = {n: np.asarray(v) for n, v in zip(names, tf.nest.flatten(predicted), strict=True)}
+
+    def predict(feeds):
+        with stdout_to_stderr():
+            out = model.predict(pack([feeds[s.name] for s in specs]), verbose=0)
+        return {n: np.asarray(v) for n, v in zip(names, tf.nest.flatten(out), strict=True)}
+
+    varies = reference_varies(predict, specs, ref, spec.sample_dims, seed=spec.seed)
     graph_def, in_names, out_names = tf_common.freeze(concrete, path)
     tf_common.screen_ops(graph_def, trust=spec.trust, path=path)
     renames = {**dict(zip(in_names, [s.name for s in specs], strict=True)), **dict(zip(out_names, names, strict=True))}
@@ -149,7 +156,7 @@ def parse(source, spec) -> IRModel:
     return tf_common.build_ir(
         onnx_model, specs, out_shapes, sample, ref, producer=f"keras {keras.__version__} predict",
         provenance={"framework": "keras", "format": how, "path": src, "model_name": getattr(model, "name", None),
-                    "tensorflow": tf.__version__},
+                    "tensorflow": tf.__version__, "reference_varies": varies},
         spec=spec, path=path,
     )
 

@@ -63,7 +63,7 @@ def parse(source, spec) -> IRModel:
     from modelport.onnx_io import fit_ir_version, load_onnx, read_contract
     from modelport.parsers.contract import merge_specs
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
-    from modelport.samples import make_inputs
+    from modelport.samples import make_inputs, reference_varies
 
     path = Path(source)
     model = load_onnx(path)
@@ -87,7 +87,9 @@ def parse(source, spec) -> IRModel:
         if len(spec.output_names) != len(outputs):
             raise BadInputError(f"--output names {spec.output_names} do not match the model's {len(outputs)} outputs", path=path)
     sample = make_inputs(inputs, spec.sample_dims, seed=spec.seed)
-    ref_out = OnnxRuntimeRunner(original).run(sample)
+    runner = OnnxRuntimeRunner(original)
+    ref_out = runner.run(sample)
+    varies = reference_varies(runner.run, inputs, ref_out, spec.sample_dims, seed=spec.seed)
     import onnxruntime
 
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
@@ -96,7 +98,8 @@ def parse(source, spec) -> IRModel:
         inputs=inputs,
         outputs=outputs,
         provenance={"framework": "onnx", "format": "onnx", "path": str(path), "opset": opset,
-                    "producer": f"{model.producer_name} {model.producer_version}".strip(), "ir_version_note": ir_note},
+                    "producer": f"{model.producer_name} {model.producer_version}".strip(), "ir_version_note": ir_note,
+                    "reference_varies": varies},
         reference=Reference(sample, ref_out, producer=f"onnxruntime {onnxruntime.__version__}"),
         sample_dims=dict(spec.sample_dims),
     )

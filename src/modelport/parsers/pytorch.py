@@ -281,7 +281,7 @@ def parse(source, spec) -> IRModel:
 
     from modelport.parsers.onnx import convert_opset, infer_and_check
     from modelport.runtimes.torch import TorchRunner, flatten_outputs
-    from modelport.samples import make_inputs
+    from modelport.samples import make_inputs, reference_varies
 
     module, how = load_module(source, spec)
     specs = _input_specs(source, spec)
@@ -298,7 +298,9 @@ def parse(source, spec) -> IRModel:
     names = spec.output_names or output_names_of(out)
     if len(names) != n_out:
         raise BadInputError(f"{len(names)} output names given for {n_out} outputs", path=spec.path)
-    ref = TorchRunner(module, input_names=[s.name for s in specs], output_names=names).run(sample)
+    runner = TorchRunner(module, input_names=[s.name for s in specs], output_names=names)
+    ref = runner.run(sample)
+    varies = reference_varies(runner.run, specs, ref, spec.sample_dims, seed=spec.seed)
 
     errors = []
     model = exporter = None
@@ -331,6 +333,7 @@ def parse(source, spec) -> IRModel:
             "framework": "pytorch", "format": how, "path": src, "exporter": exporter,
             "exporter_fallback_reason": errors[0] if errors and exporter.endswith("torchscript") else None,
             "opset": next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None),
+            "reference_varies": varies,
         },
         reference=Reference(sample, {k: np.asarray(v) for k, v in ref.items()}, producer=f"torch {torch.__version__}"),
         sample_dims=dict(spec.sample_dims),

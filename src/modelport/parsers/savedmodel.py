@@ -104,7 +104,7 @@ def parse_here(source, spec) -> IRModel:
     import numpy as np
 
     from modelport.parsers import tf_common
-    from modelport.samples import make_inputs
+    from modelport.samples import make_inputs, reference_varies
 
     folder = folder_of(Path(source))
     proto = read_proto(folder)
@@ -135,20 +135,26 @@ def parse_here(source, spec) -> IRModel:
     names = tf_common.rename_outputs(out_keys, spec, folder)
 
     sample = make_inputs(specs, spec.sample_dims, seed=spec.seed)
-    feeds = {k: tf.constant(sample[s.name]) for k, s in zip(original, specs, strict=True)}
-    try:
+
+    def call(sample):
+        feeds = {k: tf.constant(sample[s.name]) for k, s in zip(original, specs, strict=True)}
         with stdout_to_stderr():
             result = fn(**feeds) if kwargs and not args else fn(*feeds.values())
+        return {n: np.asarray(v) for n, v in zip(names, tf.nest.flatten(result), strict=True)}
+
+    try:
+        ref = call(sample)
     except Exception as e:
         raise BadInputError(f"signature '{name}' failed on the sample inputs: {first_line(e)}", path=folder) from None
-    ref = {n: np.asarray(v) for n, v in zip(names, tf.nest.flatten(result), strict=True)}
+    varies = reference_varies(call, specs, ref, spec.sample_dims, seed=spec.seed)
     renames = {**dict(zip(in_names, [s.name for s in specs], strict=True)), **dict(zip(out_names, names, strict=True))}
     model = tf_common.graphdef_to_onnx(graph_def, in_names, out_names, renames, opset=spec.opset, path=folder)
     out_shapes = {n: t.shape.as_list() if t.shape.rank is not None else None for n, t in zip(names, fn.outputs, strict=True)}
     return tf_common.build_ir(
         model, specs, out_shapes, sample, ref, producer=f"tensorflow {tf.__version__} signature '{name}'",
         provenance={"framework": "tensorflow", "format": "savedmodel", "path": str(folder), "signature": name,
-                    "signatures": signature_names(proto), "tensorflow": tf.__version__},
+                    "signatures": signature_names(proto), "tensorflow": tf.__version__,
+                    "reference_varies": varies},
         spec=spec, path=folder,
     )
 

@@ -101,7 +101,7 @@ def _probe_here(path: Path, spec):
 
     from modelport.parsers.tf_common import merge_inputs, spec_from_tf
     from modelport.runtimes.tflite import TFLiteRunner, load_interpreter
-    from modelport.samples import make_inputs
+    from modelport.samples import make_inputs, reference_varies
 
     interp = load_interpreter(path)
     ins, outs = interp.get_input_details(), interp.get_output_details()
@@ -115,6 +115,7 @@ def _probe_here(path: Path, spec):
     # the ONNX graph keeps the file's I/O types: a quantised model's references stay integers too
     runner = TFLiteRunner(path, input_names=[s.name for s in specs], output_names=out_names, dequantize_outputs=False)
     reference = {k: np.asarray(v) for k, v in runner.run(sample).items()}
+    varies = reference_varies(runner.run, specs, reference, spec.sample_dims or {}, seed=spec.seed)
     response = {
         "inputs": [s.to_dict() for s in specs],
         "tensor_inputs": [d["name"] for d in ins], "tensor_outputs": [d["name"] for d in outs],
@@ -123,6 +124,7 @@ def _probe_here(path: Path, spec):
                           for n, d in zip(out_names, outs, strict=True)},
         "signatures": sorted(interp.get_signature_list() or {}),
         "ops": _op_histogram(interp),
+        "reference_varies": varies,
     }
     return response, sample, reference
 
@@ -180,7 +182,8 @@ def _convert_here(path: Path, spec, probed: dict, sample: dict, reference: dict)
     return tf_common.build_ir(
         model, specs, out_shapes, sample, ref, producer=producer,
         provenance={"framework": "tflite", "format": "tflite", "path": str(path), "signatures": probed["signatures"],
-                    "tensorflow": tf.__version__},
+                    "tensorflow": tf.__version__,
+                    "reference_varies": {n: probed["reference_varies"].get(o) for n, o in zip(names, probed["outputs"], strict=True)}},
         spec=spec, path=path,
     )
 
