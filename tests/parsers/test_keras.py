@@ -253,3 +253,21 @@ def test_json_stdout_is_one_document(cli_proc, files, tmp_path):
     assert r.exit_code == 0, r
     report = json.loads(r.stdout)  # nothing TensorFlow printed may land on stdout
     assert report["status"] == "ok"
+
+
+def half_dead_keras():
+    """`y` depends on the input; `dead` is a Dense layer with zero kernel (the same for any input)."""
+    import keras
+
+    x = keras.Input((8,), name="x")
+    y = keras.layers.Dense(4, name="y")(x)
+    dead = keras.layers.Dense(3, kernel_initializer="zeros", bias_initializer="ones", name="dead")(x)
+    return keras.Model(x, {"y": y, "dead": dead})
+
+
+def test_reference_varies_keras_file(tmp_path):
+    model = half_dead_keras()
+    model.save(tmp_path / "m.keras")
+    ir = parse(tmp_path / "m.keras", SourceSpec(path=tmp_path / "m.keras"))
+    assert ir.provenance["reference_varies"] == {"dead": False, "y": True}
+

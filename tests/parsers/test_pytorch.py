@@ -160,3 +160,23 @@ def test_pickle_protocol_marker_is_not_executed_without_trust(tmp_path):
     with pytest.raises((UnsafeInputError, BadInputError)):
         parse(p, spec(p))
     assert not marker.exists()
+
+
+class HalfDead(torch.nn.Module):
+    """`y` depends on the input; `c` is x * 0 + 3, the same for any input (proves nothing)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(32, 4)
+
+    def forward(self, x):
+        return {"y": self.fc(x), "c": x[:, :2] * 0.0 + 3.0}
+
+
+def test_reference_varies_per_output():
+    ir = parse(HalfDead().eval(), SourceSpec(inputs=[parse_input_spec("x:batch,32")]))
+    assert ir.provenance["reference_varies"] == {"y": True, "c": False}
+    # the reference data used for parity are the first sample set, as before
+    from modelport.samples import make_inputs
+
+    assert np.array_equal(ir.reference.inputs["x"], make_inputs([parse_input_spec("x:batch,32")], {}, seed=0)["x"])

@@ -8,6 +8,7 @@ import pytest
 from modelport.parsers import SourceSpec, detect, parse
 from modelport.zoo_builders import keras as builders
 from tests.conftest import tree
+from tests.parsers.test_keras import half_dead_keras
 
 
 @pytest.fixture(scope="module")
@@ -151,3 +152,10 @@ def test_from_tensorflow_spelling_accepts_a_savedmodel(cli, saved, tmp_path):
     d, _ = saved
     r = cli("convert", "-sf", "tensorflow", "-in", d / "two_io", "-df", "onnx", "-om", tmp_path / "out")
     assert r.exit_code == 0, r
+
+
+def test_reference_varies_crosses_the_savedmodel_child(tmp_path):
+    """SavedModel parsing runs in a child process: the finding comes back with the IR."""
+    half_dead_keras().export(str(tmp_path / "sm"), verbose=False)
+    ir = parse(tmp_path / "sm", SourceSpec(path=tmp_path / "sm"))
+    assert ir.provenance["reference_varies"] == {"dead": False, "y": True}

@@ -1,0 +1,62 @@
+"""The convert pipeline's validation rules, on real models through the Python API."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import modelport
+from modelport.errors import ValidationError
+
+
+class BigLogits(torch.nn.Module):
+    """Logits in the thousands: torch and onnxruntime sum 4096 products in another order, so
+    elements near zero differ by ~1e-3 while the output agrees to cosine 1.000000."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(4096, 1000)
+        with torch.no_grad():
+            self.fc.weight.normal_(0, 30.0)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def test_large_logits_pass_at_their_scale(tmp_path):
+    report = modelport.convert(BigLogits().eval(), tmp_path / "o", inputs=["x:batch,4096"])
+    out = report["parity"][0]["outputs"][0]
+    assert out["ok"] and out["max_abs"] > 1e-4  # a fixed atol of 1e-4 would have failed this hop
+    assert out["tolerance"]["scale"] > 1000 and out["tolerance"]["atol_effective"] == pytest.approx(1e-4 * out["tolerance"]["scale"])
+    assert out["cosine"] > 0.999999
+
+
+class BigLogitsMisconverted(BigLogits):
+    """The exported graph shifts one logit by 5 (0.08% of the output's scale): a wrong conversion."""
+
+    def forward(self, x):
+        y = self.fc(x)
+        if torch.compiler.is_exporting() or torch.jit.is_tracing():
+            y = y + torch.nn.functional.one_hot(torch.tensor(7), 1000).to(y.dtype) * 5.0
+        return y
+
+
+def test_large_logits_genuinely_wrong_still_fail(tmp_path):
+    with pytest.raises(ValidationError) as e:
+        modelport.convert(BigLogitsMisconverted().eval(), tmp_path / "o", inputs=["x:batch,4096"])
+    out = e.value.parity["outputs"][0]
+    assert not out["ok"] and out["max_abs"] == pytest.approx(5.0, abs=0.05) and "elements outside" in out["reason"]
+    assert out["cosine"] > 0.999999  # the cosine alone would not have caught it
+    assert not (tmp_path / "o").exists()
+
+
+def test_per_output_override_applies_to_that_output_only(tmp_path):
+    class Two(torch.nn.Module):
+        def forward(self, x):
+            return {"a": x * 2, "b": x + 1}
+
+    opts = modelport.ConvertOptions(inputs=["x:2,3"], output_tolerances={"b": {"atol": 0.25}})
+    report = modelport.convert(Two(), tmp_path / "o", options=opts)
+    tols = {o["name"]: o["tolerance"]["atol"] for o in report["parity"][-1]["outputs"]}
+    assert tols == {"a": 1e-4, "b": 0.25}
