@@ -37,3 +37,22 @@ def test_failed_report_validates(cli, tiny_onnx, tmp_path, validator):
 def test_schema_rejects_a_broken_report(validator):
     with pytest.raises(jsonschema.ValidationError):
         validator.validate({"schema": "modelport.report/1", "status": "maybe"})
+
+
+def test_precision_fallback_and_reference_varies_reports_validate(cli, tiny_onnx, tmp_path, validator):
+    ok = cli("optimize", tiny_onnx, "-o", tmp_path / "f", "--precision", "fp16", "--atol", "1e-9", "--rtol", "0",
+             "--allow-precision-fallback", "--atol", "y=1e-9", "--json")
+    assert ok.exit_code == 0, ok
+    report = ok.json()
+    validator.validate(report)
+    assert report["artifacts"][0]["precision_fallback"]["requested"] == "fp16"
+    assert report["contract"]["outputs"][0]["reference_varies"] is True
+    assert all("tolerance" in o for hop in report["parity"] for o in hop["outputs"])
+    failed = cli("convert", tiny_onnx, "--to", "ort", "-o", tmp_path / "e", "--precision", "fp16", "--atol", "1e-9",
+                 "--rtol", "0", "--json")
+    assert failed.exit_code == 4, failed
+    validator.validate(failed.json())
+    assert "_attempt" not in json.dumps(failed.json())
+    bad = dict(report, warnings=[1])
+    with pytest.raises(jsonschema.ValidationError):
+        validator.validate(bad)

@@ -47,7 +47,7 @@ class Tolerance:
         out = {k: getattr(self, k) for k in KEYS}
         out["scaled"] = self.scaled
         if self.overrides:
-            out["outputs"] = {n: dict(v) for n, v in self.overrides.items()}
+            out["outputs"] = {n: {k: _finite(float(x)) for k, x in v.items()} for n, v in self.overrides.items()}
         return out
 
 

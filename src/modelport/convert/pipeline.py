@@ -177,6 +177,16 @@ def emit_and_validate(emitter, target: str, ir: IRModel, stage: Path, eopts, opt
     """Emit one target and validate it. When its precision cannot be delivered within tolerance
     and the user allowed a fallback, the target is emitted again in FP32 and the report says so."""
     try:
+        _emit_with_fallback(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop, on_stage=on_stage, out=out,
+                            requested=requested)
+    finally:
+        for key in ("artifacts", "parity"):
+            for entry in report.data[key]:
+                entry.pop("_attempt", None)
+
+
+def _emit_with_fallback(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop, *, on_stage, out, requested):
+    try:
         _emit_once(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop, on_stage=on_stage, out=out,
                    requested=requested)
     except ValidationError as e:
@@ -194,9 +204,6 @@ def emit_and_validate(emitter, target: str, ir: IRModel, stage: Path, eopts, opt
                    requested=requested)
         report.data["artifacts"][-1]["precision_fallback"] = {"requested": requested, "reason": e.reason}
         report.warn(f"{target}: --precision {requested} could not be delivered ({e.reason}); the artifact is fp32")
-    for key in ("artifacts", "parity"):
-        for entry in report.data[key]:
-            entry.pop("_attempt", None)
 
 
 def _emit_once(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop, *, on_stage, out, requested=None):
