@@ -64,6 +64,7 @@ def test_references_match_keras(graphs):
     ir = parse(d / "cnn.pb", SourceSpec(path=d / "cnn.pb", inputs=[parse_input_spec("image")], output_names=[out_name]))
     x = ir.reference.inputs["image"]
     np.testing.assert_allclose(ir.reference.outputs[ir.outputs[0].name], cnn.predict(x, verbose=0), atol=1e-5)
+    assert ir.provenance["reference_varies"] == {ir.outputs[0].name: True}
     got = OnnxRuntimeRunner(ir.model).run({"image": np.ones((3, 32, 32, 3), np.float32)})
     assert next(iter(got.values())).shape == (3, 10)
 

@@ -52,6 +52,8 @@ def test_two_io_signature_names_and_references(tflites):
     assert sorted(s.name for s in ir.inputs) == ["image", "meta"]
     assert sorted(o.name for o in ir.outputs) == ["output_0", "output_1"]
     assert "interpreter" in ir.reference.producer
+    # computed in the child on a second sample set, renamed with the outputs
+    assert ir.provenance["reference_varies"] == {"output_0": True, "output_1": True}
     # the references are the interpreter's own outputs on the sample inputs
     runner = get_runner("tflite", path)
     again = runner.run({k: ir.reference.inputs[k] for k in ("image", "meta")})
