@@ -86,3 +86,29 @@ def test_tflite_side_runs_in_a_child(cli, variants, tmp_path, monkeypatch, sig):
     assert sig in r.stderr and "model.tflite" in r.stderr
     monkeypatch.delenv("MODELPORT_TEST_CRASH")
     assert cli("validate", d / "out/model.onnx", d / "out/model.tflite").exit_code == 0
+
+
+def test_outputs_paired_by_name_unless_asked_by_position(cli, tiny_onnx, tmp_path):
+    """Another output name is a mismatch (exit 4 naming both); --match-by-position pairs them in order."""
+    renamed = onnx.load(str(tiny_onnx))
+    renamed.graph.node[-1].output[0] = "probs"
+    renamed.graph.output[0].name = "probs"
+    onnx.save(renamed, str(tmp_path / "renamed.onnx"))
+    r = cli("validate", tiny_onnx, tmp_path / "renamed.onnx")
+    assert r.exit_code == 4, r
+    assert "['y'] missing" in r.stderr and "['probs']" in r.stderr
+    ok = cli("validate", tiny_onnx, tmp_path / "renamed.onnx", "--match-by-position", "--json")
+    assert ok.exit_code == 0, ok
+    assert ok.json()["parity"][0]["outputs"][0]["name"] == "y"
+
+
+def test_validate_per_output_tolerance(cli, tiny_onnx, tmp_path):
+    model = onnx.load(str(tiny_onnx))
+    b = next(t for t in model.graph.initializer if t.name == "b")
+    b.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(b) + 0.05, "b"))
+    onnx.save(model, str(tmp_path / "shifted.onnx"))
+    assert cli("validate", tiny_onnx, tmp_path / "shifted.onnx").exit_code == 4
+    r = cli("validate", tiny_onnx, tmp_path / "shifted.onnx", "--atol", "y=0.06", "--json")
+    assert r.exit_code == 0, r
+    assert r.json()["parity"][0]["outputs"][0]["tolerance"]["atol"] == 0.06
+    assert cli("validate", tiny_onnx, tmp_path / "shifted.onnx", "--atol", "logits=0.06").exit_code == 2
