@@ -15,7 +15,7 @@ def at_precision(ir: IRModel, precision: str, *, calibration=None) -> IRModel:
     if precision == "fp16":
         from modelport.optimize.precision import to_fp16
 
-        return to_fp16(ir, keep_io_types=True)
+        return _delivered("fp16", lambda: to_fp16(ir, keep_io_types=True))
     if precision == "int8":
         from modelport.optimize import quantize
 
@@ -23,15 +23,25 @@ def at_precision(ir: IRModel, precision: str, *, calibration=None) -> IRModel:
             from modelport.optimize.calibration import load_calibration
 
             data = load_calibration(calibration, ir)
-            return _delivered(lambda: quantize.quantize_static(ir, data))
-        return _delivered(lambda: quantize.quantize_dynamic(ir))
+            return _delivered("int8", lambda: quantize.quantize_static(ir, data))
+        return _delivered("int8", lambda: quantize.quantize_dynamic(ir))
     raise BadInputError(f"unknown precision '{precision}'; choose fp32, fp16 or int8")
 
 
-def _delivered(quantize) -> IRModel:
-    """A quantiser that fails on the model ("Expected … to be an initializer") means INT8 cannot be
-    delivered: a validation failure (exit 4), which a precision fallback may accept."""
+def _delivered(precision: str, convert) -> IRModel:
+    """A converter that fails on the model (the quantiser's "Expected … to be an initializer", an
+    FP16 graph onnxruntime rejects) means the precision cannot be delivered: a validation failure
+    (exit 4) that a precision fallback may accept, as the same failure of an optimisation pass is."""
+    from modelport.errors import MissingDependencyError, ModelportError
+
     try:
-        return quantize()
+        return convert()
+    except MissingDependencyError:
+        raise
     except BadInputError as e:
-        raise ValidationError(f"--precision int8 cannot be delivered: {e.message}") from e
+        raise ValidationError(f"--precision {precision} cannot be delivered: {e.message}") from e
+    except ModelportError:
+        raise
+    except Exception as e:
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise ValidationError(f"--precision {precision} cannot be delivered: {type(e).__name__}: {first}") from e
