@@ -96,7 +96,7 @@ def test_outputs_paired_by_name_unless_asked_by_position(cli, tiny_onnx, tmp_pat
     onnx.save(renamed, str(tmp_path / "renamed.onnx"))
     r = cli("validate", tiny_onnx, tmp_path / "renamed.onnx")
     assert r.exit_code == 4, r
-    assert "['y'] missing" in r.stderr and "['probs']" in r.stderr
+    assert "['y'] missing" in r.stderr and "['probs']" in r.stderr and "--match-by-position" in r.stderr
     ok = cli("validate", tiny_onnx, tmp_path / "renamed.onnx", "--match-by-position", "--json")
     assert ok.exit_code == 0, ok
     assert ok.json()["parity"][0]["outputs"][0]["name"] == "y"

@@ -194,7 +194,9 @@ def validate_models(a: str | Path, b: str | Path, *, inputs: str | None = None, 
     if localize:
         report["localize"] = localize_divergence(pa, ka, pb, kb, feeds) if not parity.ok else {"node": None, "note": "outputs match"}
     if not parity.ok:
-        err = ValidationError(f"models differ: {parity.summary()}", path=pb, parity=parity.to_dict())
+        named = not by_position and any(o.name == "*" for o in parity.outputs)
+        err = ValidationError(f"models differ: {parity.summary()}", path=pb, parity=parity.to_dict(),
+                              hint="--match-by-position pairs the outputs in order" if named else None)
         where = report.get("localize") or {}
         if where.get("node"):
             err.reason += f"; first diverging node: {where['node']} ({where['op_type']}, tensor '{where['tensor']}')"
