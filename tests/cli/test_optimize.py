@@ -122,3 +122,26 @@ def test_emitter_precision_error_exits_4_or_falls_back(cli, tmp_path):
     assert [p["ok"] for p in ok.json()["parity"]] == [True, True]
     tight = cli("convert", src, "--to", "ort", "-o", tmp_path / "c", "--precision", "fp16", "--atol", "1e-9", "--rtol", "0")
     assert tight.exit_code == 4 and "fp16 cannot be delivered for ort" in tight.stderr, tight
+
+
+def test_auto_skips_a_precision_it_cannot_build(cli, tmp_path):
+    """auto explores precisions: one the quantiser cannot build is no candidate, not a failure."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    model = onnx.load(str(_conv_weight_through_identity(tmp_path / "src")))
+    # the weight scales with a second input: no pass can fold it into an initializer
+    model.graph.node[0].CopyFrom(helper.make_node("Mul", ["w", "s"], ["w2"]))
+    model.graph.input.append(helper.make_tensor_value_info("s", TensorProto.FLOAT, [1]))
+    src = tmp_path / "src" / "scaled.onnx"
+    onnx.save(model, str(src))
+    r = cli("optimize", src, "-o", tmp_path / "a", "--level", "auto", "--json")
+    assert r.exit_code == 0, r
+    variants = [v["variant"] for v in r.json()["optimize"]["variants"]]
+    assert "int8-dynamic" not in variants and "fp16" in variants
+
+
+def test_precision_pass_named_in_passes_is_a_request_too(cli, tiny_onnx, tmp_path):
+    r = cli("optimize", tiny_onnx, "-o", tmp_path / "p", "--passes", "fold,fp16", "--atol", "1e-9", "--rtol", "0")
+    assert r.exit_code == 4, r
+    assert "--precision fp16 cannot be delivered" in r.stderr and not (tmp_path / "p").exists()

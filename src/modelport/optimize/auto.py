@@ -15,6 +15,7 @@ import time
 from dataclasses import replace
 
 from modelport.convert.parity import DEFAULT_TOLERANCES, Tolerance, compare
+from modelport.errors import ValidationError
 from modelport.ir import IRModel
 
 
@@ -52,7 +53,10 @@ def auto_select(ir: IRModel, opts, *, tolerance=None, on_pass=None):
     for label, precision, mode in precisions:
         sub = replace(opts, level="none", passes=None, precision=precision, int8_mode=mode, strict=False, budget=None)
         # Gate open: every variant is built and judged against the budget in the table below.
-        out, rows, _ = optimize_ir(base, sub, tolerance=lambda p: _OPEN, on_pass=on_pass)
+        try:
+            out, rows, _ = optimize_ir(base, sub, tolerance=lambda p: _OPEN, on_pass=on_pass)
+        except ValidationError:
+            continue  # the precision could not be built on this model (NaN/Inf, or the converter failed): no candidate
         if out is not base:
             variants[label] = (out, base_rows + rows)
     table = []

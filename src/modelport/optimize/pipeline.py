@@ -211,20 +211,21 @@ def optimize_ir(ir: IRModel, opts: OptimizeOptions, *, tolerance: Callable[[str]
 def _check_delivered(out: IRModel, passes: list[Pass], rows: list[PassRow], opts: OptimizeOptions) -> IRModel:
     """The requested precision came out, or exit 4 naming why (unless a fallback is allowed)."""
     failed = [(p, r) for p, r in zip(passes, rows, strict=True) if p.precision != "fp32" and r.status != "applied"]
-    if opts.precision == "fp32" or not failed:
+    if not failed:
         return out
     p, row = failed[0]
+    requested = opts.precision if opts.precision != "fp32" else p.precision  # `--passes fp16` asks for it too
     kept = row.details.get("kept_fp32") or []
     why = f"pass '{p.name}' {row.status.replace('_', ' ')}: {row.reason or 'no change'}"
     if kept:
         why += f"; nodes kept in FP32: {', '.join(kept[:10])}" + (f" (+{len(kept) - 10} more)" if len(kept) > 10 else "")
     if not opts.allow_fallback:
-        err = ValidationError(f"--precision {opts.precision} cannot be delivered within tolerance: {why} "
+        err = ValidationError(f"--precision {requested} cannot be delivered within tolerance: {why} "
                               "(--allow-precision-fallback accepts an FP32 model instead)", parity=row.parity)
         err.rows = rows
         raise err
     out = out.clone(out.model)
-    out.provenance["precision_fallback"] = {"requested": opts.precision, "reason": why}
+    out.provenance["precision_fallback"] = {"requested": requested, "reason": why}
     return out
 
 

@@ -58,9 +58,9 @@ def optimize_stage(ir: IRModel, options, report, zoo_tol=None, *, on_stage=None)
     precision = out.provenance.get("precision", "fp32")
     changes = {"precision": precision}
     fallback = out.provenance.get("precision_fallback")
-    if fallback and precision != opts.precision:
+    if fallback and precision != fallback["requested"]:
         changes["fallback_reason"] = fallback["reason"]
-        report.warn(f"--precision {opts.precision} could not be delivered ({fallback['reason']}); the model is {precision}")
+        report.warn(f"--precision {fallback['requested']} could not be delivered ({fallback['reason']}); the model is {precision}")
     if opts.budget is not None and precision != "fp32":
         changes.update(atol=opts.budget.atol, rtol=opts.budget.rtol, min_cosine=opts.budget.min_cosine,
                        scaled_atol=opts.budget.scaled)
