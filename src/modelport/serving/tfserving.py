@@ -104,10 +104,13 @@ def export_saved_model(artifacts: Artifacts, dest: Path) -> Path:
     channel_first = [s.name for s in artifacts.inputs if len(s.shape) >= 3]
     feeds = artifacts.sample_inputs(batch=2)
     ref = artifacts.reference_outputs(feeds)
-    with tempfile.TemporaryDirectory(prefix="modelport-onnx2tf-") as tmp, contextlib.redirect_stdout(sys.stderr):
+    # onnx2tf rewrites the file it is given (simplified in place): it works on a copy inside the staging folder
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".onnx2tf-", dir=dest.parent) as tmp, contextlib.redirect_stdout(sys.stderr):
+        work_onnx = artifacts.copy_onnx(Path(tmp) / "onnx")
         try:
             keras_model = onnx2tf.convert(
-                input_onnx_file_path=str(onnx_path), output_folder_path=tmp, disable_model_save=True,
+                input_onnx_file_path=str(work_onnx), output_folder_path=str(Path(tmp) / "tf"), disable_model_save=True,
                 non_verbose=True, verbosity="error", keep_ncw_or_nchw_or_ncdhw_input_names=channel_first or None,
             )
         except Exception as e:
