@@ -132,3 +132,23 @@ def test_torchscript_tracing_leaves_the_code_folder_untouched(cli, tmp_path, mon
     assert r.exit_code == 0, r
     assert _hashes(code) == before
     assert not [p for p in tree(tmp_path / "b") if ".torchscript-" in p]
+
+
+@pytest.mark.parametrize("system", ["triton", "torchserve", "tfserving", "k8s"])
+@pytest.mark.parametrize("name", ["../escape", "a/b", "ABS", "x\0y", "", ".", "..", "a\\b"])
+def test_names_that_are_not_one_path_component_exit_2(cli, tiny_onnx, tmp_path, system, name):
+    """`--name` becomes a folder and file name: `..`, `/`, absolute paths, NUL, empty are refused before any write."""
+    outside = tmp_path / "outside"
+    name = str(outside / "escape") if name == "ABS" else name
+    r = cli("package", tiny_onnx, "--for", system, "-o", tmp_path / "deep" / "b", "--name", name)
+    assert r.exit_code == 2, r
+    assert "--name" in r.stderr
+    assert [p for p in tree(tmp_path) if not p.startswith("src")] == []
+    assert not (tmp_path.parent / "escape").exists() and not (tmp_path.parent / "escape.request.json").exists()
+
+
+def test_zoo_names_are_checked(cli, tmp_path):
+    for args in (["build", "../x", "-o", tmp_path / "z"], ["fetch", "../x", "--cache-dir", tmp_path / "c"]):
+        r = cli("zoo", *args)
+        assert r.exit_code == 2 and "zoo name" in r.stderr, r
+    assert tree(tmp_path) == []

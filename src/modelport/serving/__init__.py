@@ -76,8 +76,14 @@ class PackageOptions:
                 raise BadInputError(f"bad {what}: must be at least 1")
         if self.max_replicas < self.min_replicas:
             raise BadInputError("--max-replicas is below --min-replicas")
+        if self.version is not None and (not isinstance(self.version, int) or isinstance(self.version, bool)):
+            raise BadInputError(f"bad --version {self.version!r}: a whole number")
         if self.version is not None and self.version < 1:
             raise BadInputError("bad --version: versions start at 1")
+        if self.model_name is not None:
+            from modelport.names import check_path_name
+
+            check_path_name(self.model_name, "--name")
 
 
 @dataclass

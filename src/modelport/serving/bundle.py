@@ -110,6 +110,13 @@ class Artifacts:
         return OnnxRuntimeRunner(self.get("onnx", "reference outputs")).run(feeds)
 
 
+def served_name(artifacts: Artifacts, options) -> str:
+    """The model's name in the server (`--name`, else the artifacts' own): a folder and file name, so checked as one."""
+    from modelport.names import check_path_name
+
+    return check_path_name(options.model_name or artifacts.name, "--name")
+
+
 # artifact kinds a serving system cannot load as they are, and why (docs/serving.md has the full matrix)
 UNSERVED = {"tflite": "a TFLite flatbuffer (.tflite)",
             "tensorrt": "a TensorRT engine", "ort": "an ORT-format model (.ort)", "pytorch": "PyTorch code",

@@ -20,7 +20,7 @@ import numpy as np
 from modelport.errors import BadInputError
 from modelport.ir import TensorSpec
 from modelport.serving import Bundle, PackageOptions
-from modelport.serving.bundle import Artifacts
+from modelport.serving.bundle import Artifacts, served_name
 
 NAME = "tfserving"
 DESCRIPTION = "TF Serving SavedModel repository (<name>/<version>/) + models.config, parity-checked"
@@ -154,7 +154,7 @@ def models_config(root: Path, mount: str = "/models") -> str:
 def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bundle:
     from modelport.serving.requests import named_request, write_json_request
 
-    name = options.model_name or artifacts.name
+    name = served_name(artifacts, options)
     model_dir = out_dir / name
     existing = sorted(int(p.name) for p in model_dir.iterdir() if p.name.isdigit()) if model_dir.is_dir() else []
     version = options.version or ((existing[-1] + 1) if existing else 1)

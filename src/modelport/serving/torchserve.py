@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 
 from modelport.errors import BadInputError, UnsafeInputError
 from modelport.serving import Bundle, PackageOptions
-from modelport.serving.bundle import Artifacts, unservable
+from modelport.serving.bundle import Artifacts, served_name, unservable
 
 NAME = "torchserve"
 DESCRIPTION = "TorchServe model archive (.mar) with a handler running the ONNX artifact or the emitted PyTorch code"
@@ -130,7 +130,7 @@ def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bun
 
     from modelport.serving.requests import named_request, write_json_request
 
-    name = options.model_name or artifacts.name
+    name = served_name(artifacts, options)
     version = str(options.version or 1)
     runtime = choose_runtime(artifacts, options.runtime)
     serialized = RUNTIMES[runtime][1]
