@@ -82,4 +82,4 @@ def register(app: typer.Typer) -> None:
             )
             return package(source, output, systems, options)
 
-        run(body, json_out=json_out, quiet=quiet, render=render_package)
+        run(body, command="package", json_out=json_out, quiet=quiet, render=render_package)

@@ -48,4 +48,4 @@ def register(app: typer.Typer) -> None:
                             min_cosine if min_cosine is not None else base.min_cosine)
             return validate_models(a, b, inputs=inputs, dims=parse_dims(dim), seed=seed, tolerance=tol, localize=localize)
 
-        run(body, json_out=json_out, quiet=quiet, render=render_validate)
+        run(body, command="validate", json_out=json_out, quiet=quiet, render=render_validate)
