@@ -112,17 +112,38 @@ def requirements(runtime: str = "onnxruntime") -> str:
     return "".join(lines)
 
 
+INFERENCE_PORT, MANAGEMENT_PORT, METRICS_PORT = 8080, 8081, 8082
+# TorchServe writes its keys into key_file.json in the folder it starts from; they last this many minutes
+# (its default, 60, would lock clients out of a running server every hour)
+TOKEN_EXPIRATION_MIN = 525600
+KEY_FILE = "key_file.json"
+
+
 def config_properties(*, workers: int, batch: int, delay_ms: int) -> str:
+    """TorchServe's config: only inference listens beyond the host; management and metrics stay on loopback.
+
+    Token authorisation stays on (TorchServe's default since 0.11): every call, /ping included,
+    needs `Authorization: Bearer <inference key>` from key_file.json; registering models through
+    the management API is off (`enable_model_api=false`) and reachable from the host only.
+    """
     return "\n".join([
-        "inference_address=http://0.0.0.0:8080",
-        "management_address=http://0.0.0.0:8081",
-        "metrics_address=http://0.0.0.0:8082",
-        "disable_token_authorization=true",
+        f"inference_address=http://0.0.0.0:{INFERENCE_PORT}",
+        f"management_address=http://127.0.0.1:{MANAGEMENT_PORT}",
+        f"metrics_address=http://127.0.0.1:{METRICS_PORT}",
+        "disable_token_authorization=false",
+        f"token_expiration_min={TOKEN_EXPIRATION_MIN}",
+        "enable_model_api=false",
         "install_py_dep_per_model=false",
         f"default_workers_per_model={workers}",
         f"# requests TorchServe may group per handler call: batch_size={batch}, max_batch_delay={delay_ms} ms",
         "",
     ])
+
+
+def key_command(folder: str = ".") -> str:
+    """A shell line that sets KEY to the inference key TorchServe wrote into `folder`/key_file.json."""
+    path = KEY_FILE if folder == "." else f"{folder}/{KEY_FILE}"
+    return f"KEY=$(python3 -c \"import json; print(json.load(open('{path}'))['inference']['key'])\")"
 
 
 def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bundle:
@@ -199,12 +220,22 @@ def _readme(name: str, artifacts: Artifacts, sample: Path | None, serving: dict)
 (`pip install -r requirements.txt`, Java 17), then:
 
 ```sh
-torchserve --start --ncs --disable-token-auth --model-store model-store \\
+torchserve --start --ncs --model-store model-store \\
   --ts-config config.properties --models {name}={name}.mar
-curl -sf localhost:8080/ping
-curl -s -X POST localhost:8080/predictions/{name} -H 'Content-Type: application/json' {body}
+{key_command()}     # written where torchserve started
+curl -sf -H "Authorization: Bearer $KEY" localhost:{INFERENCE_PORT}/ping
+curl -s -X POST localhost:{INFERENCE_PORT}/predictions/{name} -H "Authorization: Bearer $KEY" \\
+  -H 'Content-Type: application/json' {body}
 torchserve --stop
 ```
+
+Only the inference API listens beyond this host (port {INFERENCE_PORT}); the management ({MANAGEMENT_PORT}) and
+metrics ({METRICS_PORT}) APIs are bound to 127.0.0.1, and registering models through the management API is
+off. Token authorisation is on: TorchServe writes `{KEY_FILE}` (mode 0600) into the folder it starts
+from, with an inference key, a management key and an API key; every call, `/ping` included, needs
+`Authorization: Bearer <inference key>`. Give clients the inference key only. The keys change at
+every start and last {TOKEN_EXPIRATION_MIN} minutes (`token_expiration_min`); a new inference key:
+`curl "localhost:{MANAGEMENT_PORT}/token?type=inference" -H "Authorization: Bearer <API key>"` on this host.
 
 The body is `{{"inputs": {{NAME: nested list}}}}`; the handler applies each input's preprocessing
 from the contract unless the body says `"preprocessed": true`. Inputs:
