@@ -233,7 +233,7 @@ def test_pytorch_code_archive_layout(torch_bundle, cnn_pt_out):
     assert manifest["model"]["serializedFile"] == "model.safetensors"
     assert meta["serving"] == {"runtime": "torch", "model_file": "model.safetensors", "code_file": "model.py",
                                "postprocess": "none", "preprocess": True, "precision": "fp32"}
-    assert "safetensors==" in reqs and "onnxruntime" not in reqs
+    assert "safetensors==0.7.0" in reqs and "onnxruntime" not in reqs
     assert "emitted PyTorch code" in (out / "README.md").read_text()
 
 
@@ -324,3 +324,43 @@ def test_bgr_models_get_channels_reversed():
     x = np.arange(6, dtype=np.float32).reshape(1, 1, 2, 3)
     out = ModelportHandler().preprocess_one(spec, x)
     np.testing.assert_array_equal(out, x[..., ::-1] * 0.5)
+
+
+def _pinned(text: str) -> dict[str, str]:
+    """requirements.txt -> {distribution: version}; every requirement line must be an exact `==` pin."""
+    out = {}
+    for line in text.splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, sep, version = line.partition("==")
+            assert sep and version and not any(c in version for c in "<>=!~,; *"), f"not an exact pin: {line!r}"
+            out[name] = version
+    return out
+
+
+@pytest.mark.parametrize("fixture, runtime, device", [("cnn_out", "onnxruntime", "cpu"), ("cnn_out", "onnxruntime", "gpu"),
+                                                      ("cnn_pt_out", "torch", "cpu"), ("cnn_pt_out", "torch", "gpu")])
+def test_requirements_are_the_pins_for_the_image_python(request, tmp_path, fixture, runtime, device):
+    """The bundle pins what installs on the image's Python 3.9 (the table), never this machine's versions."""
+    from modelport.serving.torchserve_pins import HANDLER_PINS
+
+    package(load_artifacts(request.getfixturevalue(fixture)), tmp_path, PackageOptions(runtime=runtime, device=device))
+    with zipfile.ZipFile(next((tmp_path / "model-store").glob("*.mar"))) as z:
+        inside = z.read("requirements.txt").decode()
+    outside = (tmp_path / "requirements.txt").read_text()
+    assert inside == outside
+    assert _pinned(outside) == HANDLER_PINS[(runtime, device)]
+    assert "Python 3.9" in outside
+
+
+def test_models_the_image_onnxruntime_cannot_load_are_refused(tmp_path):
+    """onnxruntime 1.19 (the image's) loads IR <= 10 and opset <= 21: a newer model fails at packaging, not in the server."""
+    import onnx
+
+    from tests.serving.conftest import write_mlp
+
+    path = write_mlp(tmp_path / "src")
+    model = onnx.load(str(path))
+    model.opset_import[0].version = 22
+    onnx.save(model, str(path))
+    with pytest.raises(BadInputError, match=r"onnxruntime 1\.19\.2 loads ONNX IR <= 10 and opset <= 21; this model has IR 8, opset 22"):
+        package(load_artifacts(path), tmp_path / "b", PackageOptions())

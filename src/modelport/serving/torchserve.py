@@ -86,6 +86,20 @@ def pytorch_files(artifacts: Artifacts) -> dict[str, Path]:
     return files
 
 
+def check_image_onnxruntime(path: Path) -> None:
+    """Refuse an ONNX model the image's onnxruntime (the pinned one) cannot load: newer IR or opset."""
+    from modelport.onnx_io import load_onnx
+    from modelport.serving.torchserve_pins import ONNXRUNTIME_MAX_IR, ONNXRUNTIME_MAX_OPSET, pins
+
+    model = load_onnx(path, load_external=False)
+    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+    if model.ir_version > ONNXRUNTIME_MAX_IR or opset > ONNXRUNTIME_MAX_OPSET:
+        version = pins("onnxruntime")["onnxruntime"]
+        raise BadInputError(f"the TorchServe image's onnxruntime {version} loads ONNX IR <= {ONNXRUNTIME_MAX_IR} and opset "
+                            f"<= {ONNXRUNTIME_MAX_OPSET}; this model has IR {model.ir_version}, opset {opset}", path=path,
+                            hint=f"convert with --opset {ONNXRUNTIME_MAX_OPSET}, or serve the PyTorch code (--runtime torch)")
+
+
 def manifest(name: str, version: str, serialized: str = "model.onnx") -> dict:
     return {
         "createdOn": time.strftime("%d/%m/%Y %H:%M:%S"),
@@ -96,19 +110,19 @@ def manifest(name: str, version: str, serialized: str = "model.onnx") -> dict:
     }
 
 
-def requirements(runtime: str = "onnxruntime") -> str:
-    """The handler's own needs, pinned to the versions the artifact was checked with.
+def requirements(runtime: str = "onnxruntime", device: str = "cpu") -> str:
+    """The handler's own needs, pinned (`==`) to versions that install on the server image's Python.
 
-    For the torch handler, torch itself is TorchServe's (its images ship it); it is named in a
-    comment so a bare `pip install torchserve` knows which version the code was checked with.
+    The pins come from `torchserve_pins.HANDLER_PINS`, not from this machine: the image runs
+    Python 3.9, on which this machine's numpy or onnxruntime may not exist. For the torch
+    handler, torch itself is TorchServe's (its images ship it), named in a comment.
     """
-    from modelport.deps import version_of
+    from modelport.serving.torchserve_pins import IMAGE_PYTHON, IMAGE_TORCH, pins
 
-    pkgs = ("onnxruntime", "numpy") if runtime == "onnxruntime" else ("safetensors", "numpy")
-    lines = [f"{pkg}=={v}\n" if v else f"{pkg}\n" for pkg, v in ((p, version_of(p)) for p in pkgs)]
+    lines = [f"# for the handler on pytorch/torchserve:{ARCHIVER_VERSION} (Python {IMAGE_PYTHON})\n"]
     if runtime == "torch":
-        torch_v = (version_of("torch") or "").split("+")[0]
-        lines.insert(0, f"# torch{'==' + torch_v if torch_v else ''} is TorchServe's own; install it beside a bare torchserve\n")
+        lines.append(f"# torch=={IMAGE_TORCH} is TorchServe's own; install it beside a bare torchserve\n")
+    lines += [f"{pkg}=={version}\n" for pkg, version in pins(runtime, device).items()]
     return "".join(lines)
 
 
@@ -168,12 +182,13 @@ def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bun
         "MAR-INF/MANIFEST.json": json.dumps(manifest(name, version, serialized), indent=2).encode(),
         HANDLER: handler,
         "modelport.json": json.dumps(meta, indent=2).encode(),
-        "requirements.txt": requirements(runtime).encode(),
+        "requirements.txt": requirements(runtime, options.device).encode(),
     }
     if serialized == "model.ort":
         members["model.ort"] = artifacts.get("ort", "the TorchServe onnxruntime handler")
     elif runtime == "onnxruntime":
         onnx_files = artifacts.onnx_files()
+        check_image_onnxruntime(onnx_files[0])
         members["model.onnx"] = onnx_files[0]
         for extra in onnx_files[1:]:
             members[extra.relative_to(onnx_files[0].parent).as_posix()] = extra
@@ -186,7 +201,7 @@ def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bun
     props = out_dir / "config.properties"
     props.write_text(config_properties(workers=options.instances, batch=1, delay_ms=max(1, options.queue_delay_us // 1000)))
     reqs = out_dir / "requirements.txt"
-    reqs.write_text(requirements(runtime))
+    reqs.write_text(requirements(runtime, options.device))
     files += [props, reqs]
     has_pre = any(s.preprocess for s in artifacts.inputs) and options.preprocess
 
