@@ -122,6 +122,8 @@ def test_torchserve_container_exposes_the_inference_port_only(mlp_out, tmp_path)
     for doc in docs.values():
         validate(doc)
     assert [p["port"] for p in docs["service.yaml"]["spec"]["ports"]] == [8080]
+    # each pod makes its own keys: one replica, no autoscaler, unless a range is asked for
+    assert "hpa.yaml" not in docs and docs["deployment.yaml"]["spec"]["replicas"] == 1
     pod = docs["deployment.yaml"]["spec"]["template"]["spec"]["containers"][0]
     assert [p["containerPort"] for p in pod["ports"]] == [8080]
     for probe in (pod["readinessProbe"], pod["livenessProbe"]):

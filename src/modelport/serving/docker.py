@@ -28,6 +28,7 @@ class Server:
     # a probe command run inside the container, for servers whose health endpoint needs a credential
     probe_exec: tuple[str, ...] | None = None
     workdir: str | None = None  # the working folder the server starts in (TorchServe writes key_file.json there)
+    keys_per_pod: bool = False  # each server process makes its own client keys, so replicas do not share them
 
 
 SERVERS: dict[str, Server] = {
@@ -53,7 +54,7 @@ SERVERS: dict[str, Server] = {
         probe_exec=("python", "-c",
                     "import json, urllib.request as r; k = json.load(open('/home/model-server/key_file.json'))['inference']['key']; "
                     "r.urlopen(r.Request('http://127.0.0.1:8080/ping', headers={'Authorization': 'Bearer ' + k}), timeout=4)"),
-        workdir="/home/model-server",
+        workdir="/home/model-server", keys_per_pod=True,
     ),
     "tfserving": Server(
         name="tfserving", image_cpu="tensorflow/serving:2.18.0", image_gpu="tensorflow/serving:2.18.0-gpu",

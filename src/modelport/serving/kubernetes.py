@@ -71,13 +71,17 @@ def autoscaled(options: PackageOptions, gpu: bool) -> bool:
     A fixed `--replicas` asks for none. A GPU server is not scaled on CPU: its CPU stays low while the
     GPU saturates, so a CPU target would never add a pod. Autoscaling one needs a GPU or request-rate
     metric from the cluster's metrics adapter, which the bundle's README describes; asking for an
-    autoscaling range on a GPU deployment is refused rather than written as a CPU HPA.
+    autoscaling range on a GPU deployment is refused rather than written as a CPU HPA. A server whose
+    client keys differ per pod (TorchServe) runs one pod unless a range is asked for explicitly: a
+    key opens only the pod that made it.
     """
     from modelport.errors import BadInputError
 
     if gpu and options.autoscaling_asked:
         raise BadInputError("--min-replicas/--max-replicas: a GPU deployment is not autoscaled on CPU",
                             hint="pass --replicas N; the bundle README shows how to scale it on a GPU metric")
+    if server(options.server).keys_per_pod and not options.autoscaling_asked:
+        return False
     return options.replicas is None and not gpu
 
 
@@ -160,6 +164,9 @@ def _scaling_note(options: PackageOptions, docs: dict, gpu: bool) -> str:
                 f"{options.target_cpu_utilization}% CPU) owns the scale: the Deployment names no `replicas`, so\n"
                 "`kubectl apply` never resets what the autoscaler chose.")
     replicas = docs["deployment.yaml"]["spec"]["replicas"]
+    if not gpu and server(options.server).keys_per_pod and options.replicas is None:
+        return ("one replica and no autoscaler: each TorchServe pod makes its own keys (below), so pods behind\n"
+                "one Service do not share them. `--min-replicas`/`--max-replicas` add a CPU autoscaler anyway.")
     if not gpu:
         return f"a fixed scale of {replicas} replica(s) (`--replicas`); no autoscaler."
     return (f"a fixed scale of {replicas} replica(s) and no autoscaler. A GPU server is not scaled on CPU\n"
@@ -173,7 +180,7 @@ def _key_note(s, svc: str) -> tuple[str, str]:
     """For servers whose every call needs a key (TorchServe): how to read it, and the README paragraph."""
     if not s.probe_exec:
         return "", ""
-    fetch = (f"KEY=$(kubectl exec deployment/{svc} -- python -c \"import json; "
+    fetch = (f"KEY=$(kubectl exec $POD -- python -c \"import json; "
              f"print(json.load(open('{s.workdir}/key_file.json'))['inference']['key'])\")\n")
     note = (f"\nOnly the inference port ({s.ports[s.http_port]}) is exposed; TorchServe's management and metrics APIs\n"
             "listen on 127.0.0.1 inside the pod, and token authorisation is on: every call, `/ping` included,\n"
@@ -191,6 +198,10 @@ def _readme(model_name: str, options: PackageOptions, image: str, docs: dict, in
     port = s.ports[s.http_port]
     gpu = bool(inner.details.get("gpu")) or options.device == "gpu"
     fetch, key_note = _key_note(s, svc)
+    forward = f"kubectl port-forward service/{svc} {port}:{port} &"
+    if fetch:  # the key and the requests must concern the same pod
+        forward = (f"POD=$(kubectl get pod -l app.kubernetes.io/name={svc} -o jsonpath='{{.items[0].metadata.name}}')\n"
+                   f"kubectl port-forward pod/$POD {port}:{port} &")
     call = {
         "triton": f"curl -s -X POST localhost:{port}/v2/models/{model_name}/infer -d @{s.bundle_dir}/{model_name}.request.json",
         "torchserve": (f"curl -s -X POST localhost:{port}/predictions/{model_name} -H \"Authorization: Bearer $KEY\" "
@@ -207,7 +218,7 @@ docker build -t {image} .
 docker push {image}            # or load it into your cluster (kind load docker-image {image})
 kubectl apply -f k8s/
 kubectl rollout status deployment/{svc}
-kubectl port-forward service/{svc} {port}:{port} &
+{forward}
 {fetch}{call}
 ```
 {key_note}"""
