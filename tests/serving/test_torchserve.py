@@ -209,6 +209,15 @@ def test_real_torchserve_serves_the_archive(bundle, cnn_out, tmp_path):
     out, _ = bundle
     with _torchserve(out, "cnn", tmp_path) as (url, proc, log_path, key):
         _check_serving(url, proc, log_path, cnn_out / "model.onnx", key)
+        # the Kubernetes probe (reads the key TorchServe wrote, calls /ping with it) passes against this server
+        from modelport.serving.docker import SERVERS
+
+        probe = list(SERVERS["torchserve"].probe_exec)
+        probe[-1] = (probe[-1].replace("/home/model-server/key_file.json", str(tmp_path / "key_file.json"))
+                     .replace("127.0.0.1:8080", url.split("/")[2]))
+        assert subprocess.run([sys.executable, *probe[1:]], capture_output=True, timeout=30).returncode == 0
+        wrong = probe[-1].replace("['inference']['key']", "['API']['key']")
+        assert subprocess.run([sys.executable, "-c", wrong], capture_output=True, timeout=30).returncode != 0
 
 
 @pytest.fixture(scope="module")
