@@ -70,3 +70,8 @@ def test_scaling_per_device():
     check(fixed)
     assert fixed["spec"]["predictor"]["minReplicas"] == fixed["spec"]["predictor"]["maxReplicas"] == 2
     assert "scaleMetric" not in fixed["spec"]["predictor"]
+
+
+def test_a_pvc_uri_must_name_a_claim(mlp_out, tmp_path):
+    with pytest.raises(BadInputError, match="not a PersistentVolumeClaim name"):
+        package(load_artifacts(mlp_out), tmp_path, PackageOptions(server="triton", storage_uri="pvc://My_Claim/m"))

@@ -9,6 +9,7 @@ write, derived from KServe's InferenceService CRD (unknown keys are rejected).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from modelport.errors import BadInputError
@@ -75,6 +76,8 @@ def pvc_claim(uri: str) -> tuple[str, str] | None:
     if not uri.startswith("pvc://"):
         return None
     claim, _, path = uri[len("pvc://"):].partition("/")
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", claim):
+        raise BadInputError(f"bad --storage-uri '{uri}': '{claim}' is not a PersistentVolumeClaim name (lowercase letters, digits, '-', '.')")
     return claim, path
 
 
