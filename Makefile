@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.modelport-installed
 EXTRAS ?= torch,optimize,tf,serve,dev
 
-.PHONY: setup demo test test-fast bench lint clean
+.PHONY: setup demo test test-fast bench lint clean check-pins
 
 setup: $(STAMP)
 
@@ -36,6 +36,10 @@ bench: setup
 	$(BIN)/python bench/cli_bench.py
 	$(BIN)/python bench/optimize_bench.py
 	$(BIN)/python bench/pytorch_code_conformance.py
+
+# pip's resolver, dry run, for the TorchServe image's Python: the handler pins install there (needs PyPI)
+check-pins: setup
+	$(BIN)/python bench/check_torchserve_pins.py
 
 lint: setup
 	$(BIN)/ruff check src tests bench

@@ -111,3 +111,18 @@ def test_shipped_zoo_has_the_required_kinds():
 def test_unknown_zoo_model():
     with pytest.raises(BadInputError, match="unknown zoo model"):
         zoo.get("nope")
+
+
+@pytest.mark.parametrize("name,revision", [("../escape", "v1.0"), ("ABS", "v1.0"), ("m", "../../escape"), ("m", "a/b"),
+                                           ("..", "v1.0"), ("m", "x\0y")])
+def test_names_and_revisions_that_would_leave_the_cache_are_refused(server, tmp_path, monkeypatch, name, revision):
+    """A zoo name or revision is a path component of the cache: anything but one plain component is exit 2, nothing written."""
+    cache = tmp_path / "cache"
+    name = str(tmp_path / "abs") if name == "ABS" else name
+    raw = {"models": {name: {"url": f"{server}/model.bin", "sha256": SHA, "revision": revision, "framework": "onnx"}}}
+    with pytest.raises(BadInputError) as e:
+        entries = zoo.parse_zoo(raw)
+        monkeypatch.setattr(zoo, "load_zoo", lambda path=None: entries)
+        zoo.fetch(name, cache)
+    assert e.value.exit_code == 2
+    assert list(tmp_path.rglob("*")) == []

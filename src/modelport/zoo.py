@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from modelport.errors import BadInputError, UnsafeInputError
+from modelport.names import check_path_name, is_path_name
 
 ZOO_FILE = Path(__file__).with_name("model_zoo.yaml")
 ENTRY_KEYS = {
@@ -79,6 +80,7 @@ def parse_zoo(data: dict, source: str = "model_zoo.yaml") -> dict[str, ZooEntry]
         unknown = set(raw) - ENTRY_KEYS
         if unknown:
             raise BadInputError(f"zoo entry '{name}' has unknown keys {sorted(unknown)}", path=source)
+        check_path_name(name, f"zoo entry name in {source}")
         entry = ZooEntry(name=name, **raw)
         if not entry.builder and not entry.url:
             raise BadInputError(f"zoo entry '{name}' needs a builder or a url", path=source)
@@ -87,6 +89,7 @@ def parse_zoo(data: dict, source: str = "model_zoo.yaml") -> dict[str, ZooEntry]
                 raise UnsafeInputError(f"zoo entry '{name}' has a url but no full sha256", path=source)
             if (entry.revision or "").strip().lower() in UNPINNED:
                 raise UnsafeInputError(f"zoo entry '{name}' has an unpinned revision '{entry.revision or ''}'", path=source, hint="pin a tag or commit")
+            check_path_name(entry.revision, f"revision of zoo entry '{name}'")
         entries[name] = entry
     return entries
 
@@ -108,6 +111,7 @@ def names() -> list[str]:
 
 
 def get(name: str) -> ZooEntry:
+    check_path_name(name, "zoo name")
     zoo = load_zoo()
     if name not in zoo:
         raise BadInputError(f"unknown zoo model '{name}'; known: {sorted(zoo)}")
@@ -242,7 +246,7 @@ def fetch(name: str, cache_dir: str | Path, *, progress: bool = None) -> Path:
     if not entry.url:
         raise BadInputError(f"zoo model '{name}' has no download url; use 'modelport zoo build {name}'")
     fname = entry.filename or Path(urllib.parse.urlsplit(entry.url).path).name or name
-    if "/" in fname or fname in ("..", "."):
+    if not is_path_name(fname):
         raise UnsafeInputError(f"zoo entry '{name}' has an unsafe filename '{fname}'")
     dest = Path(cache_dir) / name / entry.revision / fname
     if dest.exists() and sha256_of(dest) == entry.sha256.lower():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.conftest import tree
 
 
@@ -61,3 +63,92 @@ def test_package_unservable_and_untrusted(cli, tmp_path):
     r = cli("package", code, "--for", "torchserve", "-o", tmp_path / "b4", "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["bundles"][0]["runtime"] == "torch", r
     assert [p for p in tree(tmp_path) if p.startswith(("b1", "b2"))] == []
+
+
+def _hashes(root) -> dict[str, str]:
+    """sha256 of every file under `root`, by relative path (a new or vanished file shows too)."""
+    import hashlib
+    from pathlib import Path
+
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(Path(root).rglob("*")) if p.is_file()}
+
+
+@pytest.mark.tf
+def test_package_tfserving_leaves_the_convert_output_untouched(cli, tmp_path):
+    """onnx2tf simplifies the file it is handed and saves it back: it must get a copy, never OUT/model.onnx."""
+    from tests.serving.conftest import write_mlp
+
+    src = write_mlp(tmp_path / "src")
+    out = tmp_path / "out"
+    assert cli("convert", src, "-o", out, "-q").exit_code == 0
+    before = _hashes(tmp_path)
+    r = cli("package", out, "--for", "tfserving,triton", "-o", tmp_path / "bundles", "-q")
+    assert r.exit_code == 0, r
+    after = {k: v for k, v in _hashes(tmp_path).items() if not k.startswith("bundles/")}
+    assert after == before
+    triton = tmp_path / "bundles" / "triton" / "mlp" / "1" / "model.onnx"
+    assert triton.read_bytes() == (out / "model.onnx").read_bytes()
+    assert not [p for p in tree(tmp_path / "bundles") if ".onnx2tf-" in p]
+
+
+@pytest.mark.tf
+def test_convert_package_bundles_ship_the_validated_model(cli, tmp_path):
+    """With tfserving packaged first, Triton and TorchServe still get the model.onnx the run validated."""
+    import zipfile
+
+    from tests.serving.conftest import write_mlp
+
+    src = write_mlp(tmp_path / "src")
+    before = _hashes(tmp_path / "src")
+    plain = tmp_path / "plain"
+    assert cli("convert", src, "-o", plain, "-q").exit_code == 0
+    out = tmp_path / "out"
+    r = cli("convert", src, "-o", out, "--package", "tfserving,triton,torchserve", "-q")
+    assert r.exit_code == 0, r
+    assert _hashes(tmp_path / "src") == before
+    validated = (plain / "model.onnx").read_bytes()  # reruns are byte-identical: the file validation ran on
+    assert (out / "model.onnx").read_bytes() == validated
+    assert (out / "packages" / "triton" / "mlp" / "1" / "model.onnx").read_bytes() == validated
+    with zipfile.ZipFile(out / "packages" / "torchserve" / "model-store" / "mlp.mar") as z:
+        assert z.read("model.onnx") == validated
+    assert not [p for p in tree(out) if ".onnx2tf-" in p]
+
+
+def test_torchscript_tracing_leaves_the_code_folder_untouched(cli, tmp_path, monkeypatch):
+    """Tracing imports model.py; the import (and its __pycache__) happens on a copy inside the staging folder."""
+    import sys
+
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)  # as for a user without PYTHONDONTWRITEBYTECODE
+    from modelport.convert import ConvertOptions, convert
+    from tests.serving.conftest import write_mlp
+
+    src = write_mlp(tmp_path / "src")
+    code = tmp_path / "code"
+    convert(src, code, ConvertOptions(targets=["pytorch"]))
+    assert not (code / "pytorch" / "__pycache__").exists()  # validating the code imported it without writing bytecode
+    before = _hashes(code)
+    r = cli("package", code, "--for", "triton", "--trust", "-o", tmp_path / "b", "-q")
+    assert r.exit_code == 0, r
+    assert _hashes(code) == before
+    assert not [p for p in tree(tmp_path / "b") if ".torchscript-" in p]
+
+
+@pytest.mark.parametrize("system", ["triton", "torchserve", "tfserving", "k8s"])
+@pytest.mark.parametrize("name", ["../escape", "a/b", "ABS", "x\0y", "", ".", "..", "a\\b"])
+def test_names_that_are_not_one_path_component_exit_2(cli, tiny_onnx, tmp_path, system, name):
+    """`--name` becomes a folder and file name: `..`, `/`, absolute paths, NUL, empty are refused before any write."""
+    outside = tmp_path / "outside"
+    name = str(outside / "escape") if name == "ABS" else name
+    r = cli("package", tiny_onnx, "--for", system, "-o", tmp_path / "deep" / "b", "--name", name)
+    assert r.exit_code == 2, r
+    assert "--name" in r.stderr
+    assert [p for p in tree(tmp_path) if not p.startswith("src")] == []
+    assert not (tmp_path.parent / "escape").exists() and not (tmp_path.parent / "escape.request.json").exists()
+
+
+def test_zoo_names_are_checked(cli, tmp_path):
+    for args in (["build", "../x", "-o", tmp_path / "z"], ["fetch", "../x", "--cache-dir", tmp_path / "c"]):
+        r = cli("zoo", *args)
+        assert r.exit_code == 2 and "zoo name" in r.stderr, r
+    assert tree(tmp_path) == []

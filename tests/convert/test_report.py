@@ -56,3 +56,49 @@ def test_precision_fallback_and_reference_varies_reports_validate(cli, tiny_onnx
     bad = dict(report, warnings=[1])
     with pytest.raises(jsonschema.ValidationError):
         validator.validate(bad)
+
+
+def _other_onnx(folder):
+    """tiny_onnx's graph with other weights: same I/O, different outputs (a validate mismatch)."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(folder / "tiny.onnx"))
+    w = model.graph.initializer[0]
+    w.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(w) * 3 + 1, w.name))
+    onnx.save(model, str(folder / "other.onnx"))
+    return folder / "other.onnx"
+
+
+def test_every_command_report_validates(cli, tiny_onnx, tmp_path, validator):
+    """convert, optimize, emit, validate and package: --json output and report.json, successful and failed runs."""
+    src = tiny_onnx.parent
+    out = tmp_path / "conv"
+    assert cli("convert", tiny_onnx, "-o", out, "-q").exit_code == 0
+    runs = [
+        (0, ["optimize", tiny_onnx, "-o", tmp_path / "opt"], tmp_path / "opt"),
+        (2, ["optimize", src / "missing.onnx", "-o", tmp_path / "opt2"], None),
+        (0, ["emit", out / "model.onnx", "--to", "ort", "-o", tmp_path / "emit"], tmp_path / "emit"),
+        (2, ["emit", out / "model.onnx", "--to", "nope", "-o", tmp_path / "emit2"], None),
+        (0, ["validate", tiny_onnx, out / "model.onnx"], None),
+        (4, ["validate", tiny_onnx, _other_onnx(src)], None),
+        (2, ["validate", tiny_onnx, src / "missing.onnx"], None),
+        (0, ["package", out, "--for", "triton,torchserve", "-o", tmp_path / "pkg"], tmp_path / "pkg"),
+        (0, ["package", tiny_onnx, "--for", "triton", "-o", tmp_path / "pkg_file"], tmp_path / "pkg_file"),
+        (2, ["package", out, "--for", "triton", "--name", "../x", "-o", tmp_path / "pkg2"], None),
+        (2, ["package", out, "--for", "triton", "--backend", "tensorrt", "-o", tmp_path / "pkg3"], None),
+        (2, ["package", out, "--for", "nginx", "-o", tmp_path / "pkg4"], None),
+    ]
+    for code, args, folder in runs:
+        r = cli(*args, "--json")
+        assert r.exit_code == code, (args, r)
+        report = r.json()
+        validator.validate(report)
+        assert report["command"] == args[0] and report["exit_code"] == code, args
+        assert (report["status"] == "ok") == (code == 0) and (report["error"] is None) == (code == 0), args
+        if folder is not None:
+            validator.validate(json.loads((folder / "report.json").read_text()))
+    pkg = json.loads((tmp_path / "pkg" / "report.json").read_text())
+    assert pkg["source"]["framework"] == "onnx" and pkg["source"]["format"] == "convert output folder"
+    pkg_file = json.loads((tmp_path / "pkg_file" / "report.json").read_text())
+    assert pkg_file["source"]["format"] == "onnx" and len(pkg_file["source"]["sha256"]) == 64

@@ -60,6 +60,26 @@ def test_mar_is_what_the_archiver_writes(bundle, cnn_out):
     assert b.details["mar"] == "model-store/cnn.mar"
 
 
+def properties(path: Path) -> dict[str, str]:
+    """A Java .properties file as TorchServe reads it (key=value lines, '#' comments)."""
+    return dict(line.split("=", 1) for line in path.read_text().splitlines() if "=" in line and not line.startswith("#"))
+
+
+def test_only_inference_listens_beyond_the_host_and_token_auth_stays_on(bundle):
+    from urllib.parse import urlsplit
+
+    out, _ = bundle
+    props = properties(out / "config.properties")
+    assert urlsplit(props["inference_address"]).port == 8080
+    assert urlsplit(props["management_address"]).hostname == "127.0.0.1"
+    assert urlsplit(props["metrics_address"]).hostname == "127.0.0.1"
+    assert props["disable_token_authorization"] == "false" and props["enable_model_api"] == "false"
+    assert int(props["token_expiration_min"]) >= 60 * 24 * 365
+    readme = (out / "README.md").read_text()
+    assert "--disable-token-auth" not in readme
+    assert "key_file.json" in readme and 'localhost:8080/predictions/cnn -H "Authorization: Bearer $KEY"' in readme
+
+
 @pytest.mark.parametrize("name", ["../evil.py", "/etc/passwd", "a/../../b", "a\\..\\b", ""])
 def test_unsafe_member_names_refused(tmp_path, name):
     with pytest.raises(UnsafeInputError):
@@ -75,8 +95,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _post(url: str, body: dict, timeout: float = 10) -> tuple[int, dict]:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+def _post(url: str, body: dict, timeout: float = 10, key: str | None = None) -> tuple[int, dict]:
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, json.loads(r.read())
@@ -84,9 +105,25 @@ def _post(url: str, body: dict, timeout: float = 10) -> tuple[int, dict]:
         return e.code, {"error": e.read().decode(errors="replace")}
 
 
+def _bundle_config(bundle: Path, ports: list[int]) -> str:
+    """The bundle's own config.properties, moved to free ports on 127.0.0.1 and otherwise unchanged."""
+    lines = []
+    for line in (bundle / "config.properties").read_text().splitlines():
+        key, sep, value = line.partition("=")
+        if key in ("inference_address", "management_address", "metrics_address"):
+            port = ports[("inference_address", "management_address", "metrics_address").index(key)]
+            value = f"http://127.0.0.1:{port}"
+        lines.append(f"{key}={value}" if sep else line)
+    return "\n".join(lines) + "\n"
+
+
 @contextlib.contextmanager
-def _torchserve(model_store: Path, name: str, tmp_path: Path):
-    """A real TorchServe on 127.0.0.1 (free ports) serving `name`.mar; yields the prediction URL."""
+def _torchserve(bundle: Path, name: str, tmp_path: Path):
+    """A real TorchServe on free ports serving `name`.mar with the bundle's config (token auth on).
+
+    Yields the prediction URL, the process, its log and the inference key TorchServe wrote into
+    key_file.json in the folder it started from.
+    """
     bindir = str(Path(sys.executable).parent)
     if not (Path(bindir) / "torchserve").exists():
         pytest.fail("torchserve is not installed in the test environment (pip install torchserve==0.12.0)")
@@ -94,19 +131,22 @@ def _torchserve(model_store: Path, name: str, tmp_path: Path):
         pytest.fail("TorchServe needs Java 17 on PATH (apt-get install openjdk-17-jre-headless)")
     ports = [_free_port() for _ in range(3)]
     cfg = tmp_path / "config.properties"
-    cfg.write_text("\n".join([
-        f"inference_address=http://127.0.0.1:{ports[0]}", f"management_address=http://127.0.0.1:{ports[1]}",
-        f"metrics_address=http://127.0.0.1:{ports[2]}", "disable_token_authorization=true",
-        "install_py_dep_per_model=false", "default_workers_per_model=1", "",
-    ]))
+    cfg.write_text(_bundle_config(bundle, ports))
     env = {**os.environ, "PATH": bindir + os.pathsep + os.environ.get("PATH", "")}
-    cmd = [str(Path(bindir) / "torchserve"), "--start", "--foreground", "--ncs", "--disable-token-auth",
-           "--model-store", str(model_store), "--ts-config", str(cfg), "--models", f"{name}={name}.mar"]
+    cmd = [str(Path(bindir) / "torchserve"), "--start", "--foreground", "--ncs",
+           "--model-store", str(bundle / "model-store"), "--ts-config", str(cfg), "--models", f"{name}={name}.mar"]
     log_path = tmp_path / "torchserve.out"
     log = open(log_path, "w")
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        yield f"http://127.0.0.1:{ports[0]}/predictions/{name}", proc, log_path
+        key_file = tmp_path / "key_file.json"
+        deadline = time.monotonic() + 60
+        while not key_file.is_file() or not key_file.read_text().strip().endswith("}"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"torchserve wrote no key_file.json: {log_path.read_text()[-3000:]}")
+            time.sleep(0.2)
+        key = json.loads(key_file.read_text())["inference"]["key"]
+        yield f"http://127.0.0.1:{ports[0]}/predictions/{name}", proc, log_path, key
     finally:
         subprocess.run([str(Path(bindir) / "torchserve"), "--stop", "--foreground"], cwd=tmp_path, env=env,
                        capture_output=True, timeout=30)
@@ -122,7 +162,7 @@ def _torchserve(model_store: Path, name: str, tmp_path: Path):
         log.close()
 
 
-def _first_reply(url: str, body: dict, proc, log_path: Path) -> dict:
+def _first_reply(url: str, body: dict, proc, log_path: Path, key: str) -> dict:
     """POST until the model is up (60 s at most); the first 200 reply."""
     deadline = time.monotonic() + 60
     status, reply = 0, {}
@@ -130,7 +170,7 @@ def _first_reply(url: str, body: dict, proc, log_path: Path) -> dict:
         if proc.poll() is not None:
             pytest.fail(f"torchserve exited with {proc.returncode}: {log_path.read_text()[-3000:]}")
         try:
-            status, reply = _post(url, body)
+            status, reply = _post(url, body, key=key)
             if status == 200:
                 return reply
         except (urllib.error.URLError, ConnectionError, TimeoutError):
@@ -139,12 +179,18 @@ def _first_reply(url: str, body: dict, proc, log_path: Path) -> dict:
     pytest.fail(f"no 200 reply: {status} {reply} {log_path.read_text()[-3000:]}")
 
 
-def _check_serving(url: str, proc, log_path: Path, reference: Path) -> None:
-    """A preprocessed batch of 2 and a raw-pixel request, both compared with onnxruntime on `reference`."""
+def _check_serving(url: str, proc, log_path: Path, reference: Path, key: str) -> None:
+    """A preprocessed batch of 2 and a raw-pixel request, both compared with onnxruntime on `reference`.
+
+    Token authorisation is on: the same request without the inference key is refused.
+    """
     arts = load_artifacts(reference.parent)
     feeds = arts.sample_inputs(batch=2)
     expected = OnnxRuntimeRunner(reference).run(feeds)
-    reply = _first_reply(url, {"inputs": {k: v.tolist() for k, v in feeds.items()}, "preprocessed": True}, proc, log_path)
+    body = {"inputs": {k: v.tolist() for k, v in feeds.items()}, "preprocessed": True}
+    reply = _first_reply(url, body, proc, log_path, key)
+    status, refused = _post(url, body)
+    assert status in (400, 401, 403) and "Token Authorization failed" in refused["error"], (status, refused)
     got = {k: np.asarray(v, dtype=np.float32) for k, v in reply["outputs"].items()}
     result = compare(expected, got, TOL, hop="torchserve")
     assert result.ok, result.summary()
@@ -152,7 +198,7 @@ def _check_serving(url: str, proc, log_path: Path, reference: Path) -> None:
     # raw pixels: the handler applies the contract's mean/std itself
     raw = np.random.default_rng(3).uniform(0, 1, size=(1, 3, 64, 64)).astype(np.float32)
     pre = (raw - np.asarray(MEAN, np.float32).reshape(1, 3, 1, 1)) / np.asarray(STD, np.float32).reshape(1, 3, 1, 1)
-    status, reply = _post(url, {"inputs": {"input": raw.tolist()}})
+    status, reply = _post(url, {"inputs": {"input": raw.tolist()}}, key=key)
     assert status == 200, reply
     want = OnnxRuntimeRunner(reference).run({"input": pre.astype(np.float32)})
     result = compare(want, {k: np.asarray(v, np.float32) for k, v in reply["outputs"].items()}, TOL, hop="torchserve raw")
@@ -161,8 +207,17 @@ def _check_serving(url: str, proc, log_path: Path, reference: Path) -> None:
 
 def test_real_torchserve_serves_the_archive(bundle, cnn_out, tmp_path):
     out, _ = bundle
-    with _torchserve(out / "model-store", "cnn", tmp_path) as (url, proc, log_path):
-        _check_serving(url, proc, log_path, cnn_out / "model.onnx")
+    with _torchserve(out, "cnn", tmp_path) as (url, proc, log_path, key):
+        _check_serving(url, proc, log_path, cnn_out / "model.onnx", key)
+        # the Kubernetes probe (reads the key TorchServe wrote, calls /ping with it) passes against this server
+        from modelport.serving.docker import SERVERS
+
+        probe = list(SERVERS["torchserve"].probe_exec)
+        probe[-1] = (probe[-1].replace("/home/model-server/key_file.json", str(tmp_path / "key_file.json"))
+                     .replace("127.0.0.1:8080", url.split("/")[2]))
+        assert subprocess.run([sys.executable, *probe[1:]], capture_output=True, timeout=30).returncode == 0
+        wrong = probe[-1].replace("['inference']['key']", "['API']['key']")
+        assert subprocess.run([sys.executable, "-c", wrong], capture_output=True, timeout=30).returncode != 0
 
 
 @pytest.fixture(scope="module")
@@ -187,7 +242,7 @@ def test_pytorch_code_archive_layout(torch_bundle, cnn_pt_out):
     assert manifest["model"]["serializedFile"] == "model.safetensors"
     assert meta["serving"] == {"runtime": "torch", "model_file": "model.safetensors", "code_file": "model.py",
                                "postprocess": "none", "preprocess": True, "precision": "fp32"}
-    assert "safetensors==" in reqs and "onnxruntime" not in reqs
+    assert "safetensors==0.7.0" in reqs and "onnxruntime" not in reqs
     assert "emitted PyTorch code" in (out / "README.md").read_text()
 
 
@@ -255,8 +310,8 @@ def test_tflite_only_is_refused(mlp_edge_out, tmp_path):
 
 def test_real_torchserve_serves_the_pytorch_code(torch_bundle, cnn_pt_out, tmp_path):
     out, _ = torch_bundle
-    with _torchserve(out / "model-store", "cnnpt", tmp_path) as (url, proc, log_path):
-        _check_serving(url, proc, log_path, cnn_pt_out / "model.onnx")
+    with _torchserve(out, "cnnpt", tmp_path) as (url, proc, log_path, key):
+        _check_serving(url, proc, log_path, cnn_pt_out / "model.onnx", key)
 
 
 def test_handler_postprocessing_modes():
@@ -278,3 +333,43 @@ def test_bgr_models_get_channels_reversed():
     x = np.arange(6, dtype=np.float32).reshape(1, 1, 2, 3)
     out = ModelportHandler().preprocess_one(spec, x)
     np.testing.assert_array_equal(out, x[..., ::-1] * 0.5)
+
+
+def _pinned(text: str) -> dict[str, str]:
+    """requirements.txt -> {distribution: version}; every requirement line must be an exact `==` pin."""
+    out = {}
+    for line in text.splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, sep, version = line.partition("==")
+            assert sep and version and not any(c in version for c in "<>=!~,; *"), f"not an exact pin: {line!r}"
+            out[name] = version
+    return out
+
+
+@pytest.mark.parametrize("fixture, runtime, device", [("cnn_out", "onnxruntime", "cpu"), ("cnn_out", "onnxruntime", "gpu"),
+                                                      ("cnn_pt_out", "torch", "cpu"), ("cnn_pt_out", "torch", "gpu")])
+def test_requirements_are_the_pins_for_the_image_python(request, tmp_path, fixture, runtime, device):
+    """The bundle pins what installs on the image's Python 3.9 (the table), never this machine's versions."""
+    from modelport.serving.torchserve_pins import HANDLER_PINS
+
+    package(load_artifacts(request.getfixturevalue(fixture)), tmp_path, PackageOptions(runtime=runtime, device=device))
+    with zipfile.ZipFile(next((tmp_path / "model-store").glob("*.mar"))) as z:
+        inside = z.read("requirements.txt").decode()
+    outside = (tmp_path / "requirements.txt").read_text()
+    assert inside == outside
+    assert _pinned(outside) == HANDLER_PINS[(runtime, device)]
+    assert "Python 3.9" in outside
+
+
+def test_models_the_image_onnxruntime_cannot_load_are_refused(tmp_path):
+    """onnxruntime 1.19 (the image's) loads IR <= 10 and opset <= 21: a newer model fails at packaging, not in the server."""
+    import onnx
+
+    from tests.serving.conftest import write_mlp
+
+    path = write_mlp(tmp_path / "src")
+    model = onnx.load(str(path))
+    model.opset_import[0].version = 22
+    onnx.save(model, str(path))
+    with pytest.raises(BadInputError, match=r"onnxruntime 1\.19\.2 loads ONNX IR <= 10 and opset <= 21; this model has IR 8, opset 22"):
+        package(load_artifacts(path), tmp_path / "b", PackageOptions())

@@ -22,8 +22,20 @@ def emit_json(data) -> None:
     sys.stdout.flush()
 
 
-def run(fn: Callable[[], dict | None], *, json_out: bool, quiet: bool, render: Callable[[dict], None] | None = None) -> None:
-    """Run a command body; map errors to one stderr line plus the documented exit code."""
+def failed_report(command: str, exit_code: int, error: dict) -> dict:
+    """A `modelport.report/1` document for a run that failed before its own report existed (bad options, unreadable input)."""
+    from modelport.convert.report import Report
+
+    return Report(command).finish(exit_code=exit_code, error=error)
+
+
+def run(fn: Callable[[], dict | None], *, json_out: bool, quiet: bool, render: Callable[[dict], None] | None = None,
+        command: str = "modelport") -> None:
+    """Run a command body; map errors to one stderr line plus the documented exit code.
+
+    With --json a failed run prints its report; one that failed before its report existed gets a
+    `modelport.report/1` document for `command` all the same.
+    """
     try:
         result = fn()
     except ModelportError as e:
@@ -31,7 +43,7 @@ def run(fn: Callable[[], dict | None], *, json_out: bool, quiet: bool, render: C
 
         console.print(f"[bold red]error:[/] {escape(e.message)}", soft_wrap=True)  # hints hold "[tf]"
         if json_out:
-            emit_json(getattr(e, "report", None) or {"status": "failed", "exit_code": e.exit_code, "error": e.to_dict()})
+            emit_json(getattr(e, "report", None) or failed_report(command, e.exit_code, e.to_dict()))
         raise typer.Exit(e.exit_code) from None
     except KeyboardInterrupt:
         console.print("[bold red]error:[/] interrupted")
@@ -45,7 +57,7 @@ def run(fn: Callable[[], dict | None], *, json_out: bool, quiet: bool, render: C
             raise
         console.print(f"[bold red]internal error:[/] {type(e).__name__}: {e} (set MODELPORT_DEBUG=1 for the traceback)", soft_wrap=True)
         if json_out:
-            emit_json({"status": "failed", "exit_code": EXIT_UNEXPECTED, "error": {"type": type(e).__name__, "message": str(e)}})
+            emit_json(failed_report(command, EXIT_UNEXPECTED, {"type": type(e).__name__, "exit_code": EXIT_UNEXPECTED, "message": str(e), "path": None}))
         raise typer.Exit(EXIT_UNEXPECTED) from None
     if isinstance(result, dict):
         from rich.markup import escape

@@ -108,4 +108,4 @@ def register(app: typer.Typer) -> None:
 
         from modelport.cli.render import render_report
 
-        run(body, json_out=json_out, quiet=quiet, render=lambda r: render_report(r, output))
+        run(body, command="convert", json_out=json_out, quiet=quiet, render=lambda r: render_report(r, output))

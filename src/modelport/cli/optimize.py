@@ -113,4 +113,4 @@ def register(app: typer.Typer) -> None:
             with stage_status(quiet or json_out) as on_stage:
                 return convert(model, output, options, on_stage=on_stage)
 
-        run(body, json_out=json_out, quiet=quiet, render=lambda r: render_optimize(r, output))
+        run(body, command="optimize", json_out=json_out, quiet=quiet, render=lambda r: render_optimize(r, output))

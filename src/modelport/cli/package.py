@@ -54,9 +54,9 @@ def register(app: typer.Typer) -> None:
         no_preprocess: bool = typer.Option(False, "--no-preprocess", help="TorchServe handler: don't apply the contract's preprocessing."),
         server: str = typer.Option("triton", "--server", help="k8s/kserve: the server inside: triton, torchserve, tfserving."),
         image: str | None = typer.Option(None, "--image", help="k8s: the image name the manifests use."),
-        replicas: int = typer.Option(1, "--replicas", help="k8s Deployment replicas."),
-        min_replicas: int = typer.Option(1, "--min-replicas", help="Autoscaling minimum."),
-        max_replicas: int = typer.Option(4, "--max-replicas", help="Autoscaling maximum."),
+        replicas: int | None = typer.Option(None, "--replicas", help="k8s/KServe: a fixed number of replicas (no autoscaler)."),
+        min_replicas: int | None = typer.Option(None, "--min-replicas", help="Autoscaling minimum (default 1)."),
+        max_replicas: int | None = typer.Option(None, "--max-replicas", help="Autoscaling maximum (default 4)."),
         cpu: str = typer.Option("1", "--cpu", help="CPU request per pod, e.g. 500m or 2."),
         memory: str = typer.Option("2Gi", "--memory", help="Memory request and limit per pod."),
         gpus: int | None = typer.Option(None, "--gpus", help="GPUs per pod when a GPU is needed (default 1)."),
@@ -82,4 +82,4 @@ def register(app: typer.Typer) -> None:
             )
             return package(source, output, systems, options)
 
-        run(body, json_out=json_out, quiet=quiet, render=render_package)
+        run(body, command="package", json_out=json_out, quiet=quiet, render=render_package)

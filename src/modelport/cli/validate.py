@@ -52,4 +52,4 @@ def register(app: typer.Typer) -> None:
             return validate_models(a, b, inputs=inputs, dims=parse_dims(dim), seed=seed, tolerance=tol, localize=localize,
                                    by_position=by_position)
 
-        run(body, json_out=json_out, quiet=quiet, render=render_validate)
+        run(body, command="validate", json_out=json_out, quiet=quiet, render=render_validate)

@@ -187,10 +187,12 @@ def validate_models(a: str | Path, b: str | Path, *, inputs: str | None = None, 
     for side, d in ((side_a, da), (side_b, db)):
         if d:
             side["io"] = tflite_io_note(d)
-    report = {"schema": "modelport.validate/1", "command": "validate", "a": side_a,
-              "b": side_b, "inputs": {k: list(v.shape) for k, v in feeds.items()},
-              "parity": [parity.to_dict()], "status": "ok" if parity.ok else "failed",
-              "exit_code": 0 if parity.ok else 4}
+    from modelport.convert.report import Report
+
+    run = Report("validate")  # modelport.report/1, with the two sides under `a` and `b`
+    report = run.data
+    report.update(source={"path": str(pa), "framework": ka, "format": ka}, a=side_a, b=side_b,
+                  inputs={k: list(v.shape) for k, v in feeds.items()}, parity=[parity.to_dict()])
     if localize:
         report["localize"] = localize_divergence(pa, ka, pb, kb, feeds) if not parity.ok else {"node": None, "note": "outputs match"}
     if not parity.ok:
@@ -200,9 +202,9 @@ def validate_models(a: str | Path, b: str | Path, *, inputs: str | None = None, 
         where = report.get("localize") or {}
         if where.get("node"):
             err.reason += f"; first diverging node: {where['node']} ({where['op_type']}, tensor '{where['tensor']}')"
-        err.report = report
+        err.report = run.finish(exit_code=err.exit_code, error=err.to_dict())
         raise err
-    return report
+    return run.finish(exit_code=0)
 
 
 def localize_divergence(pa: Path, ka: str, pb: Path, kb: str, feeds: dict) -> dict:

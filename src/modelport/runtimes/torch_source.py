@@ -25,7 +25,8 @@ def import_generated(folder: str | Path):
     name = "modelport_generated_" + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    # compiled here rather than by the loader, which would write __pycache__/ into a folder that is not ours
+    exec(compile(path.read_bytes(), str(path), "exec", dont_inherit=True), module.__dict__)
     return module
 
 

@@ -54,9 +54,9 @@ class PackageOptions:
     preprocess: bool = True  # torchserve handler applies the contract's preprocessing
     server: str = "triton"  # k8s / kserve: which server's bundle the container runs
     image: str | None = None  # k8s: the image built from the Dockerfile
-    replicas: int = 1
-    min_replicas: int = 1
-    max_replicas: int = 4
+    replicas: int | None = None  # k8s: a fixed scale (no autoscaler); default: autoscaled between min and max
+    min_replicas: int | None = None  # autoscaling range, default 1..4
+    max_replicas: int | None = None
     target_cpu_utilization: int = 70
     cpu: str = "1"
     memory: str = "2Gi"
@@ -71,13 +71,36 @@ class PackageOptions:
         if self.server not in SERVERS:
             raise BadInputError(f"bad --server '{self.server}': one of {', '.join(SERVERS)}")
         for what, v in (("--instances", self.instances), ("--replicas", self.replicas), ("--max-batch", self.max_batch_size + 1),
-                        ("--min-replicas", self.min_replicas), ("--max-replicas", self.max_replicas)):
-            if v < 1:
+                        ("--min-replicas", self.min_replicas), ("--max-replicas", self.max_replicas), ("--gpus", self.gpus)):
+            if v is not None and v < 1:
                 raise BadInputError(f"bad {what}: must be at least 1")
-        if self.max_replicas < self.min_replicas:
+        if self.replicas is not None and (self.min_replicas is not None or self.max_replicas is not None):
+            raise BadInputError("--replicas fixes the scale and --min-replicas/--max-replicas ask for autoscaling: pick one")
+        if self.autoscale_range[1] < self.autoscale_range[0]:
             raise BadInputError("--max-replicas is below --min-replicas")
+        from modelport.serving.quantities import check_quantity
+
+        check_quantity(self.cpu, "--cpu")
+        check_quantity(self.memory, "--memory", whole_units=True)
+        if self.version is not None and (not isinstance(self.version, int) or isinstance(self.version, bool)):
+            raise BadInputError(f"bad --version {self.version!r}: a whole number")
         if self.version is not None and self.version < 1:
             raise BadInputError("bad --version: versions start at 1")
+        if self.model_name is not None:
+            from modelport.names import check_path_name
+
+            check_path_name(self.model_name, "--name")
+
+
+    @property
+    def autoscale_range(self) -> tuple[int, int]:
+        """(min, max) replicas of an autoscaler: the flags', else 1 and 4 (a max below 1 is raised to min)."""
+        low = self.min_replicas or 1
+        return low, self.max_replicas or max(low, 4)
+
+    @property
+    def autoscaling_asked(self) -> bool:
+        return self.min_replicas is not None or self.max_replicas is not None
 
 
 @dataclass

@@ -45,6 +45,18 @@ class Artifacts:
     files: dict[str, Path] = field(default_factory=dict)  # kind -> main file or folder
     sample_dims: dict[str, int] = field(default_factory=dict)
     precision: str = "fp32"
+    framework: str | None = None  # the framework the artifacts came from (a convert folder's source framework)
+    format: str | None = None  # what `source` is: "convert output folder", "onnx", "saved_model"
+
+    def source_info(self) -> dict[str, Any]:
+        """The report's `source` entry: path, framework, format, and for a file its size and sha256."""
+        info: dict[str, Any] = {"path": str(self.source), "framework": self.framework, "format": self.format,
+                                "artifacts": sorted(self.files)}
+        if self.source.is_file():
+            from modelport.file_checks import sha256_of
+
+            info.update(size=self.source.stat().st_size, sha256=sha256_of(self.source))
+        return info
 
     def contract(self) -> dict[str, Any]:
         return {"inputs": [s.to_dict() for s in self.inputs], "outputs": [s.to_dict() for s in self.outputs],
@@ -65,6 +77,22 @@ class Artifacts:
         from modelport.onnx_io import model_files
 
         return model_files(self.get("onnx", "this bundle"))
+
+    def copy_onnx(self, folder: Path) -> Path:
+        """A private copy of model.onnx and its external data in `folder` (inside the staging folder).
+
+        Third-party converters get this copy, never the artifact itself: onnx2tf, for one,
+        simplifies the file it is handed and saves it back over it.
+        """
+        import shutil
+
+        files = self.onnx_files()
+        folder.mkdir(parents=True, exist_ok=True)
+        for f in files:
+            dst = folder / f.relative_to(files[0].parent)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(f, dst)
+        return folder / files[0].name
 
     def batch_axis(self) -> str | None:
         """The symbolic name shared by dim 0 of every input and output, i.e. a batch axis a server may batch on."""
@@ -92,6 +120,13 @@ class Artifacts:
         from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 
         return OnnxRuntimeRunner(self.get("onnx", "reference outputs")).run(feeds)
+
+
+def served_name(artifacts: Artifacts, options) -> str:
+    """The model's name in the server (`--name`, else the artifacts' own): a folder and file name, so checked as one."""
+    from modelport.names import check_path_name
+
+    return check_path_name(options.model_name or artifacts.name, "--name")
 
 
 # artifact kinds a serving system cannot load as they are, and why (docs/serving.md has the full matrix)
@@ -162,6 +197,7 @@ def from_report(root: Path, report: dict) -> Artifacts:
         source=root, inputs=[TensorSpec.from_dict(d) for d in contract["inputs"]],
         outputs=[TensorSpec.from_dict(d) for d in contract["outputs"]], name=safe_name(name), files=files,
         sample_dims=dict(contract.get("sample_dims") or {}), precision=precision,
+        framework=(report.get("source") or {}).get("framework"), format="convert output folder",
     )
 
 
@@ -180,14 +216,15 @@ def _load_onnx_file(path: Path) -> Artifacts:
             if s.name in saved:
                 s.layout, s.preprocess, s.value_range = saved[s.name].layout, saved[s.name].preprocess, saved[s.name].value_range
     return Artifacts(source=path, inputs=inputs, outputs=outputs, name=safe_name(path.stem), files={"onnx": path},
-                     sample_dims=dict(stored.get("sample_dims") or {}))
+                     sample_dims=dict(stored.get("sample_dims") or {}), framework="onnx", format="onnx")
 
 
 def _load_saved_model(path: Path) -> Artifacts:
     from modelport.serving.tfserving import signature_specs
 
     inputs, outputs = signature_specs(path)
-    return Artifacts(source=path, inputs=inputs, outputs=outputs, name=safe_name(path.name), files={"savedmodel": path})
+    return Artifacts(source=path, inputs=inputs, outputs=outputs, name=safe_name(path.name), files={"savedmodel": path},
+                     framework="tensorflow", format="saved_model")
 
 
 def load_artifacts(source: str | Path) -> Artifacts:

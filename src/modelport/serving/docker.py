@@ -25,6 +25,10 @@ class Server:
     kserve_format: str  # KServe modelFormat name
     kserve_runtime: str  # KServe ClusterServingRuntime
     kserve_protocol: str
+    # a probe command run inside the container, for servers whose health endpoint needs a credential
+    probe_exec: tuple[str, ...] | None = None
+    workdir: str | None = None  # the working folder the server starts in (TorchServe writes key_file.json there)
+    keys_per_pod: bool = False  # each server process makes its own client keys, so replicas do not share them
 
 
 SERVERS: dict[str, Server] = {
@@ -36,15 +40,21 @@ SERVERS: dict[str, Server] = {
         command=("tritonserver", "--model-repository=/models"),
         kserve_format="triton", kserve_runtime="kserve-tritonserver", kserve_protocol="v2",
     ),
+    # Only the inference port leaves the container: management and metrics listen on 127.0.0.1
+    # (config.properties), and token authorisation stays on, so /ping needs the inference key too.
     "torchserve": Server(
         name="torchserve", image_cpu="pytorch/torchserve:0.12.0-cpu", image_gpu="pytorch/torchserve:0.12.0-gpu",
         bundle_dir="torchserve", mount="/home/model-server/bundle",
-        ports={"http": 8080, "management": 8081, "metrics": 8082}, http_port="http",
+        ports={"http": 8080}, http_port="http",
         readiness="/ping", liveness="/ping",
-        command=("torchserve", "--foreground", "--ncs", "--disable-token-auth",
+        command=("torchserve", "--foreground", "--ncs",
                  "--model-store=/home/model-server/bundle/model-store",
                  "--ts-config=/home/model-server/bundle/config.properties", "--models=all"),
         kserve_format="pytorch", kserve_runtime="kserve-torchserve", kserve_protocol="v1",
+        probe_exec=("python", "-c",
+                    "import json, urllib.request as r; k = json.load(open('/home/model-server/key_file.json'))['inference']['key']; "
+                    "r.urlopen(r.Request('http://127.0.0.1:8080/ping', headers={'Authorization': 'Bearer ' + k}), timeout=4)"),
+        workdir="/home/model-server", keys_per_pod=True,
     ),
     "tfserving": Server(
         name="tfserving", image_cpu="tensorflow/serving:2.18.0", image_gpu="tensorflow/serving:2.18.0-gpu",
@@ -83,9 +93,12 @@ def dockerfile(name: str, *, gpu: bool, model_name: str) -> str:
         lines.insert(2, "USER root")
         lines.append(f"RUN python -m pip install --no-cache-dir -r {s.mount}/requirements.txt && chown -R model-server {s.mount}")
         lines.append("USER model-server")
+    if s.workdir:
+        lines.append(f"WORKDIR {s.workdir}")
     # Triton's image entrypoint runs the command it is given; the others' entrypoints add their own flags
     start = f"CMD [{cmd}]" if name == "triton" else f"ENTRYPOINT [{cmd}]"
-    lines += [f"EXPOSE {exposed}", f"# health: GET http://localhost:{s.ports[s.http_port]}{health}", start, ""]
+    auth = f" with 'Authorization: Bearer <inference key of {s.workdir}/key_file.json>'" if s.probe_exec else ""
+    lines += [f"EXPOSE {exposed}", f"# health: GET http://localhost:{s.ports[s.http_port]}{health}{auth}", start, ""]
     return "\n".join(lines)
 
 

@@ -44,9 +44,10 @@ def needs_gpu(bundle: Bundle, options: PackageOptions) -> bool:
     return bool(bundle.details.get("gpu")) or options.device == "gpu"
 
 
-def _probe(path: str, port: str, *, initial: int, period: int) -> dict:
-    return {"httpGet": {"path": path, "port": port}, "initialDelaySeconds": initial, "periodSeconds": period,
-            "timeoutSeconds": 5, "failureThreshold": 6}
+def _probe(path: str, port: str, *, initial: int, period: int, command: tuple[str, ...] | None = None) -> dict:
+    """An HTTP probe on the server's health endpoint, or a command in the container where that endpoint needs a key."""
+    check = {"exec": {"command": list(command)}} if command else {"httpGet": {"path": path, "port": port}}
+    return {**check, "initialDelaySeconds": initial, "periodSeconds": period, "timeoutSeconds": 5, "failureThreshold": 6}
 
 
 def container(options: PackageOptions, model_name: str, image: str, gpu: bool) -> dict:
@@ -58,15 +59,40 @@ def container(options: PackageOptions, model_name: str, image: str, gpu: bool) -
         "name": s.name,
         "image": image,
         "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in s.ports.items()],
-        "readinessProbe": _probe(s.readiness.format(name=model_name), s.http_port, initial=10, period=5),
-        "livenessProbe": _probe(s.liveness.format(name=model_name), s.http_port, initial=30, period=15),
+        "readinessProbe": _probe(s.readiness.format(name=model_name), s.http_port, initial=10, period=5, command=s.probe_exec),
+        "livenessProbe": _probe(s.liveness.format(name=model_name), s.http_port, initial=30, period=15, command=s.probe_exec),
         "resources": resources,
     }
 
 
+def autoscaled(options: PackageOptions, gpu: bool) -> bool:
+    """Whether the Deployment gets a CPU-based HorizontalPodAutoscaler (then the Deployment names no replicas).
+
+    A fixed `--replicas` asks for none. A GPU server is not scaled on CPU: its CPU stays low while the
+    GPU saturates, so a CPU target would never add a pod. Autoscaling one needs a GPU or request-rate
+    metric from the cluster's metrics adapter, which the bundle's README describes; asking for an
+    autoscaling range on a GPU deployment is refused rather than written as a CPU HPA. A server whose
+    client keys differ per pod (TorchServe) runs one pod unless a range is asked for explicitly: a
+    key opens only the pod that made it.
+    """
+    from modelport.errors import BadInputError
+
+    if gpu and options.autoscaling_asked:
+        raise BadInputError("--min-replicas/--max-replicas: a GPU deployment is not autoscaled on CPU",
+                            hint="pass --replicas N; the bundle README shows how to scale it on a GPU metric")
+    if server(options.server).keys_per_pod and not options.autoscaling_asked:
+        return False
+    return options.replicas is None and not gpu
+
+
 def manifests(options: PackageOptions, model_name: str, image: str, gpu: bool) -> dict[str, dict]:
-    """The Deployment, Service and HorizontalPodAutoscaler, as plain dicts."""
+    """The Deployment, Service and (CPU deployments without a fixed --replicas) HorizontalPodAutoscaler, as plain dicts.
+
+    Under an autoscaler the Deployment leaves `replicas` out: the HPA owns the scale, and a
+    `replicas` in the manifest would reset it at every `kubectl apply`.
+    """
     s = server(options.server)
+    hpa_on = autoscaled(options, gpu)
     app = k8s_name(f"{model_name}-{s.name}")
     labels = {"app.kubernetes.io/name": app, "app.kubernetes.io/part-of": "modelport"}
     meta = {"name": app, "labels": labels}
@@ -75,7 +101,7 @@ def manifests(options: PackageOptions, model_name: str, image: str, gpu: bool) -
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
         "spec": {
-            "replicas": options.replicas,
+            **({} if hpa_on else {"replicas": options.replicas or 1}),
             "selector": {"matchLabels": labels},
             "template": {"metadata": {"labels": labels},
                          "spec": {"containers": [container(options, model_name, image, gpu)]}},
@@ -86,16 +112,19 @@ def manifests(options: PackageOptions, model_name: str, image: str, gpu: bool) -
         "spec": {"selector": labels, "type": "ClusterIP",
                  "ports": [{"name": n, "port": p, "targetPort": n, "protocol": "TCP"} for n, p in s.ports.items()]},
     }
-    hpa = {
-        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": meta,
-        "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": app},
-            "minReplicas": options.min_replicas, "maxReplicas": options.max_replicas,
-            "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {
-                "type": "Utilization", "averageUtilization": options.target_cpu_utilization}}}],
-        },
-    }
-    return {"deployment.yaml": deployment, "service.yaml": service, "hpa.yaml": hpa}
+    docs = {"deployment.yaml": deployment, "service.yaml": service}
+    if hpa_on:
+        low, high = options.autoscale_range
+        docs["hpa.yaml"] = {
+            "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": meta,
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": app},
+                "minReplicas": low, "maxReplicas": high,
+                "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {
+                    "type": "Utilization", "averageUtilization": options.target_cpu_utilization}}}],
+            },
+        }
+    return docs
 
 
 def write_yaml(path: Path, doc: dict) -> Path:
@@ -128,27 +157,68 @@ def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bun
                                          "manifests": [f"k8s/{f}" for f in docs], "server_bundle": s.bundle_dir})
 
 
+def _scaling_note(options: PackageOptions, docs: dict, gpu: bool) -> str:
+    if "hpa.yaml" in docs:
+        spec = docs["hpa.yaml"]["spec"]
+        return (f"a HorizontalPodAutoscaler ({spec['minReplicas']}..{spec['maxReplicas']} replicas at "
+                f"{options.target_cpu_utilization}% CPU) owns the scale: the Deployment names no `replicas`, so\n"
+                "`kubectl apply` never resets what the autoscaler chose.")
+    replicas = docs["deployment.yaml"]["spec"]["replicas"]
+    if not gpu and server(options.server).keys_per_pod and options.replicas is None:
+        return ("one replica and no autoscaler: each TorchServe pod makes its own keys (below), so pods behind\n"
+                "one Service do not share them. `--min-replicas`/`--max-replicas` add a CPU autoscaler anyway.")
+    if not gpu:
+        return f"a fixed scale of {replicas} replica(s) (`--replicas`); no autoscaler."
+    return (f"a fixed scale of {replicas} replica(s) and no autoscaler. A GPU server is not scaled on CPU\n"
+            "(its CPU stays low while the GPU saturates). To autoscale it, expose a GPU or request metric\n"
+            "through your metrics adapter (e.g. NVIDIA's DCGM exporter with prometheus-adapter, giving\n"
+            "`DCGM_FI_DEV_GPU_UTIL` per pod) and add an `autoscaling/v2` HorizontalPodAutoscaler with a\n"
+            "`Pods` metric on it; then remove `replicas` from `k8s/deployment.yaml`.")
+
+
+def _key_note(s, svc: str) -> tuple[str, str]:
+    """For servers whose every call needs a key (TorchServe): how to read it, and the README paragraph."""
+    if not s.probe_exec:
+        return "", ""
+    fetch = (f"KEY=$(kubectl exec $POD -- python -c \"import json; "
+             f"print(json.load(open('{s.workdir}/key_file.json'))['inference']['key'])\")\n")
+    note = (f"\nOnly the inference port ({s.ports[s.http_port]}) is exposed; TorchServe's management and metrics APIs\n"
+            "listen on 127.0.0.1 inside the pod, and token authorisation is on: every call, `/ping` included,\n"
+            f"needs `Authorization: Bearer <inference key>`. TorchServe writes the keys into `{s.workdir}/key_file.json`\n"
+            "when it starts (the probes read it there). Each pod generates its own keys at start, so a key\n"
+            "opens the pod it came from only: behind a Service with several replicas, clients need a key per\n"
+            "pod, or run one replica (`--replicas 1`), or put authentication in front (ingress or mesh) and\n"
+            "disable TorchServe's token check yourself, knowing that the inference port is then open to the cluster.\n")
+    return fetch, note
+
+
 def _readme(model_name: str, options: PackageOptions, image: str, docs: dict, inner: Bundle) -> str:
     s = server(options.server)
     svc = docs["service.yaml"]["metadata"]["name"]
     port = s.ports[s.http_port]
+    gpu = bool(inner.details.get("gpu")) or options.device == "gpu"
+    fetch, key_note = _key_note(s, svc)
+    forward = f"kubectl port-forward service/{svc} {port}:{port} &"
+    if fetch:  # the key and the requests must concern the same pod
+        forward = (f"POD=$(kubectl get pod -l app.kubernetes.io/name={svc} -o jsonpath='{{.items[0].metadata.name}}')\n"
+                   f"kubectl port-forward pod/$POD {port}:{port} &")
     call = {
         "triton": f"curl -s -X POST localhost:{port}/v2/models/{model_name}/infer -d @{s.bundle_dir}/{model_name}.request.json",
-        "torchserve": f"curl -s -X POST localhost:{port}/predictions/{model_name} -d @{s.bundle_dir}/{model_name}.request.json",
+        "torchserve": (f"curl -s -X POST localhost:{port}/predictions/{model_name} -H \"Authorization: Bearer $KEY\" "
+                       f"-d @{s.bundle_dir}/{model_name}.request.json"),
         "tfserving": f"curl -s -X POST localhost:{port}/v1/models/{model_name}:predict -d @{s.bundle_dir}/{model_name}.request.json",
     }[s.name]
     return f"""# Kubernetes bundle: {model_name} on {s.name}
 
 `{s.bundle_dir}/` is the {s.name} bundle; `Dockerfile` bakes it into `{image}`; `k8s/` holds the
-Deployment ({options.replicas} replica(s), probes on the server's health endpoints), the Service and a
-HorizontalPodAutoscaler ({options.min_replicas}..{options.max_replicas} replicas at {options.target_cpu_utilization}% CPU).
+Deployment (probes on the server's health endpoints) and the Service. Scaling: {_scaling_note(options, docs, gpu)}
 
 ```sh
 docker build -t {image} .
 docker push {image}            # or load it into your cluster (kind load docker-image {image})
 kubectl apply -f k8s/
 kubectl rollout status deployment/{svc}
-kubectl port-forward service/{svc} {port}:{port} &
-{call}
+{forward}
+{fetch}{call}
 ```
-"""
+{key_note}"""

@@ -76,7 +76,7 @@ def package(source, output_dir: str | Path, systems: str | list[str], options: P
         with report.stage("load") as entry:
             artifacts = load_artifacts(source)
             entry.update(artifacts=sorted(artifacts.files))
-        report.data["source"] = {"path": str(artifacts.source), "artifacts": sorted(artifacts.files)}
+        report.data["source"] = artifacts.source_info()
         report.data["contract"] = artifacts.contract()
         adding = options.add_version and out.exists()
         if options.add_version and options.force:

@@ -20,7 +20,7 @@ import numpy as np
 from modelport.errors import BadInputError
 from modelport.ir import TensorSpec
 from modelport.serving import Bundle, PackageOptions
-from modelport.serving.bundle import Artifacts
+from modelport.serving.bundle import Artifacts, served_name
 
 NAME = "tfserving"
 DESCRIPTION = "TF Serving SavedModel repository (<name>/<version>/) + models.config, parity-checked"
@@ -104,10 +104,13 @@ def export_saved_model(artifacts: Artifacts, dest: Path) -> Path:
     channel_first = [s.name for s in artifacts.inputs if len(s.shape) >= 3]
     feeds = artifacts.sample_inputs(batch=2)
     ref = artifacts.reference_outputs(feeds)
-    with tempfile.TemporaryDirectory(prefix="modelport-onnx2tf-") as tmp, contextlib.redirect_stdout(sys.stderr):
+    # onnx2tf rewrites the file it is given (simplified in place): it works on a copy inside the staging folder
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".onnx2tf-", dir=dest.parent) as tmp, contextlib.redirect_stdout(sys.stderr):
+        work_onnx = artifacts.copy_onnx(Path(tmp) / "onnx")
         try:
             keras_model = onnx2tf.convert(
-                input_onnx_file_path=str(onnx_path), output_folder_path=tmp, disable_model_save=True,
+                input_onnx_file_path=str(work_onnx), output_folder_path=str(Path(tmp) / "tf"), disable_model_save=True,
                 non_verbose=True, verbosity="error", keep_ncw_or_nchw_or_ncdhw_input_names=channel_first or None,
             )
         except Exception as e:
@@ -151,7 +154,7 @@ def models_config(root: Path, mount: str = "/models") -> str:
 def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bundle:
     from modelport.serving.requests import named_request, write_json_request
 
-    name = options.model_name or artifacts.name
+    name = served_name(artifacts, options)
     model_dir = out_dir / name
     existing = sorted(int(p.name) for p in model_dir.iterdir() if p.name.isdigit()) if model_dir.is_dir() else []
     version = options.version or ((existing[-1] + 1) if existing else 1)

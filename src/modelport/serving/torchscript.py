@@ -14,6 +14,8 @@ passes it for the code it has just written).
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -75,7 +77,13 @@ def write_torchscript(artifacts: Artifacts, dst: Path, *, trust: bool) -> dict:
     if not trust:
         raise UnsafeInputError("tracing the PyTorch code into TorchScript imports and runs its model.py", path=folder,
                                hint="pass --trust if the folder is your own 'modelport convert' output")
-    eager = load_generated(folder)
+    from modelport.serving.torchserve import pytorch_files
+
+    # importing model.py writes __pycache__ beside it: the code is imported from a copy inside the staging folder
+    with tempfile.TemporaryDirectory(prefix=".torchscript-", dir=dst.parent) as tmp:
+        for name, src in pytorch_files(artifacts).items():
+            shutil.copyfile(src, Path(tmp) / name)
+        eager = load_generated(tmp)
     trace_feeds = artifacts.sample_inputs(batch=2, seed=0)
     from modelport.samples import make_inputs
 

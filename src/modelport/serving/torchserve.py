@@ -18,7 +18,7 @@ from pathlib import Path, PurePosixPath
 
 from modelport.errors import BadInputError, UnsafeInputError
 from modelport.serving import Bundle, PackageOptions
-from modelport.serving.bundle import Artifacts, unservable
+from modelport.serving.bundle import Artifacts, served_name, unservable
 
 NAME = "torchserve"
 DESCRIPTION = "TorchServe model archive (.mar) with a handler running the ONNX artifact or the emitted PyTorch code"
@@ -86,6 +86,20 @@ def pytorch_files(artifacts: Artifacts) -> dict[str, Path]:
     return files
 
 
+def check_image_onnxruntime(path: Path) -> None:
+    """Refuse an ONNX model the image's onnxruntime (the pinned one) cannot load: newer IR or opset."""
+    from modelport.onnx_io import load_onnx
+    from modelport.serving.torchserve_pins import ONNXRUNTIME_MAX_IR, ONNXRUNTIME_MAX_OPSET, pins
+
+    model = load_onnx(path, load_external=False)
+    opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+    if model.ir_version > ONNXRUNTIME_MAX_IR or opset > ONNXRUNTIME_MAX_OPSET:
+        version = pins("onnxruntime")["onnxruntime"]
+        raise BadInputError(f"the TorchServe image's onnxruntime {version} loads ONNX IR <= {ONNXRUNTIME_MAX_IR} and opset "
+                            f"<= {ONNXRUNTIME_MAX_OPSET}; this model has IR {model.ir_version}, opset {opset}", path=path,
+                            hint=f"convert with --opset {ONNXRUNTIME_MAX_OPSET}, or serve the PyTorch code (--runtime torch)")
+
+
 def manifest(name: str, version: str, serialized: str = "model.onnx") -> dict:
     return {
         "createdOn": time.strftime("%d/%m/%Y %H:%M:%S"),
@@ -96,28 +110,43 @@ def manifest(name: str, version: str, serialized: str = "model.onnx") -> dict:
     }
 
 
-def requirements(runtime: str = "onnxruntime") -> str:
-    """The handler's own needs, pinned to the versions the artifact was checked with.
+def requirements(runtime: str = "onnxruntime", device: str = "cpu") -> str:
+    """The handler's own needs, pinned (`==`) to versions that install on the server image's Python.
 
-    For the torch handler, torch itself is TorchServe's (its images ship it); it is named in a
-    comment so a bare `pip install torchserve` knows which version the code was checked with.
+    The pins come from `torchserve_pins.HANDLER_PINS`, not from this machine: the image runs
+    Python 3.9, on which this machine's numpy or onnxruntime may not exist. For the torch
+    handler, torch itself is TorchServe's (its images ship it), named in a comment.
     """
-    from modelport.deps import version_of
+    from modelport.serving.torchserve_pins import IMAGE_PYTHON, IMAGE_TORCH, pins
 
-    pkgs = ("onnxruntime", "numpy") if runtime == "onnxruntime" else ("safetensors", "numpy")
-    lines = [f"{pkg}=={v}\n" if v else f"{pkg}\n" for pkg, v in ((p, version_of(p)) for p in pkgs)]
+    lines = [f"# for the handler on pytorch/torchserve:{ARCHIVER_VERSION} (Python {IMAGE_PYTHON})\n"]
     if runtime == "torch":
-        torch_v = (version_of("torch") or "").split("+")[0]
-        lines.insert(0, f"# torch{'==' + torch_v if torch_v else ''} is TorchServe's own; install it beside a bare torchserve\n")
+        lines.append(f"# torch=={IMAGE_TORCH} is TorchServe's own; install it beside a bare torchserve\n")
+    lines += [f"{pkg}=={version}\n" for pkg, version in pins(runtime, device).items()]
     return "".join(lines)
 
 
+INFERENCE_PORT, MANAGEMENT_PORT, METRICS_PORT = 8080, 8081, 8082
+# TorchServe writes its keys into key_file.json in the folder it starts from; they last this many minutes
+# (its default, 60, would lock clients out of a running server every hour)
+TOKEN_EXPIRATION_MIN = 525600
+KEY_FILE = "key_file.json"
+
+
 def config_properties(*, workers: int, batch: int, delay_ms: int) -> str:
+    """TorchServe's config: only inference listens beyond the host; management and metrics stay on loopback.
+
+    Token authorisation stays on (TorchServe's default since 0.11): every call, /ping included,
+    needs `Authorization: Bearer <inference key>` from key_file.json; registering models through
+    the management API is off (`enable_model_api=false`) and reachable from the host only.
+    """
     return "\n".join([
-        "inference_address=http://0.0.0.0:8080",
-        "management_address=http://0.0.0.0:8081",
-        "metrics_address=http://0.0.0.0:8082",
-        "disable_token_authorization=true",
+        f"inference_address=http://0.0.0.0:{INFERENCE_PORT}",
+        f"management_address=http://127.0.0.1:{MANAGEMENT_PORT}",
+        f"metrics_address=http://127.0.0.1:{METRICS_PORT}",
+        "disable_token_authorization=false",
+        f"token_expiration_min={TOKEN_EXPIRATION_MIN}",
+        "enable_model_api=false",
         "install_py_dep_per_model=false",
         f"default_workers_per_model={workers}",
         f"# requests TorchServe may group per handler call: batch_size={batch}, max_batch_delay={delay_ms} ms",
@@ -125,12 +154,18 @@ def config_properties(*, workers: int, batch: int, delay_ms: int) -> str:
     ])
 
 
+def key_command(folder: str = ".") -> str:
+    """A shell line that sets KEY to the inference key TorchServe wrote into `folder`/key_file.json."""
+    path = KEY_FILE if folder == "." else f"{folder}/{KEY_FILE}"
+    return f"KEY=$(python3 -c \"import json; print(json.load(open('{path}'))['inference']['key'])\")"
+
+
 def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bundle:
     import importlib.resources
 
     from modelport.serving.requests import named_request, write_json_request
 
-    name = options.model_name or artifacts.name
+    name = served_name(artifacts, options)
     version = str(options.version or 1)
     runtime = choose_runtime(artifacts, options.runtime)
     serialized = RUNTIMES[runtime][1]
@@ -147,12 +182,13 @@ def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bun
         "MAR-INF/MANIFEST.json": json.dumps(manifest(name, version, serialized), indent=2).encode(),
         HANDLER: handler,
         "modelport.json": json.dumps(meta, indent=2).encode(),
-        "requirements.txt": requirements(runtime).encode(),
+        "requirements.txt": requirements(runtime, options.device).encode(),
     }
     if serialized == "model.ort":
         members["model.ort"] = artifacts.get("ort", "the TorchServe onnxruntime handler")
     elif runtime == "onnxruntime":
         onnx_files = artifacts.onnx_files()
+        check_image_onnxruntime(onnx_files[0])
         members["model.onnx"] = onnx_files[0]
         for extra in onnx_files[1:]:
             members[extra.relative_to(onnx_files[0].parent).as_posix()] = extra
@@ -165,7 +201,7 @@ def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bun
     props = out_dir / "config.properties"
     props.write_text(config_properties(workers=options.instances, batch=1, delay_ms=max(1, options.queue_delay_us // 1000)))
     reqs = out_dir / "requirements.txt"
-    reqs.write_text(requirements(runtime))
+    reqs.write_text(requirements(runtime, options.device))
     files += [props, reqs]
     has_pre = any(s.preprocess for s in artifacts.inputs) and options.preprocess
 
@@ -199,12 +235,22 @@ def _readme(name: str, artifacts: Artifacts, sample: Path | None, serving: dict)
 (`pip install -r requirements.txt`, Java 17), then:
 
 ```sh
-torchserve --start --ncs --disable-token-auth --model-store model-store \\
+torchserve --start --ncs --model-store model-store \\
   --ts-config config.properties --models {name}={name}.mar
-curl -sf localhost:8080/ping
-curl -s -X POST localhost:8080/predictions/{name} -H 'Content-Type: application/json' {body}
+{key_command()}     # written where torchserve started
+curl -sf -H "Authorization: Bearer $KEY" localhost:{INFERENCE_PORT}/ping
+curl -s -X POST localhost:{INFERENCE_PORT}/predictions/{name} -H "Authorization: Bearer $KEY" \\
+  -H 'Content-Type: application/json' {body}
 torchserve --stop
 ```
+
+Only the inference API listens beyond this host (port {INFERENCE_PORT}); the management ({MANAGEMENT_PORT}) and
+metrics ({METRICS_PORT}) APIs are bound to 127.0.0.1, and registering models through the management API is
+off. Token authorisation is on: TorchServe writes `{KEY_FILE}` (mode 0600) into the folder it starts
+from, with an inference key, a management key and an API key; every call, `/ping` included, needs
+`Authorization: Bearer <inference key>`. Give clients the inference key only. The keys change at
+every start and last {TOKEN_EXPIRATION_MIN} minutes (`token_expiration_min`); a new inference key:
+`curl "localhost:{MANAGEMENT_PORT}/token?type=inference" -H "Authorization: Bearer <API key>"` on this host.
 
 The body is `{{"inputs": {{NAME: nested list}}}}`; the handler applies each input's preprocessing
 from the contract unless the body says `"preprocessed": true`. Inputs:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from modelport.errors import BadInputError
 from modelport.serving import Bundle, PackageOptions
-from modelport.serving.bundle import Artifacts, unservable
+from modelport.serving.bundle import Artifacts, served_name, unservable
 
 NAME = "triton"
 DESCRIPTION = "Triton model repository (config.pbtxt + versions), validated with Triton's config schema"
@@ -204,7 +204,7 @@ def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bun
     from modelport.serving.requests import v2_request, write_json_request
 
     backend = choose_backend(artifacts, options)
-    name = options.model_name or artifacts.name
+    name = served_name(artifacts, options)
     model_dir = out_dir / name
     existing = _existing_versions(model_dir)
     version = options.version or ((existing[-1] + 1) if existing else 1)
