@@ -188,3 +188,35 @@ def test_unnamed_options_apply_to_the_models_inputs_by_position(cli, tiny_onnx, 
     assert (spec["name"], spec["shape"], spec["layout"], spec["preprocess"]["mean"]) == ("x", [3, 8], "NC", [0.5])
     r = cli("convert", tiny_onnx, "-o", tmp_path / "p", "--inputShape", "3,8", "--inputShape", "1,2")
     assert r.exit_code == 2 and "2 input specs given, the model has 1" in r.stderr
+
+
+TIMINGS = ("started", "seconds")
+
+
+def without_timings(value):
+    """report.json minus its wall-clock fields, the only ones a rerun may change."""
+    if isinstance(value, dict):
+        return {k: without_timings(v) for k, v in value.items() if k not in TIMINGS}
+    if isinstance(value, list):
+        return [without_timings(v) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("command", ["convert", "emit"])
+def test_rerun_is_byte_identical_for_every_target(cli, cnn_source, tiny_onnx, tmp_path, command):
+    """Every target that runs on this machine, written twice into two folders: the same bytes."""
+    from modelport.emitters import EMITTERS
+
+    targets = ",".join(t for t in EMITTERS if t != "tensorrt")  # TensorRT engines need a GPU
+    args = {"convert": ("convert", cnn_source / "model.pt2", "--input", "input:batch,3,64,64", "--to", targets, "-q"),
+            "emit": ("emit", tiny_onnx, "--to", targets, "-q")}[command]
+    for name in ("a", "b"):
+        r = cli(*args, "-o", tmp_path / name)
+        assert r.exit_code == 0, r
+    files = tree(tmp_path / "a")
+    assert files == tree(tmp_path / "b") and {"model.onnx", "model.ort", "model.tflite", "pytorch/model.py"} <= set(files)
+    differ = [f for f in files if (tmp_path / "a" / f).is_file() and f != "report.json"
+              and (tmp_path / "a" / f).read_bytes() != (tmp_path / "b" / f).read_bytes()]
+    assert differ == []
+    a, b = (json.loads((tmp_path / n / "report.json").read_text()) for n in ("a", "b"))
+    assert without_timings(a) == without_timings(b)
