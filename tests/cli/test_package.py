@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.conftest import tree
 
 
@@ -61,3 +63,13 @@ def test_package_unservable_and_untrusted(cli, tmp_path):
     r = cli("package", code, "--for", "torchserve", "-o", tmp_path / "b4", "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["bundles"][0]["runtime"] == "torch", r
     assert [p for p in tree(tmp_path) if p.startswith(("b1", "b2"))] == []
+
+
+@pytest.mark.tf
+def test_package_tfserving_leaves_its_input_untouched(cli, tiny_onnx, tmp_path):
+    """The `cli` fixture hashes the convert output before `package` and fails the test if a byte changed."""
+    out = tmp_path / "out"
+    assert cli("convert", tiny_onnx, "-o", out, "-q").exit_code == 0
+    r = cli("package", out, "--for", "tfserving", "-o", tmp_path / "tfs", "-q")
+    assert r.exit_code == 0, r
+    assert (tmp_path / "tfs" / "tiny" / "1" / "saved_model.pb").is_file()
