@@ -92,7 +92,7 @@ def _read_resolver(buf, pos: int) -> tuple[list, int]:
     return entries, highest
 
 
-def canonical_ort(data: bytes) -> bytes:
+def canonical_ort(data: bytes) -> bytes | bytearray:
     """The same ORT model with its resolver laid out in vector order (see the module docstring).
 
     Raises LayoutError when the file is not laid out as expected (an onnxruntime that builds the
@@ -100,7 +100,7 @@ def canonical_ort(data: bytes) -> bytes:
     """
     import flatbuffers
 
-    buf = bytearray(data)
+    buf = data
     if len(buf) < 16 or buf[4:8] != IDENTIFIER:
         raise LayoutError("not an ORT file")
     root = _table(buf, _u32(buf, 0))
@@ -120,7 +120,7 @@ def canonical_ort(data: bytes) -> bytes:
     if len(buf) % 4:
         raise LayoutError("unaligned file size")
 
-    suffix = bytes(buf[suffix_start:])
+    suffix = memoryview(buf)[suffix_start:]
     b = flatbuffers.Builder(len(suffix) + 1024 + 64 * len(entries))
     # The suffix keeps its distance from the buffer's end, so its offsets and alignment hold.
     b.head -= len(suffix)
@@ -162,7 +162,7 @@ def canonical_ort(data: bytes) -> bytes:
     b.PrependUOffsetTRelativeSlot(1, model_ref, 0)
     b.PrependUOffsetTRelativeSlot(3, resolver_ref, 0)
     b.Finish(b.EndObject(), file_identifier=IDENTIFIER)
-    return bytes(b.Output())
+    return b.Output()
 
 
 def _offset_vector(b, refs: list[int]) -> int:
