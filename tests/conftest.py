@@ -1,10 +1,12 @@
 """Shared fixtures: an in-process CLI runner, a subprocess CLI runner, and tiny model builders.
 
-Tests build their own models; nothing binary is checked in.
+Tests build their own models; nothing binary is checked in. Both CLI runners check that a
+command leaves its inputs byte-identical (`InputGuard`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -30,9 +32,68 @@ class CLIResult:
         return f"CLIResult(exit={self.exit_code}, stderr={self.stderr[-2000:]!r})"
 
 
+# Options whose value is a path the command writes; every other argument naming a file is an input.
+OUTPUT_OPTIONS = frozenset({"-o", "--output-dir", "-om", "--outputModel", "--cache-dir"})
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class InputGuard:
+    """sha256 of every input file of a CLI command, taken before it runs and checked after.
+
+    Inputs are the arguments naming existing paths, except the values of output options. A file
+    brings its siblings (model.onnx.data, model.safetensors beside model.pt2), a folder everything
+    under it; anything inside an output path is left out, since the command may replace it.
+    """
+
+    def __init__(self, args: list[str]):
+        self.outputs = []
+        candidates = []
+        it = iter(args)
+        for a in it:
+            opt, eq, value = a.partition("=")
+            if opt in OUTPUT_OPTIONS:
+                self.outputs.append(Path(value if eq else next(it, "")).resolve())
+            else:
+                candidates.append(a)
+        self.before = self.hashes(candidates)
+
+    def _is_output(self, p: Path) -> bool:
+        return any(p == o or o in p.parents for o in self.outputs)
+
+    def hashes(self, args: list[str]) -> dict[Path, str]:
+        files: set[Path] = set()
+        for a in args:
+            try:
+                p = Path(a).resolve()
+                exists = p.exists()
+            except (OSError, ValueError):
+                continue
+            if not exists or self._is_output(p) or p == Path(p.anchor) or REPO == p or p in REPO.parents:
+                continue
+            found = p.rglob("*") if p.is_dir() else [p, *p.parent.iterdir()]
+            files.update(f for f in found if f.is_file() and not f.is_symlink() and not self._is_output(f))
+        return {f: _sha256(f) for f in sorted(files)}
+
+    def check(self) -> None:
+        """Fail the test naming every input file the command changed or removed."""
+        changed = [f"{f} ({'removed' if not f.exists() else 'changed'})" for f, digest in self.before.items()
+                   if not f.is_file() or _sha256(f) != digest]
+        if changed:
+            pytest.fail("the command touched its inputs: " + ", ".join(changed), pytrace=False)
+
+
 @pytest.fixture
 def cli():
-    """Run the CLI in-process (fast: frameworks stay imported): cli("convert", ...)."""
+    """Run the CLI in-process (fast: frameworks stay imported): cli("convert", ...).
+
+    The command's input files must be byte-identical afterwards (InputGuard)."""
     from typer.testing import CliRunner
 
     from modelport.cli import app
@@ -40,7 +101,10 @@ def cli():
     runner = CliRunner()
 
     def invoke(*args: str) -> CLIResult:
-        r = runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+        argv = [str(a) for a in args]
+        guard = InputGuard(argv)
+        r = runner.invoke(app, argv, catch_exceptions=False)
+        guard.check()
         return CLIResult(r.exit_code, r.stdout, r.stderr)
 
     return invoke
@@ -48,11 +112,16 @@ def cli():
 
 @pytest.fixture
 def cli_proc():
-    """Run the CLI as a real process (for stdout/stderr discipline and start-up behaviour)."""
+    """Run the CLI as a real process (for stdout/stderr discipline and start-up behaviour).
+
+    The command's input files must be byte-identical afterwards (InputGuard)."""
 
     def invoke(*args: str, timeout: float = 600, env: dict | None = None) -> CLIResult:
         e = {**os.environ, **(env or {})}
-        p = subprocess.run([sys.executable, "-m", "modelport", *map(str, args)], capture_output=True, text=True, timeout=timeout, env=e)
+        argv = [str(a) for a in args]
+        guard = InputGuard(argv)
+        p = subprocess.run([sys.executable, "-m", "modelport", *argv], capture_output=True, text=True, timeout=timeout, env=e)
+        guard.check()
         return CLIResult(p.returncode, p.stdout, p.stderr)
 
     return invoke

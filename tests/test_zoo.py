@@ -54,6 +54,19 @@ def test_download_verifies_and_renames(server, tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["m.bin"]
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_downloaded_file_follows_the_umask(server, tmp_path, umask):
+    import os
+    import stat
+
+    old = os.umask(umask)
+    try:
+        dest = zoo.download(f"{server}/model.bin", tmp_path / "m.bin", SHA)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(dest.stat().st_mode) == 0o666 & ~umask  # not mkstemp's 0600
+
+
 def test_wrong_hash_leaves_no_file_and_keeps_good_copy(server, tmp_path):
     good = tmp_path / "m.bin"
     good.write_bytes(b"earlier good copy")

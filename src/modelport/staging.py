@@ -1,14 +1,19 @@
 """Outputs are written into a staging folder beside the destination and renamed into place.
 
-A failed run leaves nothing half-written; an existing output is replaced only with `force`; an
-output never equals, contains or sits inside an input.
+A failed run leaves nothing half-written; an existing output is replaced only with `force`, and
+only when modelport wrote it (it holds our `report.json`), never the working directory, the home
+folder, a filesystem root or anything that holds them; an output never equals, contains or sits
+inside an input. Outputs follow the umask like any Unix tool: folders `0777 & ~umask`, files
+`0666 & ~umask` (`0777 & ~umask` for executables), whatever mode a library wrote them with.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -23,8 +28,42 @@ def _inside(child: Path, parent: Path) -> bool:
         return False
 
 
+REPORT = "report.json"
+REPORT_SCHEMA = "modelport.report/1"
+
+
+def written_by_modelport(folder: Path) -> bool:
+    """Whether `folder` holds a report.json (a real file) of our schema, as every command writes."""
+    report = Path(folder) / REPORT
+    if report.is_symlink() or not report.is_file():
+        return False
+    try:
+        data = json.loads(report.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("schema") == REPORT_SCHEMA
+
+
+def _protected(folder: Path) -> str | None:
+    """Why `folder` may never be replaced (it is or holds the working directory, home or a root)."""
+    if folder.parent == folder:
+        return "a filesystem root"
+    for what, place in (("the working directory", Path.cwd), ("the home folder", Path.home)):
+        try:
+            p = place().resolve()
+        except (OSError, RuntimeError):
+            continue
+        if folder == p or _inside(p, folder):
+            return what if folder == p else f"a folder that holds {what}"
+    return None
+
+
 def check_output(out: str | Path, inputs: Iterable[str | Path] = (), *, force: bool = False) -> Path:
-    """Refuse an output that exists (without force) or that would overwrite or hold an input."""
+    """Refuse an output that exists (without force) or that would overwrite or hold an input.
+
+    With `force`, an existing folder is replaced only when modelport wrote it and it is not the
+    working directory, the home folder, a filesystem root or a folder holding one of them.
+    """
     out_r = Path(out).resolve()
     for inp in inputs:
         inp_r = Path(inp).resolve()
@@ -38,6 +77,12 @@ def check_output(out: str | Path, inputs: Iterable[str | Path] = (), *, force: b
             raise BadInputError("output already exists", path=out, hint="pass --force to replace it")
         if not out_r.is_dir():
             raise BadInputError("output exists and is not a folder", path=out)
+        why = _protected(out_r)
+        if why:
+            raise BadInputError(f"refusing to replace {why}", path=out, hint="choose a new output folder")
+        if not written_by_modelport(out_r):
+            raise BadInputError(f"refusing to replace a folder modelport did not write (no modelport {REPORT} in it)",
+                                path=out, hint="choose a new output folder, or remove this one yourself")
     return out_r
 
 
@@ -49,6 +94,7 @@ def staged_dir(out: str | Path, inputs: Iterable[str | Path] = (), *, force: boo
     stage = Path(tempfile.mkdtemp(prefix=f".{out_r.name}.staging-", dir=out_r.parent))
     try:
         yield stage
+        apply_umask(stage)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
@@ -60,6 +106,44 @@ def staged_dir(out: str | Path, inputs: Iterable[str | Path] = (), *, force: boo
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(stage, out_r)
+
+
+def current_umask() -> int:
+    """The process umask (read from /proc where it can be, which leaves it untouched)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def output_mode(path: str | Path, umask: int | None = None) -> int:
+    """The mode a Unix tool gives `path`: 0777 & ~umask for folders and executables, else 0666 & ~umask."""
+    umask = current_umask() if umask is None else umask
+    st = os.lstat(path)
+    executable = stat.S_ISDIR(st.st_mode) or st.st_mode & stat.S_IXUSR
+    return (0o777 if executable else 0o666) & ~umask
+
+
+def apply_umask(root: str | Path) -> None:
+    """Give `root` and everything under it the umask's modes.
+
+    Staging folders come from mkdtemp (0700) and libraries write files through mkstemp (0600,
+    safetensors for one); a server running as another user could not read such a bundle.
+    Symbolic links are left alone.
+    """
+    umask = current_umask()
+    for dirpath, dirs, files in os.walk(root):
+        for name in [*dirs, *files]:
+            p = os.path.join(dirpath, name)
+            if not os.path.islink(p):
+                os.chmod(p, output_mode(p, umask))
+    os.chmod(root, output_mode(root, umask))
 
 
 def _fsync_tree(root: Path) -> None:
@@ -82,6 +166,7 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
+            os.fchmod(f.fileno(), 0o666 & ~current_umask())
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:

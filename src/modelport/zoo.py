@@ -174,6 +174,8 @@ class _SafeRedirects(urllib.request.HTTPRedirectHandler):
 
 def download(url: str, dest: Path, sha256: str, *, progress: bool = False, timeout: float = 60.0) -> Path:
     """Stream `url` into `dest`, verifying sha256; nothing is left at `dest` on failure."""
+    from modelport.staging import output_mode
+
     check_url(url)
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -211,6 +213,7 @@ def download(url: str, dest: Path, sha256: str, *, progress: bool = False, timeo
                 if total is not None and received != total:
                     raise BadInputError(f"truncated download: {received} of {total} bytes", path=url)
             f.flush()
+            os.fchmod(f.fileno(), output_mode(tmp))  # mkstemp makes it 0600; a cache file follows the umask
             os.fsync(f.fileno())
         digest = h.hexdigest()
         if digest != sha256.lower():

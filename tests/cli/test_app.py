@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from modelport.zoo_builders import save_source
+from tests.conftest import tree
 
 
 def test_cli_import_loads_no_framework():
@@ -49,8 +53,65 @@ def test_zoo_list_and_build(cli, tmp_path):
     assert {"cnn_small", "bert_tiny", "lstm_small", "mlp"} <= models
     r = cli("zoo", "build", "lstm_small", "-o", tmp_path / "z", "--json")
     assert r.exit_code == 0, r
-    assert sorted(p.name for p in (tmp_path / "z").iterdir()) == ["model.pt2", "model.safetensors"]
+    assert sorted(p.name for p in (tmp_path / "z").iterdir()) == ["model.pt2", "model.safetensors", "report.json"]
     assert cli("zoo", "build", "lstm_small", "-o", tmp_path / "z").exit_code == 2  # exists, no --force
+
+
+def test_zoo_build_report_marks_the_folder_and_fits_the_schema(tmp_path):
+    import jsonschema
+
+    save_source("mlp", tmp_path / "m")
+    report = json.loads((tmp_path / "m" / "report.json").read_text())
+    schema = json.loads((Path(__file__).parents[2] / "src/modelport/convert/report.schema.json").read_text())
+    jsonschema.validate(report, schema)
+    assert report["command"] == "zoo build" and report["status"] == "ok"
+    assert report["source"]["path"] == "zoo:mlp" and report["files"] == ["model.pt2", "model.safetensors"]
+
+
+# Every command that writes a folder, as (arguments, the option that lets it write over an existing folder).
+WRITERS = {
+    "convert": (("convert", "{model}", "--to", "onnx,ort", "--package", "triton"), "--force"),
+    "emit": (("emit", "{model}", "--to", "ort"), "--force"),
+    "optimize": (("optimize", "{model}", "--level", "basic"), "--force"),
+    "package": (("package", "{model}", "--for", "triton,k8s"), "--force"),
+    "package-add-version": (("package", "{model}", "--for", "triton"), "--add-version"),
+    "zoo-build": (("zoo", "build", "mlp"), "--force"),
+}
+
+
+@pytest.mark.parametrize("command", list(WRITERS))
+def test_force_replaces_only_what_modelport_wrote(cli, tiny_onnx, tmp_path, command):
+    args, replace = WRITERS[command]
+    args = [str(tiny_onnx) if a == "{model}" else a for a in args]
+    out = tmp_path / "out"
+    assert cli(*args, "-o", out, "-q").exit_code == 0
+    r = cli(*args, "-o", out, replace, "-q")  # its own earlier output is recognised and replaced
+    assert r.exit_code == 0, r
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep")
+    r = cli(*args, "-o", foreign, replace)
+    assert r.exit_code == 2, r
+    assert r.stderr.strip().splitlines() == [f"error: {foreign}: refusing to replace a folder modelport did not write "
+                                             "(no modelport report.json in it) (choose a new output folder, or remove this one yourself)"]
+    assert tree(foreign) == ["notes.txt"] and (foreign / "notes.txt").read_text() == "keep"
+
+
+@pytest.mark.parametrize("ours", [False, True], ids=["foreign-files", "holding-a-modelport-report"])
+def test_force_never_replaces_the_working_directory(cli, tiny_onnx, tmp_path, monkeypatch, ours):
+    work = tmp_path / "a" / "work"  # its parent does not hold the input either
+    work.mkdir(parents=True)
+    (work / "notes.txt").write_text("keep")
+    if ours:
+        save_source("mlp", work / "old")
+        (work / "report.json").write_bytes((work / "old" / "report.json").read_bytes())
+    before = tree(work)
+    monkeypatch.chdir(work)
+    for target in (".", str(work), ".."):
+        r = cli("convert", tiny_onnx, "-o", target, "--force")
+        assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r
+        assert "refusing to replace" in r.stderr and "working directory" in r.stderr
+    assert tree(work) == before
 
 
 def test_python_api_matches_cli(tiny_onnx, tmp_path):

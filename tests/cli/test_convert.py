@@ -247,3 +247,35 @@ def test_per_output_tolerance_and_unknown_output_name(cli, tiny_onnx, tmp_path):
     assert bad.exit_code == 2 and "probs" in bad.stderr and "'y'" in bad.stderr
     assert not (tmp_path / "bad").exists()
     assert cli("convert", tiny_onnx, "-o", tmp_path / "bad2", "--min-cosine", "y=abc").exit_code == 2
+
+
+TIMINGS = ("started", "seconds")
+
+
+def without_timings(value):
+    """report.json minus its wall-clock fields, the only ones a rerun may change."""
+    if isinstance(value, dict):
+        return {k: without_timings(v) for k, v in value.items() if k not in TIMINGS}
+    if isinstance(value, list):
+        return [without_timings(v) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("command", ["convert", "emit"])
+def test_rerun_is_byte_identical_for_every_target(cli, cnn_source, tiny_onnx, tmp_path, command):
+    """Every target that runs on this machine, written twice into two folders: the same bytes."""
+    from modelport.emitters import EMITTERS
+
+    targets = ",".join(t for t in EMITTERS if t != "tensorrt")  # TensorRT engines need a GPU
+    args = {"convert": ("convert", cnn_source / "model.pt2", "--input", "input:batch,3,64,64", "--to", targets, "-q"),
+            "emit": ("emit", tiny_onnx, "--to", targets, "-q")}[command]
+    for name in ("a", "b"):
+        r = cli(*args, "-o", tmp_path / name)
+        assert r.exit_code == 0, r
+    files = tree(tmp_path / "a")
+    assert files == tree(tmp_path / "b") and {"model.onnx", "model.ort", "model.tflite", "pytorch/model.py"} <= set(files)
+    differ = [f for f in files if (tmp_path / "a" / f).is_file() and f != "report.json"
+              and (tmp_path / "a" / f).read_bytes() != (tmp_path / "b" / f).read_bytes()]
+    assert differ == []
+    a, b = (json.loads((tmp_path / n / "report.json").read_text()) for n in ("a", "b"))
+    assert without_timings(a) == without_timings(b)

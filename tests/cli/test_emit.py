@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+
+import pytest
 
 from tests.conftest import tree
 from tests.emitters.models import det_model, save_onnx
@@ -47,11 +50,9 @@ def test_convert_tflite_layout_option(cli, tiny_onnx, tmp_path):
     assert r.exit_code == 2 and "source or nhwc" in r.stderr
 
 
+@pytest.mark.skipif(importlib.util.find_spec("tensorrt") is not None,
+                    reason="with TensorRT present the bytes below are not a valid engine; covered on GPU machines")
 def test_inspect_plan_without_tensorrt(cli, tiny_onnx, tmp_path):
-    import importlib.util
-
-    if importlib.util.find_spec("tensorrt") is not None:
-        return  # with TensorRT present the engine below is not a valid one; covered on GPU machines
     plan = tmp_path / "model.plan"
     plan.write_bytes(b"\x01" * 128)
     r = cli("inspect", plan, "--json")

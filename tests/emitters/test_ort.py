@@ -7,6 +7,83 @@ import onnxruntime as ort
 import pytest
 
 from modelport.convert import ConvertOptions, convert
+from modelport.emitters.ort import save_ort
+from modelport.emitters.ort_canonical import _read_resolver, canonical_ort
+
+
+def many_ops_model():
+    """A small CNN-like graph with a dozen operator kinds, so the kernel resolver has many entries."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+
+    def init(name, *shape):
+        return numpy_helper.from_array(rng.standard_normal(shape).astype(np.float32), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "cw", "cb"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Sigmoid", ["r"], ["s"]),
+        helper.make_node("Mul", ["r", "s"], ["m"]),
+        helper.make_node("Tanh", ["m"], ["t"]),
+        helper.make_node("Add", ["t", "c"], ["a"]),
+        helper.make_node("MaxPool", ["a"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("GlobalAveragePool", ["p"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "gw", "gb"], ["l"], transB=1),
+        helper.make_node("Softmax", ["l"], ["prob"], axis=1),
+        helper.make_node("Sqrt", ["prob"], ["sq"]),
+        helper.make_node("Exp", ["sq"], ["e"]),
+        helper.make_node("Div", ["e", "prob"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "many", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 5])],
+        initializer=[init("cw", 4, 3, 3, 3), init("cb", 4), init("gw", 5, 4), init("gb", 5)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_ort_file_is_byte_identical_on_every_save(tmp_path):
+    """onnxruntime lays the kernel resolver out in heap-address order; ours is the same every time."""
+    model = many_ops_model()
+    paths = [tmp_path / f"run{i}.ort" for i in range(4)]
+    layouts = {save_ort(model, p) for p in paths}
+    assert layouts == {"canonical"}
+    first = paths[0].read_bytes()
+    assert all(p.read_bytes() == first for p in paths[1:])
+
+
+def test_canonical_layout_keeps_model_and_resolver(tmp_path):
+    model = many_ops_model()
+    raw = tmp_path / "raw.ort"
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    so.optimized_model_filepath = str(raw)
+    so.add_session_config_entry("session.save_model_format", "ORT")
+    ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    data = raw.read_bytes()
+    canon = tmp_path / "canon.ort"
+    canon.write_bytes(canonical_ort(data))
+    assert canonical_ort(canon.read_bytes()) == canon.read_bytes()  # a fixed point
+
+    def resolver(buf):
+        buf = bytearray(buf)
+        root = int.from_bytes(buf[0:4], "little")
+        from flatbuffers.table import Table
+
+        tab = Table(buf, root)
+        return _read_resolver(buf, tab.Indirect(tab.Pos + tab.Offset(10)))[0]
+
+    entries = resolver(canon.read_bytes())
+    assert entries == resolver(data) and len(entries) == 14
+    x = np.random.default_rng(4).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    want = ort.InferenceSession(str(raw), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = ort.InferenceSession(str(canon), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "int8"])

@@ -90,7 +90,6 @@ def test_over_protobuf_limit_goes_through_every_pass(tmp_path, cli):
     assert r.exit_code == 0, r
     rep = r.json()
     statuses = {s["pass"]: s["status"] for s in rep["stages"] if "pass" in s}
-    print(statuses)
     assert "applied" in (statuses["fold"], statuses["dce"]) and statuses["fuse"] == "applied" and statuses["simplify"] == "skipped"
     assert (tmp_path / "out" / "model.onnx.data").is_file()
     assert rep["parity"][-1]["ok"]

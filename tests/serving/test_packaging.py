@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from modelport.errors import BadInputError
+from modelport.errors import BadInputError, StageError
 from modelport.serving import PackageOptions, parse_systems
 from modelport.serving.packaging import package
 from tests.conftest import tree
@@ -41,7 +41,7 @@ def test_add_version_keeps_old_versions(mlp_out, tmp_path):
     assert sorted(p.name for p in (out / "mlp").iterdir()) == ["1", "2", "config.pbtxt"]
 
 
-def test_failed_packaging_leaves_nothing(mlp_out, tmp_path, monkeypatch):
+def test_failed_packaging_leaves_nothing(cli, mlp_out, tmp_path, monkeypatch):
     import modelport.serving.torchserve as ts
 
     def boom(*a, **k):
@@ -49,16 +49,23 @@ def test_failed_packaging_leaves_nothing(mlp_out, tmp_path, monkeypatch):
 
     monkeypatch.setattr(ts, "write_mar", boom)
     out = tmp_path / "bundle"
-    with pytest.raises(Exception, match="disk full"):
+    with pytest.raises(StageError) as e:
         package(mlp_out, out, "triton,torchserve")
+    assert e.value.stage == "package:torchserve" and e.value.exit_code == 1
+    assert e.value.message == "stage 'package:torchserve' failed after [load, package:triton]: RuntimeError: disk full"
+    assert e.value.report["status"] == "failed" and e.value.report["error"]["type"] == "StageError"
     assert tree(tmp_path) == []
     # and over an existing bundle, the old one stays as it was
     monkeypatch.undo()
     package(mlp_out, out, "triton")
     before = {p: (out / p).read_bytes() for p in tree(out) if (out / p).is_file()}
     monkeypatch.setattr(ts, "write_mar", boom)
-    with pytest.raises(Exception, match="disk full"):
+    with pytest.raises(StageError, match=r"^stage 'package:torchserve' failed after \[load\]: RuntimeError: disk full$"):
         package(mlp_out, out, "torchserve", PackageOptions(force=True))
+    assert {p: (out / p).read_bytes() for p in tree(out) if (out / p).is_file()} == before
+    r = cli("package", mlp_out, "--for", "torchserve", "-o", out, "--force")  # the CLI: one line, exit 1
+    assert r.exit_code == 1, r
+    assert r.stderr.splitlines() == ["error: stage 'package:torchserve' failed after [load]: RuntimeError: disk full"]
     assert {p: (out / p).read_bytes() for p in tree(out) if (out / p).is_file()} == before
     assert [p.name for p in tmp_path.iterdir()] == ["bundle"]
 

@@ -82,12 +82,13 @@ class ConvertOptions:
 StageCallback = Callable[[str], None]
 
 
-def source_inputs(source) -> list[Path]:
-    """The input paths an output must not overwrite (model file, its folder's data files)."""
+def source_inputs(source, options: ConvertOptions | None = None) -> list[Path]:
+    """The input paths an output must not overwrite (model file, its folder's data files, calibration data)."""
+    paths = [Path(options.calibration)] if options and options.calibration else []
     if not isinstance(source, (str, Path)) or str(source).startswith("zoo:"):
-        return []
+        return paths
     p = Path(source)
-    paths = [p]
+    paths.append(p)
     if p.suffix.lower() == ".onnx" and p.is_file():
         from modelport.onnx_io import external_files
 
@@ -271,7 +272,7 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
         out = Path(output_dir)
         from modelport.staging import check_output
 
-        check_output(out, source_inputs(source), force=options.force)
+        check_output(out, source_inputs(source, options), force=options.force)
         src, spec, zoo_tol = resolve_source(source, options)
         tol = options.tolerance("fp32", zoo_tol)
 
@@ -296,7 +297,7 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
             requested_precision = options.precision
             ir, options = optimize_stage(ir, options, report, zoo_tol, on_stage=on_stage)
 
-        with staged_dir(out, source_inputs(source), force=options.force) as stage:
+        with staged_dir(out, source_inputs(source, options), force=options.force) as stage:
             for target in options.targets:
                 emitter = get_emitter(target)
                 eopts = EmitOptions(precision=options.precision, opset=options.opset, options=dict(options.emit_options))

@@ -19,8 +19,15 @@ RUNTIME = "onnxruntime"
 DESCRIPTION = "ORT format (.ort) for onnxruntime mobile, validated in onnxruntime"
 
 
-def save_ort(model, path: Path) -> None:
+def save_ort(model, path: Path) -> str:
+    """Save `model` as an ORT file at `path`; returns its layout ("canonical", or why not).
+
+    onnxruntime places part of the file in a per-process order; the canonical layout makes reruns
+    byte-identical (emitters/ort_canonical.py).
+    """
     import onnxruntime as ort
+
+    from modelport.emitters.ort_canonical import LayoutError, canonical_ort
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
@@ -31,6 +38,12 @@ def save_ort(model, path: Path) -> None:
         ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     except Exception as e:
         raise BadInputError(f"onnxruntime cannot save the model in ORT format: {str(e).splitlines()[0]}") from None
+    try:
+        data = canonical_ort(path.read_bytes())
+    except LayoutError as e:
+        return f"as written by onnxruntime ({e})"
+    path.write_bytes(data)
+    return "canonical"
 
 
 def required_operators(model) -> str:
@@ -53,14 +66,14 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     ir = at_precision(ir, options.precision, calibration=options.options.get("calibration"))
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "model.ort"
-    save_ort(ir.model, path)
+    layout = save_ort(ir.model, path)
     config = out_dir / "required_operators.config"
     config.write_text(required_operators(ir.model))
     import onnxruntime
 
     return Artifact(
         target=NAME, runtime=RUNTIME, path=path, files=[path, config], precision=options.precision,
-        details={"format": "ort", "onnxruntime": onnxruntime.__version__, "optimization": "basic",
+        details={"format": "ort", "onnxruntime": onnxruntime.__version__, "optimization": "basic", "file_layout": layout,
                  "nodes": len(ir.model.graph.node), "preflight": pre.to_dict()},
         runner="onnxruntime", reference=ir.reference if ir.reference is not fp32_reference else None,
     )

@@ -92,6 +92,7 @@ def _convert(ir: IRModel, work: Path, keep_first, keep_last, calibration: dict[s
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     with captured_output(log):
         onnx2tf = require("onnx2tf", purpose="converting to TFLite")
+        _fresh_keras_names()
         kwargs = dict(
             onnx_graph=ir.clone().model, output_folder_path=str(work / "tf"), non_verbose=True, verbosity="error",
             copy_onnx_input_output_names_to_tflite=True, output_dynamic_range_quantized_tflite=True,
@@ -110,6 +111,15 @@ def _convert(ir: IRModel, work: Path, keep_first, keep_last, calibration: dict[s
         except Exception as e:
             raise UnsupportedError(f"onnx2tf could not convert the model: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} {log_tail(log, 2)}") from None
     return work / "tf"
+
+
+def _fresh_keras_names() -> None:
+    """Restart tf_keras's layer-name counters, which onnx2tf's names (and so the .tflite bytes)
+    carry: without this a second conversion in one process writes `model_35/tf.nn.relu_7`
+    where the first wrote `model_17/tf.nn.relu`, and reruns are not byte-identical."""
+    import tf_keras
+
+    tf_keras.backend.clear_session()
 
 
 def _output_transposes(ir: IRModel, details: list[dict]) -> dict[str, list[int]]:

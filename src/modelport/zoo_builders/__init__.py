@@ -14,17 +14,27 @@ SAVERS["keras"] = "modelport.zoo_builders.keras"
 
 
 def save_source(name: str, output: Path, *, force: bool = False) -> dict:
+    """Build zoo model `name` and save it into `output`, with a report.json that marks the folder
+    as modelport's (so `--force` may replace it later) and lists the files."""
     from modelport import zoo
+    from modelport.convert.report import Report
     from modelport.errors import BadInputError
     from modelport.staging import staged_dir
 
     entry = zoo.get(name)
     if entry.framework not in SAVERS:
         raise BadInputError(f"zoo model '{name}' ({entry.framework}) cannot be saved as a source file")
-    model = zoo.build(name)
+    report = Report("zoo build")
+    with report.stage("build"):
+        model = zoo.build(name)
     saver = importlib.import_module(SAVERS[entry.framework])
     with staged_dir(output, force=force) as stage:
-        files, hint = saver.save(model, entry, stage)
+        with report.stage("save"):
+            files, hint = saver.save(model, entry, stage)
+        report.data["source"] = {"path": f"zoo:{name}", "framework": entry.framework, "format": None}
+        report.data["files"] = sorted(str(Path(f).relative_to(stage)) for f in files)
+        report.finish(exit_code=0)
+        report.write(stage)
     files = [str(output / Path(f).relative_to(stage)) for f in files]
     return {"name": name, "framework": entry.framework, "files": files,
             "convert_hint": hint.replace("{dir}", str(output))}
