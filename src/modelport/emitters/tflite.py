@@ -168,9 +168,13 @@ def _plan(ir: IRModel, keras_model, changes: dict[str, list[int]], described: di
         inputs.append(_Port(spec.name, f"in_{i}", spec.dtype, shape, change=change, layout=described[spec.name]))
     ref = _probe(ir)
     feeds = [np.transpose(ref.inputs[p.name], p.change) if p.change else ref.inputs[p.name] for p in inputs]
-    with captured_output(log):
-        got = keras_model([np.asarray(f, dtype=np.dtype(k.dtype.name)) for f, k in zip(feeds, keras_model.inputs, strict=True)],
-                          training=False)
+    try:
+        with captured_output(log):
+            got = keras_model([np.asarray(f, dtype=np.dtype(k.dtype.name)) for f, k in zip(feeds, keras_model.inputs, strict=True)],
+                              training=False)
+    except Exception as e:
+        raise UnsupportedError(f"onnx2tf's TensorFlow model fails on the sample inputs: {type(e).__name__}: "
+                               f"{(str(e).strip().splitlines() or [''])[0][:300]}") from None
     got = [np.asarray(g) for g in (got if isinstance(got, (list, tuple)) else [got])]
     outputs = []
     for j, (spec, y) in enumerate(zip(ir.outputs, got, strict=True)):
@@ -224,15 +228,27 @@ def _module(tf, keras_model, inputs: list[_Port], outputs: list[_Port]):
 
 
 def _to_tflite(keras_model, inputs: list[_Port], outputs: list[_Port], mode: str, calib: dict[str, np.ndarray] | None,
-               io_dtype: str, log: Path) -> bytes:
-    """TensorFlow's converter on the wrapped model, with the precision's settings."""
+               io_dtype: str, work: Path, log: Path) -> bytes:
+    """TensorFlow's converter on the wrapped model, with the precision's settings.
+
+    The wrapper is saved as a SavedModel with its one signature first (the converter would do the
+    same, but on a failure silently write a file without a signature); variables that onnx2tf's
+    layers capture without tracking them are attached to the module so that they are saved too.
+    """
     from modelport.emitters.quiet_call import captured_output, log_tail
 
     with captured_output(log):
         import tensorflow as tf
 
-        module = _module(tf, keras_model, inputs, outputs)
-        conv = tf.lite.TFLiteConverter.from_concrete_functions([module.serve.get_concrete_function()], module)
+        try:
+            module = _module(tf, keras_model, inputs, outputs)
+            fn = module.serve.get_concrete_function()
+            module.captured = list(fn.variables)
+            tf.saved_model.save(module, str(work / "wrapped"), signatures={SIGNATURE: fn})
+        except Exception as e:
+            raise UnsupportedError(f"onnx2tf's TensorFlow model could not be wrapped for TFLite: {type(e).__name__}: "
+                                   f"{(str(e).strip().splitlines() or [''])[0][:300]}") from None
+        conv = tf.lite.TFLiteConverter.from_saved_model(str(work / "wrapped"), signature_keys=[SIGNATURE])
         conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.OpsSet.SELECT_TF_OPS]
         conv.unfold_batchmatmul = False
         if mode == "fp16":
@@ -265,7 +281,8 @@ def _name_io(data: bytes, inputs: list[_Port], outputs: list[_Port]) -> bytes:
 
     model = flatbuffer_utils.read_model_from_bytearray(bytearray(data))
     if len(model.signatureDefs or []) != 1 or len(model.subgraphs) != 1:
-        raise UnsupportedError("TensorFlow's TFLite converter wrote no single signature and subgraph")
+        raise UnsupportedError(f"TensorFlow's TFLite converter wrote {len(model.signatureDefs or [])} signature(s) and "
+                               f"{len(model.subgraphs)} subgraph(s); the emitter writes one of each")
     sig, graph = model.signatureDefs[0], model.subgraphs[0]
     index = {}
     for maps, ports in ((sig.inputs, inputs), (sig.outputs, outputs)):
@@ -339,7 +356,7 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
         log = work / "convert.log"
         keras_model = _convert(ir, work, keep_first, keep_last, log)
         inputs, outputs = _plan(ir, keras_model, changes, described, layout == "nhwc", log)
-        data = _to_tflite(keras_model, inputs, outputs, mode, calib, io_dtype, log)
+        data = _to_tflite(keras_model, inputs, outputs, mode, calib, io_dtype, work, log)
     path = out_dir / "model.tflite"
     path.write_bytes(_name_io(data, inputs, outputs))
     ops = _check_ops(load_interpreter(path), path)
