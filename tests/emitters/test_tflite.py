@@ -278,6 +278,18 @@ def test_keras_nhwc_model_keeps_nhwc_inputs_and_outputs(tmp_path):
     np.testing.assert_allclose(got, model.predict(x, verbose=0), atol=1e-4, rtol=1e-3)
 
 
+def test_keras_mobilenet_v2_file_carries_its_signature(tmp_path):
+    """onnx2tf captures some of MobileNetV2's kernels in variables no layer tracks; they are saved
+    with the wrapper all the same, so the file still has its signature (TensorFlow's converter
+    would otherwise fall back, silently, to a file without one)."""
+    out = tmp_path / "out"
+    report = convert("zoo:keras_mobilenet_v2", out, ConvertOptions(targets=["tflite"]))
+    assert report["parity"][-1]["ok"]
+    (spec_in,), (spec_out,) = report["contract"]["inputs"], report["contract"]["outputs"]
+    it = load_interpreter(out / "model.tflite")
+    assert it.get_signature_list() == {"serving_default": {"inputs": [spec_in["name"]], "outputs": [spec_out["name"]]}}
+
+
 def test_unsupported_op_names_the_node_and_leaves_nothing(tmp_path):
     src = save_onnx(bitwise_model(), tmp_path / "src", "bits.onnx")
     out = tmp_path / "out"
