@@ -70,7 +70,7 @@ class _Port:
     key: str  # the name inside the TensorFlow function (a valid TF name); renamed in the file
     dtype: str
     shape: list  # the file's shape (None for a dynamic dim)
-    inner: list[int] | None = None  # transpose between the file's layout and onnx2tf's, inside the file
+    inner: list[int] | None = None  # an output's transpose from onnx2tf's layout to the file's, inside the file
     change: list[int] | None = None  # permutation from the contract's layout to the file's (nhwc only)
     layout: str = ""
 
@@ -130,8 +130,9 @@ def _convert(ir: IRModel, work: Path, keep_first, keep_last, log: Path):
             raise UnsupportedError(f"onnx2tf could not convert the model: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} {log_tail(log, 2)}") from None
 
 
-def _fits(sig, shape) -> bool:
-    return len(sig) == len(shape) and all(s is None or s < 0 or s == r for s, r in zip(sig, shape, strict=True))
+def _fits(a, b) -> bool:
+    """Same rank, and the same size wherever both shapes name one (None: dynamic)."""
+    return len(a) == len(b) and all(x is None or y is None or x == y for x, y in zip(a, b, strict=True))
 
 
 def _probe(ir: IRModel) -> Reference:
@@ -149,8 +150,9 @@ def _plan(ir: IRModel, keras_model, changes: dict[str, list[int]], described: di
           log: Path) -> tuple[list[_Port], list[_Port]]:
     """The file's inputs and outputs, and the transposes that put onnx2tf's model behind them.
 
-    An output's layout in onnx2tf's model is read off its shape against the reference (as the
-    source computes it, or channels-last); where both fit (square dims) the numbers decide.
+    Inputs: onnx2tf keeps each one as asked (`keep_*_input_names`); a shape that disagrees is an
+    error. An output's layout in onnx2tf's model is read off its shape against the reference (as
+    the source computes it, or channels-last); where both fit (square dims) the numbers decide.
     """
     from modelport.emitters.quiet_call import captured_output
 
@@ -163,7 +165,7 @@ def _plan(ir: IRModel, keras_model, changes: dict[str, list[int]], described: di
         shape = [d if isinstance(d, int) else None for d in spec.shape]
         if change:
             shape = [shape[k] for k in change]
-        if not _fits([d for d in kin.shape], [-1 if d is None else d for d in shape]):
+        if not _fits(list(kin.shape), shape):
             raise UnsupportedError(f"onnx2tf gave input '{spec.name}' the shape {list(kin.shape)}; the file must take {shape}")
         inputs.append(_Port(spec.name, f"in_{i}", spec.dtype, shape, change=change, layout=described[spec.name]))
     ref = _probe(ir)
@@ -180,7 +182,8 @@ def _plan(ir: IRModel, keras_model, changes: dict[str, list[int]], described: di
     for j, (spec, y) in enumerate(zip(ir.outputs, got, strict=True)):
         want = np.asarray(ref.outputs[spec.name])
         rank = y.ndim
-        options = [None] + ([_to_first(rank)] if rank >= 3 else [])
+        # channels-last first: on a tie (a constant output) onnx2tf's own convention decides
+        options = ([_to_first(rank)] if rank >= 3 else []) + [None]
         fits = [p for p in options if (y.transpose(p) if p else y).shape == want.shape]
         if not fits:
             raise UnsupportedError(f"onnx2tf's output '{spec.name}' has the shape {list(y.shape)}, the source's {list(want.shape)}, "
