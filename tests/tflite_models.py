@@ -15,15 +15,19 @@ def _tf():
     return tf
 
 
-def write_two_input_tflite(path: Path) -> Path:
-    """Inputs a[batch,4,2] and b[batch,2]; y = sum(a, axis=1) * 10 + b."""
+def write_two_input_tflite(path: Path, *, signature: bool = False) -> Path:
+    """Inputs a[batch,4,2] and b[batch,2]; y = sum(a, axis=1) * 10 + b. Without `signature` the file
+    has no SignatureDef, like files from older converters."""
     tf = _tf()
 
     @tf.function(input_signature=[tf.TensorSpec([None, 4, 2], tf.float32, name="a"), tf.TensorSpec([None, 2], tf.float32, name="b")])
     def f(a, b):
         return {"y": tf.reduce_sum(a, axis=1) * 10.0 + b}
 
-    path.write_bytes(tf.lite.TFLiteConverter.from_concrete_functions([f.get_concrete_function()]).convert())
+    owner = tf.Module() if signature else None
+    if owner is not None:
+        owner.f = f
+    path.write_bytes(tf.lite.TFLiteConverter.from_concrete_functions([f.get_concrete_function()], owner).convert())
     return path
 
 

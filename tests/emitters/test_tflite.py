@@ -28,6 +28,20 @@ def _torch_out(module, x):
         return module(torch.from_numpy(x)).numpy()
 
 
+@pytest.fixture(scope="module")
+def conv_only():
+    """A model whose output is 4-D (NCHW): the case where onnx2tf's own output is channels-last."""
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(4, 2, 1)).eval()
+
+
+def _signature(path):
+    it = load_interpreter(path)
+    return it, it.get_signature_runner("serving_default")
+
+
 def _tflite_out(path, x):
     it = load_interpreter(path)
     d = it.get_input_details()[0]
@@ -64,6 +78,106 @@ def test_nhwc_layout_option(cnn, tmp_path):
     x = np.random.default_rng(3).standard_normal((2, 3, 32, 32)).astype(np.float32)
     got = _tflite_out(out / "model.tflite", np.ascontiguousarray(x.transpose(0, 2, 3, 1)))
     np.testing.assert_allclose(got, _torch_out(cnn, x), atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.parametrize("precision,atol", [("fp32", 1e-4), ("fp16", 1e-2)])
+def test_4d_output_keeps_the_contract_layout_names_and_signature(conv_only, tmp_path, precision, atol):
+    """The file a user loads returns the source's NCHW output under the contract's name, read through
+    its signature with no transpose anywhere, and validation read it the same way."""
+    out = tmp_path / "out"
+    report = convert(conv_only, out, ConvertOptions(targets=["tflite"], inputs=["x:batch,3,8,6"], output_names=["heatmap"],
+                                                    precision=precision))
+    assert report["contract"]["outputs"][0]["shape"] == ["batch", 2, 8, 6]
+    art = report["artifacts"][0]
+    assert art["inputs_layout"] == {"x": "NCHW (as source)"} and art["outputs_layout"] == {"heatmap": "as source"}
+    assert art["layout_changes"] == {} and "no transpose" in art["validation"]
+    assert next(p for p in report["parity"] if "tflite" in p["hop"])["ok"]
+    it, run = _signature(out / "model.tflite")
+    assert it.get_signature_list() == {"serving_default": {"inputs": ["x"], "outputs": ["heatmap"]}}
+    assert [d["name"] for d in it.get_input_details()] == ["x"]
+    assert [(d["name"], list(d["shape_signature"])) for d in it.get_output_details()] == [("heatmap", [-1, 2, 8, 6])]
+    x = np.random.default_rng(7).standard_normal((3, 3, 8, 6)).astype(np.float32)
+    got = run(x=x)
+    assert list(got) == ["heatmap"] and got["heatmap"].shape == (3, 2, 8, 6)
+    np.testing.assert_allclose(got["heatmap"], _torch_out(conv_only, x), atol=atol, rtol=0.05)
+
+
+def test_nhwc_changes_layouts_only_when_asked_and_says_so_per_tensor(conv_only, tmp_path):
+    out = tmp_path / "out"
+    report = convert(conv_only, out, ConvertOptions(targets=["tflite"], inputs=["x:batch,3,8,6"], output_names=["heatmap"],
+                                                    emit_options={"tflite_layout": "nhwc"}))
+    art = report["artifacts"][0]
+    assert art["inputs_layout"]["x"].startswith("NHWC") and art["outputs_layout"]["heatmap"].startswith("NHWC")
+    assert art["layout_changes"] == {"x": [0, 2, 3, 1], "heatmap": [0, 2, 3, 1]}
+    assert "reference was transposed into the file's layout for x, heatmap" in art["validation"]
+    assert next(p for p in report["parity"] if "tflite" in p["hop"])["ok"]
+    it, run = _signature(out / "model.tflite")
+    assert list(it.get_input_details()[0]["shape_signature"]) == [-1, 8, 6, 3]
+    assert list(it.get_output_details()[0]["shape_signature"]) == [-1, 8, 6, 2]
+    x = np.random.default_rng(3).standard_normal((2, 3, 8, 6)).astype(np.float32)
+    got = run(x=np.ascontiguousarray(x.transpose(0, 2, 3, 1)))["heatmap"]
+    np.testing.assert_allclose(got, _torch_out(conv_only, x).transpose(0, 2, 3, 1), atol=1e-4, rtol=1e-3)
+
+
+def test_two_inputs_two_outputs_in_contract_order_with_square_dims(tmp_path):
+    """Inputs and outputs keep the contract's names and order; a [batch, 8, 8, 8] output (NCHW and
+    NHWC have the same shape) is still returned NCHW."""
+    import torch
+
+    class TwoIO(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.lin = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Linear(5, 8)
+
+        def forward(self, image, extra):
+            fmap = self.conv(image)
+            return fmap, fmap.mean(dim=(2, 3)) + self.lin(extra)
+
+    torch.manual_seed(1)
+    model = TwoIO().eval()
+    out = tmp_path / "out"
+    report = convert(model, out, ConvertOptions(targets=["tflite"], inputs=["image:batch,3,8,8", "extra:batch,5"],
+                                                output_names=["fmap", "logits"]))
+    assert next(p for p in report["parity"] if "tflite" in p["hop"])["ok"]
+    it, run = _signature(out / "model.tflite")
+    ((key, io),) = it.get_signature_list().items()  # the interpreter lists a signature's keys sorted
+    assert key == "serving_default" and io == {"inputs": ["extra", "image"], "outputs": ["fmap", "logits"]}
+    assert [d["name"] for d in it.get_input_details()] == ["image", "extra"]
+    assert [d["name"] for d in it.get_output_details()] == ["fmap", "logits"]
+    rng = np.random.default_rng(4)
+    image, extra = rng.standard_normal((2, 3, 8, 8)).astype(np.float32), rng.standard_normal((2, 5)).astype(np.float32)
+    got = run(image=image, extra=extra)
+    with torch.no_grad():
+        want = [t.numpy() for t in model(torch.from_numpy(image), torch.from_numpy(extra))]
+    np.testing.assert_allclose(got["fmap"], want[0], atol=1e-4, rtol=1e-3)
+    np.testing.assert_allclose(got["logits"], want[1], atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.parametrize("io_dtype", ["float32", "int8"])
+def test_full_integer_4d_output_keeps_the_contract_layout(conv_only, tmp_path, io_dtype):
+    calib = tmp_path / "calib.npz"
+    np.savez(calib, x=np.random.default_rng(0).standard_normal((8, 3, 8, 6)).astype(np.float32))
+    out = tmp_path / "out"
+    report = convert(conv_only, out, ConvertOptions(targets=["tflite"], inputs=["x:batch,3,8,6"], output_names=["heatmap"],
+                                                    precision="int8",
+                                                    emit_options={"calibration": str(calib), "tflite_io_dtype": io_dtype}))
+    art = report["artifacts"][0]
+    assert art["io_dtype"] == io_dtype and "calibrated" in art["quantization"]
+    assert next(p for p in report["parity"] if "tflite" in p["hop"])["ok"]
+    it, run = _signature(out / "model.tflite")
+    assert it.get_signature_list() == {"serving_default": {"inputs": ["x"], "outputs": ["heatmap"]}}
+    (o,) = it.get_output_details()
+    assert list(o["shape_signature"]) == [-1, 2, 8, 6] and np.dtype(o["dtype"]).name == io_dtype
+    x = np.random.default_rng(7).standard_normal((1, 3, 8, 6)).astype(np.float32)
+    if io_dtype == "int8":
+        (s_in, z_in), (s_out, z_out) = it.get_input_details()[0]["quantization"], o["quantization"]
+        got = run(x=np.clip(np.round(x / s_in) + z_in, -128, 127).astype(np.int8))["heatmap"]
+        got = (got.astype(np.float32) - z_out) * s_out
+    else:
+        got = run(x=x)["heatmap"]
+    want = _torch_out(conv_only, x)
+    assert got.shape == want.shape
+    assert float((got * want).sum() / (np.linalg.norm(got) * np.linalg.norm(want))) > 0.98
 
 
 def test_int8_full_integer_with_calibration(cnn, tmp_path):
@@ -138,6 +252,42 @@ def test_keras_model_to_tflite(tmp_path):
     x = np.random.default_rng(5).standard_normal((2, 16, 16, 3)).astype(np.float32)
     got = _tflite_out(out / "model.tflite", x)  # NHWC in, as in Keras
     np.testing.assert_allclose(got, model.predict(x, verbose=0), atol=1e-4, rtol=1e-3)
+
+
+def test_keras_nhwc_model_keeps_nhwc_inputs_and_outputs(tmp_path):
+    import keras
+
+    inp = keras.Input((8, 6, 3), name="image")
+    y = keras.layers.Conv2D(4, 3, padding="same", name="features")(inp)
+    model = keras.Model(inp, y)
+    path = tmp_path / "src" / "m.keras"
+    path.parent.mkdir()
+    model.save(path)
+    out = tmp_path / "out"
+    report = convert(path, out, ConvertOptions(targets=["tflite"]))
+    (spec_out,) = report["contract"]["outputs"]
+    assert report["contract"]["inputs"][0]["shape"][1:] == [8, 6, 3]
+    art = report["artifacts"][0]
+    assert art["inputs_layout"] == {"image": "NHWC (as source)"} and art["layout_changes"] == {}
+    assert report["parity"][-1]["ok"]
+    it, run = _signature(out / "model.tflite")
+    assert it.get_signature_list() == {"serving_default": {"inputs": ["image"], "outputs": [spec_out["name"]]}}
+    assert list(it.get_output_details()[0]["shape_signature"])[1:] == spec_out["shape"][1:] == [8, 6, 4]
+    x = np.random.default_rng(5).standard_normal((2, 8, 6, 3)).astype(np.float32)
+    got = run(image=x)[spec_out["name"]]
+    np.testing.assert_allclose(got, model.predict(x, verbose=0), atol=1e-4, rtol=1e-3)
+
+
+def test_keras_mobilenet_v2_file_carries_its_signature(tmp_path):
+    """onnx2tf captures some of MobileNetV2's kernels in variables no layer tracks; they are saved
+    with the wrapper all the same, so the file still has its signature (TensorFlow's converter
+    would otherwise fall back, silently, to a file without one)."""
+    out = tmp_path / "out"
+    report = convert("zoo:keras_mobilenet_v2", out, ConvertOptions(targets=["tflite"]))
+    assert report["parity"][-1]["ok"]
+    (spec_in,), (spec_out,) = report["contract"]["inputs"], report["contract"]["outputs"]
+    it = load_interpreter(out / "model.tflite")
+    assert it.get_signature_list() == {"serving_default": {"inputs": [spec_in["name"]], "outputs": [spec_out["name"]]}}
 
 
 def test_unsupported_op_names_the_node_and_leaves_nothing(tmp_path):

@@ -1,4 +1,4 @@
-"""The LiteRT runner: inputs matched by name whatever the feed order, per-input transposes."""
+"""The LiteRT runner: by signature where asked, else inputs matched by name whatever the feed order, per-input transposes."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ def test_feed_order_and_transpose(two_input_tflite):
     b = rng.standard_normal((3, 2)).astype(np.float32)
     expected = a.sum(axis=1) * 10 + b
     r = get_runner("tflite", two_input_tflite)
+    assert r.signatures == {}  # a file without a SignatureDef runs by its tensors' names
     for feeds in ({"a": a, "b": b}, {"b": b, "a": a}):
         np.testing.assert_allclose(next(iter(r.run(feeds).values())), expected, rtol=1e-5)
     # the caller holds `a` as (batch, 2, 4): the runner transposes that input only
@@ -50,3 +51,24 @@ def test_int8_io_quantised_by_the_runner(tmp_path):
     y = next(iter(r.run({"x": x}).values()))
     assert y.dtype == np.float32
     np.testing.assert_allclose(y, x * 2 + 1, atol=4 * o["quantization"][0] + 2 * i["quantization"][0])
+
+
+
+@pytest.fixture(scope="module")
+def signed_tflite(tmp_path_factory):
+    return write_two_input_tflite(tmp_path_factory.mktemp("tfl") / "signed.tflite", signature=True)
+
+
+def test_signature_runner_returns_the_signatures_output_names(signed_tflite):
+    from modelport.runtimes import get_runner
+
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((2, 4, 2)).astype(np.float32), rng.standard_normal((2, 2)).astype(np.float32)
+    for options in ({"signature": "serving_default"}, {}):  # named, or the file's only signature matching the feeds
+        out = get_runner("tflite", signed_tflite, **options).run({"b": b, "a": a})
+        assert list(out) == ["y"]
+        np.testing.assert_allclose(out["y"], a.sum(axis=1) * 10 + b, rtol=1e-5)
+    with pytest.raises(BadInputError, match="no signature 'serve'"):
+        get_runner("tflite", signed_tflite, signature="serve")
+    with pytest.raises(BadInputError, match="signature 'serving_default' takes"):
+        get_runner("tflite", signed_tflite, signature="serving_default").run({"a": a, "c": b})

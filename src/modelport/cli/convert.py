@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
         strict: bool = typer.Option(False, "--strict", help="An optimisation pass that breaks parity, or a source output that ignores its input, fails the run (exit 4)."),
         allow_fallback: bool = typer.Option(False, "--allow-precision-fallback", help="Accept an FP32 artifact when --precision cannot be delivered within tolerance (else exit 4)."),
         plan_only: bool = typer.Option(False, "--plan-only", help="TensorRT: check and write the build plan (tensorrt/) without building an engine."),
-        tflite_layout: str = typer.Option("source", "--tflite-layout", help="TFLite input layout: source (as the model) or nhwc."),
+        tflite_layout: str = typer.Option("source", "--tflite-layout", help="TFLite I/O layout: source (the contract's) or nhwc (channels-last inputs and outputs)."),
         tflite_io_dtype: str = typer.Option("float32", "--tflite-io-dtype", help="Full-integer TFLite (--precision int8 --calibration) I/O type: float32, int8 or uint8."),
         trt_shapes: list[str] = typer.Option([], "--trt-shapes", help="TensorRT profile NAME:MIN:OPT:MAX, e.g. x:1x3x224x224:8x3x224x224:32x3x224x224 (repeatable)."),
         workspace: int | None = typer.Option(None, "--workspace", help="TensorRT builder workspace limit in MiB (default 4096)."),

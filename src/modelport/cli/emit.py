@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
         precision: str = typer.Option("fp32", "--precision", help="fp32, fp16 or int8 (TensorRT: fp32, fp16, best)."),
         calibration: str | None = typer.Option(None, "--calibration", help="INT8 calibration data: .npz of named inputs or a folder of images."),
         plan_only: bool = typer.Option(False, "--plan-only", help="TensorRT: check and write the build plan without building."),
-        tflite_layout: str = typer.Option("source", "--tflite-layout", help="TFLite input layout: source or nhwc."),
+        tflite_layout: str = typer.Option("source", "--tflite-layout", help="TFLite I/O layout: source (the contract's) or nhwc (channels-last inputs and outputs)."),
         tflite_io_dtype: str = typer.Option("float32", "--tflite-io-dtype", help="Full-integer TFLite I/O type: float32, int8 or uint8."),
         trt_shapes: list[str] = typer.Option([], "--trt-shapes", help="TensorRT profile NAME:MIN:OPT:MAX (repeatable)."),
         workspace: int | None = typer.Option(None, "--workspace", help="TensorRT workspace limit in MiB."),

@@ -1,37 +1,47 @@
 """The TFLite target: `model.tflite` from the IR through onnx2tf, validated in the LiteRT interpreter.
 
 Why onnx2tf: it converts ONNX to TensorFlow op by op and removes the NCHW↔NHWC transposes
-itself (onnx-tf, the older route, is archived and leaves a transpose around every conv). The
-TFLite file is then written by TensorFlow's own converter, so its ops are TFLite builtins.
+itself (onnx-tf, the older route, is archived and leaves a transpose around every conv). Its
+TensorFlow model is wrapped here in one function that honours the I/O contract, and that function
+is written to TFLite by TensorFlow's own converter, so the file's ops are TFLite builtins.
 
-Layout: by default the `.tflite` takes its inputs in the source model's layout (an NCHW PyTorch
-model keeps NCHW inputs, an NHWC Keras model keeps NHWC), so client code does not change.
-`tflite_layout="nhwc"` exposes channels-last inputs instead (what most mobile pipelines feed);
-the artifact records which layout each input has. Outputs are returned in the source layout.
+I/O contract: by default the `.tflite` takes every input and returns every output with the
+contract's name, shape, dtype and layout. onnx2tf returns channels-first outputs channels-last;
+the wrapper transposes them back inside the file, so a user who loads it reads the source's
+numbers. The file carries a `serving_default` signature whose input and output keys are the
+contract's names, and its input/output tensors carry those names too (in contract order).
+`tflite_layout="nhwc"` is the one way to change a layout: channels-first inputs are taken
+channels-last, and outputs onnx2tf computes channels-last are returned so (no transposes at the
+edges, what most mobile pipelines want); the artifact records the layout of every tensor.
+
+Validation reads the file as a user would: through its signature, by the contract's names, with
+no transpose. When `nhwc` was asked for, it is the reference (inputs and outputs) that is
+transposed into the file's layout, and the artifact's `validation` entry says so.
 
 Precision: fp32, fp16 (float16 weights), int8 as dynamic-range quantization, or, with
 `calibration` data, integer quantization of weights and activations. Full-integer models keep
-float32 inputs and outputs unless `tflite_io_dtype` is "int8" or "uint8": then onnx2tf's
-full-integer file (`-oiqt -iqd int8 -oqd int8`) is taken, whose input and output tensors are
-integers; validation feeds it through the runner, which quantises the float reference inputs and
-dequantises the outputs with each tensor's scale and zero point.
+float32 inputs and outputs unless `tflite_io_dtype` is "int8" or "uint8": then the input and
+output tensors are integers; validation feeds it through the runner, which quantises the float
+reference inputs and dequantises the outputs with each tensor's scale and zero point, as a
+client of such a file must.
 
-Validation loads the `.tflite` in this process: the file was written by onnx2tf and TensorFlow's
-converter a moment ago, not handed in by a user. User-supplied `.tflite` files (as sources or
-in `validate`) are only ever opened in a child process (`runtimes.isolated`).
+Validation loads the `.tflite` in this process: the file was written by TensorFlow's converter a
+moment ago, not handed in by a user. User-supplied `.tflite` files (as sources or in `validate`)
+are only ever opened in a child process (`runtimes.isolated`).
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from modelport.emitters import Artifact, EmitOptions
 from modelport.errors import BadInputError, ModelportError, UnsupportedError
-from modelport.ir import IRModel
+from modelport.ir import IRModel, Reference
 
 NAME = "tflite"
 RUNTIME = "tflite"
@@ -39,9 +49,9 @@ DESCRIPTION = "TFLite flatbuffer via onnx2tf (fp32/fp16/int8), validated in the 
 
 CHANNELS_LAST = ("NHWC", "NWC", "NDHWC")
 LAYOUTS = ("source", "nhwc")
-_FILES = {"fp32": "float32", "fp16": "float16", "int8": "dynamic_range_quant", "int8-full": "integer_quant",
-          "int8-full-io": "full_integer_quant"}
 IO_DTYPES = ("float32", "int8", "uint8")
+SIGNATURE = "serving_default"
+_LAST_NAMES = {3: "NWC", 4: "NHWC", 5: "NDHWC"}
 
 
 def _to_last(rank: int) -> list[int]:
@@ -52,8 +62,21 @@ def _to_first(rank: int) -> list[int]:
     return [0, rank - 1, *range(1, rank - 1)]
 
 
+@dataclass
+class _Port:
+    """One input or output of the file: the contract's name, and where its layout differs."""
+
+    name: str
+    key: str  # the name inside the TensorFlow function (a valid TF name); renamed in the file
+    dtype: str
+    shape: list  # the file's shape (None for a dynamic dim)
+    inner: list[int] | None = None  # an output's transpose from onnx2tf's layout to the file's, inside the file
+    change: list[int] | None = None  # permutation from the contract's layout to the file's (nhwc only)
+    layout: str = ""
+
+
 def input_layouts(ir: IRModel, layout: str) -> tuple[list[str], list[str], dict[str, list[int]], dict[str, str]]:
-    """(keep-channels-first names, keep-channels-last names, feed transposes, layout per input)."""
+    """(keep-channels-first names, keep-channels-last names, layout changes, layout per input)."""
     if layout not in LAYOUTS:
         raise BadInputError(f"unknown TFLite layout '{layout}'; choose one of {list(LAYOUTS)}")
     keep_first, keep_last, transpose, described = [], [], {}, {}
@@ -72,7 +95,7 @@ def input_layouts(ir: IRModel, layout: str) -> tuple[list[str], list[str], dict[
             described[spec.name] = f"{spec.layout or 'channels-first'} (as source)"
         else:
             transpose[spec.name] = _to_last(rank)
-            described[spec.name] = {3: "NWC", 4: "NHWC", 5: "NDHWC"}[rank] + " (transposed from the source's channels-first)"
+            described[spec.name] = f"{_LAST_NAMES[rank]} (transposed from the source's channels-first)"
     return keep_first, keep_last, transpose, described
 
 
@@ -84,8 +107,8 @@ def load_calibration(path: str | Path, ir: IRModel) -> dict[str, np.ndarray]:
     return {s.name: np.concatenate([f[s.name] for f in feeds], axis=0).astype(np.float32) for s in ir.inputs}
 
 
-def _convert(ir: IRModel, work: Path, keep_first, keep_last, calibration: dict[str, Path] | None, log: Path,
-             io_dtype: str = "float32") -> Path:
+def _convert(ir: IRModel, work: Path, keep_first, keep_last, log: Path):
+    """onnx2tf's TensorFlow (tf_keras) model of the IR; nothing is saved, the TFLite file is written here."""
     from modelport.deps import require
     from modelport.emitters.quiet_call import captured_output, log_tail
 
@@ -95,22 +118,17 @@ def _convert(ir: IRModel, work: Path, keep_first, keep_last, calibration: dict[s
         _fresh_keras_names()
         kwargs = dict(
             onnx_graph=ir.clone().model, output_folder_path=str(work / "tf"), non_verbose=True, verbosity="error",
-            copy_onnx_input_output_names_to_tflite=True, output_dynamic_range_quantized_tflite=True,
             keep_ncw_or_nchw_or_ncdhw_input_names=keep_first or None,
-            keep_nwc_or_nhwc_or_ndhwc_input_names=keep_last or None,
+            keep_nwc_or_nhwc_or_ndhwc_input_names=keep_last or None, disable_model_save=True,
         )
-        if calibration:
-            kwargs.update(output_integer_quantized_tflite=True, input_quant_dtype=io_dtype, output_quant_dtype=io_dtype,
-                          custom_input_op_name_np_data_path=[[n, str(p), 0.0, 1.0] for n, p in calibration.items()])
         try:
-            onnx2tf.convert(**kwargs)
+            return onnx2tf.convert(**kwargs)
         except SystemExit as e:  # onnx2tf exits on conversion errors
             raise UnsupportedError(f"onnx2tf could not convert the model (exit {e.code}): {log_tail(log)}") from None
         except ModelportError:
             raise
         except Exception as e:
             raise UnsupportedError(f"onnx2tf could not convert the model: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} {log_tail(log, 2)}") from None
-    return work / "tf"
 
 
 def _fresh_keras_names() -> None:
@@ -122,23 +140,179 @@ def _fresh_keras_names() -> None:
     tf_keras.backend.clear_session()
 
 
-def _output_transposes(ir: IRModel, details: list[dict]) -> dict[str, list[int]]:
-    """Outputs the TFLite graph returns channels-last where the source returns channels-first."""
-    out = {}
-    refs = ir.reference.outputs if ir.reference else {}
-    for spec, d in zip(ir.outputs, details, strict=False):
-        ref = refs.get(spec.name)
-        rank = len(d["shape_signature"])
-        if ref is None or rank < 3 or ref.ndim != rank:
-            continue
-        sig = [int(x) for x in d["shape_signature"]]
-        if not _fits(sig, ref.shape) and _fits(sig, [ref.shape[i] for i in _to_last(rank)]):
-            out[spec.name] = _to_first(rank)
-    return out
+def _fits(a, b) -> bool:
+    """Same rank, and the same size wherever both shapes name one (None: dynamic)."""
+    return len(a) == len(b) and all(x is None or y is None or x == y for x, y in zip(a, b, strict=True))
 
 
-def _fits(sig: list[int], shape) -> bool:
-    return len(sig) == len(shape) and all(s in (-1, r) for s, r in zip(sig, shape, strict=True))
+def _probe(ir: IRModel) -> Reference:
+    """Inputs and outputs to place onnx2tf's outputs by: the IR's references, else onnxruntime's."""
+    if ir.reference is not None:
+        return ir.reference
+    from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
+    from modelport.samples import make_inputs
+
+    feeds = make_inputs(ir.inputs)
+    return Reference(feeds, OnnxRuntimeRunner(ir.model).run(feeds))
+
+
+def _plan(ir: IRModel, keras_model, changes: dict[str, list[int]], described: dict[str, str], nhwc: bool,
+          log: Path) -> tuple[list[_Port], list[_Port]]:
+    """The file's inputs and outputs, and the transposes that put onnx2tf's model behind them.
+
+    Inputs: onnx2tf keeps each one as asked (`keep_*_input_names`); a shape that disagrees is an
+    error. An output's layout in onnx2tf's model is read off its shape against the reference (as
+    the source computes it, or channels-last); where both fit (square dims) the numbers decide.
+    """
+    from modelport.emitters.quiet_call import captured_output
+
+    inputs = []
+    if len(keras_model.inputs) != len(ir.inputs) or len(keras_model.outputs) != len(ir.outputs):
+        raise UnsupportedError(f"onnx2tf's model has {len(keras_model.inputs)} inputs and {len(keras_model.outputs)} outputs; "
+                               f"the contract has {len(ir.inputs)} and {len(ir.outputs)}")
+    for i, (spec, kin) in enumerate(zip(ir.inputs, keras_model.inputs, strict=True)):
+        change = changes.get(spec.name)
+        shape = [d if isinstance(d, int) else None for d in spec.shape]
+        if change:
+            shape = [shape[k] for k in change]
+        if not _fits(list(kin.shape), shape):
+            raise UnsupportedError(f"onnx2tf gave input '{spec.name}' the shape {list(kin.shape)}; the file must take {shape}")
+        inputs.append(_Port(spec.name, f"in_{i}", spec.dtype, shape, change=change, layout=described[spec.name]))
+    ref = _probe(ir)
+    feeds = [np.transpose(ref.inputs[p.name], p.change) if p.change else ref.inputs[p.name] for p in inputs]
+    try:
+        with captured_output(log):
+            got = keras_model([np.asarray(f, dtype=np.dtype(k.dtype.name)) for f, k in zip(feeds, keras_model.inputs, strict=True)],
+                              training=False)
+    except Exception as e:
+        raise UnsupportedError(f"onnx2tf's TensorFlow model fails on the sample inputs: {type(e).__name__}: "
+                               f"{(str(e).strip().splitlines() or [''])[0][:300]}") from None
+    got = [np.asarray(g) for g in (got if isinstance(got, (list, tuple)) else [got])]
+    outputs = []
+    for j, (spec, y) in enumerate(zip(ir.outputs, got, strict=True)):
+        want = np.asarray(ref.outputs[spec.name])
+        rank = y.ndim
+        # channels-last first: on a tie (a constant output) onnx2tf's own convention decides
+        options = ([_to_first(rank)] if rank >= 3 else []) + [None]
+        fits = [p for p in options if (y.transpose(p) if p else y).shape == want.shape]
+        if not fits:
+            raise UnsupportedError(f"onnx2tf's output '{spec.name}' has the shape {list(y.shape)}, the source's {list(want.shape)}, "
+                                   f"and no layout change maps one onto the other")
+        if len(fits) > 1:
+            fits.sort(key=lambda p: _distance(y.transpose(p) if p else y, want))
+        inner = fits[0]
+        shape = [d if isinstance(d, int) else None for d in spec.shape]
+        as_source = f"{spec.layout} (as source)" if spec.layout else "as source"
+        if nhwc and inner is not None:
+            change = _to_last(rank)
+            outputs.append(_Port(spec.name, f"out_{j}", spec.dtype, [shape[k] for k in change], change=change,
+                                 layout=f"{_LAST_NAMES.get(rank, 'channels-last')} (transposed from the source's channels-first)"))
+        else:
+            outputs.append(_Port(spec.name, f"out_{j}", spec.dtype, shape, inner=inner, layout=as_source))
+    return inputs, outputs
+
+
+def _distance(a: np.ndarray, b: np.ndarray) -> float:
+    d = np.abs(a.astype(np.float64) - b.astype(np.float64))
+    return float(np.nanmax(d)) if d.size and not np.all(np.isnan(d)) else float("inf")
+
+
+def _module(tf, keras_model, inputs: list[_Port], outputs: list[_Port]):
+    """A tf.Module whose one function takes the file's inputs and returns its outputs by key."""
+    graph_in = [k.dtype for k in keras_model.inputs]
+
+    def serve(*args):
+        xs = [tf.cast(a, dt) if a.dtype != dt else a for a, dt in zip(args, graph_in, strict=True)]
+        ys = keras_model(xs, training=False)
+        ys = ys if isinstance(ys, (list, tuple)) else [ys]
+        out = {}
+        for port, y in zip(outputs, ys, strict=True):
+            if port.inner:
+                y = tf.transpose(y, port.inner)
+            want = tf.as_dtype(port.dtype)
+            out[port.key] = tf.cast(y, want) if y.dtype != want else tf.identity(y)
+        return out
+
+    module = tf.Module()
+    module.model = keras_model
+    module.serve = tf.function(serve, input_signature=[tf.TensorSpec(p.shape, tf.as_dtype(p.dtype), name=p.key)
+                                                       for p in inputs])
+    return module
+
+
+def _to_tflite(keras_model, inputs: list[_Port], outputs: list[_Port], mode: str, calib: dict[str, np.ndarray] | None,
+               io_dtype: str, work: Path, log: Path) -> bytes:
+    """TensorFlow's converter on the wrapped model, with the precision's settings.
+
+    The wrapper is saved as a SavedModel with its one signature first (the converter would do the
+    same, but on a failure silently write a file without a signature); variables that onnx2tf's
+    layers capture without tracking them are attached to the module so that they are saved too.
+    """
+    from modelport.emitters.quiet_call import captured_output, log_tail
+
+    with captured_output(log):
+        import tensorflow as tf
+
+        try:
+            module = _module(tf, keras_model, inputs, outputs)
+            fn = module.serve.get_concrete_function()
+            module.captured = list(fn.variables)
+            tf.saved_model.save(module, str(work / "wrapped"), signatures={SIGNATURE: fn})
+        except Exception as e:
+            raise UnsupportedError(f"onnx2tf's TensorFlow model could not be wrapped for TFLite: {type(e).__name__}: "
+                                   f"{(str(e).strip().splitlines() or [''])[0][:300]}") from None
+        conv = tf.lite.TFLiteConverter.from_saved_model(str(work / "wrapped"), signature_keys=[SIGNATURE])
+        conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.OpsSet.SELECT_TF_OPS]
+        conv.unfold_batchmatmul = False
+        if mode == "fp16":
+            conv.optimizations = [tf.lite.Optimize.DEFAULT]
+            conv.target_spec.supported_types = [tf.float16]
+        elif mode == "int8":
+            conv.optimizations = [tf.lite.Optimize.DEFAULT]
+        elif mode.startswith("int8-full"):
+            conv.optimizations = [tf.lite.Optimize.DEFAULT]
+            conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8, tf.lite.OpsSet.SELECT_TF_OPS]
+            count = min(len(a) for a in calib.values())
+
+            def samples():
+                for i in range(count):
+                    yield {p.key: calib[p.name][i:i + 1] for p in inputs}
+
+            conv.representative_dataset = samples
+            if mode == "int8-full-io":
+                conv.inference_input_type = conv.inference_output_type = tf.as_dtype(io_dtype)
+        try:
+            return conv.convert()
+        except Exception as e:
+            raise UnsupportedError(f"TensorFlow's TFLite converter failed: {type(e).__name__}: "
+                                   f"{(str(e).strip().splitlines() or [''])[0][:300]} {log_tail(log, 2)}") from None
+
+
+def _name_io(data: bytes, inputs: list[_Port], outputs: list[_Port]) -> bytes:
+    """The file with the contract's names: signature keys, I/O tensor names, and I/O in contract order."""
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.read_model_from_bytearray(bytearray(data))
+    if len(model.signatureDefs or []) != 1 or len(model.subgraphs) != 1:
+        raise UnsupportedError(f"TensorFlow's TFLite converter wrote {len(model.signatureDefs or [])} signature(s) and "
+                               f"{len(model.subgraphs)} subgraph(s); the emitter writes one of each")
+    sig, graph = model.signatureDefs[0], model.subgraphs[0]
+    index = {}
+    for maps, ports in ((sig.inputs, inputs), (sig.outputs, outputs)):
+        by_key = {p.key: p for p in ports}
+        for m in maps:
+            port = by_key[m.name.decode()]
+            m.name = port.name.encode()
+            index[id(port)] = int(m.tensorIndex)
+        maps.sort(key=lambda m, order=[p.name for p in ports]: order.index(m.name.decode()))
+    sig.signatureKey = SIGNATURE.encode()
+    new_in, new_out = [index[id(p)] for p in inputs], [index[id(p)] for p in outputs]
+    if sorted(new_in) != sorted(int(i) for i in graph.inputs) or sorted(new_out) != sorted(int(i) for i in graph.outputs):
+        raise UnsupportedError("the TFLite file's signature does not cover its input and output tensors")
+    graph.inputs, graph.outputs = new_in, new_out
+    for port in outputs + inputs:  # an output that is an input passed through keeps the input's name
+        graph.tensors[index[id(port)]].name = port.name.encode()
+    return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
 
 
 def _check_ops(interpreter, path: Path) -> list[str]:
@@ -153,12 +327,22 @@ def _check_ops(interpreter, path: Path) -> list[str]:
     return ops
 
 
-def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
-    import shutil
+def _reference_in_layout(ir: IRModel, inputs: list[_Port], outputs: list[_Port]) -> Reference | None:
+    """The IR's references transposed into the file's layout (nhwc), or None when no tensor changed."""
+    if ir.reference is None or not any(p.change for p in inputs + outputs):
+        return None
+    ref = ir.reference
 
+    def moved(arrays, ports):
+        return {p.name: np.ascontiguousarray(np.transpose(arrays[p.name], p.change)) if p.change else arrays[p.name]
+                for p in ports}
+
+    return Reference(moved(ref.inputs, inputs), moved(ref.outputs, outputs), ref.producer)
+
+
+def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.deps import version_of
     from modelport.emitters import preflight
-    from modelport.emitters.quiet_call import log_tail
     from modelport.runtimes.tflite import load_interpreter
 
     opts = options.options
@@ -166,7 +350,7 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     precision = options.precision
     if precision not in ("fp32", "fp16", "int8"):
         raise BadInputError(f"TFLite precision '{precision}' is not one of fp32, fp16, int8")
-    keep_first, keep_last, in_transpose, described = input_layouts(model, layout)
+    keep_first, keep_last, changes, described = input_layouts(model, layout)
     ir, pre = preflight.check_tflite(model)
     pre.raise_if_unsupported()
     calib = load_calibration(opts["calibration"], ir) if opts.get("calibration") and precision == "int8" else None
@@ -176,55 +360,36 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     if io_dtype != "float32" and not calib:
         raise BadInputError(f"--tflite-io-dtype {io_dtype} needs a full-integer model",
                             hint="pass --precision int8 --calibration DATA")
+    if calib:
+        calib = {n: np.ascontiguousarray(np.transpose(a, changes[n])) if n in changes else a for n, a in calib.items()}
+    mode = ("int8-full-io" if io_dtype != "float32" else "int8-full") if calib else precision
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="modelport-tflite-") as tmp:
         work = Path(tmp)
-        calib_files = None
-        if calib:
-            calib_files = {}
-            for name, arr in calib.items():
-                if name in in_transpose:
-                    arr = np.transpose(arr, in_transpose[name])
-                calib_files[name] = work / f"calib_{len(calib_files)}.npy"
-                np.save(calib_files[name], arr)
-        log = work / "onnx2tf.log"
-        tf_dir = _convert(ir, work, keep_first, keep_last, calib_files, log, io_dtype)
-        mode = ("int8-full-io" if io_dtype != "float32" else "int8-full") if calib else precision
-        produced = tf_dir / f"model_{_FILES[mode]}.tflite"
-        if not produced.exists():
-            raise UnsupportedError(f"onnx2tf wrote no {produced.name}: {log_tail(log)}")
-        path = out_dir / "model.tflite"
-        shutil.copyfile(produced, path)
-    interpreter = load_interpreter(path)
-    ops = _check_ops(interpreter, path)
-    in_details = interpreter.get_input_details()
-    out_details = interpreter.get_output_details()
-    input_names = _match_inputs(ir, in_details)
-    out_transpose = _output_transposes(ir, out_details)
+        log = work / "convert.log"
+        keras_model = _convert(ir, work, keep_first, keep_last, log)
+        inputs, outputs = _plan(ir, keras_model, changes, described, layout == "nhwc", log)
+        data = _to_tflite(keras_model, inputs, outputs, mode, calib, io_dtype, work, log)
+    path = out_dir / "model.tflite"
+    path.write_bytes(_name_io(data, inputs, outputs))
+    ops = _check_ops(load_interpreter(path), path)
+    reference = _reference_in_layout(model, inputs, outputs)
+    moved = [p.name for p in inputs + outputs if p.change]
     quant = {"fp32": "none", "fp16": "float16 weights", "int8": "dynamic range (int8 weights, float activations)",
              "int8-full": "integer (int8 weights and activations, float I/O), calibrated",
              "int8-full-io": f"full integer (int8 weights and activations, {io_dtype} I/O), calibrated; validated by "
                              f"quantising float inputs and dequantising outputs with each tensor's scale and zero point"}[mode]
+    validation = (f"signature '{SIGNATURE}' fed and read by the contract's names, as the file is"
+                  + (f"; the reference was transposed into the file's layout for {', '.join(moved)}" if moved else
+                     ", with no transpose"))
     return Artifact(
         target=NAME, runtime=RUNTIME, path=path, files=[path], precision=precision,
-        details={"converter": f"onnx2tf {version_of('onnx2tf')}", "layout": layout, "inputs_layout": described,
-                 "quantization": quant, "io_dtype": io_dtype, "tflite_ops": len(ops), "preflight": pre.to_dict(),
-                 "input_transpose": in_transpose, "output_transpose": out_transpose},
-        runner="tflite",
-        runner_options={"input_names": input_names, "output_names": [o.name for o in ir.outputs],
-                        "input_transpose": in_transpose, "output_transpose": out_transpose},
+        details={"converter": f"onnx2tf {version_of('onnx2tf')} + TensorFlow {version_of('tensorflow')} TFLite converter",
+                 "layout": layout, "inputs_layout": {p.name: p.layout for p in inputs},
+                 "outputs_layout": {p.name: p.layout for p in outputs},
+                 "layout_changes": {p.name: p.change for p in inputs + outputs if p.change},
+                 "signature": {"key": SIGNATURE, "inputs": [p.name for p in inputs], "outputs": [p.name for p in outputs]},
+                 "validation": validation, "quantization": quant, "io_dtype": io_dtype, "tflite_ops": len(ops),
+                 "preflight": pre.to_dict()},
+        runner="tflite", runner_options={"signature": SIGNATURE}, reference=reference,
     )
-
-
-def _match_inputs(ir: IRModel, details: list[dict]) -> list[str]:
-    """Our input names in the interpreter's input order (by sanitised name, else by position)."""
-    from modelport.runtimes.tflite import tflite_name
-
-    def norm(s: str) -> str:
-        return "".join(c for c in s if c.isalnum()).lower()
-
-    ours = {norm(s.name): s.name for s in ir.inputs}
-    names = [ours.get(norm(tflite_name(d["name"]))) for d in details]
-    if None in names or len(set(names)) != len(names):
-        return [s.name for s in ir.inputs]
-    return names

@@ -1,7 +1,12 @@
 """LiteRT (TFLite) interpreter runner.
 
-Inputs are matched by name (TFLite names such as 'serving_default_x:0' are matched on their
-stripped form) and otherwise by position; dynamic dims are resized before allocation.
+With `signature` (what the TFLite emitter asks for, and what a client of its files does), the
+file runs through that SignatureDef: feeds are given and outputs come back by the signature's
+keys, exactly as `interpreter.get_signature_runner(signature)(**feeds)` returns them. Without it,
+a file whose one signature takes exactly the feeds' names runs the same way; any other file (one
+from an older converter, with no signature) runs by its input/output tensors: inputs are matched
+by name (TFLite names such as 'serving_default_x:0' are matched on their stripped form) and
+otherwise by position, and dynamic dims are resized before allocation.
 
 Quantised I/O (full-integer models with int8/uint8 inputs or outputs): a float feed for an
 int8/uint8 input is quantised with that tensor's scale and zero point (q = round(x / scale) + zero,
@@ -73,17 +78,21 @@ def io_detail(d: dict) -> dict:
 class TFLiteRunner:
     name = "tflite"
 
-    def __init__(self, model, *, threads: int | None = None, input_names: list[str] | None = None,
-                 output_names: list[str] | None = None, input_transpose: dict[str, list[int]] | None = None,
-                 output_transpose: dict[str, list[int]] | None = None, dequantize_outputs: bool = True):
+    def __init__(self, model, *, threads: int | None = None, signature: str | None = None,
+                 input_names: list[str] | None = None, output_names: list[str] | None = None,
+                 input_transpose: dict[str, list[int]] | None = None, dequantize_outputs: bool = True):
         self.path = Path(model)
         self.interpreter = load_interpreter(self.path, threads)
         self.inputs = self.interpreter.get_input_details()
         self.outputs = self.interpreter.get_output_details()
+        self.signatures = self.interpreter.get_signature_list() or {}
+        if signature is not None and signature not in self.signatures:
+            raise BadInputError(f"the TFLite model has no signature '{signature}' (it has {sorted(self.signatures) or 'none'})",
+                                path=self.path)
+        self.signature = signature
         self.input_names = input_names  # our names, in the interpreter's input order
         self.output_names = output_names
-        self.input_transpose = input_transpose or {}
-        self.output_transpose = output_transpose or {}
+        self.input_transpose = input_transpose or {}  # for a user's file fed another layout (`validate`)
         self.dequantize_outputs = dequantize_outputs  # False: int8/uint8 outputs as stored (a source's own values)
 
     def describe(self) -> dict:
@@ -101,7 +110,34 @@ class TFLiteRunner:
             raise BadInputError(f"{len(feeds)} inputs given, the TFLite model takes {len(self.inputs)}", path=self.path)
         return list(feeds.items())
 
+    def _signature_for(self, feeds: dict[str, np.ndarray]) -> str | None:
+        if self.signature is not None:
+            return self.signature
+        if self.input_names or self.output_names or self.input_transpose or len(self.signatures) != 1:
+            return None
+        key, io = next(iter(self.signatures.items()))
+        return key if set(io.get("inputs", [])) == set(feeds) else None
+
+    def _dequantised(self, v: np.ndarray, d: dict) -> np.ndarray:
+        sz = _scale_zero(d)
+        if sz and self.dequantize_outputs and np.dtype(d["dtype"]).type in QUANTISED:
+            return (v.astype(np.float32) - sz[1]) * sz[0]
+        return v
+
+    def _run_signature(self, key: str, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        runner = self.interpreter.get_signature_runner(key)
+        details = runner.get_input_details()
+        if set(feeds) != set(details):
+            raise BadInputError(f"inputs {sorted(feeds)} given; the TFLite signature '{key}' takes {sorted(details)}",
+                                path=self.path)
+        got = runner(**{n: np.ascontiguousarray(quantise(a, details[n])) for n, a in feeds.items()})
+        out_details = runner.get_output_details()
+        return {n: self._dequantised(np.asarray(v), out_details[n]) for n, v in got.items()}
+
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        key = self._signature_for(feeds)
+        if key is not None:
+            return self._run_signature(key, feeds)
         pairs = [(n, np.transpose(a, self.input_transpose[n]) if n in self.input_transpose else a)
                  for n, a in self._match_inputs(feeds)]
         it = self.interpreter
@@ -118,11 +154,5 @@ class TFLiteRunner:
         if len(set(names_out)) < len(names_out):  # 'StatefulPartitionedCall:0', ':1' strip to one name
             names_out = [d["name"] for d in details]
         for name, d in zip(names_out, details, strict=True):
-            v = it.get_tensor(d["index"])
-            sz = _scale_zero(d)
-            if sz and self.dequantize_outputs and np.dtype(d["dtype"]).type in QUANTISED:
-                v = (v.astype(np.float32) - sz[1]) * sz[0]
-            if name in self.output_transpose:
-                v = np.transpose(v, self.output_transpose[name])
-            outs[name] = v
+            outs[name] = self._dequantised(it.get_tensor(d["index"]), d)
         return outs
