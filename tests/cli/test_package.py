@@ -152,3 +152,26 @@ def test_zoo_names_are_checked(cli, tmp_path):
         r = cli("zoo", *args)
         assert r.exit_code == 2 and "zoo name" in r.stderr, r
     assert tree(tmp_path) == []
+
+
+@pytest.mark.tf
+def test_package_rerun_is_byte_identical_for_every_system(cli, cli_proc, tmp_path):
+    """The same convert output packaged twice for every system into two folders, each run its own
+    process as a user's rerun is: the same bytes (the .mar's members carry a fixed time stamp, the
+    SavedModel's fingerprint a uuid derived from its content)."""
+    from modelport.serving import PACKAGERS
+    from tests.serving.conftest import write_mlp
+
+    src = write_mlp(tmp_path / "src")
+    out = tmp_path / "out"
+    assert cli("convert", src, "--to", "onnx,pytorch", "-o", out, "-q").exit_code == 0
+    systems = ",".join(PACKAGERS)
+    for name in ("a", "b"):
+        r = cli_proc("package", out, "--for", systems, "-o", tmp_path / name, "-q")
+        assert r.exit_code == 0, r
+    files = tree(tmp_path / "a")
+    assert files == tree(tmp_path / "b") and any(f.endswith(".mar") for f in files)
+    assert any(f.endswith("fingerprint.pb") for f in files)
+    differ = [f for f in files if (tmp_path / "a" / f).is_file() and f != "report.json"
+              and (tmp_path / "a" / f).read_bytes() != (tmp_path / "b" / f).read_bytes()]
+    assert differ == []

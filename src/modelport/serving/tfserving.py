@@ -10,6 +10,7 @@ sample inputs, checked for parity against the ONNX artifact in onnxruntime: a br
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import shutil
 import sys
 import tempfile
@@ -84,6 +85,27 @@ def _output_perms(keras_model, artifacts: Artifacts, feeds: dict[str, np.ndarray
     return perms
 
 
+def _stable_fingerprint(dest: Path) -> None:
+    """TensorFlow stamps a random `uuid` into `fingerprint.pb` on every save; derive it from the
+    fingerprint's content hashes instead, so the same model saved twice gives the same bytes."""
+    path = dest / "fingerprint.pb"
+    if not path.is_file():
+        return
+    from tensorflow.core.protobuf import fingerprint_pb2
+
+    fp = fingerprint_pb2.FingerprintDef()
+    fp.ParseFromString(path.read_bytes())
+    fp.uuid = str(int.from_bytes(hashlib.sha256(_without_uuid(fp)).digest()[:16], "big"))
+    path.write_bytes(fp.SerializeToString(deterministic=True))
+
+
+def _without_uuid(fp) -> bytes:
+    copy = type(fp)()
+    copy.CopyFrom(fp)
+    copy.ClearField("uuid")
+    return copy.SerializeToString(deterministic=True)
+
+
 def export_saved_model(artifacts: Artifacts, dest: Path) -> Path:
     """Write a SavedModel for the contract at `dest` (copied, or converted from ONNX with onnx2tf)."""
     from modelport.convert.parity import DEFAULT_TOLERANCES, compare
@@ -130,6 +152,7 @@ def export_saved_model(artifacts: Artifacts, dest: Path) -> Path:
         return {s.name: tf.cast(tf.transpose(y, p) if p else y, tf.as_dtype(s.dtype)) for s, y, p in zip(out_specs, ys, perms, strict=True)}
 
     tf.saved_model.save(module, str(dest), signatures={SIGNATURE: serve})
+    _stable_fingerprint(dest)
     parity = compare(ref, run_signature(dest, feeds), DEFAULT_TOLERANCES.get(artifacts.precision, DEFAULT_TOLERANCES["fp32"]),
                      hop="onnx→SavedModel (TF Serving)")
     parity.raise_if_failed(path=dest)

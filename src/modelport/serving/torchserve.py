@@ -12,6 +12,7 @@ no backslashes.
 from __future__ import annotations
 
 import json
+import os
 import time
 import zipfile
 from pathlib import Path, PurePosixPath
@@ -37,15 +38,24 @@ def safe_arcname(name: str) -> str:
     return str(p)
 
 
+def build_time() -> time.struct_time:
+    """The time stamped into archives: `SOURCE_DATE_EPOCH` when set (the reproducible-builds
+    convention), else the zip format's epoch, so that a rerun writes the same bytes."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "")
+    return time.gmtime(max(int(epoch), 315532800) if epoch.isdigit() else 315532800)
+
+
 def write_mar(path: Path, members: dict[str, Path | bytes]) -> Path:
-    """Write a .mar (zip) from {member name: file or bytes}; names are checked first."""
+    """Write a .mar (zip) from {member name: file or bytes}; names are checked first. Members are
+    written in the given order with a fixed time stamp and mode, so the same inputs give the same bytes."""
     names = {safe_arcname(n): v for n, v in members.items()}
+    stamp = build_time()[:6]
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
         for name, value in names.items():
-            if isinstance(value, bytes):
-                z.writestr(name, value)
-            else:
-                z.write(value, arcname=name)
+            info = zipfile.ZipInfo(name, date_time=stamp)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            z.writestr(info, value if isinstance(value, bytes) else Path(value).read_bytes())
     return path
 
 
@@ -102,7 +112,7 @@ def check_image_onnxruntime(path: Path) -> None:
 
 def manifest(name: str, version: str, serialized: str = "model.onnx") -> dict:
     return {
-        "createdOn": time.strftime("%d/%m/%Y %H:%M:%S"),
+        "createdOn": time.strftime("%d/%m/%Y %H:%M:%S", build_time()),
         "runtime": "python",
         "model": {"modelName": name, "serializedFile": serialized, "handler": HANDLER, "modelVersion": version,
                   "requirementsFile": "requirements.txt"},
