@@ -16,7 +16,10 @@ EXTRAS = {
     "tf2onnx": "tf",
     "keras": "tf",
     "onnx2tf": "tf",
+    "tf_keras": "tf",
     "ai_edge_litert": "tf",
+    "tflite_runtime": "tf",
+    "onnx_graphsurgeon": "tf",
     "tensorrt": "tensorrt",
     "tritonclient": "serve",
     "onnxsim": "optimize",
@@ -28,15 +31,48 @@ EXTRAS = {
 
 
 def require(module: str, *, purpose: str | None = None) -> ModuleType:
-    """Import `module` or raise MissingDependencyError naming the extra to install."""
+    """Import `module` or raise MissingDependencyError naming the extra to install.
+
+    Every lazy import of an optional framework goes through here, or through `missing_dependency`
+    where a library imports it on its own; either way the user sees exit 5 and the extra.
+    """
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        top = module.split(".")[0]
-        extra = EXTRAS.get(top)
-        what = f" for {purpose}" if purpose else ""
-        hint = f'pip install "modelport[{extra}]"' if extra else f"pip install {top}"
-        raise MissingDependencyError(f"'{top}' is not installed{what}: {e}", hint=hint) from e
+        raise _missing(module.split(".")[0], e, purpose) from e
+
+
+def _missing(top: str, error: ImportError, purpose: str | None) -> MissingDependencyError:
+    # the module that is really absent may be a dependency of the one asked for (onnxsim needs torch)
+    absent = (getattr(error, "name", None) or top).split(".")[0]
+    if absent not in EXTRAS:
+        absent = top
+    extra = EXTRAS.get(absent)
+    what = f" for {purpose}" if purpose else ""
+    needed_by = f" (needed by {top})" if absent != top else ""
+    hint = f'pip install "modelport[{extra}]"' if extra else f"pip install {absent}"
+    return MissingDependencyError(f"'{absent}' is not installed{needed_by}{what}: {error}", hint=hint)
+
+
+def missing_dependency(exc: BaseException | None) -> MissingDependencyError | None:
+    """The MissingDependencyError behind `exc`, when it (or an exception it was raised from)
+    is the import of an optional framework failing; else None.
+
+    Libraries import frameworks on their own and callers wrap what they raise, so the cause
+    chain is searched: a "truncated or not a model" error caused by a missing `safetensors`
+    is a missing dependency, not a bad file.
+    """
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, MissingDependencyError):
+            return exc
+        if isinstance(exc, ImportError):
+            name = (getattr(exc, "name", None) or "").split(".")[0]
+            if name in EXTRAS:
+                return _missing(name, exc, None)
+        exc = exc.__cause__  # only explicit `raise ... from`: a fallback's except block is no cause
+    return None
 
 
 def version_of(module: str) -> str | None:

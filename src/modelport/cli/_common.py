@@ -25,7 +25,18 @@ def emit_json(data) -> None:
 def run(fn: Callable[[], dict | None], *, json_out: bool, quiet: bool, render: Callable[[dict], None] | None = None) -> None:
     """Run a command body; map errors to one stderr line plus the documented exit code."""
     try:
-        result = fn()
+        try:
+            result = fn()
+        except Exception as e:
+            from modelport.deps import missing_dependency
+
+            missing = missing_dependency(e)
+            if missing is None or missing is e:
+                raise
+            missing.report = getattr(e, "report", None)
+            if missing.report:
+                missing.report.update(exit_code=missing.exit_code, error=missing.to_dict())
+            raise missing from e
     except ModelportError as e:
         from rich.markup import escape
 

@@ -128,11 +128,16 @@ def child_main(workdir: str) -> int:
         response = fn(work, req["args"])
         (work / "response.json").write_text(json.dumps(response if response is not None else {}, default=str))
         return 0
-    except ModelportError as e:
-        record = {"type": type(e).__name__, "exit_code": e.exit_code, "reason": e.reason, "hint": e.hint, "path": e.path}
     except Exception as e:
-        text = (str(e).strip().splitlines() or [""])[0][:300]
-        record = {"type": "unexpected", "reason": f"{type(e).__name__}: {text}" if text else type(e).__name__}
+        from modelport.deps import missing_dependency
+
+        err = missing_dependency(e) or e
+        if isinstance(err, ModelportError):
+            record = {"type": type(err).__name__, "exit_code": err.exit_code, "reason": err.reason, "hint": err.hint,
+                      "path": err.path}
+        else:
+            text = (str(e).strip().splitlines() or [""])[0][:300]
+            record = {"type": "unexpected", "reason": f"{type(e).__name__}: {text}" if text else type(e).__name__}
     (work / "error.json").write_text(json.dumps(record))
     return 2
 

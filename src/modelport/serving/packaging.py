@@ -54,9 +54,16 @@ def write_bundles(artifacts: Artifacts, dest: Path, systems: list[str], options:
         with report.stage(f"package:{system}") as entry:
             try:
                 bundle = packager.package(artifacts, folder, options)
-            except (ModelportError, MemoryError):
+            except MemoryError:
                 raise
             except Exception as e:
+                from modelport.deps import missing_dependency
+
+                missing = missing_dependency(e)
+                if missing is not None and missing is not e:
+                    raise missing from e
+                if isinstance(e, ModelportError):
+                    raise
                 raise StageError(f"package:{system}", before, e) from e
             entry.update(files=len(bundle.files), model_name=bundle.details.get("model_name"))
         bundles.append(bundle)
