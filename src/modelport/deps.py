@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from types import ModuleType
 
 from modelport.errors import MissingDependencyError
@@ -30,16 +32,47 @@ EXTRAS = {
 }
 
 
+# modules whose import loads TensorFlow's C++ runtime (and its log lines)
+TF_FAMILY = {"tensorflow", "keras", "tf_keras", "tf2onnx", "onnx2tf", "ai_edge_litert", "tflite_runtime"}
+
+# Set before TensorFlow is imported: its C++ runtime reads them once. TF_CPP_MIN_LOG_LEVEL hides
+# TF's own log lines; the oneDNN notice ("oneDNN custom operations are on…") is printed through
+# absl before logging is configured and only TF_ENABLE_ONEDNN_OPTS=0 stops it (oneDNN's reordered
+# kernels then stay off, so TensorFlow references are the plain, reproducible ones).
+QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0", "GRPC_VERBOSITY": "ERROR", "GLOG_minloglevel": "3"}
+
+
+def quiet_framework_logs() -> None:
+    """Silence framework log chatter in this process and the children it starts.
+
+    Values the user set are kept; `MODELPORT_DEBUG=1` leaves everything as it is. Python-side
+    loggers are quietened too when the frameworks are already imported.
+    """
+    if os.environ.get("MODELPORT_DEBUG"):
+        return
+    for key, value in QUIET_ENV.items():
+        os.environ.setdefault(key, value)
+    import logging
+
+    for name in ("tensorflow", "absl", "tf2onnx", "onnx2tf", "keras", "h5py"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    if "absl.logging" in sys.modules:
+        sys.modules["absl.logging"].set_verbosity("error")
+
+
 def require(module: str, *, purpose: str | None = None) -> ModuleType:
     """Import `module` or raise MissingDependencyError naming the extra to install.
 
     Every lazy import of an optional framework goes through here, or through `missing_dependency`
     where a library imports it on its own; either way the user sees exit 5 and the extra.
     """
+    top = module.split(".")[0]
+    if top in TF_FAMILY and "tensorflow" not in sys.modules:
+        quiet_framework_logs()
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise _missing(module.split(".")[0], e, purpose) from e
+        raise _missing(top, e, purpose) from e
 
 
 def _missing(top: str, error: ImportError, purpose: str | None) -> MissingDependencyError:

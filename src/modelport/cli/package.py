@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from modelport.cli._common import console, run
+from modelport.cli._common import console, run, stage_status
 from modelport.serving import PACKAGERS
 
 
@@ -80,6 +80,7 @@ def register(app: typer.Typer) -> None:
                 min_replicas=min_replicas, max_replicas=max_replicas, cpu=cpu, memory=memory, gpus=gpus, namespace=namespace,
                 storage_uri=storage_uri,
             )
-            return package(source, output, systems, options)
+            with stage_status(quiet or json_out) as on_stage:
+                return package(source, output, systems, options, on_stage=on_stage)
 
         run(body, json_out=json_out, quiet=quiet, render=render_package)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from modelport.cli._common import console, run
+from modelport.cli._common import console, run, stage_status
 
 
 def render_validate(report: dict) -> None:
@@ -46,6 +46,8 @@ def register(app: typer.Typer) -> None:
             base = DEFAULT_TOLERANCES.get(precision.lower(), DEFAULT_TOLERANCES["fp32"])
             tol = Tolerance(atol if atol is not None else base.atol, rtol if rtol is not None else base.rtol,
                             min_cosine if min_cosine is not None else base.min_cosine)
-            return validate_models(a, b, inputs=inputs, dims=parse_dims(dim), seed=seed, tolerance=tol, localize=localize)
+            with stage_status(quiet or json_out) as on_stage:
+                return validate_models(a, b, inputs=inputs, dims=parse_dims(dim), seed=seed, tolerance=tol, localize=localize,
+                                       on_stage=on_stage)
 
         run(body, json_out=json_out, quiet=quiet, render=render_validate)

@@ -159,10 +159,14 @@ def load_inputs(path: str | Path, specs: list[TensorSpec]) -> dict[str, np.ndarr
 
 def validate_models(a: str | Path, b: str | Path, *, inputs: str | None = None, dims: dict[str, int] | None = None,
                     seed: int = 0, tolerance: Tolerance | None = None, precision: str = "fp32",
-                    localize: bool = False) -> dict:
+                    localize: bool = False, on_stage=None) -> dict:
     """Compare B against A on the same inputs; returns the report, raises ValidationError on a mismatch."""
     from modelport.file_checks import check_model_file
     from modelport.samples import make_inputs
+
+    def stage(name: str) -> None:
+        if on_stage:
+            on_stage(name)
 
     pa, pb = check_model_file(a), check_model_file(b)
     ka, kb = kind_of(pa), kind_of(pb)
@@ -176,7 +180,9 @@ def validate_models(a: str | Path, b: str | Path, *, inputs: str | None = None, 
     specs = input_specs(pa, ka, da)
     feeds = load_inputs(inputs, specs) if inputs else make_inputs(specs, dims or {}, seed=seed)
     tol = tolerance or DEFAULT_TOLERANCES.get(precision, DEFAULT_TOLERANCES["fp32"])
+    stage(f"run:{pa.name} ({ka})")
     out_a = _runner(pa, ka, feeds, da).run(feeds)
+    stage(f"run:{pb.name} ({kb})")
     out_b = _align_outputs(out_a, _runner(pb, kb, feeds, db).run(feeds))
     parity = compare(out_a, out_b, tol, hop=f"{pa.name} ({ka}) vs {pb.name} ({kb})")
     side_a, side_b = {"path": str(pa), "kind": ka}, {"path": str(pb), "kind": kb}
@@ -188,6 +194,7 @@ def validate_models(a: str | Path, b: str | Path, *, inputs: str | None = None, 
               "parity": [parity.to_dict()], "status": "ok" if parity.ok else "failed",
               "exit_code": 0 if parity.ok else 4}
     if localize:
+        stage("localize")
         report["localize"] = localize_divergence(pa, ka, pb, kb, feeds) if not parity.ok else {"node": None, "note": "outputs match"}
     if not parity.ok:
         err = ValidationError(f"models differ: {parity.summary()}", path=pb, parity=parity.to_dict())

@@ -246,8 +246,11 @@ def _export(module, args, input_names, output_names, specs, opset, dynamo: bool)
 
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
     logging.getLogger("torch.export").setLevel(logging.ERROR)
+    from modelport.progress import doing
+
     captured = io.StringIO()
-    with contextlib.redirect_stdout(captured), contextlib.redirect_stderr(io.StringIO()):
+    with doing(f"torch.onnx.export, {'dynamo' if dynamo else 'TorchScript'}"), contextlib.redirect_stdout(captured), \
+            contextlib.redirect_stderr(io.StringIO()):
         if dynamo:
             dims: dict[str, object] = {}
             shapes = []

@@ -167,8 +167,10 @@ def graphdef_to_onnx(graph_def, in_names: list[str], out_names: list[str], renam
     """tf2onnx on a frozen GraphDef; ops tf2onnx cannot convert are listed in one error."""
     import_tf()
     tf2onnx = import_tf2onnx()
+    from modelport.progress import doing
+
     try:
-        with stdout_to_stderr():
+        with stdout_to_stderr(), doing("tf2onnx"):
             model, _ = tf2onnx.convert.from_graph_def(
                 graph_def, input_names=in_names, output_names=out_names, opset=opset, tensors_to_rename=renames,
                 custom_op_handlers=extra_handlers(),

@@ -53,7 +53,9 @@ def signal_name(returncode: int) -> str:
 
 def run_isolated(code: str, args: list[str], *, path, timeout: float = RUN_TIMEOUT_S, what: str = "the model loader"):
     """Run `python -c code args` in a child; a signal death or timeout becomes BadInputError."""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3")}
+    from modelport.deps import QUIET_ENV
+
+    env = dict(os.environ) if os.environ.get("MODELPORT_DEBUG") else {**QUIET_ENV, **os.environ}
     try:
         proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
                               timeout=timeout, env=env, stdin=subprocess.DEVNULL)
