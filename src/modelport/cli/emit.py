@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from modelport.cli._common import run, stage_status
+from modelport.cli._common import PRECISIONS, choice, run, split_list, stage_status
 from modelport.emitters import EMITTERS
 from modelport.errors import BadInputError
 
@@ -20,10 +20,7 @@ def emit_options(*, plan_only: bool = False, tflite_layout: str | None = None, t
     if plan_only:
         out["plan_only"] = True
     if tflite_layout:
-        layout = tflite_layout.lower()
-        if layout not in ("source", "nhwc"):
-            raise BadInputError(f"--tflite-layout '{tflite_layout}': choose source or nhwc")
-        out["tflite_layout"] = layout
+        out["tflite_layout"] = choice(tflite_layout, ("source", "nhwc"), "TFLite layout")
     if trt_shapes:
         from modelport.emitters.trt_plan import parse_shapes_option
 
@@ -35,9 +32,7 @@ def emit_options(*, plan_only: bool = False, tflite_layout: str | None = None, t
         out["workspace"] = workspace
     if calibration:
         out["calibration"] = calibration
-    if tflite_io_dtype and tflite_io_dtype.lower() != "float32":
-        if tflite_io_dtype.lower() not in ("int8", "uint8"):
-            raise BadInputError(f"--tflite-io-dtype '{tflite_io_dtype}': choose float32, int8 or uint8")
+    if tflite_io_dtype and choice(tflite_io_dtype, ("float32", "int8", "uint8"), "TFLite I/O dtype") != "float32":
         out["tflite_io_dtype"] = tflite_io_dtype.lower()
     return out
 
@@ -46,7 +41,7 @@ def register(app: typer.Typer) -> None:
     @app.command("emit")
     def emit_cmd(
         model: str = typer.Argument(..., help="ONNX model file."),
-        to: str = typer.Option(..., "--to", help=f"Target(s), comma-separated: {', '.join(EMITTERS)}."),
+        to: list[str] = typer.Option(..., "--to", help=f"Target(s), comma-separated or repeated: {', '.join(EMITTERS)}."),
         output: str | None = typer.Option(None, "-o", "--output-dir", help="Output folder."),
         inputs: list[str] = typer.Option([], "--input", "-i", help="NAME:SHAPE[:DTYPE] to override the model's input spec."),
         dim: list[str] = typer.Option([], "--dim", help="Size of a symbolic dim in sample data, e.g. batch=4."),
@@ -73,10 +68,10 @@ def register(app: typer.Typer) -> None:
 
             if not output:
                 raise BadInputError("no output folder", hint="pass -o OUT_DIR")
-            targets = [t.strip().lower() for t in to.split(",") if t.strip()]
+            targets = [choice(t, EMITTERS, "target") for t in split_list(to)]
             options = ConvertOptions(
                 targets=targets, framework="onnx", inputs=[parse_input_spec(t) for t in inputs],
-                atol=atol, rtol=rtol, min_cosine=min_cosine, precision=precision.lower(), seed=seed,
+                atol=atol, rtol=rtol, min_cosine=min_cosine, precision=choice(precision, PRECISIONS, "precision"), seed=seed,
                 sample_dims=parse_dims(dim), force=force, calibration=calibration, command="emit",
                 emit_options=emit_options(plan_only=plan_only, tflite_layout=tflite_layout, trt_shapes=trt_shapes,
                                           workspace=workspace, calibration=calibration, tflite_io_dtype=tflite_io_dtype),

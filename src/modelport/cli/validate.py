@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from modelport.cli._common import console, run, stage_status
+from modelport.cli._common import choice, console, run, stage_status
 
 
 def render_validate(report: dict) -> None:
@@ -43,7 +43,7 @@ def register(app: typer.Typer) -> None:
             from modelport.convert.parity import DEFAULT_TOLERANCES, Tolerance
             from modelport.specs import parse_dims
 
-            base = DEFAULT_TOLERANCES.get(precision.lower(), DEFAULT_TOLERANCES["fp32"])
+            base = DEFAULT_TOLERANCES[choice(precision, DEFAULT_TOLERANCES, "precision")]
             tol = Tolerance(atol if atol is not None else base.atol, rtol if rtol is not None else base.rtol,
                             min_cosine if min_cosine is not None else base.min_cosine)
             with stage_status(quiet or json_out) as on_stage:
