@@ -51,7 +51,8 @@ def quiet_framework_logs() -> None:
     if os.environ.get("MODELPORT_DEBUG"):
         return
     for key, value in QUIET_ENV.items():
-        os.environ.setdefault(key, value)
+        if not os.environ.get(key):
+            os.environ[key] = value
     import logging
 
     for name in ("tensorflow", "absl", "tf2onnx", "onnx2tf", "keras", "h5py"):

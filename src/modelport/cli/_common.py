@@ -158,17 +158,21 @@ def stage_status(quiet: bool):
     if quiet or not console.is_terminal:
         yield None
         return
+    from rich.live import Live
+    from rich.spinner import Spinner
+
     from modelport import progress
 
     line = _StageLine()
-    with console.status(line) as status:
+    with Live(Spinner("dots", text=line, style="status.spinner"), console=console, transient=True,
+              refresh_per_second=12.5, redirect_stdout=False, redirect_stderr=False) as live:
         def on_stage(name: str) -> None:
             line.stage, line.detail, line.started = name, None, time.monotonic()
-            status.update(line)  # drawn at once: a short stage is still shown
+            live.refresh()  # drawn at once: a short stage is still shown
 
         def on_activity(detail: str | None) -> None:
             line.detail = detail
-            status.update(line)
+            live.refresh()
 
         with progress.listening(on_activity):
             yield on_stage

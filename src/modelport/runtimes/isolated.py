@@ -55,7 +55,9 @@ def run_isolated(code: str, args: list[str], *, path, timeout: float = RUN_TIMEO
     """Run `python -c code args` in a child; a signal death or timeout becomes BadInputError."""
     from modelport.deps import QUIET_ENV
 
-    env = dict(os.environ) if os.environ.get("MODELPORT_DEBUG") else {**QUIET_ENV, **os.environ}
+    env = dict(os.environ)
+    if not env.get("MODELPORT_DEBUG"):
+        env.update({k: v for k, v in QUIET_ENV.items() if not env.get(k)})
     try:
         proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
                               timeout=timeout, env=env, stdin=subprocess.DEVNULL)
