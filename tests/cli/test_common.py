@@ -162,7 +162,7 @@ def test_failing_keras_conversion_prints_one_line(files, tmp_path, quiet):
 def _json_cases(files: Path, out: Path) -> list[list]:
     return [
         ["convert", files / "mlp" / "model.pt2", "--input", "input:batch,32", "--to", "onnx", "-o", out],  # torch exporter
-        ["convert", files / "mlp" / "model.safetensors", "--arch", "chatty_arch:Net", "--trust", "-o", out],  # prints at import
+        ["convert", files / "mlp" / "model.safetensors", "--arch", "chatty_arch:Net", "--trust", "--input", "input:batch,32", "-o", out],  # prints at import
         ["convert", files / "keras" / "model.keras", "--optimize", "all", "-o", out],  # tf2onnx, onnxsim
         ["optimize", files / "ms" / "ms.onnx", "--level", "all", "-o", out],  # onnxsim on a com.microsoft op
         ["emit", files / "onnx" / "m.onnx", "--to", "tflite", "-o", out],  # onnx2tf
@@ -170,7 +170,7 @@ def _json_cases(files: Path, out: Path) -> list[list]:
         ["validate", files / "onnx" / "m.onnx", files / "conv" / "model.onnx"],
         ["inspect", files / "keras" / "model.keras"],
         ["zoo", "build", "keras_cnn", "-o", out],
-        ["convert", files / "mlp" / "model.safetensors", "--arch", "chatty_arch:Net", "--trust", "--min-cosine", "1.5", "-o", out],
+        ["convert", files / "mlp" / "model.safetensors", "--arch", "chatty_arch:Net", "--trust", "--input", "input:batch,32", "--min-cosine", "1.5", "-o", out],
     ]
 
 
@@ -240,4 +240,4 @@ def test_progress_names_each_stage_with_its_elapsed_time(files, tmp_path):
     assert _in_order(_stages_shown(text), [("load", None), ("package:triton", None), ("package:tfserving", None)]), text[-3000:]
     code, text = _run_on_pty(["validate", out / "model.onnx", out / "model.tflite"])
     assert code == 0, text[-2000:]
-    assert _in_order(_stages_shown(text), [("run:model.onnx (onnx)", None), ("run:model.tflite (tflite)", None)]), text[-3000:]
+    assert _in_order(_stages_shown(text), [("run:model.onnx", "onnx"), ("run:model.tflite", "tflite")]), text[-3000:]
