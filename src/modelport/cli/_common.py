@@ -179,6 +179,7 @@ def stage_status(quiet: bool):
 
 
 PRECISIONS = ("fp32", "fp16", "int8")
+EMIT_PRECISIONS = (*PRECISIONS, "best")  # best: TensorRT picks per layer (other targets refuse it)
 
 
 def choice(value: str | None, known, what: str) -> str | None:

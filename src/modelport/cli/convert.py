@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from modelport.cli._common import PRECISIONS, choice, run, split_list, stage_status
+from modelport.cli._common import EMIT_PRECISIONS, choice, run, split_list, stage_status
 from modelport.emitters import EMITTERS
 from modelport.errors import BadInputError
 
@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
         signature: str | None = typer.Option(None, "--signature", help="SavedModel/TFLite signature to convert (default serving_default)."),
         input_names: list[str] = typer.Option([], "--input-names", help="New names for the model's inputs, in order, comma-separated (TF sources)."),
         optimize: str | None = typer.Option(None, "--optimize", "-O", help="Optimisation level: none, basic, extended, all or auto."),
-        precision: str = typer.Option("fp32", "--precision", help="fp32, fp16 or int8."),
+        precision: str = typer.Option("fp32", "--precision", help="fp32, fp16, int8 (TensorRT also best)."),
         calibration: str | None = typer.Option(None, "--calibration", help="INT8 calibration data: .npz of named inputs or a folder of images."),
         accuracy_budget: str | None = typer.Option(None, "--accuracy-budget", help="e.g. cosine>=0.999 or max_abs<=0.01 (precision passes and auto)."),
         strict: bool = typer.Option(False, "--strict", help="An optimisation pass that breaks parity fails the run (exit 4)."),
@@ -87,11 +87,12 @@ def register(app: typer.Typer) -> None:
             out_names = split_list(outputs) or None
             choice(framework, PARSERS, "source framework")
             choice(optimize, [*LEVELS, "auto"], "optimisation level")
+            choice(precision, EMIT_PRECISIONS, "precision")
             options = ConvertOptions(
                 targets=targets, framework=framework, inputs=specs, output_names=out_names, arch=arch_,
                 trust=trust, opset=opset, atol=atol, rtol=rtol, min_cosine=min_cosine,
                 sample_dims=parse_dims(dim), seed=seed, force=force,
-                optimize=optimize, precision=choice(precision, PRECISIONS, "precision"), calibration=calibration,
+                optimize=optimize, precision=precision.lower(), calibration=calibration,
                 accuracy_budget=accuracy_budget, strict=strict,
             )
             if signature:

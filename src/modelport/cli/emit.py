@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from modelport.cli._common import PRECISIONS, choice, run, split_list, stage_status
+from modelport.cli._common import EMIT_PRECISIONS, choice, run, split_list, stage_status
 from modelport.emitters import EMITTERS
 from modelport.errors import BadInputError
 
@@ -20,7 +20,10 @@ def emit_options(*, plan_only: bool = False, tflite_layout: str | None = None, t
     if plan_only:
         out["plan_only"] = True
     if tflite_layout:
-        out["tflite_layout"] = choice(tflite_layout, ("source", "nhwc"), "TFLite layout")
+        layout = tflite_layout.lower()
+        if layout not in ("source", "nhwc"):
+            raise BadInputError(f"--tflite-layout '{tflite_layout}': choose source or nhwc")
+        out["tflite_layout"] = layout
     if trt_shapes:
         from modelport.emitters.trt_plan import parse_shapes_option
 
@@ -32,7 +35,9 @@ def emit_options(*, plan_only: bool = False, tflite_layout: str | None = None, t
         out["workspace"] = workspace
     if calibration:
         out["calibration"] = calibration
-    if tflite_io_dtype and choice(tflite_io_dtype, ("float32", "int8", "uint8"), "TFLite I/O dtype") != "float32":
+    if tflite_io_dtype and tflite_io_dtype.lower() != "float32":
+        if tflite_io_dtype.lower() not in ("int8", "uint8"):
+            raise BadInputError(f"--tflite-io-dtype '{tflite_io_dtype}': choose float32, int8 or uint8")
         out["tflite_io_dtype"] = tflite_io_dtype.lower()
     return out
 
@@ -69,9 +74,10 @@ def register(app: typer.Typer) -> None:
             if not output:
                 raise BadInputError("no output folder", hint="pass -o OUT_DIR")
             targets = [choice(t, EMITTERS, "target") for t in split_list(to)]
+            choice(precision, EMIT_PRECISIONS, "precision")
             options = ConvertOptions(
                 targets=targets, framework="onnx", inputs=[parse_input_spec(t) for t in inputs],
-                atol=atol, rtol=rtol, min_cosine=min_cosine, precision=choice(precision, PRECISIONS, "precision"), seed=seed,
+                atol=atol, rtol=rtol, min_cosine=min_cosine, precision=precision.lower(), seed=seed,
                 sample_dims=parse_dims(dim), force=force, calibration=calibration, command="emit",
                 emit_options=emit_options(plan_only=plan_only, tflite_layout=tflite_layout, trt_shapes=trt_shapes,
                                           workspace=workspace, calibration=calibration, tflite_io_dtype=tflite_io_dtype),

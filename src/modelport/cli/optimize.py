@@ -102,13 +102,14 @@ def register(app: typer.Typer) -> None:
             choice(level, [*LEVELS, "auto"], "optimisation level")
             choice(int8_mode, ("dynamic", "static"), "INT8 mode")
             choice(calibration_method, CALIBRATION_METHODS, "calibration method")
+            choice(precision, PRECISIONS, "precision")
             options = ConvertOptions(
                 targets=["onnx"], atol=atol, rtol=rtol,
                 inputs=apply_options([parse_input_spec(t) for t in inputs], layouts=layout, means=mean, stds=std,
                                      scales=scale, channel_order=channel_order),
                 min_cosine=min_cosine, sample_dims=parse_dims(dim), force=force,
                 optimize=None if pass_names else level, passes=parse_pass_list(",".join(pass_names)) if pass_names else None,
-                precision=choice(precision, PRECISIONS, "precision"), int8_mode=int8_mode, calibration=calibration,
+                precision=precision.lower(), int8_mode=int8_mode, calibration=calibration,
                 calibration_method=calibration_method.lower(), per_channel=per_channel,
                 keep_io_types=keep_io_types, accuracy_budget=budget, strict=strict, command="optimize",
             )
