@@ -39,3 +39,18 @@ def test_options_fold_into_specs():
     assert parse_dims(["batch=4"]) == {"batch": 4}
     with pytest.raises(BadInputError):
         parse_dims(["batch=0"])
+
+
+@pytest.mark.parametrize("text,word", [
+    ("x:3,8:float99", "float99"), ("x:float99", "float99"), ("x:batch,8:floatx", "floatx"), ("x:1x8:int3", "int3"),
+    ("x:0:float99", "float99"),
+])
+def test_unknown_dtype_is_named_as_a_dtype(text, word):
+    with pytest.raises(BadInputError, match=rf"unknown dtype '{word}'; known: .*float32"):
+        parse_input_spec(text)
+
+
+@pytest.mark.parametrize("text,name,shape", [("x:0", "x:0", []), ("x:0:1,8", "x:0", [1, 8]), ("ids:batch,seq", "ids", ["batch", "seq"])])
+def test_tensorflow_names_and_named_dims_are_not_dtypes(text, name, shape):
+    s = parse_input_spec(text)
+    assert (s.name, s.shape) == (name, shape)

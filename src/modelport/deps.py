@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from types import ModuleType
 
 from modelport.errors import MissingDependencyError
@@ -16,7 +18,10 @@ EXTRAS = {
     "tf2onnx": "tf",
     "keras": "tf",
     "onnx2tf": "tf",
+    "tf_keras": "tf",
     "ai_edge_litert": "tf",
+    "tflite_runtime": "tf",
+    "onnx_graphsurgeon": "tf",
     "tensorrt": "tensorrt",
     "tritonclient": "serve",
     "onnxsim": "optimize",
@@ -27,16 +32,81 @@ EXTRAS = {
 }
 
 
+# modules whose import loads TensorFlow's C++ runtime (and its log lines)
+TF_FAMILY = {"tensorflow", "keras", "tf_keras", "tf2onnx", "onnx2tf", "ai_edge_litert", "tflite_runtime"}
+
+# Set before TensorFlow is imported: its C++ runtime reads them once. TF_CPP_MIN_LOG_LEVEL hides
+# TF's own log lines; the oneDNN notice ("oneDNN custom operations are on…") is printed through
+# absl before logging is configured and only TF_ENABLE_ONEDNN_OPTS=0 stops it (oneDNN's reordered
+# kernels then stay off, so TensorFlow references are the plain, reproducible ones).
+QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0", "GRPC_VERBOSITY": "ERROR", "GLOG_minloglevel": "3"}
+
+
+def quiet_framework_logs() -> None:
+    """Silence framework log chatter in this process and the children it starts.
+
+    Values the user set are kept; `MODELPORT_DEBUG=1` leaves everything as it is. Python-side
+    loggers are quietened too when the frameworks are already imported.
+    """
+    if os.environ.get("MODELPORT_DEBUG"):
+        return
+    for key, value in QUIET_ENV.items():
+        if not os.environ.get(key):
+            os.environ[key] = value
+    import logging
+
+    for name in ("tensorflow", "absl", "tf2onnx", "onnx2tf", "keras", "h5py"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    if "absl.logging" in sys.modules:
+        sys.modules["absl.logging"].set_verbosity("error")
+
+
 def require(module: str, *, purpose: str | None = None) -> ModuleType:
-    """Import `module` or raise MissingDependencyError naming the extra to install."""
+    """Import `module` or raise MissingDependencyError naming the extra to install.
+
+    Every lazy import of an optional framework goes through here, or through `missing_dependency`
+    where a library imports it on its own; either way the user sees exit 5 and the extra.
+    """
+    top = module.split(".")[0]
+    if top in TF_FAMILY and "tensorflow" not in sys.modules:
+        quiet_framework_logs()
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        top = module.split(".")[0]
-        extra = EXTRAS.get(top)
-        what = f" for {purpose}" if purpose else ""
-        hint = f'pip install "modelport[{extra}]"' if extra else f"pip install {top}"
-        raise MissingDependencyError(f"'{top}' is not installed{what}: {e}", hint=hint) from e
+        raise _missing(top, e, purpose) from e
+
+
+def _missing(top: str, error: ImportError, purpose: str | None) -> MissingDependencyError:
+    # the module that is really absent may be a dependency of the one asked for (onnxsim needs torch)
+    absent = (getattr(error, "name", None) or top).split(".")[0]
+    if absent not in EXTRAS:
+        absent = top
+    extra = EXTRAS.get(absent)
+    what = f" for {purpose}" if purpose else ""
+    needed_by = f" (needed by {top})" if absent != top else ""
+    hint = f'pip install "modelport[{extra}]"' if extra else f"pip install {absent}"
+    return MissingDependencyError(f"'{absent}' is not installed{needed_by}{what}: {error}", hint=hint)
+
+
+def missing_dependency(exc: BaseException | None) -> MissingDependencyError | None:
+    """The MissingDependencyError behind `exc`, when it (or an exception it was raised from)
+    is the import of an optional framework failing; else None.
+
+    Libraries import frameworks on their own and callers wrap what they raise, so the cause
+    chain is searched: a "truncated or not a model" error caused by a missing `safetensors`
+    is a missing dependency, not a bad file.
+    """
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, MissingDependencyError):
+            return exc
+        if isinstance(exc, ImportError):
+            name = (getattr(exc, "name", None) or "").split(".")[0]
+            if name in EXTRAS:
+                return _missing(name, exc, None)
+        exc = exc.__cause__  # only explicit `raise ... from`: a fallback's except block is no cause
+    return None
 
 
 def version_of(module: str) -> str | None:

@@ -17,6 +17,20 @@ DTYPES = {
     "int16": "int16", "int8": "int8", "uint8": "uint8", "bool": "bool",
 }
 _DIM = re.compile(r"^(\d+|[A-Za-z_][A-Za-z0-9_]*|\?|-1)$")
+# words that can only be meant as a dtype (a misspelt or unsupported one), never as a dim name
+_DTYPE_LIKE = re.compile(r"^(float|bfloat|double|half|long|bool|complex|string|fp|bf|int|uint|[ifu])\d+$|^(float|double|half|bool|bfloat)$",
+                         re.IGNORECASE)
+_SHAPE_TEXT = re.compile(r"[\[\(]?[\w?,\-]*[\]\)]?")
+
+
+def _looks_like_shape(text: str) -> bool:
+    # a lone '0' is TensorFlow's output index ('x:0'), never a shape (a dim of 0 is invalid)
+    return text != "0" and bool(_SHAPE_TEXT.fullmatch(text)) and (any(c.isdigit() for c in text) or "," in text)
+
+
+def unknown_dtype(text: str, word: str) -> BadInputError:
+    known = ", ".join(sorted(set(DTYPES.values())))
+    return BadInputError(f"bad input spec '{text}': unknown dtype '{word}'; known: {known}")
 
 
 def parse_shape(text: str) -> list[int | str]:
@@ -47,11 +61,10 @@ def parse_input_spec(text: str) -> TensorSpec:
     dtype = "float32"
     if len(pieces) > 1 and pieces[-1].lower() in DTYPES:
         dtype = DTYPES[pieces.pop().lower()]
+    elif len(pieces) > 1 and (_DTYPE_LIKE.match(pieces[-1]) or (len(pieces) > 2 and _looks_like_shape(pieces[-2]))):
+        raise unknown_dtype(text, pieces[-1])  # NAME:SHAPE:WORD, or NAME:float99
     shape: list[int | str] = []
-    # a lone '0' is TensorFlow's output index ('x:0'), never a shape (a dim of 0 is invalid)
-    if len(pieces) > 1 and pieces[-1] != "0" and re.fullmatch(r"[\[\(]?[\w?,\-]*[\]\)]?", pieces[-1]) and (
-        any(c.isdigit() for c in pieces[-1]) or "," in pieces[-1]
-    ):
+    if len(pieces) > 1 and _looks_like_shape(pieces[-1]):
         shape = parse_shape(pieces.pop())
     name = ":".join(pieces)
     if not name:

@@ -271,3 +271,16 @@ def test_reference_varies_keras_file(tmp_path):
     ir = parse(tmp_path / "m.keras", SourceSpec(path=tmp_path / "m.keras"))
     assert ir.provenance["reference_varies"] == {"dead": False, "y": True}
 
+
+def test_trace_error_keeps_its_reason(cli, tmp_path):
+    """A spec that fits the declared dims but not the model's computation: the trace's own reason, one line."""
+    import keras
+
+    x = keras.Input(shape=(None,), name="x")
+    y = keras.layers.Dense(3)(keras.layers.Reshape((2, 4))(x))
+    keras.Model(x, y).save(tmp_path / "reshape.keras")
+    r = cli("convert", tmp_path / "reshape.keras", "--input", "x:1,7", "-o", tmp_path / "out")
+    assert r.exit_code == 2, r
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot trace" in lines[0] and "in user code" not in lines[0], r.stderr
+    assert "reshape" in lines[0].lower() and "7" in lines[0], r.stderr

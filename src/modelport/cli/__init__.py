@@ -42,4 +42,7 @@ _register()
 
 
 def main() -> None:
+    from modelport.deps import quiet_framework_logs
+
+    quiet_framework_logs()  # before anything imports TensorFlow; children inherit the environment
     app()

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
+import time
 from collections.abc import Callable
 from contextlib import contextmanager
 
 import typer
 from rich.console import Console
 
-from modelport.errors import EXIT_UNEXPECTED, ModelportError
+from modelport.errors import EXIT_UNEXPECTED, BadInputError, ModelportError
 
 console = Console(stderr=True, highlight=False)
 
@@ -33,51 +36,192 @@ def run(fn: Callable[[], dict | None], *, json_out: bool, quiet: bool, render: C
         command: str = "modelport") -> None:
     """Run a command body; map errors to one stderr line plus the documented exit code.
 
-    With --json a failed run prints its report; one that failed before its report existed gets a
+    While the body runs, stdout carries nothing but the result: every write to it (Python or C
+    level, child processes included) goes to stderr, and the JSON document is written after. With
+    --json a failed run prints its report; one that failed before its report existed gets a
     `modelport.report/1` document for `command` all the same.
     """
-    try:
-        result = fn()
-    except ModelportError as e:
-        from rich.markup import escape
+    code, doc = 0, None
+    with _console_on_real_stderr(), _stdout_to_stderr():
+        try:
+            result = _call(fn)
+        except ModelportError as e:
+            from rich.markup import escape
 
-        console.print(f"[bold red]error:[/] {escape(e.message)}", soft_wrap=True)  # hints hold "[tf]"
-        if json_out:
-            emit_json(getattr(e, "report", None) or failed_report(command, e.exit_code, e.to_dict()))
-        raise typer.Exit(e.exit_code) from None
-    except KeyboardInterrupt:
-        console.print("[bold red]error:[/] interrupted")
-        raise typer.Exit(130) from None
-    except (typer.Exit, typer.Abort, SystemExit):
-        raise
-    except Exception as e:  # a bug: one line, the trace only with MODELPORT_DEBUG
-        import os
-
-        if os.environ.get("MODELPORT_DEBUG"):
+            console.print(f"[bold red]error:[/] {escape(e.message)}", soft_wrap=True)  # hints hold "[tf]"
+            code = e.exit_code
+            doc = getattr(e, "report", None) or failed_report(command, e.exit_code, e.to_dict())
+        except KeyboardInterrupt:
+            console.print("[bold red]error:[/] interrupted")
+            code = 130
+        except (typer.Exit, typer.Abort, SystemExit):
             raise
-        console.print(f"[bold red]internal error:[/] {type(e).__name__}: {e} (set MODELPORT_DEBUG=1 for the traceback)", soft_wrap=True)
-        if json_out:
-            emit_json(failed_report(command, EXIT_UNEXPECTED, {"type": type(e).__name__, "exit_code": EXIT_UNEXPECTED, "message": str(e), "path": None}))
-        raise typer.Exit(EXIT_UNEXPECTED) from None
-    if isinstance(result, dict):
-        from rich.markup import escape
+        except Exception as e:  # a bug: one line, the trace only with MODELPORT_DEBUG
+            if os.environ.get("MODELPORT_DEBUG"):
+                raise
+            console.print(f"[bold red]internal error:[/] {type(e).__name__}: {e} (set MODELPORT_DEBUG=1 for the traceback)", soft_wrap=True)
+            code = EXIT_UNEXPECTED
+            doc = failed_report(command, EXIT_UNEXPECTED, {"type": type(e).__name__, "exit_code": EXIT_UNEXPECTED,
+                                                           "message": str(e), "path": None})
+        else:
+            doc = result if result is not None else {}
+            if isinstance(result, dict):
+                from rich.markup import escape
 
-        for text in result.get("warnings") or []:  # also with --quiet/--json: stderr, one line each
-            console.print(f"[bold yellow]warning:[/] {escape(text)}", soft_wrap=True)
-    if json_out:
-        emit_json(result if result is not None else {})
-    elif render and not quiet and result is not None:
-        render(result)
+                for text in result.get("warnings") or []:  # also with --quiet/--json: stderr, one line each
+                    console.print(f"[bold yellow]warning:[/] {escape(text)}", soft_wrap=True)
+            if not json_out and render and not quiet and result is not None:
+                render(result)
+    if json_out and doc is not None:
+        emit_json(doc)
+    if code:
+        raise typer.Exit(code)
+
+
+def _call(fn: Callable[[], dict | None]) -> dict | None:
+    """`fn()`, with a failed import of an optional framework turned into exit 5 (see deps)."""
+    try:
+        return fn()
+    except Exception as e:
+        from modelport.deps import missing_dependency
+
+        missing = missing_dependency(e)
+        if missing is None or missing is e:
+            raise
+        missing.report = getattr(e, "report", None)
+        if missing.report:
+            missing.report.update(exit_code=missing.exit_code, error=missing.to_dict())
+        raise missing from e
+
+
+def _fd(stream) -> int | None:
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return None  # an in-process runner's buffer
+
+
+@contextmanager
+def _stdout_to_stderr():
+    """Point stdout (the Python object, and file descriptor 1 when it is the process's) at stderr."""
+    for s in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            s.flush()
+    saved = None
+    if _fd(sys.stdout) == 1 and _fd(sys.stderr) == 2:
+        with contextlib.suppress(OSError):
+            saved = os.dup(1)
+            os.dup2(2, 1)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        for s in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                s.flush()
+        if saved is not None:
+            os.dup2(saved, 1)
+            os.close(saved)
+
+
+@contextmanager
+def _console_on_real_stderr():
+    """Bind the console to a copy of the process's stderr for the command's duration.
+
+    Converters point descriptor 2 (and sys.stderr) at a log file while they run; the progress
+    display and the error line must still reach the terminal.
+    """
+    if _fd(sys.stderr) != 2:
+        yield
+        return
+    try:
+        sys.stderr.flush()
+        stream = os.fdopen(os.dup(2), "w", buffering=1, encoding=getattr(sys.stderr, "encoding", None) or "utf-8",
+                           errors="replace")
+    except OSError:
+        yield
+        return
+    console.file = stream
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            stream.flush()
+        console.file = None
+        stream.close()
+
+
+class _StageLine:
+    """The live line: the running stage, the tool working inside it, and the stage's elapsed time."""
+
+    def __init__(self):
+        self.stage, self.detail, self.started = "starting", None, time.monotonic()
+
+    def __rich__(self):
+        from rich.markup import escape
+        from rich.text import Text
+
+        detail = f" ({escape(self.detail)})" if self.detail else ""
+        return Text.from_markup(f"[bold]{escape(self.stage)}[/]{detail} {time.monotonic() - self.started:.1f}s")
 
 
 @contextmanager
 def stage_status(quiet: bool):
-    """A spinner naming the current stage, on stderr and only on a terminal."""
+    """A live line naming the current stage and its elapsed time, on stderr and only on a terminal.
+
+    Yields the `on_stage(name)` callback for the pipeline (None when nothing is shown).
+    """
     if quiet or not console.is_terminal:
         yield None
         return
-    with console.status("starting") as status:
-        yield lambda name: status.update(f"[bold]{name}[/]")
+    from rich.live import Live
+    from rich.spinner import Spinner
+
+    from modelport import progress
+
+    line = _StageLine()
+    with Live(Spinner("dots", text=line, style="status.spinner"), console=console, transient=True,
+              refresh_per_second=12.5, redirect_stdout=False, redirect_stderr=False) as live:
+        def on_stage(name: str) -> None:
+            line.stage, line.detail, line.started = name, None, time.monotonic()
+            live.refresh()  # drawn at once: a short stage is still shown
+
+        def on_activity(detail: str | None) -> None:
+            line.detail = detail
+            live.refresh()
+
+        with progress.listening(on_activity):
+            yield on_stage
+
+
+PRECISIONS = ("fp32", "fp16", "int8")
+EMIT_PRECISIONS = (*PRECISIONS, "best")  # best: TensorRT picks per layer (other targets refuse it)
+
+
+def choice(value: str | None, known, what: str) -> str | None:
+    """`value` (lower-cased, aliases resolved) when it is one of `known`, else exit 2 listing them.
+
+    `known` is a Registry (its aliases count) or a collection of names. Every choice option of
+    every command goes through here before any work, whether or not the run would reach it.
+    """
+    if value is None:
+        return None
+    key = value.strip().lower()
+    if hasattr(known, "canonical"):
+        key = known.aliases.get(key, key)
+    names = list(known)
+    if key not in names:
+        raise BadInputError(f"unknown {what} '{value}'; known: {', '.join(names)}")
+    return key
+
+
+def split_list(values: str | list[str] | None) -> list[str]:
+    """A list option's values, in order: repeated flags accumulate and each may be comma-separated
+    (`--to onnx --to ort` is `--to onnx,ort`)."""
+    if values is None:
+        return []
+    items = [values] if isinstance(values, str) else list(values)
+    return [v.strip() for item in items for v in item.split(",") if v.strip()]
 
 
 def fmt_num(v, digits: int = 3) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from modelport.cli._common import run, stage_status
+from modelport.cli._common import EMIT_PRECISIONS, choice, run, split_list, stage_status
 from modelport.emitters import EMITTERS
 from modelport.errors import BadInputError
 
@@ -29,7 +29,7 @@ def register(app: typer.Typer) -> None:
     @app.command("convert")
     def convert_cmd(
         source: str | None = typer.Argument(None, help="Model file or folder, or zoo:NAME."),
-        to: str | None = typer.Option(None, "--to", "-df", "--dstFramework", help=f"Target(s), comma-separated: {', '.join(EMITTERS)} (default onnx)."),
+        to: list[str] = typer.Option([], "--to", "-df", "--dstFramework", help=f"Target(s), comma-separated or repeated: {', '.join(EMITTERS)} (default onnx)."),
         output: str | None = typer.Option(None, "-o", "--output-dir", "-om", "--outputModel", help="Output folder."),
         framework: str | None = typer.Option(None, "--from", "-sf", "--srcFramework", help="Source framework (else sniffed from the file)."),
         network: str | None = typer.Option(None, "-in", "--inputNetwork", help="MMdnn: the network file (or architecture)."),
@@ -51,9 +51,9 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed", help="Seed of the sample inputs."),
         trust: bool = typer.Option(False, "--trust", help="Allow loading that runs code from the model file."),
         signature: str | None = typer.Option(None, "--signature", help="SavedModel/TFLite signature to convert (default serving_default)."),
-        input_names: str | None = typer.Option(None, "--input-names", help="New names for the model's inputs, in order, comma-separated (TF sources)."),
+        input_names: list[str] = typer.Option([], "--input-names", help="New names for the model's inputs, in order, comma-separated (TF sources)."),
         optimize: str | None = typer.Option(None, "--optimize", "-O", help="Optimisation level: none, basic, extended, all or auto."),
-        precision: str = typer.Option("fp32", "--precision", help="fp32, fp16 or int8."),
+        precision: str = typer.Option("fp32", "--precision", help="fp32, fp16, int8 (TensorRT also best)."),
         calibration: str | None = typer.Option(None, "--calibration", help="INT8 calibration data: .npz of named inputs or a folder of images."),
         accuracy_budget: str | None = typer.Option(None, "--accuracy-budget", help="e.g. cosine>=0.999 or max_abs<=0.01 (precision passes and auto)."),
         strict: bool = typer.Option(False, "--strict", help="An optimisation pass that breaks parity, or a source output that ignores its input, fails the run (exit 4)."),
@@ -63,7 +63,7 @@ def register(app: typer.Typer) -> None:
         tflite_io_dtype: str = typer.Option("float32", "--tflite-io-dtype", help="Full-integer TFLite (--precision int8 --calibration) I/O type: float32, int8 or uint8."),
         trt_shapes: list[str] = typer.Option([], "--trt-shapes", help="TensorRT profile NAME:MIN:OPT:MAX, e.g. x:1x3x224x224:8x3x224x224:32x3x224x224 (repeatable)."),
         workspace: int | None = typer.Option(None, "--workspace", help="TensorRT builder workspace limit in MiB (default 4096)."),
-        package: str | None = typer.Option(None, "--package", help="Also package for serving systems, e.g. triton,torchserve (OUT/packages/<system>/)."),
+        package: list[str] = typer.Option([], "--package", help="Also package for serving systems, e.g. triton,torchserve (OUT/packages/<system>/)."),
         force: bool = typer.Option(False, "--force", help="Replace an existing output folder."),
         json_out: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="No tables or progress."),
@@ -82,8 +82,14 @@ def register(app: typer.Typer) -> None:
                 [parse_input_spec(t) for t in inputs], input_shapes=input_shape, layouts=layout,
                 means=mean, stds=std, scales=scale, channel_order=channel_order,
             )
-            targets = [t.strip().lower() for t in (to or "onnx").split(",") if t.strip()]
-            out_names = [n.strip() for o in outputs for n in o.split(",") if n.strip()] or None
+            from modelport.optimize import LEVELS
+            from modelport.parsers import PARSERS
+
+            targets = [choice(t, EMITTERS, "target") for t in split_list(to)] or ["onnx"]
+            out_names = split_list(outputs) or None
+            choice(framework, PARSERS, "source framework")
+            choice(optimize, [*LEVELS, "auto"], "optimisation level")
+            choice(precision, EMIT_PRECISIONS, "precision")
             tols, per_output = parse_tolerance_flags(atol=atol, rtol=rtol, min_cosine=min_cosine)
             options = ConvertOptions(
                 targets=targets, framework=framework, inputs=specs, output_names=out_names, arch=arch_,
@@ -95,9 +101,11 @@ def register(app: typer.Typer) -> None:
             if signature:
                 options.source_options["signature"] = signature
             if package:
-                options.packages = [p.strip() for p in package.split(",") if p.strip()]
+                from modelport.serving import PACKAGERS
+
+                options.packages = [choice(p, PACKAGERS, "serving system") for p in split_list(package)]
             if input_names:
-                options.source_options["input_names"] = [n.strip() for n in input_names.split(",") if n.strip()]
+                options.source_options["input_names"] = split_list(input_names)
             from modelport.cli.emit import emit_options
 
             options.emit_options.update(emit_options(plan_only=plan_only, tflite_layout=tflite_layout,

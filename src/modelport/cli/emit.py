@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from modelport.cli._common import run, stage_status
+from modelport.cli._common import EMIT_PRECISIONS, choice, run, split_list, stage_status
 from modelport.emitters import EMITTERS
 from modelport.errors import BadInputError
 
@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
     @app.command("emit")
     def emit_cmd(
         model: str = typer.Argument(..., help="ONNX model file."),
-        to: str = typer.Option(..., "--to", help=f"Target(s), comma-separated: {', '.join(EMITTERS)}."),
+        to: list[str] = typer.Option(..., "--to", help=f"Target(s), comma-separated or repeated: {', '.join(EMITTERS)}."),
         output: str | None = typer.Option(None, "-o", "--output-dir", help="Output folder."),
         inputs: list[str] = typer.Option([], "--input", "-i", help="NAME:SHAPE[:DTYPE] to override the model's input spec."),
         dim: list[str] = typer.Option([], "--dim", help="Size of a symbolic dim in sample data, e.g. batch=4."),
@@ -76,7 +76,8 @@ def register(app: typer.Typer) -> None:
 
             if not output:
                 raise BadInputError("no output folder", hint="pass -o OUT_DIR")
-            targets = [t.strip().lower() for t in to.split(",") if t.strip()]
+            targets = [choice(t, EMITTERS, "target") for t in split_list(to)]
+            choice(precision, EMIT_PRECISIONS, "precision")
             tols, per_output = parse_tolerance_flags(atol=atol, rtol=rtol, min_cosine=min_cosine)
             options = ConvertOptions(
                 targets=targets, framework="onnx", inputs=[parse_input_spec(t) for t in inputs],

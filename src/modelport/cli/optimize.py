@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from modelport.cli._common import console, fmt_num, run, stage_status
+from modelport.cli._common import PRECISIONS, choice, console, fmt_num, run, split_list, stage_status
 from modelport.errors import BadInputError
 
 
@@ -65,7 +65,7 @@ def register(app: typer.Typer) -> None:
         model: str = typer.Argument(..., help="Model file (ONNX or any source `convert` reads) or zoo:NAME."),
         output: str | None = typer.Option(None, "-o", "--output-dir", help="Output folder (model.onnx + report.json)."),
         level: str = typer.Option("extended", "--level", "--optimize", "-O", help="none, basic, extended, all or auto."),
-        passes: str | None = typer.Option(None, "--passes", help="Comma-separated passes instead of a level, e.g. fold,dce,fuse,simplify."),
+        passes: list[str] = typer.Option([], "--passes", help="Passes instead of a level, comma-separated or repeated, e.g. fold,dce,fuse,simplify."),
         precision: str = typer.Option("fp32", "--precision", help="fp32, fp16 or int8."),
         int8_mode: str | None = typer.Option(None, "--int8-mode", help="dynamic or static (default: static with --calibration)."),
         calibration: str | None = typer.Option(None, "--calibration", help="Calibration data: .npz of named inputs or a folder of images."),
@@ -94,18 +94,24 @@ def register(app: typer.Typer) -> None:
         def body():
             from modelport.convert import ConvertOptions, convert
             from modelport.convert.parity import parse_tolerance_flags
-            from modelport.optimize import parse_pass_list
+            from modelport.optimize import LEVELS, parse_pass_list
+            from modelport.optimize.quantize import CALIBRATION_METHODS
             from modelport.specs import apply_options, parse_dims, parse_input_spec
 
             if not output:
                 raise BadInputError("no output folder", hint="pass -o OUT_DIR")
             tols, per_output = parse_tolerance_flags(atol=atol, rtol=rtol, min_cosine=min_cosine)
+            pass_names = split_list(passes)
+            choice(level, [*LEVELS, "auto"], "optimisation level")
+            choice(int8_mode, ("dynamic", "static"), "INT8 mode")
+            choice(calibration_method, CALIBRATION_METHODS, "calibration method")
+            choice(precision, PRECISIONS, "precision")
             options = ConvertOptions(
                 targets=["onnx"], **tols, output_tolerances=per_output, allow_precision_fallback=allow_fallback,
                 inputs=apply_options([parse_input_spec(t) for t in inputs], layouts=layout, means=mean, stds=std,
                                      scales=scale, channel_order=channel_order),
                 sample_dims=parse_dims(dim), force=force,
-                optimize=None if passes else level, passes=parse_pass_list(passes) if passes else None,
+                optimize=None if pass_names else level, passes=parse_pass_list(",".join(pass_names)) if pass_names else None,
                 precision=precision.lower(), int8_mode=int8_mode, calibration=calibration,
                 calibration_method=calibration_method.lower(), per_channel=per_channel,
                 keep_io_types=keep_io_types, accuracy_budget=budget, strict=strict, command="optimize",

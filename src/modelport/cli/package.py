@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from modelport.cli._common import console, run
+from modelport.cli._common import choice, console, run, split_list, stage_status
 from modelport.serving import PACKAGERS
 
 
@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
     @app.command("package")
     def package_cmd(
         source: str = typer.Argument(..., help="A 'modelport convert' output folder, an .onnx file, or a SavedModel folder."),
-        systems: str = typer.Option(..., "--for", help=f"Serving system(s), comma-separated: {', '.join(PACKAGERS)}."),
+        systems: list[str] = typer.Option(..., "--for", help=f"Serving system(s), comma-separated or repeated: {', '.join(PACKAGERS)}."),
         output: str = typer.Option(..., "-o", "--output-dir", help="Bundle folder (one sub-folder per system when several)."),
         name: str | None = typer.Option(None, "--name", help="Model name in the server (default: the source's name)."),
         version: int | None = typer.Option(None, "--version", help="Model version (default 1, or the next with --add-version)."),
@@ -69,8 +69,21 @@ def register(app: typer.Typer) -> None:
         """Package converted artifacts as bundles a model server loads as they are."""
 
         def body():
-            from modelport.serving import PackageOptions
+            import re
+
+            from modelport.errors import BadInputError
+            from modelport.serving import SERVERS, PackageOptions
             from modelport.serving.packaging import package
+            from modelport.serving.torchserve import RUNTIMES
+            from modelport.serving.triton import BACKENDS
+
+            names = [choice(s, PACKAGERS, "serving system") for s in split_list(systems)]
+            choice(backend, BACKENDS, "Triton backend")
+            choice(runtime, RUNTIMES, "TorchServe runtime")
+            choice(device, ("cpu", "gpu"), "device")
+            choice(server, SERVERS, "server")
+            if not re.fullmatch(r"none|softmax|topk=[1-9]\d*", postprocess.strip().lower()):
+                raise BadInputError(f"unknown postprocess '{postprocess}'; known: none, softmax, topk=K")
 
             options = PackageOptions(
                 model_name=name, version=version, add_version=add_version, force=force, backend=backend, runtime=runtime, trust=trust,
@@ -80,6 +93,7 @@ def register(app: typer.Typer) -> None:
                 min_replicas=min_replicas, max_replicas=max_replicas, cpu=cpu, memory=memory, gpus=gpus, namespace=namespace,
                 storage_uri=storage_uri,
             )
-            return package(source, output, systems, options)
+            with stage_status(quiet or json_out) as on_stage:
+                return package(source, output, names, options, on_stage=on_stage)
 
         run(body, command="package", json_out=json_out, quiet=quiet, render=render_package)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from modelport.cli._common import console, run
+from modelport.cli._common import choice, console, run, stage_status
 
 
 def render_validate(report: dict) -> None:
@@ -46,10 +46,11 @@ def register(app: typer.Typer) -> None:
             from modelport.convert.parity import DEFAULT_TOLERANCES, parse_tolerance_flags
             from modelport.specs import parse_dims
 
-            base = DEFAULT_TOLERANCES.get(precision.lower(), DEFAULT_TOLERANCES["fp32"])
+            base = DEFAULT_TOLERANCES[choice(precision, DEFAULT_TOLERANCES, "precision")]
             tols, per_output = parse_tolerance_flags(atol=atol, rtol=rtol, min_cosine=min_cosine)
             tol = replace(base, **tols, overrides=per_output)
-            return validate_models(a, b, inputs=inputs, dims=parse_dims(dim), seed=seed, tolerance=tol, localize=localize,
-                                   by_position=by_position)
+            with stage_status(quiet or json_out) as on_stage:
+                return validate_models(a, b, inputs=inputs, dims=parse_dims(dim), seed=seed, tolerance=tol, localize=localize,
+                                       by_position=by_position, on_stage=on_stage)
 
         run(body, command="validate", json_out=json_out, quiet=quiet, render=render_validate)

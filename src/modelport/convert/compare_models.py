@@ -159,10 +159,14 @@ def load_inputs(path: str | Path, specs: list[TensorSpec]) -> dict[str, np.ndarr
 
 def validate_models(a: str | Path, b: str | Path, *, inputs: str | None = None, dims: dict[str, int] | None = None,
                     seed: int = 0, tolerance: Tolerance | None = None, precision: str = "fp32",
-                    localize: bool = False, by_position: bool = False) -> dict:
+                    localize: bool = False, by_position: bool = False, on_stage=None) -> dict:
     """Compare B against A on the same inputs; returns the report, raises ValidationError on a mismatch."""
     from modelport.file_checks import check_model_file
     from modelport.samples import make_inputs
+
+    def stage(name: str) -> None:
+        if on_stage:
+            on_stage(name)
 
     pa, pb = check_model_file(a), check_model_file(b)
     ka, kb = kind_of(pa), kind_of(pb)
@@ -176,7 +180,9 @@ def validate_models(a: str | Path, b: str | Path, *, inputs: str | None = None, 
     specs = input_specs(pa, ka, da)
     feeds = load_inputs(inputs, specs) if inputs else make_inputs(specs, dims or {}, seed=seed)
     tol = tolerance or DEFAULT_TOLERANCES.get(precision, DEFAULT_TOLERANCES["fp32"])
+    stage(f"run:{pa.name} ({ka})")
     out_a = _runner(pa, ka, feeds, da).run(feeds)
+    stage(f"run:{pb.name} ({kb})")
     out_b = _align_outputs(out_a, _runner(pb, kb, feeds, db).run(feeds))
     if not by_position:
         from modelport.convert.parity import check_override_names
@@ -194,6 +200,7 @@ def validate_models(a: str | Path, b: str | Path, *, inputs: str | None = None, 
     report.update(source={"path": str(pa), "framework": ka, "format": ka}, a=side_a, b=side_b,
                   inputs={k: list(v.shape) for k, v in feeds.items()}, parity=[parity.to_dict()])
     if localize:
+        stage("localize")
         report["localize"] = localize_divergence(pa, ka, pb, kb, feeds) if not parity.ok else {"node": None, "note": "outputs match"}
     if not parity.ok:
         named = not by_position and any(o.name == "*" for o in parity.outputs)

@@ -244,9 +244,16 @@ def run_stage(report: Report, name: str, *, on_stage: StageCallback | None = Non
     with report.stage(name, **details) as entry:
         try:
             yield entry
-        except (ModelportError, MemoryError):
+        except MemoryError:
             raise
         except Exception as e:
+            from modelport.deps import missing_dependency
+
+            missing = missing_dependency(e)
+            if missing is not None and missing is not e:
+                raise missing from e
+            if isinstance(e, ModelportError):
+                raise
             raise StageError(name, before, e) from e
 
 

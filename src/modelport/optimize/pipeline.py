@@ -95,6 +95,11 @@ def run_passes(ir: IRModel, passes: list[Pass], *, tolerance: Callable[[str], To
         except ValidationError:
             raise
         except Exception as e:
+            from modelport.deps import missing_dependency
+
+            missing = missing_dependency(e)
+            if missing is not None:  # a pass that cannot run is not a pass that broke parity
+                raise missing from e
             reason = e.message if isinstance(e, ModelportError) else f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             row.status, row.reason = "rolled_back", f"error: {reason}"
             row.nodes_after, row.size_after = nb, sb

@@ -26,8 +26,11 @@ class OnnxSimPass(Pass):
         m = onnx.ModelProto()
         m.CopyFrom(ir.model)
         drop_value_info(m)
+        from modelport.progress import doing
+
         try:
-            out, ok = onnxsim.simplify(m)
+            with doing("onnxsim"):
+                out, ok = onnxsim.simplify(m)
         except Exception as e:  # onnxsim raises bare RuntimeErrors from its C++ core
             return PassResult(ir, False, {"skipped": f"onnxsim failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}"})
         if not ok:

@@ -6,10 +6,13 @@ from modelport.errors import BadInputError
 from modelport.ir import TensorSpec, guess_layout
 
 
-def merge_specs(graph_specs: list[TensorSpec], user_specs: list[TensorSpec], *, what: str = "input") -> list[TensorSpec]:
+def merge_specs(graph_specs: list[TensorSpec], user_specs: list[TensorSpec], *, what: str = "input",
+                fixed: bool = False) -> list[TensorSpec]:
     """The graph's specs, with the user's name-matched overrides (shape, dtype, layout, preprocess).
 
-    An unknown name is an error listing the names the model has.
+    An unknown name is an error listing the names the model has. With `fixed` (the graph's dims
+    and dtypes bind, as in an ONNX or TensorFlow graph), a spec that contradicts a fixed dim or
+    the dtype is an error naming that dim, before any runtime is handed data it would reject.
     """
     from modelport.specs import positional_index
 
@@ -26,8 +29,12 @@ def merge_specs(graph_specs: list[TensorSpec], user_specs: list[TensorSpec], *, 
         if u.shape:
             if len(u.shape) != len(g.shape) and g.shape:
                 raise BadInputError(f"{what} '{u.name}' has rank {len(g.shape)} {g.shape}, the spec gives {u.shape}")
+            if fixed:
+                check_fixed_dims(g, u.shape, what)
             g.shape = list(u.shape)
         if u.dtype and u.dtype != "float32":
+            if fixed and g.dtype and u.dtype != g.dtype:
+                raise BadInputError(f"{what} '{u.name}' is {g.dtype} in the model, the spec gives {u.dtype}")
             g.dtype = u.dtype
         g.layout = u.layout or g.layout
         g.preprocess = u.preprocess or g.preprocess
@@ -36,3 +43,12 @@ def merge_specs(graph_specs: list[TensorSpec], user_specs: list[TensorSpec], *, 
         if g.layout is None:
             g.layout = guess_layout(g.shape)
     return graph_specs
+
+
+def check_fixed_dims(graph: TensorSpec, shape: list, what: str = "input") -> None:
+    """A user shape may size the graph's dynamic dims, not change its fixed ones."""
+    for i, (g, u) in enumerate(zip(graph.shape, shape, strict=False)):
+        if isinstance(g, int) and g != u:
+            given = f"{u}" if isinstance(u, int) else f"'{u}' (a dynamic dim)"
+            raise BadInputError(f"{what} '{graph.name}' dim {i} is fixed at {g} in the model {graph.shape}, "
+                                f"the spec gives {given}")

@@ -82,7 +82,7 @@ def parse(source, spec) -> IRModel:
         _restore(inputs, stored.get("inputs", []))
         _restore(outputs, stored.get("outputs", []))
         spec.sample_dims = {**stored.get("sample_dims", {}), **spec.sample_dims}
-    inputs = merge_specs(inputs, spec.inputs)
+    inputs = merge_specs(inputs, spec.inputs, fixed=True)
     if spec.output_names:
         if len(spec.output_names) != len(outputs):
             raise BadInputError(f"--output names {spec.output_names} do not match the model's {len(outputs)} outputs", path=path)

@@ -23,7 +23,8 @@ import struct
 import zipfile
 from pathlib import Path
 
-from modelport.errors import BadInputError, UnsafeInputError
+from modelport.deps import require
+from modelport.errors import BadInputError, ModelportError, UnsafeInputError
 from modelport.file_checks import check_model_file
 from modelport.ir import IRModel, Reference, TensorSpec, guess_layout, specs_from_onnx
 
@@ -32,6 +33,10 @@ DESCRIPTION = "PyTorch: .pt2 ExportedProgram, TorchScript, pickled nn.Module, st
 SUFFIXES = {".pt", ".pth", ".pt2", ".bin", ".ckpt", ".safetensors", ".torchscript", ".jit"}
 MIN_TORCH = (2, 6)  # weights_only=True is unsafe before 2.6 (CVE-2025-32434)
 SAFETENSORS_MAX_HEADER = 100 * 1024 * 1024
+
+
+def _torch():
+    return require("torch", purpose="PyTorch sources")
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +74,7 @@ def file_format(path: Path) -> str:
 
 
 def _check_torch_version():
-    import torch
+    torch = _torch()
 
     major, minor = (int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
     if (major, minor) < MIN_TORCH:
@@ -102,13 +107,12 @@ def check_safetensors_header(path: Path) -> dict:
 
 
 def load_state_dict(path: Path) -> dict:
-    import torch
+    torch = _torch()
 
     fmt = file_format(path)
     if fmt == "safetensors":
         check_safetensors_header(path)
-        from safetensors.torch import load_file
-
+        load_file = require("safetensors.torch", purpose="safetensors state dicts").load_file
         try:
             return load_file(str(path))
         except Exception as e:
@@ -121,7 +125,7 @@ def load_state_dict(path: Path) -> dict:
 
 
 def unwrap_state_dict(obj, path: Path) -> dict:
-    import torch
+    torch = _torch()
 
     if isinstance(obj, dict):
         for key in ("state_dict", "model_state_dict", "model"):
@@ -159,7 +163,7 @@ def build_arch(arch: str, *, trust: bool):
 
 def load_module(source, spec):
     """The nn.Module (in eval mode) a source names, and how it was loaded."""
-    import torch
+    torch = _torch()
 
     if isinstance(source, torch.nn.Module):
         return source.eval(), "nn.Module"
@@ -193,7 +197,7 @@ def load_module(source, spec):
         raise BadInputError("a state dict needs an architecture", path=path, hint="pass --arch zoo:NAME or --arch package.module:Class")
     try:
         state = load_state_dict(path)
-    except (BadInputError, UnsafeInputError):
+    except ModelportError:
         raise
     except Exception as e:
         raise BadInputError(f"truncated or not a PyTorch file: {_first_line(e)}", path=path) from None
@@ -219,7 +223,7 @@ def zoo_specs(source, spec) -> list[TensorSpec]:
 
 def output_names_of(out, prefix: str = "") -> list[str]:
     """Names for a module's flattened outputs: dict/ModelOutput keys, else output_<i>."""
-    import torch
+    torch = _torch()
 
     if isinstance(out, torch.Tensor):
         return [prefix or "output"]
@@ -238,12 +242,15 @@ def output_names_of(out, prefix: str = "") -> list[str]:
 
 
 def _export(module, args, input_names, output_names, specs, opset, dynamo: bool):
-    import torch
+    torch = _torch()
 
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
     logging.getLogger("torch.export").setLevel(logging.ERROR)
+    from modelport.progress import doing
+
     captured = io.StringIO()
-    with contextlib.redirect_stdout(captured), contextlib.redirect_stderr(io.StringIO()):
+    with doing(f"torch.onnx.export, {'dynamo' if dynamo else 'TorchScript'}"), contextlib.redirect_stdout(captured), \
+            contextlib.redirect_stderr(io.StringIO()):
         if dynamo:
             dims: dict[str, object] = {}
             shapes = []
@@ -277,7 +284,7 @@ def _dim_ident(name: str) -> str:
 
 def parse(source, spec) -> IRModel:
     import numpy as np
-    import torch
+    torch = _torch()
 
     from modelport.parsers.onnx import convert_opset, infer_and_check
     from modelport.runtimes.torch import TorchRunner, flatten_outputs
@@ -367,7 +374,7 @@ def _input_specs(source, spec) -> list[TensorSpec]:
 
 def inspect(path: Path) -> dict:
     """Format, tensors and parameter count of a PyTorch file, loading nothing that runs code."""
-    import torch
+    torch = _torch()
 
     path = check_model_file(path, kind="PyTorch model")
     fmt = file_format(path)

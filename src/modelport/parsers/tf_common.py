@@ -30,7 +30,11 @@ LAYOUT_BY_RANK = {4: "NHWC", 5: "NDHWC", 2: "NC"}
 
 
 def first_line(e: BaseException) -> str:
+    """The reason in an exception's text; for a tf.function trace ("in user code: … File … Error: reason")
+    the last line, where the reason is, not the heading."""
     lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].startswith("in user code"):
+        return lines[-1][:300]
     return lines[0][:300] if lines else type(e).__name__
 
 
@@ -167,8 +171,10 @@ def graphdef_to_onnx(graph_def, in_names: list[str], out_names: list[str], renam
     """tf2onnx on a frozen GraphDef; ops tf2onnx cannot convert are listed in one error."""
     import_tf()
     tf2onnx = import_tf2onnx()
+    from modelport.progress import doing
+
     try:
-        with stdout_to_stderr():
+        with stdout_to_stderr(), doing("tf2onnx"):
             model, _ = tf2onnx.convert.from_graph_def(
                 graph_def, input_names=in_names, output_names=out_names, opset=opset, tensors_to_rename=renames,
                 custom_op_handlers=extra_handlers(),
@@ -292,7 +298,7 @@ def merge_inputs(graph_specs: list[TensorSpec], spec, path=None) -> list[TensorS
             u.name = renamed[u.name]
         elif u.name not in {s.name for s in graph_specs} and plain_name(u.name) in renamed:
             u.name = renamed[plain_name(u.name)]
-    return merge_specs(graph_specs, spec.inputs)
+    return merge_specs(graph_specs, spec.inputs, fixed=True)
 
 
 def rename_outputs(names: list[str], spec, path=None) -> list[str]:

@@ -53,7 +53,11 @@ def signal_name(returncode: int) -> str:
 
 def run_isolated(code: str, args: list[str], *, path, timeout: float = RUN_TIMEOUT_S, what: str = "the model loader"):
     """Run `python -c code args` in a child; a signal death or timeout becomes BadInputError."""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "3")}
+    from modelport.deps import QUIET_ENV
+
+    env = dict(os.environ)
+    if not env.get("MODELPORT_DEBUG"):
+        env.update({k: v for k, v in QUIET_ENV.items() if not env.get(k)})
     try:
         proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
                               timeout=timeout, env=env, stdin=subprocess.DEVNULL)
@@ -128,11 +132,16 @@ def child_main(workdir: str) -> int:
         response = fn(work, req["args"])
         (work / "response.json").write_text(json.dumps(response if response is not None else {}, default=str))
         return 0
-    except ModelportError as e:
-        record = {"type": type(e).__name__, "exit_code": e.exit_code, "reason": e.reason, "hint": e.hint, "path": e.path}
     except Exception as e:
-        text = (str(e).strip().splitlines() or [""])[0][:300]
-        record = {"type": "unexpected", "reason": f"{type(e).__name__}: {text}" if text else type(e).__name__}
+        from modelport.deps import missing_dependency
+
+        err = missing_dependency(e) or e
+        if isinstance(err, ModelportError):
+            record = {"type": type(err).__name__, "exit_code": err.exit_code, "reason": err.reason, "hint": err.hint,
+                      "path": err.path}
+        else:
+            text = (str(e).strip().splitlines() or [""])[0][:300]
+            record = {"type": "unexpected", "reason": f"{type(e).__name__}: {text}" if text else type(e).__name__}
     (work / "error.json").write_text(json.dumps(record))
     return 2
 

@@ -40,10 +40,12 @@ def _carry_over(src: Path, dst: Path) -> None:
 
 
 def write_bundles(artifacts: Artifacts, dest: Path, systems: list[str], options: PackageOptions, *,
-                  subfolders: bool, report: Report | None = None) -> list[Bundle]:
+                  subfolders: bool, report: Report | None = None, on_stage=None) -> list[Bundle]:
     """Run each system's packager into `dest` (or `dest/<system>/`); returns the bundles."""
     bundles = []
     for system in systems:
+        if on_stage:
+            on_stage(f"package:{system}")
         folder = dest / system if subfolders else dest
         folder.mkdir(parents=True, exist_ok=True)
         packager = get_packager(system)
@@ -54,9 +56,16 @@ def write_bundles(artifacts: Artifacts, dest: Path, systems: list[str], options:
         with report.stage(f"package:{system}") as entry:
             try:
                 bundle = packager.package(artifacts, folder, options)
-            except (ModelportError, MemoryError):
+            except MemoryError:
                 raise
             except Exception as e:
+                from modelport.deps import missing_dependency
+
+                missing = missing_dependency(e)
+                if missing is not None and missing is not e:
+                    raise missing from e
+                if isinstance(e, ModelportError):
+                    raise
                 raise StageError(f"package:{system}", before, e) from e
             entry.update(files=len(bundle.files), model_name=bundle.details.get("model_name"))
         bundles.append(bundle)
@@ -64,7 +73,7 @@ def write_bundles(artifacts: Artifacts, dest: Path, systems: list[str], options:
 
 
 def package(source, output_dir: str | Path, systems: str | list[str], options: PackageOptions | None = None,
-            **kwargs) -> dict:
+            *, on_stage=None, **kwargs) -> dict:
     """Package `source` (a convert output folder or an .onnx file) for `systems`; returns the report."""
     from modelport.staging import staged_dir
 
@@ -73,6 +82,8 @@ def package(source, output_dir: str | Path, systems: str | list[str], options: P
     try:
         names = parse_systems(systems)
         out = Path(output_dir)
+        if on_stage:
+            on_stage("load")
         with report.stage("load") as entry:
             artifacts = load_artifacts(source)
             entry.update(artifacts=sorted(artifacts.files))
@@ -86,7 +97,8 @@ def package(source, output_dir: str | Path, systems: str | list[str], options: P
         with staged_dir(out, [artifacts.source], force=options.force or adding) as stage:
             if adding:
                 _carry_over(out, stage)
-            bundles = write_bundles(artifacts, stage, names, options, subfolders=len(names) > 1, report=report)
+            bundles = write_bundles(artifacts, stage, names, options, subfolders=len(names) > 1, report=report,
+                                    on_stage=on_stage)
             report.data["bundles"] = [b.to_dict(stage) for b in bundles]
             report.finish(exit_code=0)
             report.write(stage)
@@ -107,8 +119,7 @@ def package_converted(stage: Path, report: Report, systems: list[str], options: 
 
     artifacts = from_report(stage, report.data)
     opts = PackageOptions(**{"trust": True, **(options or {})})
-    if on_stage:
-        on_stage("package")
-    bundles = write_bundles(artifacts, stage / "packages", parse_systems(systems), opts, subfolders=True, report=report)
+    bundles = write_bundles(artifacts, stage / "packages", parse_systems(systems), opts, subfolders=True, report=report,
+                            on_stage=on_stage)
     report.data["bundles"] = [b.to_dict(stage) for b in bundles]
     return bundles
