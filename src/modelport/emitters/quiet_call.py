@@ -15,12 +15,12 @@ from pathlib import Path
 
 
 @contextlib.contextmanager
-def captured_output(log_path: Path):
-    """Both descriptors into `log_path` for the block; the live display names the tool (the log's stem)."""
+def captured_output(log_path: Path, tool: str | None = None):
+    """Both descriptors into `log_path` for the block; the live display names `tool` (else the log's stem)."""
     from modelport.progress import doing
 
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log, doing(log_path.stem.lstrip(".")):
+    with open(log_path, "ab") as log, doing(tool or log_path.stem.lstrip(".")):
         for s in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 s.flush()

@@ -99,7 +99,7 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.emitters.quiet_call import captured_output
     from modelport.emitters.trt_build_script import build
 
-    with captured_output(folder.parent / ".trt-build.log"):
+    with captured_output(folder.parent / ".trt-build.log", "TensorRT builder"):
         engine = build(folder, log=lambda *_: None)
     (folder.parent / ".trt-build.log").unlink(missing_ok=True)
     meta = json.loads((folder / "engine.json").read_text())

@@ -113,7 +113,7 @@ def _convert(ir: IRModel, work: Path, keep_first, keep_last, log: Path):
     from modelport.emitters.quiet_call import captured_output, log_tail
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    with captured_output(log):
+    with captured_output(log, "onnx2tf"):
         onnx2tf = require("onnx2tf", purpose="converting to TFLite")
         _fresh_keras_names()
         kwargs = dict(
@@ -181,7 +181,7 @@ def _plan(ir: IRModel, keras_model, changes: dict[str, list[int]], described: di
     ref = _probe(ir)
     feeds = [np.transpose(ref.inputs[p.name], p.change) if p.change else ref.inputs[p.name] for p in inputs]
     try:
-        with captured_output(log):
+        with captured_output(log, "TensorFlow"):
             got = keras_model([np.asarray(f, dtype=np.dtype(k.dtype.name)) for f, k in zip(feeds, keras_model.inputs, strict=True)],
                               training=False)
     except Exception as e:
@@ -250,7 +250,7 @@ def _to_tflite(keras_model, inputs: list[_Port], outputs: list[_Port], mode: str
     """
     from modelport.emitters.quiet_call import captured_output, log_tail
 
-    with captured_output(log):
+    with captured_output(log, "TFLite converter"):
         import tensorflow as tf
 
         try:
