@@ -104,3 +104,10 @@ def test_parse_tolerance_flags():
     for bad in (["x"], ["probs=abc"], ["=0.1"], ["-1"]):
         with pytest.raises(BadInputError):
             parse_tolerance_flags(atol=bad)
+
+
+def test_identical_outputs_have_cosine_exactly_one():
+    """min_cosine=1 is a valid demand of a bit-exact candidate: rounding in the dot product must not fail it."""
+    x = np.random.default_rng(3).standard_normal(1000).astype(np.float32) * 1e3
+    r = compare({"y": x}, {"y": x.copy()}, Tolerance(0.0, 0.0, 1.0), hop="t")
+    assert r.ok and r.outputs[0].cosine == 1.0
