@@ -84,7 +84,7 @@ def gemm_floor(model, feeds):
     import numpy as np
     from onnx import helper, numpy_helper
 
-    from modelport.optimize.localize import run_tensors
+    from modelport.validation.localize import run_tensors
 
     weights = {i.name: i for i in model.graph.initializer}
     gemms = [n for n in model.graph.node if n.op_type in ("MatMul", "Gemm") and len(n.input) > 1
@@ -134,11 +134,12 @@ def interleaved_ms(models: dict, feeds: dict, *, runs: int, threads: int, warmup
 def main(argv=None) -> int:
     import onnx
 
-    from modelport.convert.parity import DEFAULT_TOLERANCES, compare
+    from modelport.optimize.auto import auto_select
     from modelport.optimize.model_tools import model_size, with_model
     from modelport.optimize.pipeline import OptimizeOptions, optimize_ir
     from modelport.parsers import SourceSpec, parse
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
+    from modelport.validation import DEFAULT_TOLERANCES, compare
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=20)
@@ -160,7 +161,7 @@ def main(argv=None) -> int:
             variants["onnxruntime offline (extended)"] = with_model(ir, onnx.load(str(ort_offline(path, folder / f"{name}.ort.onnx"))))
             for level in ("basic", "extended", "all"):
                 variants[f"modelport {level}"] = optimize_ir(ir, OptimizeOptions(level=level))[0]
-            auto_ir, _, sel = optimize_ir(ir, OptimizeOptions(level="auto", bench_runs=a.runs))
+            auto_ir, _, sel = auto_select(ir, OptimizeOptions(level="auto", bench_runs=a.runs))
             variants[f"modelport auto ({sel['chosen']})"] = auto_ir
             variants["fp16 (extended)"] = optimize_ir(ir, OptimizeOptions(level="extended", precision="fp16"))[0]
             variants["int8 dynamic (extended)"] = optimize_ir(ir, OptimizeOptions(level="extended", precision="int8"))[0]

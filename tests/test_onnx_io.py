@@ -122,7 +122,7 @@ def test_large_model_path_saves_external_data(tmp_path, monkeypatch):
 def test_convert_external_data_model_over_the_limit(tmp_path, monkeypatch):
     """An ONNX source with external data goes through convert; over the (lowered) limit the output
     keeps external data and validates in onnxruntime from the path."""
-    from modelport.convert import convert
+    from modelport.orchestration import convert
 
     w = onnx.numpy_helper.from_array(np.random.default_rng(1).standard_normal((64, 64)).astype(np.float32), "w")
     graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",

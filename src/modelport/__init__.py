@@ -1,24 +1,23 @@
 """modelport: convert, optimise, validate and package deep-learning models.
 
 The Python API mirrors the CLI: `modelport.convert(source, out_dir, ...)`,
-`modelport.inspect(path)`. Heavy frameworks are imported only when a call needs them.
+`modelport.inspect(path)` and `modelport.ConvertOptions`, plain functions and a class of the
+orchestration layer (`modelport.orchestration`). Heavy frameworks are imported only when a call
+needs them: importing modelport (and so the CLI) imports no framework, numpy or onnx.
 """
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from modelport.version import __version__
 
-__all__ = ["__version__", "convert", "inspect"]
+__all__ = ["ConvertOptions", "__version__", "convert", "inspect"]
+
+_API = ("convert", "inspect", "ConvertOptions")
 
 
 def __getattr__(name: str):
-    # Lazy: importing modelport (and so the CLI) must not import numpy, onnx or a framework.
-    if name == "convert":
-        import modelport.convert as _convert_pkg  # a callable module: see convert/__init__.py
+    if name in _API:
+        import modelport.orchestration as orchestration
 
-        return _convert_pkg
-    if name in ("inspect", "ConvertOptions"):
-        import modelport.convert as _convert_pkg
-
-        return getattr(_convert_pkg, name)
+        return getattr(orchestration, name)
     raise AttributeError(f"module 'modelport' has no attribute {name!r}")

@@ -128,6 +128,11 @@ def load_onnx(path: str | Path, *, load_external: bool = True):
     return model
 
 
+def is_large(model) -> bool:
+    """True when the model would not fit a single protobuf (with 1 MiB of slack for the graph)."""
+    return tensor_bytes(model) + (1 << 20) > protobuf_limit()
+
+
 def tensor_bytes(model) -> int:
     """Bytes of tensor data held in (or referenced by) the model's initializers."""
     total = 0

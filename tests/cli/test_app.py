@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -62,7 +61,9 @@ def test_zoo_build_report_marks_the_folder_and_fits_the_schema(tmp_path):
 
     save_source("mlp", tmp_path / "m")
     report = json.loads((tmp_path / "m" / "report.json").read_text())
-    schema = json.loads((Path(__file__).parents[2] / "src/modelport/convert/report.schema.json").read_text())
+    from modelport.validation.report import SCHEMA_FILE
+
+    schema = json.loads(SCHEMA_FILE.read_text())
     jsonschema.validate(report, schema)
     assert report["command"] == "zoo build" and report["status"] == "ok"
     assert report["source"]["path"] == "zoo:mlp" and report["files"] == ["model.pt2", "model.safetensors"]

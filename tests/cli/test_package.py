@@ -44,7 +44,7 @@ def test_convert_with_package(cli, tiny_onnx, tmp_path):
 
 def test_package_unservable_and_untrusted(cli, tmp_path):
     """tflite/ort for Triton: exit 2 naming what it takes; tracing PyTorch code without --trust: exit 3."""
-    from modelport.convert import ConvertOptions, convert
+    from modelport.orchestration import ConvertOptions, convert
     from tests.serving.conftest import write_mlp
 
     src = write_mlp(tmp_path / "src")
@@ -120,7 +120,7 @@ def test_torchscript_tracing_leaves_the_code_folder_untouched(cli, tmp_path, mon
     import sys
 
     monkeypatch.setattr(sys, "dont_write_bytecode", False)  # as for a user without PYTHONDONTWRITEBYTECODE
-    from modelport.convert import ConvertOptions, convert
+    from modelport.orchestration import ConvertOptions, convert
     from tests.serving.conftest import write_mlp
 
     src = write_mlp(tmp_path / "src")

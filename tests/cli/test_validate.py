@@ -11,7 +11,7 @@ from onnx import numpy_helper
 @pytest.fixture(scope="module")
 def variants(tmp_path_factory):
     """A CNN as ONNX, the same as TFLite and ORT, and an ONNX copy with one conv's weights changed."""
-    from modelport.convert import ConvertOptions, convert
+    from modelport.orchestration import ConvertOptions, convert
     from modelport.zoo_builders.pytorch import cnn_small
 
     d = tmp_path_factory.mktemp("v")

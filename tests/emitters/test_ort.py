@@ -6,9 +6,9 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from modelport.convert import ConvertOptions, convert
 from modelport.emitters.ort import save_ort
 from modelport.emitters.ort_canonical import _read_resolver, canonical_ort
+from modelport.orchestration import ConvertOptions, convert
 
 
 def many_ops_model():

@@ -13,8 +13,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from modelport.convert import ConvertOptions, convert
 from modelport.emitters.pytorch_code.registry import Converter, Registry, default_registry
+from modelport.orchestration import ConvertOptions, convert
 from modelport.runtimes.torch_source import import_generated, load_generated
 from tests.conftest import tree
 

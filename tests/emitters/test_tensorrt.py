@@ -12,9 +12,9 @@ import sys
 import numpy as np
 import pytest
 
-from modelport.convert import ConvertOptions, convert
 from modelport.emitters import trt_plan, trt_support
 from modelport.errors import BadInputError, MissingDependencyError, UnsupportedError
+from modelport.orchestration import ConvertOptions, convert
 from tests.conftest import tree
 from tests.emitters.models import det_model, save_onnx
 

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from modelport.convert import ConvertOptions, convert
 from modelport.errors import UnsupportedError
+from modelport.orchestration import ConvertOptions, convert
 from modelport.runtimes.tflite import load_interpreter
 from tests.conftest import tree
 from tests.emitters.models import bitwise_model, save_onnx

@@ -43,7 +43,7 @@ def assert_same_outputs(a, b, atol=1e-5):
 @pytest.fixture(scope="module")
 def bert_ir():
     """The zoo's tiny BERT as an IR (torch.onnx dynamo export)."""
-    from modelport.convert.pipeline import ConvertOptions, resolve_source
+    from modelport.orchestration.convert import ConvertOptions, resolve_source
     from modelport.parsers import parse
 
     src, spec, _ = resolve_source("zoo:bert_tiny", ConvertOptions())
@@ -52,7 +52,7 @@ def bert_ir():
 
 @pytest.fixture(scope="module")
 def cnn_ir():
-    from modelport.convert.pipeline import ConvertOptions, resolve_source
+    from modelport.orchestration.convert import ConvertOptions, resolve_source
     from modelport.parsers import parse
 
     src, spec, _ = resolve_source("zoo:cnn_small", ConvertOptions())

@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from modelport.convert.parity import DEFAULT_TOLERANCES, compare
 from modelport.optimize.quantize import quantize_dynamic, quantize_model
 from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
+from modelport.validation import DEFAULT_TOLERANCES, compare
 from tests.optimize.conftest import make_ir
 
 
@@ -56,7 +56,7 @@ def test_static_without_calibration_is_bad_input(mlp_ir):
 
 def test_divergent_node_excluded(mlp_ir):
     """A budget no INT8 model meets: nodes get excluded one by one, named in the info."""
-    from modelport.convert.parity import Tolerance
+    from modelport.validation import Tolerance
 
     out, info = quantize_model(mlp_ir, tol=Tolerance(1e-7, 0.0, 1.0), max_rounds=2)
     assert info.diverged and info.excluded

@@ -13,7 +13,7 @@ STD = [0.229, 0.224, 0.225]
 @pytest.fixture(scope="session")
 def cnn_out(tmp_path_factory) -> Path:
     """`modelport convert` of the zoo's small CNN (PyTorch .pt2, dynamic batch, NCHW, mean/std) to ONNX."""
-    from modelport.convert import ConvertOptions, convert
+    from modelport.orchestration import ConvertOptions, convert
     from modelport.specs import apply_options, parse_input_spec
     from modelport.zoo_builders import save_source
 
@@ -49,7 +49,7 @@ def write_mlp(folder: Path) -> Path:
 @pytest.fixture(scope="session")
 def mlp_out(tmp_path_factory) -> Path:
     """`modelport convert` of a two-layer ONNX MLP with a dynamic batch (source: an .onnx file)."""
-    from modelport.convert import ConvertOptions, convert
+    from modelport.orchestration import ConvertOptions, convert
 
     root = tmp_path_factory.mktemp("mlp")
     convert(write_mlp(root / "src"), root / "out", ConvertOptions(targets=["onnx"]))
@@ -59,7 +59,7 @@ def mlp_out(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def mlp_edge_out(tmp_path_factory) -> Path:
     """The MLP converted to TFLite and the ORT format only (no .onnx in the folder)."""
-    from modelport.convert import ConvertOptions, convert
+    from modelport.orchestration import ConvertOptions, convert
 
     root = tmp_path_factory.mktemp("mlp_edge")
     convert(write_mlp(root / "src"), root / "out", ConvertOptions(targets=["tflite", "ort"]))
@@ -69,7 +69,7 @@ def mlp_edge_out(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def mlp_plan_out(tmp_path_factory) -> Path:
     """The MLP through `convert --to tensorrt --plan-only`: OUT/tensorrt/ holds the build plan, no engine."""
-    from modelport.convert import ConvertOptions, convert
+    from modelport.orchestration import ConvertOptions, convert
 
     root = tmp_path_factory.mktemp("mlp_plan")
     convert(write_mlp(root / "src"), root / "out", ConvertOptions(targets=["tensorrt"], emit_options={"plan_only": True}))
@@ -79,7 +79,7 @@ def mlp_plan_out(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def cnn_pt_out(tmp_path_factory) -> Path:
     """The same CNN converted to ONNX and to PyTorch code (`pytorch/model.py` + `model.safetensors`)."""
-    from modelport.convert import ConvertOptions, convert
+    from modelport.orchestration import ConvertOptions, convert
     from modelport.specs import apply_options, parse_input_spec
     from modelport.zoo_builders import save_source
 

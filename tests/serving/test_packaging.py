@@ -7,8 +7,8 @@ import json
 import pytest
 
 from modelport.errors import BadInputError, StageError
+from modelport.orchestration.package import package
 from modelport.serving import PackageOptions, parse_systems
-from modelport.serving.packaging import package
 from tests.conftest import tree
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from modelport.convert.parity import Tolerance, compare
 from modelport.serving import PackageOptions
 from modelport.serving.bundle import load_artifacts
 from modelport.serving.tfserving import SIGNATURE, package, run_signature, signature_specs
+from modelport.validation import Tolerance, compare
 
 pytestmark = pytest.mark.tf
 

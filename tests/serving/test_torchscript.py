@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from modelport.convert.parity import compare
 from modelport.errors import UnsafeInputError, ValidationError
 from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 from modelport.serving.bundle import load_artifacts
 from modelport.serving.torchscript import TOLERANCE, write_torchscript
+from modelport.validation import compare
 
 
 def test_traced_model_keeps_the_batch_axis_and_matches_onnx(cnn_pt_out, tmp_path):

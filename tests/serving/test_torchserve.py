@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from modelport.convert.parity import Tolerance, compare
 from modelport.errors import BadInputError, UnsafeInputError
 from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 from modelport.serving import PackageOptions
 from modelport.serving.bundle import load_artifacts
 from modelport.serving.torchserve import package, safe_arcname, write_mar
+from modelport.validation import Tolerance, compare
 from tests.serving.conftest import MEAN, STD
 
 TOL = Tolerance(1e-4, 1e-3, 0.9999)

@@ -81,9 +81,9 @@ def test_torchscript_repository_from_the_pytorch_code(cnn_pt_out, tmp_path):
     import numpy as np
     import torch
 
-    from modelport.convert.parity import compare
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
     from modelport.serving.torchscript import TOLERANCE
+    from modelport.validation import compare
 
     b = package(load_artifacts(cnn_pt_out), tmp_path, PackageOptions(model_name="cnn", backend="pytorch", trust=True))
     model_pt = tmp_path / "cnn" / "1" / "model.pt"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import typer
 
-from modelport import __version__
+from modelport.version import __version__
 
 app = typer.Typer(
     name="modelport",

@@ -19,15 +19,15 @@ console = Console(stderr=True, highlight=False)
 
 
 def emit_json(data) -> None:
-    from modelport.convert.report import _json_default
+    from modelport.validation.report import json_default
 
-    sys.stdout.write(json.dumps(data, indent=2, default=_json_default) + "\n")
+    sys.stdout.write(json.dumps(data, indent=2, default=json_default) + "\n")
     sys.stdout.flush()
 
 
 def failed_report(command: str, exit_code: int, error: dict) -> dict:
     """A `modelport.report/1` document for a run that failed before its own report existed (bad options, unreadable input)."""
-    from modelport.convert.report import Report
+    from modelport.validation.report import Report
 
     return Report(command).finish(exit_code=exit_code, error=error)
 

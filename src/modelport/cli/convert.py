@@ -71,9 +71,9 @@ def register(app: typer.Typer) -> None:
         """Convert a model into one or more targets, validated against the source framework."""
 
         def body():
-            from modelport.convert import ConvertOptions, convert
-            from modelport.convert.parity import parse_tolerance_flags
+            from modelport.orchestration import ConvertOptions, convert
             from modelport.specs import apply_options, parse_dims, parse_input_spec
+            from modelport.validation import parse_tolerance_flags
 
             src, arch_ = source_from_mmdnn(source, network, weights, arch)
             if not output:

@@ -70,9 +70,9 @@ def register(app: typer.Typer) -> None:
         """Emit deployment artifacts (TFLite, TensorRT, ORT format) from an ONNX model, each validated."""
 
         def body():
-            from modelport.convert import ConvertOptions, convert
-            from modelport.convert.parity import parse_tolerance_flags
+            from modelport.orchestration import ConvertOptions, convert
             from modelport.specs import parse_dims, parse_input_spec
+            from modelport.validation import parse_tolerance_flags
 
             if not output:
                 raise BadInputError("no output folder", hint="pass -o OUT_DIR")

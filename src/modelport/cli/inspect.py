@@ -42,7 +42,7 @@ def register(app: typer.Typer) -> None:
         """Show a model's format, inputs/outputs, opset, op histogram, parameters and size."""
 
         def body():
-            from modelport.convert.inspect import inspect
+            from modelport.orchestration.inspect import inspect
 
             return inspect(model)
 

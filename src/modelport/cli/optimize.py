@@ -92,11 +92,11 @@ def register(app: typer.Typer) -> None:
         """Optimise a model pass by pass, each pass checked for parity in onnxruntime."""
 
         def body():
-            from modelport.convert import ConvertOptions, convert
-            from modelport.convert.parity import parse_tolerance_flags
             from modelport.optimize import LEVELS, parse_pass_list
             from modelport.optimize.quantize import CALIBRATION_METHODS
+            from modelport.orchestration import ConvertOptions, convert
             from modelport.specs import apply_options, parse_dims, parse_input_spec
+            from modelport.validation import parse_tolerance_flags
 
             if not output:
                 raise BadInputError("no output folder", hint="pass -o OUT_DIR")

@@ -72,8 +72,8 @@ def register(app: typer.Typer) -> None:
             import re
 
             from modelport.errors import BadInputError
+            from modelport.orchestration.package import package
             from modelport.serving import SERVERS, PackageOptions
-            from modelport.serving.packaging import package
             from modelport.serving.torchserve import RUNTIMES
             from modelport.serving.triton import BACKENDS
 

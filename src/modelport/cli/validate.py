@@ -40,15 +40,13 @@ def register(app: typer.Typer) -> None:
         """Compare two models on the same inputs (exit 4 when they differ: a CI gate)."""
 
         def body():
-            from dataclasses import replace
 
-            from modelport.convert.compare_models import validate_models
-            from modelport.convert.parity import DEFAULT_TOLERANCES, parse_tolerance_flags
+            from modelport.orchestration.validate import validate_models
             from modelport.specs import parse_dims
+            from modelport.validation import DEFAULT_TOLERANCES, parse_tolerance_flags, tolerance_for
 
-            base = DEFAULT_TOLERANCES[choice(precision, DEFAULT_TOLERANCES, "precision")]
             tols, per_output = parse_tolerance_flags(atol=atol, rtol=rtol, min_cosine=min_cosine)
-            tol = replace(base, **tols, overrides=per_output)
+            tol = tolerance_for(choice(precision, DEFAULT_TOLERANCES, "precision"), user=tols, overrides=per_output)
             with stage_status(quiet or json_out) as on_stage:
                 return validate_models(a, b, inputs=inputs, dims=parse_dims(dim), seed=seed, tolerance=tol, localize=localize,
                                        by_position=by_position, on_stage=on_stage)

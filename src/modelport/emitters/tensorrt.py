@@ -43,7 +43,7 @@ def build_environment() -> str | None:
 
     if importlib.util.find_spec("tensorrt") is None:
         return "the 'tensorrt' Python package is not installed"
-    from modelport.emitters.trt_build_script import gpu_info
+    from modelport.runtimes.trt_build_script import gpu_info
 
     if not gpu_info():
         return "no CUDA GPU is visible"
@@ -51,8 +51,9 @@ def build_environment() -> str | None:
 
 
 def write_plan(ir: IRModel, folder: Path, plan, check) -> list[Path]:
-    from modelport.emitters import trt_build_script, trt_plan
+    from modelport.emitters import trt_plan
     from modelport.onnx_io import save_onnx, stamped_contract
+    from modelport.runtimes import trt_build_script
 
     folder.mkdir(parents=True, exist_ok=True)
     with stamped_contract(ir):
@@ -96,8 +97,8 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     if plan_only:
         return Artifact(target=NAME, runtime=RUNTIME, path=folder, files=files, precision=_tol_precision(options.precision),
                         details=details, runner=None)
-    from modelport.emitters.quiet_call import captured_output
-    from modelport.emitters.trt_build_script import build
+    from modelport.quiet_call import captured_output
+    from modelport.runtimes.trt_build_script import build
 
     with captured_output(folder.parent / ".trt-build.log", "TensorRT builder"):
         engine = build(folder, log=lambda *_: None)

@@ -110,7 +110,7 @@ def load_calibration(path: str | Path, ir: IRModel) -> dict[str, np.ndarray]:
 def _convert(ir: IRModel, work: Path, keep_first, keep_last, log: Path):
     """onnx2tf's TensorFlow (tf_keras) model of the IR; nothing is saved, the TFLite file is written here."""
     from modelport.deps import require
-    from modelport.emitters.quiet_call import captured_output, log_tail
+    from modelport.quiet_call import captured_output, log_tail
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     with captured_output(log, "onnx2tf"):
@@ -164,7 +164,7 @@ def _plan(ir: IRModel, keras_model, changes: dict[str, list[int]], described: di
     error. An output's layout in onnx2tf's model is read off its shape against the reference (as
     the source computes it, or channels-last); where both fit (square dims) the numbers decide.
     """
-    from modelport.emitters.quiet_call import captured_output
+    from modelport.quiet_call import captured_output
 
     inputs = []
     if len(keras_model.inputs) != len(ir.inputs) or len(keras_model.outputs) != len(ir.outputs):
@@ -248,7 +248,7 @@ def _to_tflite(keras_model, inputs: list[_Port], outputs: list[_Port], mode: str
     same, but on a failure silently write a file without a signature); variables that onnx2tf's
     layers capture without tracking them are attached to the module so that they are saved too.
     """
-    from modelport.emitters.quiet_call import captured_output, log_tail
+    from modelport.quiet_call import captured_output, log_tail
 
     with captured_output(log, "TFLite converter"):
         import tensorflow as tf

@@ -14,9 +14,9 @@ import statistics
 import time
 from dataclasses import replace
 
-from modelport.convert.parity import DEFAULT_TOLERANCES, Tolerance, compare
 from modelport.errors import ValidationError
 from modelport.ir import IRModel
+from modelport.validation import Tolerance, check, tolerance_for
 
 
 def latency_ms(model, feeds, *, runs: int = 20, warmup: int = 3) -> float:
@@ -37,9 +37,11 @@ def latency_ms(model, feeds, *, runs: int = 20, warmup: int = 3) -> float:
 def auto_select(ir: IRModel, opts, *, tolerance=None, on_pass=None):
     """(chosen IR, its pass rows, the selection table)."""
     from modelport.optimize.model_tools import model_size, node_count
-    from modelport.optimize.pipeline import optimize_ir
+    from modelport.optimize.pipeline import budgeted, optimize_ir
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 
+    if opts.budget is not None:
+        tolerance = budgeted(tolerance, opts.budget)
     feeds = ir.reference.inputs
     plans = [("raw", "none", "fp32"), ("fp32-extended", "extended", "fp32"), ("fp32-all", "all", "fp32")]
     variants: dict[str, tuple[IRModel, list[dict]]] = {}
@@ -64,10 +66,10 @@ def auto_select(ir: IRModel, opts, *, tolerance=None, on_pass=None):
         if on_pass:
             on_pass(f"auto:bench:{label}")
         precision = model_ir.provenance.get("precision", "fp32")
-        budget = opts.budget or DEFAULT_TOLERANCES.get(precision, DEFAULT_TOLERANCES["fp32"])
+        budget = opts.budget or tolerance_for(precision)
         # a calibrated variant carries its own in-distribution reference (see quantize.calibration_reference)
         ref = model_ir.reference or ir.reference
-        parity = compare(ref.outputs, OnnxRuntimeRunner(model_ir.model).run(ref.inputs), budget, hop=f"auto:{label}")
+        parity = check(OnnxRuntimeRunner(model_ir.model), ref, budget, f"auto:{label}")
         worst = min(parity.outputs, key=lambda o: o.cosine) if parity.outputs else None
         table.append({
             "variant": label, "precision": precision, "nodes": node_count(model_ir.model),

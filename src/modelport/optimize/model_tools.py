@@ -13,13 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from modelport.ir import IRModel
-
-
-def is_large(model) -> bool:
-    """True when the model would not fit a single protobuf (with 1 MiB of slack for the graph)."""
-    from modelport.onnx_io import protobuf_limit, tensor_bytes
-
-    return tensor_bytes(model) + (1 << 20) > protobuf_limit()
+from modelport.onnx_io import is_large
 
 
 def model_size(model) -> int:
@@ -33,13 +27,6 @@ def model_size(model) -> int:
 
 def node_count(model) -> int:
     return len(model.graph.node)
-
-
-def op_histogram(model) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for n in model.graph.node:
-        out[n.op_type] = out.get(n.op_type, 0) + 1
-    return out
 
 
 def to_onnx_ir(model):

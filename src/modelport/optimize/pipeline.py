@@ -17,10 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from modelport.convert.parity import DEFAULT_TOLERANCES, Tolerance, compare
 from modelport.errors import BadInputError, MissingDependencyError, ModelportError, ValidationError
 from modelport.ir import IRModel
 from modelport.optimize import Pass, get_pass, parse_pass_list, passes_for_level
+from modelport.validation import Tolerance, check, tolerance_for
 
 PassCallback = Callable[[str], None]
 
@@ -28,8 +28,7 @@ PassCallback = Callable[[str], None]
 def check_parity(ir: IRModel, tol: Tolerance, hop: str):
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 
-    outs = OnnxRuntimeRunner(ir.model).run(ir.reference.inputs)
-    return compare(ir.reference.outputs, outs, tol, hop=hop)
+    return check(OnnxRuntimeRunner(ir.model), ir.reference, tol, hop)
 
 
 @dataclass
@@ -60,7 +59,7 @@ def run_passes(ir: IRModel, passes: list[Pass], *, tolerance: Callable[[str], To
 
     if ir.reference is None:
         raise BadInputError("the model has no reference data to check optimisation passes against")
-    tolerance = tolerance or (lambda p: DEFAULT_TOLERANCES.get(p, DEFAULT_TOLERANCES["fp32"]))
+    tolerance = tolerance or tolerance_for
     rows: list[PassRow] = []
     for p in passes:
         if on_pass:
@@ -192,14 +191,13 @@ def precision_passes(opts: OptimizeOptions) -> list[Pass]:
 
 def optimize_ir(ir: IRModel, opts: OptimizeOptions, *, tolerance: Callable[[str], Tolerance] | None = None,
                 on_pass: PassCallback | None = None) -> tuple[IRModel, list[dict], dict | None]:
-    """Optimise `ir` as `opts` says; returns (IR, report rows, auto-selection table or None)."""
+    """Optimise `ir` with the passes of `opts` (a level other than auto, or named passes); returns
+    (IR, report rows, None). `--optimize auto` is `optimize.auto.auto_select`, which calls this."""
     if opts.budget is not None:
         budget = opts.budget
-        tolerance = _budgeted(tolerance, budget)
+        tolerance = budgeted(tolerance, budget)
     if opts.level == "auto" and not opts.passes:
-        from modelport.optimize.auto import auto_select
-
-        return auto_select(ir, opts, tolerance=tolerance, on_pass=on_pass)
+        raise ValueError("level 'auto' compares variants: call optimize.auto.auto_select")
     passes = build_passes(opts)
     if opts.precision == "int8" and (opts.int8_mode == "static") and not opts.calibration:
         raise BadInputError("static INT8 quantisation needs calibration data", hint="pass --calibration DATA.npz or an image folder")
@@ -234,12 +232,12 @@ def _check_delivered(out: IRModel, passes: list[Pass], rows: list[PassRow], opts
     return out
 
 
-def _budgeted(tolerance, budget: Tolerance):
+def budgeted(tolerance, budget: Tolerance):
     """FP32 passes keep their own tolerance; precision passes are held to the user's budget."""
 
     def tol(precision: str) -> Tolerance:
         if precision == "fp32":
-            return tolerance("fp32") if tolerance else DEFAULT_TOLERANCES["fp32"]
+            return tolerance("fp32") if tolerance else tolerance_for("fp32")
         return budget
 
     return tol

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from modelport.convert.parity import DEFAULT_TOLERANCES, Tolerance, compare
 from modelport.ir import IRModel
 from modelport.optimize import Pass, PassResult
+from modelport.validation import Tolerance, check, tolerance_for
 
 FP16_MAX = 65504.0
 
@@ -114,7 +114,7 @@ def overflow_nodes(model, feeds, *, headroom: float = 2.0, batch: int = 32) -> l
     """Nodes producing or consuming a float value with |x| * headroom > 65504 on `feeds`."""
     import numpy as np
 
-    from modelport.optimize.localize import magnitudes
+    from modelport.validation.localize import magnitudes
 
     mags = magnitudes(model, feeds, batch=batch)
     for name, arr in feeds.items():
@@ -131,11 +131,11 @@ def convert_fp16(ir: IRModel, *, keep_io_types: bool = True, op_block_list: list
     """(FP16 IRModel, what was kept in FP32). Without reference data, no automatic block-listing."""
     import onnx
 
-    from modelport.optimize.localize import first_divergence
     from modelport.optimize.model_tools import name_nodes, with_model
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
+    from modelport.validation.localize import first_divergence
 
-    tol = tol or DEFAULT_TOLERANCES["fp16"]
+    tol = tol or tolerance_for("fp16")
     base = onnx.ModelProto()
     base.CopyFrom(ir.model)
     name_nodes(base)
@@ -150,8 +150,7 @@ def convert_fp16(ir: IRModel, *, keep_io_types: bool = True, op_block_list: list
         probe = _convert(base, keep_io_types=True, node_block_list=sorted(block), op_block_list=op_block_list)
         if not auto_block or ref is None:
             break
-        outs = OnnxRuntimeRunner(probe).run(ref.inputs)
-        parity = compare(ref.outputs, outs, tol, hop="fp16")
+        parity = check(OnnxRuntimeRunner(probe), ref, tol, "fp16")
         info.parity_ok = parity.ok
         if parity.ok or info.rounds >= max_rounds:
             break

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from modelport.convert.parity import DEFAULT_TOLERANCES, Tolerance, compare
 from modelport.errors import BadInputError
 from modelport.ir import IRModel
 from modelport.optimize import Pass, PassResult
+from modelport.validation import Tolerance, check, tolerance_for
 
 CALIBRATION_METHODS = ("minmax", "entropy", "percentile", "distribution")
 
@@ -118,9 +118,9 @@ def quantize_model(ir: IRModel, *, mode: str = "dynamic", calibration: list[dict
                    fallback: bool = True, tol: Tolerance | None = None, max_rounds: int = 6,
                    batch: int = 32) -> tuple[IRModel, Int8Info]:
     """(INT8 IRModel, report info). `mode` is "dynamic" or "static" (static needs `calibration`)."""
-    from modelport.optimize.localize import first_divergence
     from modelport.optimize.model_tools import with_model
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
+    from modelport.validation.localize import first_divergence
 
     if mode not in ("dynamic", "static"):
         raise BadInputError(f"unknown INT8 mode '{mode}': dynamic or static")
@@ -136,7 +136,7 @@ def quantize_model(ir: IRModel, *, mode: str = "dynamic", calibration: list[dict
     if mode == "static":
         info.calibration = {"samples": len(calibration), "method": method}
     excluded = list(exclude or [])
-    tol = tol or DEFAULT_TOLERANCES["int8"]
+    tol = tol or tolerance_for("int8")
     ref = ir.reference
     if mode == "static" and ref is not None:
         ref = calibration_reference(ir, calibration)
@@ -149,7 +149,7 @@ def quantize_model(ir: IRModel, *, mode: str = "dynamic", calibration: list[dict
             qmodel = _static(base, calibration, exclude=excluded, per_channel=per_channel, method=method)
         if not fallback or ref is None:
             break
-        parity = compare(ref.outputs, OnnxRuntimeRunner(qmodel).run(ref.inputs), tol, hop=f"int8-{mode}")
+        parity = check(OnnxRuntimeRunner(qmodel), ref, tol, f"int8-{mode}")
         info.parity_ok = parity.ok
         if parity.ok or info.rounds >= max_rounds:
             break

@@ -26,6 +26,7 @@ RUNNERS = Registry("runtime", {
     "tflite": "modelport.runtimes.tflite:TFLiteRunner",
     "torch_source": "modelport.runtimes.torch_source:TorchSourceRunner",
     "tensorrt": "modelport.runtimes.tensorrt:TensorRTRunner",
+    "savedmodel": "modelport.runtimes.savedmodel:SavedModelRunner",
 })
 register_runner = RUNNERS.register
 

@@ -52,7 +52,7 @@ class TensorRTRunner:
         self.path = Path(model)
         folder = self.path.parent / "tensorrt"
         if rebuild and (folder / "plan.json").exists():
-            from modelport.emitters.trt_build_script import ensure_engine
+            from modelport.runtimes.trt_build_script import ensure_engine
 
             ensure_engine(folder, log=lambda *_: None)
         self.logger = trt.Logger(trt.Logger.ERROR)

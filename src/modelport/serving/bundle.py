@@ -220,7 +220,7 @@ def _load_onnx_file(path: Path) -> Artifacts:
 
 
 def _load_saved_model(path: Path) -> Artifacts:
-    from modelport.serving.tfserving import signature_specs
+    from modelport.runtimes.savedmodel import signature_specs
 
     inputs, outputs = signature_specs(path)
     return Artifacts(source=path, inputs=inputs, outputs=outputs, name=safe_name(path.name), files={"savedmodel": path},

@@ -19,13 +19,12 @@ from pathlib import Path
 import numpy as np
 
 from modelport.errors import BadInputError
-from modelport.ir import TensorSpec
+from modelport.runtimes.savedmodel import SIGNATURE, run_signature, signature_specs
 from modelport.serving import Bundle, PackageOptions
 from modelport.serving.bundle import Artifacts, served_name
 
 NAME = "tfserving"
 DESCRIPTION = "TF Serving SavedModel repository (<name>/<version>/) + models.config, parity-checked"
-SIGNATURE = "serving_default"
 # channels-last -> channels-first permutations onnx2tf may leave on an output, by rank
 _TO_CHANNELS_FIRST = {3: [0, 2, 1], 4: [0, 3, 1, 2], 5: [0, 4, 1, 2, 3]}
 
@@ -34,36 +33,6 @@ def _tf():
     from modelport.deps import require
 
     return require("tensorflow", purpose="TF Serving bundles")
-
-
-def _spec_from_tf(name: str, t) -> TensorSpec:
-    shape = [int(d) if d is not None else f"{name}_dim{i}" for i, d in enumerate(t.shape.as_list())]
-    if shape and isinstance(shape[0], str):
-        shape[0] = "batch"
-    return TensorSpec(name=name, dtype=t.dtype.name, shape=shape)
-
-
-def signature_specs(path: Path) -> tuple[list[TensorSpec], list[TensorSpec]]:
-    """The contract of a SavedModel's serving signature (inputs sorted by name, as TF Serving does)."""
-    tf = _tf()
-    try:
-        loaded = tf.saved_model.load(str(path))
-    except Exception as e:  # TF raises many kinds for a bad folder
-        raise BadInputError(f"not a loadable SavedModel: {str(e).splitlines()[0]}", path=path) from None
-    if SIGNATURE not in loaded.signatures:
-        raise BadInputError(f"the SavedModel has no '{SIGNATURE}' signature (has {list(loaded.signatures)})", path=path)
-    fn = loaded.signatures[SIGNATURE]
-    _, kwargs = fn.structured_input_signature
-    inputs = [_spec_from_tf(n, kwargs[n]) for n in sorted(kwargs)]
-    outputs = [_spec_from_tf(n, t) for n, t in sorted(fn.structured_outputs.items())]
-    return inputs, outputs
-
-
-def run_signature(path: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    tf = _tf()
-    fn = tf.saved_model.load(str(path)).signatures[SIGNATURE]
-    outs = fn(**{k: tf.constant(v) for k, v in feeds.items()})
-    return {k: v.numpy() for k, v in outs.items()}
 
 
 def _output_perms(keras_model, artifacts: Artifacts, feeds: dict[str, np.ndarray], ref: dict[str, np.ndarray]) -> list:
@@ -108,7 +77,7 @@ def _without_uuid(fp) -> bytes:
 
 def export_saved_model(artifacts: Artifacts, dest: Path) -> Path:
     """Write a SavedModel for the contract at `dest` (copied, or converted from ONNX with onnx2tf)."""
-    from modelport.convert.parity import DEFAULT_TOLERANCES, compare
+    from modelport.validation import compare, tolerance_for
 
     if artifacts.has("savedmodel"):
         shutil.copytree(artifacts.files["savedmodel"], dest, symlinks=False)
@@ -153,7 +122,7 @@ def export_saved_model(artifacts: Artifacts, dest: Path) -> Path:
 
     tf.saved_model.save(module, str(dest), signatures={SIGNATURE: serve})
     _stable_fingerprint(dest)
-    parity = compare(ref, run_signature(dest, feeds), DEFAULT_TOLERANCES.get(artifacts.precision, DEFAULT_TOLERANCES["fp32"]),
+    parity = compare(ref, run_signature(dest, feeds), tolerance_for(artifacts.precision),
                      hop="onnx→SavedModel (TF Serving)")
     parity.raise_if_failed(path=dest)
     return dest

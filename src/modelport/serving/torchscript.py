@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from modelport.convert.parity import Tolerance, compare
 from modelport.errors import UnsafeInputError, ValidationError
 from modelport.serving.bundle import Artifacts
+from modelport.validation import Tolerance, compare
 
 TOLERANCE = Tolerance(1e-4, 1e-3, 0.9999)
 

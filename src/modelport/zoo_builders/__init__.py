@@ -17,9 +17,9 @@ def save_source(name: str, output: Path, *, force: bool = False) -> dict:
     """Build zoo model `name` and save it into `output`, with a report.json that marks the folder
     as modelport's (so `--force` may replace it later) and lists the files."""
     from modelport import zoo
-    from modelport.convert.report import Report
     from modelport.errors import BadInputError
     from modelport.staging import staged_dir
+    from modelport.validation.report import Report
 
     entry = zoo.get(name)
     if entry.framework not in SAVERS:

@@ -57,8 +57,8 @@ def _fmt(specs) -> str:
 
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
-    from modelport import __version__
     from modelport.deps import require
+    from modelport.version import __version__
 
     require("safetensors", purpose="writing the PyTorch weights")
     from safetensors.numpy import save_file

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import jsonschema
 import pytest
 
-import modelport.convert as convert_pkg
+from modelport.validation.report import SCHEMA_FILE
 
-SCHEMA = json.loads((Path(convert_pkg.__file__).parent / "report.schema.json").read_text())
+SCHEMA = json.loads(SCHEMA_FILE.read_text())
 
 
 @pytest.fixture(scope="module")

@@ -32,6 +32,7 @@ def wanted(options) -> bool:
 def optimize_stage(ir: IRModel, options, report, zoo_tol=None, *, on_stage=None):
     """(optimised IR, options with the resulting precision and tolerances)."""
     from modelport.errors import BadInputError, ValidationError
+    from modelport.optimize.auto import auto_select
     from modelport.optimize.pipeline import OptimizeOptions, optimize_ir
 
     others = [t for t in options.targets if t not in ONNX_FAMILY]
@@ -46,7 +47,8 @@ def optimize_stage(ir: IRModel, options, report, zoo_tol=None, *, on_stage=None)
         allow_fallback=options.allow_precision_fallback,
     )
     try:
-        out, rows, selection = optimize_ir(ir, opts, tolerance=lambda p: options.tolerance(p, zoo_tol), on_pass=on_stage)
+        run = auto_select if opts.level == "auto" and not opts.passes else optimize_ir
+        out, rows, selection = run(ir, opts, tolerance=lambda p: options.tolerance(p, zoo_tol), on_pass=on_stage)
     except ValidationError as e:
         report.data["stages"].extend(r.to_dict() for r in getattr(e, "rows", []))
         raise

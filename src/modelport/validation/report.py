@@ -20,14 +20,15 @@ from pathlib import Path
 from typing import Any
 
 SCHEMA = "modelport.report/1"
+SCHEMA_FILE = Path(__file__).with_name("report.schema.json")  # the published JSON Schema of SCHEMA
 VERSIONED = ("onnx", "onnxruntime", "torch", "tensorflow", "keras", "tf2onnx", "onnxsim", "onnxscript", "onnx2tf", "ai_edge_litert", "tensorrt")
 
 
 def tool_versions() -> dict[str, str]:
     import sys
 
-    from modelport import __version__
     from modelport.deps import version_of
+    from modelport.version import __version__
 
     out = {"modelport": __version__, "python": platform.python_version()}
     for mod in VERSIONED:
@@ -84,7 +85,7 @@ class Report:
         return self.data
 
     def to_json(self) -> str:
-        return json.dumps(self.data, indent=2, default=_json_default)
+        return json.dumps(self.data, indent=2, default=json_default)
 
     def write(self, folder: Path) -> Path:
         path = Path(folder) / "report.json"
@@ -92,7 +93,7 @@ class Report:
         return path
 
 
-def _json_default(o):
+def json_default(o):
     import numpy as np
 
     if isinstance(o, (np.integer,)):

@@ -48,7 +48,7 @@ def float_tensors(model) -> list[tuple[str, str, str]]:
     """
     import onnx
 
-    from modelport.optimize.model_tools import is_large
+    from modelport.onnx_io import is_large
 
     types: dict[str, int] = {}
     if not is_large(model):

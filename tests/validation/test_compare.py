@@ -3,8 +3,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from modelport.convert.parity import Tolerance, compare, compare_arrays
 from modelport.errors import ValidationError
+from modelport.validation import Tolerance, compare, compare_arrays
 
 TOL = Tolerance(1e-4, 1e-3, 0.999)
 
@@ -96,8 +96,8 @@ def test_per_output_tolerance_applies_to_that_output_only():
 
 
 def test_parse_tolerance_flags():
-    from modelport.convert.parity import parse_tolerance_flags
     from modelport.errors import BadInputError
+    from modelport.validation import parse_tolerance_flags
 
     d, o = parse_tolerance_flags(atol=["1e-3", "probs=0.1,logits=0.5"], rtol=["probs=0"], min_cosine=[])
     assert d == {"atol": 1e-3} and o == {"probs": {"atol": 0.1, "rtol": 0.0}, "logits": {"atol": 0.5}}

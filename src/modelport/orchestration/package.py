@@ -12,10 +12,10 @@ import os
 import shutil
 from pathlib import Path
 
-from modelport.convert.report import Report
 from modelport.errors import BadInputError, ModelportError, StageError
 from modelport.serving import Bundle, PackageOptions, get_packager, parse_systems
 from modelport.serving.bundle import Artifacts, load_artifacts
+from modelport.validation.report import Report
 
 # files above this size are hard-linked (not copied) when an existing repository is carried over
 _LINK_ABOVE = 1 << 20

@@ -41,7 +41,7 @@ def inspect_onnx(path: Path) -> dict:
 
 # file suffix (or folder test) -> module providing inspect(path); first match wins
 INSPECTORS: list[tuple[str, str]] = [
-    (".onnx", "modelport.convert.inspect:inspect_onnx"),
+    (".onnx", "modelport.orchestration.inspect:inspect_onnx"),
     (".pt", "modelport.parsers.pytorch:inspect"),
     (".pth", "modelport.parsers.pytorch:inspect"),
     (".pt2", "modelport.parsers.pytorch:inspect"),

@@ -17,85 +17,12 @@ accuracy budget such as `max_abs<=0.01`) is an absolute bound.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from modelport.errors import BadInputError, ValidationError
-
-KEYS = ("atol", "rtol", "min_cosine")
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    atol: float = 1e-4
-    rtol: float = 1e-3
-    min_cosine: float = 0.999
-    scaled: bool = True  # atol times the output's scale max(1, max|reference|)
-    # per-output overrides: output name -> {"atol"|"rtol"|"min_cosine": value}
-    overrides: dict = field(default_factory=dict, compare=False, hash=False)
-
-    def for_output(self, name: str) -> Tolerance:
-        """The tolerance one output is judged with (an override replaces the default's value)."""
-        over = self.overrides.get(name)
-        return replace(self, overrides={}, **over) if over else self
-
-    def with_overrides(self, overrides: dict | None) -> Tolerance:
-        return replace(self, overrides=dict(overrides or {}))
-
-    def to_dict(self) -> dict:
-        out = {k: getattr(self, k) for k in KEYS}
-        out["scaled"] = self.scaled
-        if self.overrides:
-            out["outputs"] = {n: {k: _finite(float(x)) for k, x in v.items()} for n, v in self.overrides.items()}
-        return out
-
-
-def parse_tolerance_flags(**flags: list[str] | str | float | None) -> tuple[dict, dict]:
-    """CLI tolerance flags (`atol=["1e-3", "probs=0.1,logits=0.5"]`, rtol=…, min_cosine=…) as
-    (defaults {key: value}, per-output overrides {name: {key: value}}). A plain value sets the
-    default; NAME=VALUE sets that output's; items may be repeated or comma-separated."""
-    defaults: dict[str, float] = {}
-    overrides: dict[str, dict[str, float]] = {}
-    for key, values in flags.items():
-        if values is None:
-            continue
-        if isinstance(values, (int, float)):
-            defaults[key] = float(values)
-            continue
-        flag = "--" + key.replace("_", "-")
-        for part in (p.strip() for v in ([values] if isinstance(values, str) else values) for p in str(v).split(",")):
-            if not part:
-                continue
-            name, eq, text = part.rpartition("=")
-            try:
-                value = float(text)
-            except ValueError:
-                raise BadInputError(f"{flag} '{part}': expected a number or OUTPUT=number") from None
-            if value != value or (key != "min_cosine" and value < 0):
-                raise BadInputError(f"{flag} '{part}': must be a non-negative number")
-            if eq and not name.strip():
-                raise BadInputError(f"{flag} '{part}': empty output name")
-            if eq:
-                overrides.setdefault(name.strip(), {})[key] = value
-            else:
-                defaults[key] = value
-    return defaults, overrides
-
-
-def check_override_names(tol: Tolerance, names, path=None) -> None:
-    """Per-output tolerances must name outputs the model has (a typo would silently do nothing)."""
-    unknown = sorted(set(tol.overrides) - set(names))
-    if unknown:
-        raise BadInputError(f"tolerance given for unknown output(s) {unknown}; the model's outputs are {list(names)}", path=path)
-
-
-# Defaults per precision of the candidate: quantised models are judged mostly on cosine.
-DEFAULT_TOLERANCES = {
-    "fp32": Tolerance(1e-4, 1e-3, 0.999),
-    "fp16": Tolerance(1e-2, 1e-2, 0.999),
-    "int8": Tolerance(float("inf"), float("inf"), 0.98),
-}
+from modelport.errors import ValidationError
+from modelport.validation.tolerance import KEYS, Tolerance, finite_or_none
 
 
 @dataclass
@@ -112,14 +39,10 @@ class OutputParity:
     tolerance: dict | None = None  # what this output was judged with: atol, rtol, min_cosine, scale, atol_effective
 
     def to_dict(self) -> dict:
-        out = {k: _finite(getattr(self, k)) for k in ("name", "shape_ok", "max_abs", "max_rel", "cosine", "nan", "inf", "ok", "reason")}
+        out = {k: finite_or_none(getattr(self, k)) for k in ("name", "shape_ok", "max_abs", "max_rel", "cosine", "nan", "inf", "ok", "reason")}
         if self.tolerance is not None:
-            out["tolerance"] = {k: _finite(v) for k, v in self.tolerance.items()}
+            out["tolerance"] = {k: finite_or_none(v) for k, v in self.tolerance.items()}
         return out
-
-
-def _finite(v):
-    return None if isinstance(v, float) and not np.isfinite(v) else v
 
 
 @dataclass
@@ -144,7 +67,7 @@ class ParityResult:
         return {
             "hop": self.hop,
             "ok": self.ok,
-            "tolerance": {k: (_finite(float(v)) if k in KEYS else v) for k, v in self.tolerance.to_dict().items()},
+            "tolerance": {k: (finite_or_none(float(v)) if k in KEYS else v) for k, v in self.tolerance.to_dict().items()},
             "outputs": [o.to_dict() for o in self.outputs],
         }
 
@@ -229,3 +152,9 @@ def compare(reference: dict[str, np.ndarray], actual: dict[str, np.ndarray], tol
     for name, r, a in pairs:
         result.outputs.append(compare_arrays(name, r, a, tol))
     return result
+
+
+def check(runner, reference, tolerance: Tolerance, hop: str) -> ParityResult:
+    """Run `runner` (anything with `run(feeds) -> outputs`) on the reference's inputs and compare its
+    outputs with the reference's: the one way every stage proves a hop."""
+    return compare(reference.outputs, runner.run(reference.inputs), tolerance, hop=hop)

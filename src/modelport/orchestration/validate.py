@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from modelport.convert.parity import DEFAULT_TOLERANCES, Tolerance, compare
 from modelport.errors import BadInputError, ValidationError
 from modelport.ir import TensorSpec
+from modelport.validation import Tolerance, compare, tolerance_for
 
 KINDS = {".onnx": "onnx", ".ort": "ort", ".tflite": "tflite", ".plan": "tensorrt", ".engine": "tensorrt"}
 
@@ -179,13 +179,13 @@ def validate_models(a: str | Path, b: str | Path, *, inputs: str | None = None, 
     db = describe_tflite(pb) if kb == "tflite" else None
     specs = input_specs(pa, ka, da)
     feeds = load_inputs(inputs, specs) if inputs else make_inputs(specs, dims or {}, seed=seed)
-    tol = tolerance or DEFAULT_TOLERANCES.get(precision, DEFAULT_TOLERANCES["fp32"])
+    tol = tolerance or tolerance_for(precision)
     stage(f"run:{pa.name} ({ka})")
     out_a = _runner(pa, ka, feeds, da).run(feeds)
     stage(f"run:{pb.name} ({kb})")
     out_b = _align_outputs(out_a, _runner(pb, kb, feeds, db).run(feeds))
     if not by_position:
-        from modelport.convert.parity import check_override_names
+        from modelport.validation import check_override_names
 
         check_override_names(tol, list(out_a), path=pa)
     parity = compare(out_a, out_b, tol, hop=f"{pa.name} ({ka}) vs {pb.name} ({kb})", by_position=by_position)
@@ -193,7 +193,7 @@ def validate_models(a: str | Path, b: str | Path, *, inputs: str | None = None, 
     for side, d in ((side_a, da), (side_b, db)):
         if d:
             side["io"] = tflite_io_note(d)
-    from modelport.convert.report import Report
+    from modelport.validation.report import Report
 
     run = Report("validate")  # modelport.report/1, with the two sides under `a` and `b`
     report = run.data
@@ -217,7 +217,7 @@ def validate_models(a: str | Path, b: str | Path, *, inputs: str | None = None, 
 def localize_divergence(pa: Path, ka: str, pb: Path, kb: str, feeds: dict) -> dict:
     if ka == kb == "onnx":
         from modelport.onnx_io import fit_ir_version, load_onnx
-        from modelport.optimize.localize import first_divergence
+        from modelport.validation.localize import first_divergence
 
         ma, mb = load_onnx(pa), load_onnx(pb)
         fit_ir_version(ma)

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from modelport.convert.parity import DEFAULT_TOLERANCES, Tolerance, check_override_names, compare
-from modelport.convert.report import Report
 from modelport.errors import ModelportError, StageError, ValidationError
 from modelport.ir import IRModel, TensorSpec
+from modelport.validation import Tolerance, check, check_override_names, tolerance_for
+from modelport.validation.report import Report
 
 
 @dataclass
@@ -69,14 +69,9 @@ class ConvertOptions:
             self.targets = [t.strip() for t in self.targets.split(",") if t.strip()]
 
     def tolerance(self, precision: str | None = None, zoo_tol: dict | None = None) -> Tolerance:
-        base = DEFAULT_TOLERANCES.get(precision or self.precision, DEFAULT_TOLERANCES["fp32"])
-        zoo_tol = zoo_tol or {}
-        return Tolerance(
-            atol=self.atol if self.atol is not None else zoo_tol.get("atol", base.atol),
-            rtol=self.rtol if self.rtol is not None else zoo_tol.get("rtol", base.rtol),
-            min_cosine=self.min_cosine if self.min_cosine is not None else zoo_tol.get("min_cosine", base.min_cosine),
-            scaled=self.scaled_atol, overrides=dict(self.output_tolerances),
-        )
+        return tolerance_for(precision or self.precision, zoo=zoo_tol,
+                             user={"atol": self.atol, "rtol": self.rtol, "min_cosine": self.min_cosine},
+                             overrides=self.output_tolerances, scaled=self.scaled_atol)
 
 
 StageCallback = Callable[[str], None]
@@ -151,8 +146,7 @@ def validate_ir(ir: IRModel, tol: Tolerance, hop: str):
     """Run the IR's ONNX model in onnxruntime on the reference inputs and compare."""
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 
-    outs = OnnxRuntimeRunner(ir.model).run(ir.reference.inputs)
-    return compare(ir.reference.outputs, outs, tol, hop=hop)
+    return check(OnnxRuntimeRunner(ir.model), ir.reference, tol, hop)
 
 
 def check_reference_varies(ir: IRModel, report: Report, *, strict: bool, path=None) -> None:
@@ -229,9 +223,7 @@ def validate_artifact(artifact, ir: IRModel, tol: Tolerance, hop: str):
     from modelport.runtimes import get_runner
 
     runner = get_runner(artifact.runner, artifact.path, **artifact.runner_options)
-    ref = artifact.reference or ir.reference
-    outs = runner.run(ref.inputs)
-    return compare(ref.outputs, outs, tol, hop=hop)
+    return check(runner, artifact.reference or ir.reference, tol, hop)
 
 
 @contextlib.contextmanager
@@ -297,7 +289,7 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
         report.add_parity(export_parity)
         export_parity.raise_if_failed(path=spec.path)
 
-        from modelport.optimize.stage import optimize_stage, wanted
+        from modelport.orchestration.optimize_stage import optimize_stage, wanted
 
         requested_precision = None
         if wanted(options):
@@ -311,7 +303,7 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
                 emit_and_validate(emitter, target, ir, stage, eopts, options, report, zoo_tol, f"{fw}→{target} (end to end)",
                                   on_stage=on_stage, out=out, requested=requested_precision)
             if options.packages:
-                from modelport.serving.packaging import package_converted
+                from modelport.orchestration.package import package_converted
 
                 package_converted(stage, report, options.packages, options.package_options, on_stage=on_stage)
             report.finish(exit_code=0)
