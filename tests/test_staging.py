@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from modelport.errors import BadInputError
-from modelport.staging import atomic_write_bytes, check_output, staged_dir, written_by_modelport
+from modelport.staging import check_output, staged_dir, written_by_modelport
 
 
 def ours(folder: Path) -> Path:
@@ -125,8 +125,6 @@ def test_staged_output_follows_the_umask(tmp_path, umask):
         os.chmod(stage / "run.sh", 0o700)
     got = modes(out)
     assert got == {k: expected_mode(tmp_path / k, umask) for k in got}, {k: oct(v) for k, v in got.items()}
-    atomic_write_bytes(out / "atomic.bin", b"y")
-    assert stat.S_IMODE((out / "atomic.bin").stat().st_mode) == 0o666 & ~umask
 
 
 def test_every_command_output_follows_the_umask(cli, tiny_onnx, tmp_path, umask):

@@ -29,7 +29,6 @@ ONNX_TO_NUMPY = {
     1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64",
     9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 16: "bfloat16",
 }
-NUMPY_TO_ONNX = {v: k for k, v in ONNX_TO_NUMPY.items()}
 
 
 @dataclass

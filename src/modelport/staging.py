@@ -159,22 +159,6 @@ def _fsync_tree(root: Path) -> None:
                 os.close(fd)
 
 
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fchmod(f.fileno(), 0o666 & ~current_umask())
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def describe_files(path: str | Path, files: Iterable[str | Path], root: str | Path | None = None) -> dict:
     """`{path, files, size}` of an output, paths relative to `root` (the output folder) when inside it."""
 

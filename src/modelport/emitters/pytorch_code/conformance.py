@@ -138,13 +138,3 @@ def compare(got, want: np.ndarray, rtol: float, atol: float) -> str:
     else:
         ok = np.array_equal(got, want)
     return "" if ok else "values differ"
-
-
-def summarise(outcomes: list[Outcome]) -> dict[str, tuple[int, int]]:
-    """op -> (passed, total)."""
-    table: dict[str, list[int]] = {}
-    for o in outcomes:
-        row = table.setdefault(o.op, [0, 0])
-        row[0] += int(o.ok)
-        row[1] += 1
-    return {k: (v[0], v[1]) for k, v in sorted(table.items())}

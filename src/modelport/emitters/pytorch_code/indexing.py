@@ -12,10 +12,6 @@ from modelport.emitters.pytorch_code.registry import converter
 BIG = 1 << 62
 
 
-def _bound(v) -> str:
-    return "" if v is None else str(v)
-
-
 def _part(n, i: int, k: int) -> str | None:
     """Element k of slice parameter input i as an expression (None when the input is absent)."""
     if not n.has(i):

@@ -16,10 +16,6 @@ def dims_tuple(dims) -> str:
     return "(" + ", ".join(str(d) for d in dims) + ("," if len(dims) == 1 else "") + ")"
 
 
-def _range_end(rank, start, end):
-    return start, (rank if end is None else end)
-
-
 @converter("Shape")
 def shape(n):
     start, end = n.attr("start", 0), n.attr("end")
