@@ -64,3 +64,32 @@ def test_tflite_and_ort_are_refused_before_tensorflow_loads(mlp_edge_out, tmp_pa
     with pytest.raises(BadInputError, match=r"TF Serving cannot serve .*ORT-format.*TFLite.*TF Serving takes a SavedModel"):
         package(load_artifacts(mlp_edge_out), tmp_path, PackageOptions())
     assert not (tmp_path / "models.config").exists()
+
+
+def test_square_channels_first_output_keeps_its_layout(tmp_path):
+    """A [batch, 8, 8, 8] output has the same shape NCHW and NHWC: the signature still returns the
+    source's NCHW numbers (onnx2tf computes it channels-last; the values, not the shape, decide)."""
+    import torch
+
+    from modelport.orchestration import ConvertOptions, convert
+
+    class SquareMap(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+
+        def forward(self, image):
+            return self.conv(image)
+
+    torch.manual_seed(2)
+    model = SquareMap().eval()
+    out = tmp_path / "out"
+    convert(model, out, ConvertOptions(inputs=["image:batch,3,8,8"], output_names=["fmap"]))
+    arts = load_artifacts(out)
+    package(arts, tmp_path / "tfs", PackageOptions(model_name="square"))
+    x = np.random.default_rng(5).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    with torch.no_grad():
+        want = model(torch.from_numpy(x)).numpy()
+    got = run_signature(tmp_path / "tfs" / "square" / "1", {"image": x})
+    assert list(got) == ["fmap"] and got["fmap"].shape == (2, 8, 8, 8)
+    np.testing.assert_allclose(got["fmap"], want, atol=1e-4, rtol=1e-3)

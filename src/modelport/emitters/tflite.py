@@ -32,71 +32,22 @@ are only ever opened in a child process (`runtimes.isolated`).
 
 from __future__ import annotations
 
-import os
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from modelport.emitters import Artifact, EmitOptions
-from modelport.errors import BadInputError, ModelportError, UnsupportedError
+from modelport.emitters.tf_model import LAYOUTS, Port, build, contract_module, input_layouts
+from modelport.errors import BadInputError, UnsupportedError
 from modelport.ir import IRModel, Reference
 
 NAME = "tflite"
 RUNTIME = "tflite"
 DESCRIPTION = "TFLite flatbuffer via onnx2tf (fp32/fp16/int8), validated in the LiteRT interpreter"
 
-CHANNELS_LAST = ("NHWC", "NWC", "NDHWC")
-LAYOUTS = ("source", "nhwc")
 IO_DTYPES = ("float32", "int8", "uint8")
 SIGNATURE = "serving_default"
-_LAST_NAMES = {3: "NWC", 4: "NHWC", 5: "NDHWC"}
-
-
-def _to_last(rank: int) -> list[int]:
-    return [0, *range(2, rank), 1]
-
-
-def _to_first(rank: int) -> list[int]:
-    return [0, rank - 1, *range(1, rank - 1)]
-
-
-@dataclass
-class _Port:
-    """One input or output of the file: the contract's name, and where its layout differs."""
-
-    name: str
-    key: str  # the name inside the TensorFlow function (a valid TF name); renamed in the file
-    dtype: str
-    shape: list  # the file's shape (None for a dynamic dim)
-    inner: list[int] | None = None  # an output's transpose from onnx2tf's layout to the file's, inside the file
-    change: list[int] | None = None  # permutation from the contract's layout to the file's (nhwc only)
-    layout: str = ""
-
-
-def input_layouts(ir: IRModel, layout: str) -> tuple[list[str], list[str], dict[str, list[int]], dict[str, str]]:
-    """(keep-channels-first names, keep-channels-last names, layout changes, layout per input)."""
-    if layout not in LAYOUTS:
-        raise BadInputError(f"unknown TFLite layout '{layout}'; choose one of {list(LAYOUTS)}")
-    keep_first, keep_last, transpose, described = [], [], {}, {}
-    for spec in ir.inputs:
-        rank = len(spec.shape)
-        if rank < 3:
-            described[spec.name] = spec.layout or f"rank {rank} (no channel axis)"
-            continue
-        src = spec.layout or ("channels-first" if rank in (3, 4, 5) else None)
-        channels_last = src in CHANNELS_LAST
-        if channels_last:
-            keep_last.append(spec.name)
-            described[spec.name] = f"{src} (as source)"
-        elif layout == "source":
-            keep_first.append(spec.name)
-            described[spec.name] = f"{spec.layout or 'channels-first'} (as source)"
-        else:
-            transpose[spec.name] = _to_last(rank)
-            described[spec.name] = f"{_LAST_NAMES[rank]} (transposed from the source's channels-first)"
-    return keep_first, keep_last, transpose, described
 
 
 def load_calibration(path: str | Path, ir: IRModel) -> dict[str, np.ndarray]:
@@ -107,140 +58,7 @@ def load_calibration(path: str | Path, ir: IRModel) -> dict[str, np.ndarray]:
     return {s.name: np.concatenate([f[s.name] for f in feeds], axis=0).astype(np.float32) for s in ir.inputs}
 
 
-def _convert(ir: IRModel, work: Path, keep_first, keep_last, log: Path):
-    """onnx2tf's TensorFlow (tf_keras) model of the IR; nothing is saved, the TFLite file is written here."""
-    from modelport.deps import require
-    from modelport.quiet_call import captured_output, log_tail
-
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    with captured_output(log, "onnx2tf"):
-        onnx2tf = require("onnx2tf", purpose="converting to TFLite")
-        _fresh_keras_names()
-        kwargs = dict(
-            onnx_graph=ir.clone().model, output_folder_path=str(work / "tf"), non_verbose=True, verbosity="error",
-            keep_ncw_or_nchw_or_ncdhw_input_names=keep_first or None,
-            keep_nwc_or_nhwc_or_ndhwc_input_names=keep_last or None, disable_model_save=True,
-        )
-        try:
-            return onnx2tf.convert(**kwargs)
-        except SystemExit as e:  # onnx2tf exits on conversion errors
-            raise UnsupportedError(f"onnx2tf could not convert the model (exit {e.code}): {log_tail(log)}") from None
-        except ModelportError:
-            raise
-        except Exception as e:
-            raise UnsupportedError(f"onnx2tf could not convert the model: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} {log_tail(log, 2)}") from None
-
-
-def _fresh_keras_names() -> None:
-    """Restart tf_keras's layer-name counters, which onnx2tf's names (and so the .tflite bytes)
-    carry: without this a second conversion in one process writes `model_35/tf.nn.relu_7`
-    where the first wrote `model_17/tf.nn.relu`, and reruns are not byte-identical."""
-    import tf_keras
-
-    tf_keras.backend.clear_session()
-
-
-def _fits(a, b) -> bool:
-    """Same rank, and the same size wherever both shapes name one (None: dynamic)."""
-    return len(a) == len(b) and all(x is None or y is None or x == y for x, y in zip(a, b, strict=True))
-
-
-def _probe(ir: IRModel) -> Reference:
-    """Inputs and outputs to place onnx2tf's outputs by: the IR's references, else onnxruntime's."""
-    if ir.reference is not None:
-        return ir.reference
-    from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
-    from modelport.samples import make_inputs
-
-    feeds = make_inputs(ir.inputs)
-    return Reference(feeds, OnnxRuntimeRunner(ir.model).run(feeds))
-
-
-def _plan(ir: IRModel, keras_model, changes: dict[str, list[int]], described: dict[str, str], nhwc: bool,
-          log: Path) -> tuple[list[_Port], list[_Port]]:
-    """The file's inputs and outputs, and the transposes that put onnx2tf's model behind them.
-
-    Inputs: onnx2tf keeps each one as asked (`keep_*_input_names`); a shape that disagrees is an
-    error. An output's layout in onnx2tf's model is read off its shape against the reference (as
-    the source computes it, or channels-last); where both fit (square dims) the numbers decide.
-    """
-    from modelport.quiet_call import captured_output
-
-    inputs = []
-    if len(keras_model.inputs) != len(ir.inputs) or len(keras_model.outputs) != len(ir.outputs):
-        raise UnsupportedError(f"onnx2tf's model has {len(keras_model.inputs)} inputs and {len(keras_model.outputs)} outputs; "
-                               f"the contract has {len(ir.inputs)} and {len(ir.outputs)}")
-    for i, (spec, kin) in enumerate(zip(ir.inputs, keras_model.inputs, strict=True)):
-        change = changes.get(spec.name)
-        shape = [d if isinstance(d, int) else None for d in spec.shape]
-        if change:
-            shape = [shape[k] for k in change]
-        if not _fits(list(kin.shape), shape):
-            raise UnsupportedError(f"onnx2tf gave input '{spec.name}' the shape {list(kin.shape)}; the file must take {shape}")
-        inputs.append(_Port(spec.name, f"in_{i}", spec.dtype, shape, change=change, layout=described[spec.name]))
-    ref = _probe(ir)
-    feeds = [np.transpose(ref.inputs[p.name], p.change) if p.change else ref.inputs[p.name] for p in inputs]
-    try:
-        with captured_output(log, "TensorFlow"):
-            got = keras_model([np.asarray(f, dtype=np.dtype(k.dtype.name)) for f, k in zip(feeds, keras_model.inputs, strict=True)],
-                              training=False)
-    except Exception as e:
-        raise UnsupportedError(f"onnx2tf's TensorFlow model fails on the sample inputs: {type(e).__name__}: "
-                               f"{(str(e).strip().splitlines() or [''])[0][:300]}") from None
-    got = [np.asarray(g) for g in (got if isinstance(got, (list, tuple)) else [got])]
-    outputs = []
-    for j, (spec, y) in enumerate(zip(ir.outputs, got, strict=True)):
-        want = np.asarray(ref.outputs[spec.name])
-        rank = y.ndim
-        # channels-last first: on a tie (a constant output) onnx2tf's own convention decides
-        options = ([_to_first(rank)] if rank >= 3 else []) + [None]
-        fits = [p for p in options if (y.transpose(p) if p else y).shape == want.shape]
-        if not fits:
-            raise UnsupportedError(f"onnx2tf's output '{spec.name}' has the shape {list(y.shape)}, the source's {list(want.shape)}, "
-                                   f"and no layout change maps one onto the other")
-        if len(fits) > 1:
-            fits.sort(key=lambda p: _distance(y.transpose(p) if p else y, want))
-        inner = fits[0]
-        shape = [d if isinstance(d, int) else None for d in spec.shape]
-        as_source = f"{spec.layout} (as source)" if spec.layout else "as source"
-        if nhwc and inner is not None:
-            change = _to_last(rank)
-            outputs.append(_Port(spec.name, f"out_{j}", spec.dtype, [shape[k] for k in change], change=change,
-                                 layout=f"{_LAST_NAMES.get(rank, 'channels-last')} (transposed from the source's channels-first)"))
-        else:
-            outputs.append(_Port(spec.name, f"out_{j}", spec.dtype, shape, inner=inner, layout=as_source))
-    return inputs, outputs
-
-
-def _distance(a: np.ndarray, b: np.ndarray) -> float:
-    d = np.abs(a.astype(np.float64) - b.astype(np.float64))
-    return float(np.nanmax(d)) if d.size and not np.all(np.isnan(d)) else float("inf")
-
-
-def _module(tf, keras_model, inputs: list[_Port], outputs: list[_Port]):
-    """A tf.Module whose one function takes the file's inputs and returns its outputs by key."""
-    graph_in = [k.dtype for k in keras_model.inputs]
-
-    def serve(*args):
-        xs = [tf.cast(a, dt) if a.dtype != dt else a for a, dt in zip(args, graph_in, strict=True)]
-        ys = keras_model(xs, training=False)
-        ys = ys if isinstance(ys, (list, tuple)) else [ys]
-        out = {}
-        for port, y in zip(outputs, ys, strict=True):
-            if port.inner:
-                y = tf.transpose(y, port.inner)
-            want = tf.as_dtype(port.dtype)
-            out[port.key] = tf.cast(y, want) if y.dtype != want else tf.identity(y)
-        return out
-
-    module = tf.Module()
-    module.model = keras_model
-    module.serve = tf.function(serve, input_signature=[tf.TensorSpec(p.shape, tf.as_dtype(p.dtype), name=p.key)
-                                                       for p in inputs])
-    return module
-
-
-def _to_tflite(keras_model, inputs: list[_Port], outputs: list[_Port], mode: str, calib: dict[str, np.ndarray] | None,
+def _to_tflite(keras_model, inputs: list[Port], outputs: list[Port], mode: str, calib: dict[str, np.ndarray] | None,
                io_dtype: str, work: Path, log: Path) -> bytes:
     """TensorFlow's converter on the wrapped model, with the precision's settings.
 
@@ -254,7 +72,7 @@ def _to_tflite(keras_model, inputs: list[_Port], outputs: list[_Port], mode: str
         import tensorflow as tf
 
         try:
-            module = _module(tf, keras_model, inputs, outputs)
+            module = contract_module(tf, keras_model, inputs, outputs)
             fn = module.serve.get_concrete_function()
             module.captured = list(fn.variables)
             tf.saved_model.save(module, str(work / "wrapped"), signatures={SIGNATURE: fn})
@@ -288,7 +106,7 @@ def _to_tflite(keras_model, inputs: list[_Port], outputs: list[_Port], mode: str
                                    f"{(str(e).strip().splitlines() or [''])[0][:300]} {log_tail(log, 2)}") from None
 
 
-def _name_io(data: bytes, inputs: list[_Port], outputs: list[_Port]) -> bytes:
+def _name_io(data: bytes, inputs: list[Port], outputs: list[Port]) -> bytes:
     """The file with the contract's names: signature keys, I/O tensor names, and I/O in contract order."""
     from tensorflow.lite.tools import flatbuffer_utils
 
@@ -327,7 +145,7 @@ def _check_ops(interpreter, path: Path) -> list[str]:
     return ops
 
 
-def _reference_in_layout(ir: IRModel, inputs: list[_Port], outputs: list[_Port]) -> Reference | None:
+def _reference_in_layout(ir: IRModel, inputs: list[Port], outputs: list[Port]) -> Reference | None:
     """The IR's references transposed into the file's layout (nhwc), or None when no tensor changed."""
     if ir.reference is None or not any(p.change for p in inputs + outputs):
         return None
@@ -350,7 +168,9 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     precision = options.precision
     if precision not in ("fp32", "fp16", "int8"):
         raise BadInputError(f"TFLite precision '{precision}' is not one of fp32, fp16, int8")
-    keep_first, keep_last, changes, described = input_layouts(model, layout)
+    if layout not in LAYOUTS:
+        raise BadInputError(f"unknown TFLite layout '{layout}'; choose one of {list(LAYOUTS)}")
+    changes = input_layouts(model, layout)[2]
     ir, pre = preflight.check_tflite(model)
     pre.raise_if_unsupported()
     calib = load_calibration(opts["calibration"], ir) if opts.get("calibration") and precision == "int8" else None
@@ -367,8 +187,7 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     with tempfile.TemporaryDirectory(prefix="modelport-tflite-") as tmp:
         work = Path(tmp)
         log = work / "convert.log"
-        keras_model = _convert(ir, work, keep_first, keep_last, log)
-        inputs, outputs = _plan(ir, keras_model, changes, described, layout == "nhwc", log)
+        keras_model, inputs, outputs = build(ir, work, log, layout=layout)
         data = _to_tflite(keras_model, inputs, outputs, mode, calib, io_dtype, work, log)
     path = out_dir / "model.tflite"
     path.write_bytes(_name_io(data, inputs, outputs))

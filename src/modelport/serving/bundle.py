@@ -78,22 +78,6 @@ class Artifacts:
 
         return model_files(self.get("onnx", "this bundle"))
 
-    def copy_onnx(self, folder: Path) -> Path:
-        """A private copy of model.onnx and its external data in `folder` (inside the staging folder).
-
-        Third-party converters get this copy, never the artifact itself: onnx2tf, for one,
-        simplifies the file it is handed and saves it back over it.
-        """
-        import shutil
-
-        files = self.onnx_files()
-        folder.mkdir(parents=True, exist_ok=True)
-        for f in files:
-            dst = folder / f.relative_to(files[0].parent)
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(f, dst)
-        return folder / files[0].name
-
     def batch_axis(self) -> str | None:
         """The symbolic name shared by dim 0 of every input and output, i.e. a batch axis a server may batch on."""
         specs = self.inputs + self.outputs

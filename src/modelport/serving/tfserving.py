@@ -1,24 +1,20 @@
 """TF Serving bundle: `<name>/<version>/saved_model.pb` + `variables/`, and `models.config`.
 
 A SavedModel artifact (e.g. from a Keras `model.export()`) is copied as it is. From ONNX, the
-model goes through onnx2tf and is saved again behind a `serving_default` signature whose input
-and output names, dtypes and dynamic dims are the contract's; channel-first inputs stay
-channel-first. The exported SavedModel is loaded back and its signature run on the contract's
+model goes through onnx2tf (`emitters/tf_model.py`, as the TFLite emitter's does) and is saved
+behind a `serving_default` signature whose inputs and outputs have the contract's names, dtypes,
+dynamic dims and layouts; channel-first tensors stay channel-first. The exported SavedModel is loaded back and its signature run on the contract's
 sample inputs, checked for parity against the ONNX artifact in onnxruntime: a breach is exit 4.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
-import numpy as np
-
-from modelport.errors import BadInputError
+from modelport.errors import BadInputError, ModelportError
 from modelport.runtimes.savedmodel import SIGNATURE, run_signature, signature_specs
 from modelport.serving import Bundle, PackageOptions
 from modelport.serving.bundle import Artifacts, served_name
@@ -33,25 +29,6 @@ def _tf():
     from modelport.deps import require
 
     return require("tensorflow", purpose="TF Serving bundles")
-
-
-def _output_perms(keras_model, artifacts: Artifacts, feeds: dict[str, np.ndarray], ref: dict[str, np.ndarray]) -> list:
-    """Per output, the permutation that brings onnx2tf's channels-last output back to the contract's layout."""
-    args = [feeds[s.name] for s in artifacts.inputs]
-    ys = keras_model(args if len(args) > 1 else args[0])
-    ys = ys if isinstance(ys, (list, tuple)) else [ys]
-    if len(ys) != len(artifacts.outputs):
-        raise BadInputError(f"onnx2tf's model has {len(ys)} outputs, the contract {len(artifacts.outputs)}")
-    perms = []
-    for s, y in zip(artifacts.outputs, ys, strict=True):
-        y = np.asarray(y)
-        want = ref[s.name].shape
-        perm = _TO_CHANNELS_FIRST.get(y.ndim)
-        if y.shape != want and perm and tuple(np.transpose(y, perm).shape) == want:
-            perms.append(perm)
-        else:
-            perms.append(None)
-    return perms
 
 
 def _stable_fingerprint(dest: Path) -> None:
@@ -88,39 +65,29 @@ def export_saved_model(artifacts: Artifacts, dest: Path) -> Path:
 
         raise unservable(artifacts, "TF Serving", "a SavedModel, or ONNX (converted to a SavedModel with onnx2tf)")
     tf = _tf()
-    from modelport.deps import require
+    from modelport.emitters.tf_model import build, contract_module
+    from modelport.ir import IRModel, Reference
+    from modelport.onnx_io import load_onnx
+    from modelport.quiet_call import captured_output
 
-    onnx2tf = require("onnx2tf", purpose="converting ONNX to a SavedModel")
     onnx_path = artifacts.get("onnx", "a TF Serving bundle")
-    channel_first = [s.name for s in artifacts.inputs if len(s.shape) >= 3]
     feeds = artifacts.sample_inputs(batch=2)
     ref = artifacts.reference_outputs(feeds)
-    # onnx2tf rewrites the file it is given (simplified in place): it works on a copy inside the staging folder
+    # onnx2tf gets the graph in memory: it simplifies and saves back a file it is handed
+    ir = IRModel(load_onnx(onnx_path), artifacts.inputs, artifacts.outputs, reference=Reference(feeds, ref),
+                 sample_dims=dict(artifacts.sample_dims))
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".onnx2tf-", dir=dest.parent) as tmp, contextlib.redirect_stdout(sys.stderr):
-        work_onnx = artifacts.copy_onnx(Path(tmp) / "onnx")
+    with tempfile.TemporaryDirectory(prefix=".onnx2tf-", dir=dest.parent) as tmp:
+        work = Path(tmp)
         try:
-            keras_model = onnx2tf.convert(
-                input_onnx_file_path=str(work_onnx), output_folder_path=str(Path(tmp) / "tf"), disable_model_save=True,
-                non_verbose=True, verbosity="error", keep_ncw_or_nchw_or_ncdhw_input_names=channel_first or None,
-            )
-        except Exception as e:
-            raise BadInputError(f"onnx2tf cannot convert the model: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
-                                path=onnx_path) from None
-    perms = _output_perms(keras_model, artifacts, feeds, ref)
-    signature = [tf.TensorSpec([d if isinstance(d, int) else None for d in s.shape], tf.as_dtype(s.dtype), name=s.name)
-                 for s in artifacts.inputs]
-    module = tf.Module()
-    module.model = keras_model
-    out_specs = artifacts.outputs
-
-    @tf.function(input_signature=signature)
-    def serve(*args):
-        ys = module.model(list(args) if len(args) > 1 else args[0])
-        ys = ys if isinstance(ys, (list, tuple)) else [ys]
-        return {s.name: tf.cast(tf.transpose(y, p) if p else y, tf.as_dtype(s.dtype)) for s, y, p in zip(out_specs, ys, perms, strict=True)}
-
-    tf.saved_model.save(module, str(dest), signatures={SIGNATURE: serve})
+            keras_model, inputs, outputs = build(ir, work, work / "convert.log")
+        except ModelportError as e:
+            raise BadInputError(f"onnx2tf cannot convert the model: {e.reason}", path=onnx_path) from None
+        with captured_output(work / "convert.log", "TensorFlow"):
+            module = contract_module(tf, keras_model, inputs, outputs, by_name=True)
+            fn = module.serve.get_concrete_function()
+            module.captured = list(fn.variables)  # variables onnx2tf's layers use without tracking them
+            tf.saved_model.save(module, str(dest), signatures={SIGNATURE: fn})
     _stable_fingerprint(dest)
     parity = compare(ref, run_signature(dest, feeds), tolerance_for(artifacts.precision),
                      hop="onnx→SavedModel (TF Serving)")

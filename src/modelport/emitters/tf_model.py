@@ -1,0 +1,218 @@
+"""onnx2tf's TensorFlow model of an IR, put behind the I/O contract: the TFLite emitter and the
+TF Serving packager both start here.
+
+onnx2tf converts ONNX to TensorFlow op by op and removes the NCHW↔NHWC transposes itself, so its
+model takes and returns channels-last tensors where the source is channels-first. `plan_ports`
+reads off each output's layout in onnx2tf's model (its shape against the reference, or where both
+layouts fit, as with square dims, the numbers) and `contract_module` wraps the model in one
+`tf.function` that takes the contract's inputs and returns the contract's outputs: names, shapes,
+dtypes and layouts, transposes inside. `layout="nhwc"` is the one asked-for change: channels-first
+inputs are taken channels-last, and outputs onnx2tf computes channels-last stay so.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from modelport.errors import BadInputError, ModelportError, UnsupportedError
+from modelport.ir import IRModel, Reference
+
+CHANNELS_LAST = ("NHWC", "NWC", "NDHWC")
+LAYOUTS = ("source", "nhwc")
+LAST_NAMES = {3: "NWC", 4: "NHWC", 5: "NDHWC"}
+
+
+def to_last(rank: int) -> list[int]:
+    return [0, *range(2, rank), 1]
+
+
+def to_first(rank: int) -> list[int]:
+    return [0, rank - 1, *range(1, rank - 1)]
+
+
+
+@dataclass
+class Port:
+    """One input or output of the file: the contract's name, and where its layout differs."""
+
+    name: str
+    key: str  # the name inside the TensorFlow function (a valid TF name); renamed in the file
+    dtype: str
+    shape: list  # the file's shape (None for a dynamic dim)
+    inner: list[int] | None = None  # an output's transpose from onnx2tf's layout to the file's, inside the file
+    change: list[int] | None = None  # permutation from the contract's layout to the file's (nhwc only)
+    layout: str = ""
+
+
+
+def input_layouts(ir: IRModel, layout: str) -> tuple[list[str], list[str], dict[str, list[int]], dict[str, str]]:
+    """(keep-channels-first names, keep-channels-last names, layout changes, layout per input)."""
+    if layout not in LAYOUTS:
+        raise BadInputError(f"unknown layout '{layout}'; choose one of {list(LAYOUTS)}")
+    keep_first, keep_last, transpose, described = [], [], {}, {}
+    for spec in ir.inputs:
+        rank = len(spec.shape)
+        if rank < 3:
+            described[spec.name] = spec.layout or f"rank {rank} (no channel axis)"
+            continue
+        src = spec.layout or ("channels-first" if rank in (3, 4, 5) else None)
+        channels_last = src in CHANNELS_LAST
+        if channels_last:
+            keep_last.append(spec.name)
+            described[spec.name] = f"{src} (as source)"
+        elif layout == "source":
+            keep_first.append(spec.name)
+            described[spec.name] = f"{spec.layout or 'channels-first'} (as source)"
+        else:
+            transpose[spec.name] = to_last(rank)
+            described[spec.name] = f"{LAST_NAMES[rank]} (transposed from the source's channels-first)"
+    return keep_first, keep_last, transpose, described
+
+
+
+def onnx2tf_model(ir: IRModel, work: Path, keep_first, keep_last, log: Path):
+    """onnx2tf's TensorFlow (tf_keras) model of the IR. onnx2tf gets the graph in memory (it
+    simplifies and saves back a file it is handed); nothing is saved."""
+    from modelport.deps import require
+    from modelport.quiet_call import captured_output, log_tail
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    with captured_output(log, "onnx2tf"):
+        onnx2tf = require("onnx2tf", purpose="converting ONNX to TensorFlow")
+        fresh_keras_names()
+        kwargs = dict(
+            onnx_graph=ir.clone().model, output_folder_path=str(work / "tf"), non_verbose=True, verbosity="error",
+            keep_ncw_or_nchw_or_ncdhw_input_names=keep_first or None,
+            keep_nwc_or_nhwc_or_ndhwc_input_names=keep_last or None, disable_model_save=True,
+        )
+        try:
+            return onnx2tf.convert(**kwargs)
+        except SystemExit as e:  # onnx2tf exits on conversion errors
+            raise UnsupportedError(f"onnx2tf could not convert the model (exit {e.code}): {log_tail(log)}") from None
+        except ModelportError:
+            raise
+        except Exception as e:
+            raise UnsupportedError(f"onnx2tf could not convert the model: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} {log_tail(log, 2)}") from None
+
+
+def fresh_keras_names() -> None:
+    """Restart tf_keras's layer-name counters, which onnx2tf's names (and so the .tflite bytes)
+    carry: without this a second conversion in one process writes `model_35/tf.nn.relu_7`
+    where the first wrote `model_17/tf.nn.relu`, and reruns are not byte-identical."""
+    import tf_keras
+
+    tf_keras.backend.clear_session()
+
+
+def _fits(a, b) -> bool:
+    """Same rank, and the same size wherever both shapes name one (None: dynamic)."""
+    return len(a) == len(b) and all(x is None or y is None or x == y for x, y in zip(a, b, strict=True))
+
+
+
+def probe(ir: IRModel) -> Reference:
+    """Inputs and outputs to place onnx2tf's outputs by: the IR's references, else onnxruntime's."""
+    if ir.reference is not None:
+        return ir.reference
+    from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
+    from modelport.samples import make_inputs
+
+    feeds = make_inputs(ir.inputs)
+    return Reference(feeds, OnnxRuntimeRunner(ir.model).run(feeds))
+
+
+def plan_ports(ir: IRModel, keras_model, changes: dict[str, list[int]], described: dict[str, str], nhwc: bool,
+          log: Path) -> tuple[list[Port], list[Port]]:
+    """The file's inputs and outputs, and the transposes that put onnx2tf's model behind them.
+
+    Inputs: onnx2tf keeps each one as asked (`keep_*_input_names`); a shape that disagrees is an
+    error. An output's layout in onnx2tf's model is read off its shape against the reference (as
+    the source computes it, or channels-last); where both fit (square dims) the numbers decide.
+    """
+    from modelport.quiet_call import captured_output
+
+    inputs = []
+    if len(keras_model.inputs) != len(ir.inputs) or len(keras_model.outputs) != len(ir.outputs):
+        raise UnsupportedError(f"onnx2tf's model has {len(keras_model.inputs)} inputs and {len(keras_model.outputs)} outputs; "
+                               f"the contract has {len(ir.inputs)} and {len(ir.outputs)}")
+    for i, (spec, kin) in enumerate(zip(ir.inputs, keras_model.inputs, strict=True)):
+        change = changes.get(spec.name)
+        shape = [d if isinstance(d, int) else None for d in spec.shape]
+        if change:
+            shape = [shape[k] for k in change]
+        if not _fits(list(kin.shape), shape):
+            raise UnsupportedError(f"onnx2tf gave input '{spec.name}' the shape {list(kin.shape)}; the file must take {shape}")
+        inputs.append(Port(spec.name, f"in_{i}", spec.dtype, shape, change=change, layout=described[spec.name]))
+    ref = probe(ir)
+    feeds = [np.transpose(ref.inputs[p.name], p.change) if p.change else ref.inputs[p.name] for p in inputs]
+    try:
+        with captured_output(log, "TensorFlow"):
+            got = keras_model([np.asarray(f, dtype=np.dtype(k.dtype.name)) for f, k in zip(feeds, keras_model.inputs, strict=True)],
+                              training=False)
+    except Exception as e:
+        raise UnsupportedError(f"onnx2tf's TensorFlow model fails on the sample inputs: {type(e).__name__}: "
+                               f"{(str(e).strip().splitlines() or [''])[0][:300]}") from None
+    got = [np.asarray(g) for g in (got if isinstance(got, (list, tuple)) else [got])]
+    outputs = []
+    for j, (spec, y) in enumerate(zip(ir.outputs, got, strict=True)):
+        want = np.asarray(ref.outputs[spec.name])
+        rank = y.ndim
+        # channels-last first: on a tie (a constant output) onnx2tf's own convention decides
+        options = ([to_first(rank)] if rank >= 3 else []) + [None]
+        fits = [p for p in options if (y.transpose(p) if p else y).shape == want.shape]
+        if not fits:
+            raise UnsupportedError(f"onnx2tf's output '{spec.name}' has the shape {list(y.shape)}, the source's {list(want.shape)}, "
+                                   f"and no layout change maps one onto the other")
+        if len(fits) > 1:
+            fits.sort(key=lambda p: _distance(y.transpose(p) if p else y, want))
+        inner = fits[0]
+        shape = [d if isinstance(d, int) else None for d in spec.shape]
+        as_source = f"{spec.layout} (as source)" if spec.layout else "as source"
+        if nhwc and inner is not None:
+            change = to_last(rank)
+            outputs.append(Port(spec.name, f"out_{j}", spec.dtype, [shape[k] for k in change], change=change,
+                                 layout=f"{LAST_NAMES.get(rank, 'channels-last')} (transposed from the source's channels-first)"))
+        else:
+            outputs.append(Port(spec.name, f"out_{j}", spec.dtype, shape, inner=inner, layout=as_source))
+    return inputs, outputs
+
+
+def _distance(a: np.ndarray, b: np.ndarray) -> float:
+    d = np.abs(a.astype(np.float64) - b.astype(np.float64))
+    return float(np.nanmax(d)) if d.size and not np.all(np.isnan(d)) else float("inf")
+
+
+def contract_module(tf, keras_model, inputs: list[Port], outputs: list[Port], *, by_name: bool = False):
+    """A tf.Module whose one function (`serve`) takes the file's inputs and returns its outputs by
+    key: the ports' TF-safe keys, or with `by_name` the contract's names (TF Serving's signature)."""
+    graph_in = [k.dtype for k in keras_model.inputs]
+
+    def serve(*args):
+        xs = [tf.cast(a, dt) if a.dtype != dt else a for a, dt in zip(args, graph_in, strict=True)]
+        ys = keras_model(xs, training=False)
+        ys = ys if isinstance(ys, (list, tuple)) else [ys]
+        out = {}
+        for port, y in zip(outputs, ys, strict=True):
+            if port.inner:
+                y = tf.transpose(y, port.inner)
+            want = tf.as_dtype(port.dtype)
+            out[port.name if by_name else port.key] = tf.cast(y, want) if y.dtype != want else tf.identity(y)
+        return out
+
+    module = tf.Module()
+    module.model = keras_model
+    module.serve = tf.function(serve, input_signature=[tf.TensorSpec(p.shape, tf.as_dtype(p.dtype), name=p.name if by_name else p.key)
+                                                       for p in inputs])
+    return module
+
+
+def build(ir: IRModel, work: Path, log: Path, *, layout: str = "source") -> tuple[object, list[Port], list[Port]]:
+    """(onnx2tf's model, the file's input ports, its output ports) for `ir` in `layout`."""
+    keep_first, keep_last, changes, described = input_layouts(ir, layout)
+    keras_model = onnx2tf_model(ir, work, keep_first, keep_last, log)
+    inputs, outputs = plan_ports(ir, keras_model, changes, described, layout == "nhwc", log)
+    return keras_model, inputs, outputs
