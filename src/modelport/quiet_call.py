@@ -43,6 +43,31 @@ def captured_output(log_path: Path, tool: str | None = None):
                 os.close(copy)
 
 
+@contextlib.contextmanager
+def silenced_output():
+    """Both descriptors (and Python's streams) into /dev/null for the block: for a library that logs
+    what it does at INFO level to stderr on every load (LiteRT's "Created TensorFlow Lite XNNPACK
+    delegate"). Its errors still reach the caller as exceptions."""
+    with open(os.devnull, "w") as null:
+        for s in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                s.flush()
+        saved = []
+        for fd in (1, 2):
+            try:
+                saved.append((fd, os.dup(fd)))
+                os.dup2(null.fileno(), fd)
+            except OSError:
+                pass
+        try:
+            with contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
+                yield
+        finally:
+            for fd, copy in saved:
+                os.dup2(copy, fd)
+                os.close(copy)
+
+
 def log_tail(log_path: Path, lines: int = 3) -> str:
     """The last meaningful lines of a log (ANSI colour codes stripped), for an error message."""
     import re

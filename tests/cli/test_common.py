@@ -157,6 +157,16 @@ def test_failing_keras_conversion_prints_one_line(files, tmp_path, quiet):
     assert len(lines) == 1 and lines[0].startswith("error:") and "parity failed" in lines[0], p.stderr
 
 
+def test_quiet_tflite_run_prints_nothing(files, tmp_path):
+    """LiteRT logs "Created TensorFlow Lite XNNPACK delegate" at INFO level when validation first
+    allocates the interpreter: with --quiet a successful run's stderr is empty all the same."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_", "GLOG_", "GRPC_", "MODELPORT_"))}
+    env["PYTHONPATH"] = str(REPO / "src")
+    args = ["emit", files / "onnx" / "m.onnx", "--to", "tflite", "-o", tmp_path / "out", "-q"]
+    p = subprocess.run([sys.executable, "-m", "modelport", *map(str, args)], capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+
+
 # --- point 18: --json stdout is one document --------------------------------------------------
 
 def _json_cases(files: Path, out: Path) -> list[list]:

@@ -83,6 +83,10 @@ class TFLiteRunner:
                  input_transpose: dict[str, list[int]] | None = None, dequantize_outputs: bool = True):
         self.path = Path(model)
         self.interpreter = load_interpreter(self.path, threads)
+        from modelport.quiet_call import silenced_output
+
+        with silenced_output():  # the first allocation logs the XNNPACK delegate at INFO level on stderr
+            self.interpreter.allocate_tensors()
         self.inputs = self.interpreter.get_input_details()
         self.outputs = self.interpreter.get_output_details()
         self.signatures = self.interpreter.get_signature_list() or {}
