@@ -180,3 +180,58 @@ def test_reference_varies_per_output():
     from modelport.samples import make_inputs
 
     assert np.array_equal(ir.reference.inputs["x"], make_inputs([parse_input_spec("x:batch,32")], {}, seed=0)["x"])
+
+
+class Masked(torch.nn.Module):
+    """Two inputs sharing a batch and a sequence dim; the sequence must be at least 3 long."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 4)
+
+    def forward(self, x, mask):
+        return self.proj(x * mask.unsqueeze(-1).float()).sum(1), x * 2
+
+
+@pytest.fixture(scope="module")
+def masked_pt2(tmp_path_factory):
+    batch, seq = torch.export.Dim("batch", min=1, max=64), torch.export.Dim("seq", min=3, max=512)
+    torch.manual_seed(0)
+    ep = torch.export.export(Masked().eval(), (torch.randn(2, 5, 8), torch.ones(2, 5, dtype=torch.int64)),
+                             dynamic_shapes={"x": {0: batch, 1: seq}, "mask": {0: batch, 1: seq}})
+    path = tmp_path_factory.mktemp("pt2") / "masked.pt2"
+    torch.export.save(ep, str(path))
+    return path
+
+
+def test_pt2_carries_its_input_contract(masked_pt2):
+    """No --input: names, dtypes, static and dynamic dims come from the program; a shared symbol is
+    one named dim, and its range (seq >= 3) moves the sample size into it."""
+    ir = parse(masked_pt2, SourceSpec(path=masked_pt2))
+    assert [(s.name, s.dtype, s.shape) for s in ir.inputs] == [
+        ("x", "float32", ["batch", "x_dim1", 8]), ("mask", "int64", ["batch", "x_dim1"])]
+    assert ir.sample_dims == {"x_dim1": 3} and ir.reference.inputs["x"].shape == (2, 3, 8)
+    graph_in = {i.name: [d.dim_param or d.dim_value for d in i.type.tensor_type.shape.dim] for i in ir.model.graph.input}
+    assert graph_in == {"x": ["batch", "x_dim1", 8], "mask": ["batch", "x_dim1"]}
+    x = np.random.default_rng(1).standard_normal((4, 7, 8)).astype(np.float32)
+    mask = np.ones((4, 7), np.int64)
+    got = OnnxRuntimeRunner(ir.model).run({"x": x, "mask": mask})
+    with torch.no_grad():
+        want = torch.export.load(str(masked_pt2)).module()(torch.from_numpy(x), torch.from_numpy(mask))
+    np.testing.assert_allclose(got[list(got)[0]], want[0].numpy(), atol=1e-5)
+
+
+def test_pt2_input_overrides_by_name_and_refuses_unknown_names(masked_pt2):
+    ir = parse(masked_pt2, SourceSpec(path=masked_pt2, inputs=[parse_input_spec("x:batch,6,8"), parse_input_spec("mask:batch,6")]))
+    assert [s.shape for s in ir.inputs] == [["batch", 6, 8], ["batch", 6]]
+    with pytest.raises(BadInputError, match=r"unknown input 'y'; the model's inputs are \['x', 'mask'\]"):
+        parse(masked_pt2, SourceSpec(path=masked_pt2, inputs=[parse_input_spec("y:2,4")]))
+
+
+def test_inspect_pt2_shows_the_contract(cli, masked_pt2):
+    r = cli("inspect", masked_pt2, "--json")
+    assert r.exit_code == 0, r
+    info = r.json()
+    assert info["inputs"] == [{"name": "x", "dtype": "float32", "shape": ["batch", "x_dim1", 8]},
+                              {"name": "mask", "dtype": "int64", "shape": ["batch", "x_dim1"]}]
+    assert [(o["dtype"], o["shape"]) for o in info["outputs"]] == [("float32", ["batch", 4]), ("float32", ["batch", "x_dim1", 8])]

@@ -161,26 +161,36 @@ def build_arch(arch: str, *, trust: bool):
         raise BadInputError(f"cannot build --arch '{arch}': {e}") from None
 
 
+def load_exported(path: Path):
+    try:
+        return _torch().export.load(str(path))
+    except Exception as e:
+        raise BadInputError(f"cannot load ExportedProgram: {_first_line(e)}", path=path) from None
+
+
 def load_module(source, spec):
-    """The nn.Module (in eval mode) a source names, and how it was loaded."""
+    """(the nn.Module (in eval mode) a source names, how it was loaded, the input contract the
+    file carries: `exported_program_specs` of a `.pt2`, else None)."""
     torch = _torch()
 
     if isinstance(source, torch.nn.Module):
-        return source.eval(), "nn.Module"
+        return source.eval(), "nn.Module", None
     if isinstance(source, str) and source.startswith("zoo:"):
-        return build_arch(source, trust=spec.trust).eval(), "zoo"
+        return build_arch(source, trust=spec.trust).eval(), "zoo", None
     path = check_model_file(source, kind="PyTorch model")
     _check_torch_version()
     fmt = file_format(path)
     if fmt == "exported_program":
+        ep = load_exported(path)
+        carried = exported_program_specs(ep)
         try:
-            return torch.export.load(str(path)).module(), fmt
+            return ep.module(), fmt, carried
         except Exception as e:
             raise BadInputError(f"cannot load ExportedProgram: {_first_line(e)}", path=path) from None
     if fmt == "torchscript":
         if not spec.trust:
             raise UnsafeInputError("TorchScript runs code from the file", path=path, hint="pass --trust if you trust it")
-        return torch.jit.load(str(path), map_location="cpu").eval(), fmt
+        return torch.jit.load(str(path), map_location="cpu").eval(), fmt, None
     if fmt == "pickle" and not spec.arch:
         try:
             obj = torch.load(str(path), map_location="cpu", weights_only=True)
@@ -191,7 +201,7 @@ def load_module(source, spec):
         except Exception as e:
             raise BadInputError(f"truncated or not a PyTorch file: {_first_line(e)}", path=path) from None
         if isinstance(obj, torch.nn.Module):
-            return obj.eval(), "pickled nn.Module"
+            return obj.eval(), "pickled nn.Module", None
         raise BadInputError("a state dict needs an architecture", path=path, hint="pass --arch zoo:NAME or --arch package.module:Class")
     if not spec.arch:
         raise BadInputError("a state dict needs an architecture", path=path, hint="pass --arch zoo:NAME or --arch package.module:Class")
@@ -208,7 +218,77 @@ def load_module(source, spec):
             f"state dict does not fit --arch {spec.arch}: missing {result.missing_keys[:5]}, unexpected {result.unexpected_keys[:5]}",
             path=path,
         )
-    return module.eval(), f"state dict ({fmt}) + {spec.arch}"
+    return module.eval(), f"state dict ({fmt}) + {spec.arch}", None
+
+
+def exported_program_specs(ep) -> tuple[list[TensorSpec], dict[str, int], dict[str, tuple[int, int | None]]]:
+    """The input contract a `torch.export` program carries: (specs, sample dims, dim ranges).
+
+    Names and dtypes come from the user-input placeholders, shapes from their fake tensors. A
+    dynamic dim is a symbol (`s31`) whose name the saved program no longer knows: the symbol at
+    axis 0 of the first input is `batch`, any other is named after the first input and axis it
+    appears at (`mask_dim1`); inputs sharing a symbol share the name. Its range constraint bounds
+    the sample size (the default 2, moved into the range) and goes back into the re-export.
+    """
+    torch = _torch()
+
+    user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    ranges_by_symbol = {str(k): v for k, v in ep.range_constraints.items()}
+    names = _dim_names(ep)
+    specs, sample_dims, ranges = [], {}, {}
+    for name in user:
+        val = nodes[name].meta.get("val") if name in nodes else None
+        if not isinstance(val, torch.Tensor):
+            raise BadInputError(f"input '{name}' of the exported program is not a tensor ({type(val).__name__})",
+                                hint="export the program with tensor inputs only")
+        shape: list = []
+        for d in val.shape:
+            if isinstance(d, int):
+                shape.append(d)
+                continue
+            symbol = str(d)
+            if names[symbol] not in ranges:
+                vr = ranges_by_symbol.get(symbol)
+                lo = int(vr.lower) if vr is not None and vr.lower.is_finite else 0
+                hi = int(vr.upper) if vr is not None and vr.upper.is_finite else None
+                ranges[names[symbol]] = (lo, hi)
+                size = max(2, lo)
+                if hi is not None:
+                    size = min(size, hi)
+                if size != 2:
+                    sample_dims[names[symbol]] = size
+            shape.append(names[symbol])
+        dtype = str(val.dtype).replace("torch.", "")
+        specs.append(TensorSpec(name=name, dtype=dtype, shape=shape, layout=guess_layout(shape)))
+    return specs, sample_dims, ranges
+
+
+def _dim_names(ep) -> dict[str, str]:
+    """symbol -> dim name, by first appearance among the user inputs (see exported_program_specs)."""
+    user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
+    vals = {n.name: n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"}
+    names: dict[str, str] = {}
+    for i, name in enumerate(user):
+        for axis, d in enumerate(getattr(vals.get(name), "shape", ())):
+            if not isinstance(d, int):
+                names.setdefault(str(d), "batch" if (i == 0 and axis == 0) else f"{name}_dim{axis}")
+    return names
+
+
+def _exported_outputs(ep) -> list[dict]:
+    """Name, dtype and shape (dynamic dims named as the inputs' are) of each user output."""
+    names = _dim_names(ep)
+    user = [s.arg.name for s in ep.graph_signature.output_specs if s.kind.name == "USER_OUTPUT"]
+    out_node = next(n for n in ep.graph.nodes if n.op == "output")
+    vals = {getattr(a, "name", None): a.meta.get("val") for a in out_node.args[0] if hasattr(a, "meta")}
+    rows = []
+    for name in user:
+        val = vals.get(name)
+        shape = [d if isinstance(d, int) else names.get(str(d), str(d)) for d in val.shape] if hasattr(val, "shape") else None
+        rows.append({"name": name, "dtype": str(val.dtype).replace("torch.", "") if hasattr(val, "dtype") else None,
+                     "shape": shape})
+    return rows
 
 
 def zoo_specs(source, spec) -> list[TensorSpec]:
@@ -241,7 +321,8 @@ def output_names_of(out, prefix: str = "") -> list[str]:
     return []
 
 
-def _export(module, args, input_names, output_names, specs, opset, dynamo: bool):
+def _export(module, args, input_names, output_names, specs, opset, dynamo: bool,
+            ranges: dict[str, tuple[int, int | None]] | None = None):
     torch = _torch()
 
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
@@ -255,7 +336,8 @@ def _export(module, args, input_names, output_names, specs, opset, dynamo: bool)
             dims: dict[str, object] = {}
             shapes = []
             for s in specs:
-                shapes.append({i: dims.setdefault(d, torch.export.Dim(_dim_ident(d))) for i, d in s.dynamic_dims.items()} or None)
+                shapes.append({i: dims.setdefault(d, _export_dim(torch, d, (ranges or {}).get(d))) for i, d in s.dynamic_dims.items()}
+                              or None)
             kwargs = {"dynamic_shapes": tuple(shapes)} if any(shapes) else {}
             prog = torch.onnx.export(
                 module, tuple(args), dynamo=True, input_names=input_names, output_names=output_names,
@@ -277,6 +359,13 @@ def _export(module, args, input_names, output_names, specs, opset, dynamo: bool)
     return model
 
 
+def _export_dim(torch, name: str, bounds: tuple[int, int | None] | None):
+    """A torch.export.Dim for a named dim, within the range the source program declared for it."""
+    lo, hi = bounds or (0, None)
+    kwargs = {k: v for k, v in (("min", lo if lo > 0 else None), ("max", hi)) if v is not None}
+    return torch.export.Dim(_dim_ident(name), **kwargs)
+
+
 def _dim_ident(name: str) -> str:
     ident = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
     return ident if ident and not ident[0].isdigit() else f"d_{ident}"
@@ -290,8 +379,8 @@ def parse(source, spec) -> IRModel:
     from modelport.runtimes.torch import TorchRunner, flatten_outputs
     from modelport.samples import make_inputs, reference_varies
 
-    module, how = load_module(source, spec)
-    specs = _input_specs(source, spec)
+    module, how, carried = load_module(source, spec)
+    specs, ranges = _input_specs(source, spec, carried)
     sample = make_inputs(specs, spec.sample_dims, seed=spec.seed)
     args = [torch.from_numpy(sample[s.name]) for s in specs]
     torch.manual_seed(spec.seed)
@@ -313,7 +402,7 @@ def parse(source, spec) -> IRModel:
     model = exporter = None
     for dynamo in (True, False):
         try:
-            model = _export(module, args, [s.name for s in specs], names, specs, spec.opset, dynamo)
+            model = _export(module, args, [s.name for s in specs], names, specs, spec.opset, dynamo, ranges)
             exporter = "torch.onnx dynamo" if dynamo else "torch.onnx torchscript"
             break
         except Exception as e:
@@ -347,15 +436,20 @@ def parse(source, spec) -> IRModel:
     )
 
 
-def _input_specs(source, spec) -> list[TensorSpec]:
-    base = zoo_specs(source, spec)
+def _input_specs(source, spec, carried=None) -> tuple[list[TensorSpec], dict[str, tuple[int, int | None]]]:
+    """(input specs, dim ranges): a zoo entry's or the `.pt2`'s own, with `--input` overriding by
+    name; else `--input` alone (an nn.Module, TorchScript or a state dict carries none)."""
+    base, ranges = zoo_specs(source, spec), {}
+    if carried is not None:
+        base, carried_dims, ranges = carried
+        spec.sample_dims = {**carried_dims, **spec.sample_dims}  # --dim wins
     if not spec.inputs:
         if not base:
             raise BadInputError(
                 "PyTorch sources need input specs", path=spec.path,
                 hint="pass --input NAME:SHAPE[:DTYPE], e.g. --input input:batch,3,224,224",
             )
-        return base
+        return base, ranges
     if not base:
         from modelport.specs import positional_index
 
@@ -366,24 +460,22 @@ def _input_specs(source, spec) -> list[TensorSpec]:
             if not s.shape:
                 raise BadInputError(f"input '{s.name}' needs a shape, e.g. {s.name}:1x3x224x224")
             s.layout = s.layout or guess_layout(s.shape)
-        return spec.inputs
+        return spec.inputs, ranges
     from modelport.parsers.contract import merge_specs
 
-    return merge_specs(base, spec.inputs)
+    return merge_specs(base, spec.inputs), ranges
 
 
 def inspect(path: Path) -> dict:
     """Format, tensors and parameter count of a PyTorch file, loading nothing that runs code."""
-    torch = _torch()
-
+    _torch()  # a missing torch is exit 5 before the file is read
     path = check_model_file(path, kind="PyTorch model")
     fmt = file_format(path)
     info: dict = {"format": fmt, "size": path.stat().st_size}
     if fmt == "exported_program":
-        ep = torch.export.load(str(path))
-        sig = ep.graph_signature
-        info["inputs"] = [{"name": s.arg.name} for s in sig.input_specs if s.kind.name == "USER_INPUT"]
-        info["outputs"] = [{"name": s.arg.name} for s in sig.output_specs if s.kind.name == "USER_OUTPUT"]
+        ep = load_exported(path)
+        info["inputs"] = [{"name": s.name, "dtype": s.dtype, "shape": list(s.shape)} for s in exported_program_specs(ep)[0]]
+        info["outputs"] = _exported_outputs(ep)
         info["ops"] = dict(sorted(_ep_ops(ep).items(), key=lambda kv: -kv[1]))
         info["parameters"] = int(sum(p.numel() for p in ep.state_dict.values()))
         return info
