@@ -15,32 +15,38 @@ from pathlib import Path
 
 
 @contextlib.contextmanager
+def _both_streams_into(fileno: int):
+    """File descriptors 1 and 2, and Python's sys.stdout/sys.stderr, point at `fileno` for the block."""
+    for s in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            s.flush()
+    saved = []
+    for fd in (1, 2):
+        try:
+            saved.append((fd, os.dup(fd)))
+            os.dup2(fileno, fd)
+        except OSError:
+            pass
+    text = io.TextIOWrapper(open(fileno, "ab", closefd=False), write_through=True)
+    try:
+        with contextlib.redirect_stdout(text), contextlib.redirect_stderr(text):
+            yield
+    finally:
+        with contextlib.suppress(Exception):
+            text.flush()
+        for fd, copy in saved:
+            os.dup2(copy, fd)
+            os.close(copy)
+
+
+@contextlib.contextmanager
 def captured_output(log_path: Path, tool: str | None = None):
     """Both descriptors into `log_path` for the block; the live display names `tool` (else the log's stem)."""
     from modelport.progress import doing
 
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log, doing(tool or log_path.stem.lstrip(".")):
-        for s in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                s.flush()
-        saved = []
-        for fd in (1, 2):
-            try:
-                saved.append((fd, os.dup(fd)))
-                os.dup2(log.fileno(), fd)
-            except OSError:
-                pass
-        text = io.TextIOWrapper(open(log.fileno(), "ab", closefd=False), write_through=True)
-        try:
-            with contextlib.redirect_stdout(text), contextlib.redirect_stderr(text):
-                yield
-        finally:
-            with contextlib.suppress(Exception):
-                text.flush()
-            for fd, copy in saved:
-                os.dup2(copy, fd)
-                os.close(copy)
+    with open(log_path, "ab") as log, doing(tool or log_path.stem.lstrip(".")), _both_streams_into(log.fileno()):
+        yield
 
 
 @contextlib.contextmanager
@@ -48,24 +54,8 @@ def silenced_output():
     """Both descriptors (and Python's streams) into /dev/null for the block: for a library that logs
     what it does at INFO level to stderr on every load (LiteRT's "Created TensorFlow Lite XNNPACK
     delegate"). Its errors still reach the caller as exceptions."""
-    with open(os.devnull, "w") as null:
-        for s in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                s.flush()
-        saved = []
-        for fd in (1, 2):
-            try:
-                saved.append((fd, os.dup(fd)))
-                os.dup2(null.fileno(), fd)
-            except OSError:
-                pass
-        try:
-            with contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
-                yield
-        finally:
-            for fd, copy in saved:
-                os.dup2(copy, fd)
-                os.close(copy)
+    with open(os.devnull, "wb") as null, _both_streams_into(null.fileno()):
+        yield
 
 
 def log_tail(log_path: Path, lines: int = 3) -> str:

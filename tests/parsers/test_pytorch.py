@@ -115,9 +115,11 @@ def test_state_dict_without_arch_and_mismatched_arch(mlp_files):
 
 
 def test_missing_input_specs(mlp_files):
+    """TorchScript and pickled modules carry no input contract (a .pt2 does: see test_pt2_*)."""
     d, _ = mlp_files
-    with pytest.raises(BadInputError, match="need input specs"):
-        parse(d / "m.pt2", SourceSpec(path=d / "m.pt2"))
+    for name in ("scripted.pt", "module.pt"):
+        with pytest.raises(BadInputError, match="need input specs"):
+            parse(d / name, SourceSpec(path=d / name, trust=True))
 
 
 def test_lfs_pointer_and_garbage(tmp_path):
@@ -235,3 +237,11 @@ def test_inspect_pt2_shows_the_contract(cli, masked_pt2):
     assert info["inputs"] == [{"name": "x", "dtype": "float32", "shape": ["batch", "x_dim1", 8]},
                               {"name": "mask", "dtype": "int64", "shape": ["batch", "x_dim1"]}]
     assert [(o["dtype"], o["shape"]) for o in info["outputs"]] == [("float32", ["batch", 4]), ("float32", ["batch", "x_dim1", 8])]
+
+
+def test_pt2_inputs_renamed_in_order_when_every_name_is_new(masked_pt2):
+    """`--input ids:... --input attn:...` on a program whose inputs are x and mask: the user's names,
+    in order, as --input always gave a .pt2; the program's dtypes stay (mask is int64)."""
+    ir = parse(masked_pt2, SourceSpec(path=masked_pt2, inputs=[parse_input_spec("ids:batch,4,8"), parse_input_spec("attn:batch,4")]))
+    assert [(s.name, s.dtype, s.shape) for s in ir.inputs] == [("ids", "float32", ["batch", 4, 8]), ("attn", "int64", ["batch", 4])]
+    assert [i.name for i in ir.model.graph.input] == ["ids", "attn"]

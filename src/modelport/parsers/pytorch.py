@@ -250,8 +250,8 @@ def exported_program_specs(ep) -> tuple[list[TensorSpec], dict[str, int], dict[s
             symbol = str(d)
             if names[symbol] not in ranges:
                 vr = ranges_by_symbol.get(symbol)
-                lo = int(vr.lower) if vr is not None and vr.lower.is_finite else 0
-                hi = int(vr.upper) if vr is not None and vr.upper.is_finite else None
+                lo = (_finite_int(vr.lower) or 0) if vr is not None else 0
+                hi = _finite_int(vr.upper) if vr is not None else None
                 ranges[names[symbol]] = (lo, hi)
                 size = max(2, lo)
                 if hi is not None:
@@ -262,6 +262,15 @@ def exported_program_specs(ep) -> tuple[list[TensorSpec], dict[str, int], dict[s
         dtype = str(val.dtype).replace("torch.", "")
         specs.append(TensorSpec(name=name, dtype=dtype, shape=shape, layout=guess_layout(shape)))
     return specs, sample_dims, ranges
+
+
+def _finite_int(bound) -> int | None:
+    """A range bound as an int; None for torch's `int_oo` (which calls itself finite) or sympy's oo."""
+    try:
+        value = int(bound)
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        return None
+    return value if abs(value) < 1 << 62 else None
 
 
 def _dim_names(ep) -> dict[str, str]:
@@ -462,7 +471,15 @@ def _input_specs(source, spec, carried=None) -> tuple[list[TensorSpec], dict[str
             s.layout = s.layout or guess_layout(s.shape)
         return spec.inputs, ranges
     from modelport.parsers.contract import merge_specs
+    from modelport.specs import positional_index
 
+    given = [s.name for s in spec.inputs]
+    if carried is not None and len(given) == len(base) and not any(
+            n in {b.name for b in base} or positional_index(n) is not None for n in given):
+        # A `.pt2` with --input naming every input anew (as before programs carried names): the
+        # names are the user's, in order; shapes and dtypes still come from the program unless given.
+        for b, name in zip(base, given, strict=True):
+            b.name = name
     return merge_specs(base, spec.inputs), ranges
 
 
