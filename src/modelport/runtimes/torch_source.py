@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from modelport.errors import BadInputError
+from modelport.ir import TensorSpec
 
 
 def import_generated(folder: str | Path):
@@ -52,10 +53,18 @@ def load_generated(folder: str | Path):
 class TorchSourceRunner:
     name = "torch_source"
 
-    def __init__(self, model, *, input_names: list[str], output_names: list[str] | None = None):
+    def __init__(self, model, *, input_names: list[str], output_names: list[str] | None = None,
+                 inputs: list[dict | TensorSpec] | None = None):
         self.module = load_generated(model) if isinstance(model, (str, Path)) else model
         self.input_names = input_names
         self.output_names = output_names
+        self.inputs = [TensorSpec.from_dict(s) if isinstance(s, dict) else s for s in inputs or []]
+
+    def input_specs(self) -> list[TensorSpec]:
+        """The contract's input specs the emitter passed (`inputs`): generated code does not state shapes."""
+        from modelport.runtimes.torch import module_input_specs
+
+        return module_input_specs(self.module, self.input_names, self.inputs)
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         from modelport.runtimes.torch import TorchRunner

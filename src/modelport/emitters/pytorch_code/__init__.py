@@ -83,5 +83,6 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
         target=NAME, runtime=RUNTIME, path=folder, files=[code, weights, readme], precision="fp32",
         details={"parameters": int(sum(v.size for v in state.values())), "lines": text.count("\n") + 1},
         runner="torch_source",
-        runner_options={"input_names": graph_inputs, "output_names": [o.name for o in model.model.graph.output]},
+        runner_options={"input_names": graph_inputs, "output_names": [o.name for o in model.model.graph.output],
+                        "inputs": [s.to_dict() for s in model.inputs]},
     )
