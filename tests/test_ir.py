@@ -32,3 +32,24 @@ def test_spec_helpers():
     assert TensorSpec.from_dict(s.to_dict()) == s
     assert guess_layout([1, 3, 224, 224]) == "NCHW" and guess_layout([1, 224, 224, 3]) == "NHWC"
     assert guess_layout([1, 3, 3, 3]) is None
+
+
+def test_contract_read_back_from_an_onnx_file(tiny_onnx):
+    """One reader for the parser, the packager, `validate` and `inspect`: the graph's I/O plus what a
+    modelport-written file stores beside it; a stored entry without a name is passed over."""
+    import onnx
+
+    from modelport.ir import contract_from_onnx
+    from modelport.onnx_io import CONTRACT_KEY, stamped_contract
+
+    model = onnx.load(str(tiny_onnx))
+    inputs, outputs, dims = contract_from_onnx(model)
+    assert [s.name for s in inputs] == ["x"] and inputs[0].layout is None and dims == {}
+    ir = IRModel(model, [TensorSpec("x", "float32", ["batch", 8], layout="NC", value_range=[0, 4])], outputs,
+                 sample_dims={"batch": 3})
+    with stamped_contract(ir) as stamped:
+        inputs, _, dims = contract_from_onnx(stamped)
+    assert (inputs[0].layout, inputs[0].value_range, dims) == ("NC", [0, 4], {"batch": 3})
+    entry = model.metadata_props.add()
+    entry.key, entry.value = CONTRACT_KEY, '{"inputs": [{"dtype": "float32"}], "outputs": []}'
+    assert contract_from_onnx(model)[0][0].name == "x"

@@ -111,6 +111,24 @@ def specs_from_onnx(values) -> list[TensorSpec]:
     return specs
 
 
+def contract_from_onnx(model) -> tuple[list[TensorSpec], list[TensorSpec], dict[str, int]]:
+    """(inputs, outputs, sample dims) of an ONNX model: its graph inputs (initializers excluded) and
+    outputs, with what a modelport-written file keeps beside the graph (`onnx_io.stamped_contract`):
+    layouts, preprocessing and value ranges, and the sample dims of its references."""
+    from modelport.onnx_io import read_contract
+
+    init = {i.name for i in model.graph.initializer}
+    inputs = specs_from_onnx([v for v in model.graph.input if v.name not in init])
+    outputs = specs_from_onnx(model.graph.output)
+    stored = read_contract(model) or {}
+    for specs, key in ((inputs, "inputs"), (outputs, "outputs")):
+        saved = {d["name"]: TensorSpec.from_dict(d) for d in stored.get(key) or [] if isinstance(d, dict) and d.get("name")}
+        for s in specs:
+            if s.name in saved:
+                s.layout, s.preprocess, s.value_range = saved[s.name].layout, saved[s.name].preprocess, saved[s.name].value_range
+    return inputs, outputs, dict(stored.get("sample_dims") or {})
+
+
 @dataclass
 class Reference:
     """Deterministic sample inputs and the source framework's outputs on them."""

@@ -1,28 +1,36 @@
 """Registries keyed by the names users type, whose entries are imported only when looked up.
 
-Parsers (`--from`), emitters (`--to`), packagers (`--for`) and runtimes share this one mechanism:
-an entry is `"package.module"` or `"package.module:attribute"`, a duplicate registration is an
+Every extension point shares this one mechanism: parsers (`--from`), passes (`--passes`),
+emitters (`--to`), packagers (`--for`), runtimes, inspectors and the file kinds `validate` runs.
+An entry is `"package.module"` or `"package.module:attribute"`, a duplicate registration is an
 error, aliases (MMdnn's spellings, common synonyms) resolve to one canonical key, and an unknown
 name is a BadInputError that lists the known ones. A registry is a read-only mapping of
-name -> target, in registration order, so the CLI's help text is generated from it.
+name -> target, in registration order, so the CLI's help text is generated from it. Registries
+of file handlers also map file-name endings to names (`suffixes`, first match wins; `"/"`
+matches a folder), so a file is looked up rather than tested in an if-chain.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from modelport.errors import BadInputError
 
 
 class Registry(Mapping[str, str]):
-    def __init__(self, kind: str, entries: dict[str, str], *, aliases: dict[str, str] | None = None):
+    def __init__(self, kind: str, entries: dict[str, str], *, aliases: dict[str, str] | None = None,
+                 suffixes: dict[str, str] | None = None):
         self.kind = kind
         self._entries: dict[str, str] = {}
         self.aliases: dict[str, str] = dict(aliases or {})
+        self.suffixes: dict[str, str] = {}  # file-name ending (lower case) or "/" (a folder) -> name
         for name, target in entries.items():
             self.register(name, target)
+        for suffix, name in (suffixes or {}).items():
+            self.register_suffix(suffix, name)
 
     def __getitem__(self, name: str) -> str:
         return self._entries[name]
@@ -33,10 +41,26 @@ class Registry(Mapping[str, str]):
     def __len__(self) -> int:
         return len(self._entries)
 
-    def register(self, name: str, target: str) -> None:
+    def register(self, name: str, target: str, *, suffixes: Iterable[str] = ()) -> None:
         if name in self._entries and self._entries[name] != target:
             raise ValueError(f"{self.kind} '{name}' is already registered as {self._entries[name]}")
         self._entries[name] = target
+        for suffix in suffixes:
+            self.register_suffix(suffix, name)
+
+    def register_suffix(self, suffix: str, name: str) -> None:
+        suffix = suffix.lower()
+        if self.suffixes.get(suffix, name) != name:
+            raise ValueError(f"{self.kind} for '{suffix}' files is already registered as {self.suffixes[suffix]}")
+        self.suffixes[suffix] = name
+
+    def name_for(self, path: str | Path) -> str | None:
+        """The name registered for this file's ending (or for a folder, under "/"), or None."""
+        p = Path(path)
+        for suffix, name in self.suffixes.items():
+            if (p.is_dir() if suffix == "/" else p.name.lower().endswith(suffix)):
+                return name
+        return None
 
     def canonical(self, name: str) -> str:
         key = name.strip().lower()

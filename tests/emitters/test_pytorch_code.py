@@ -13,7 +13,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from modelport.emitters.pytorch_code.registry import Converter, Registry, default_registry
+from modelport.emitters.pytorch_code.registry import Converter, ConverterTable, default_table
 from modelport.orchestration import ConvertOptions, convert
 from modelport.runtimes.torch_source import import_generated, load_generated
 from tests.conftest import tree
@@ -164,7 +164,7 @@ def test_unsupported_op_in_a_runnable_model_exit_2_no_output(cli, tmp_path):
 
 
 def test_registry_rejects_duplicates_and_names_missing_ops():
-    reg = Registry()
+    reg = ConverterTable()
     reg.add(Converter("Foo", print, since=1, until=10, family="a"))
     reg.add(Converter("Foo", print, since=11, family="b"))
     with pytest.raises(ValueError, match="duplicate converter for ai.onnx::Foo"):
@@ -175,7 +175,7 @@ def test_registry_rejects_duplicates_and_names_missing_ops():
 
 
 def test_default_registry_covers_cnn_transformer_recurrent():
-    reg = default_registry()
+    reg = default_table()
     for op in ("Conv", "ConvTranspose", "BatchNormalization", "MaxPool", "AveragePool", "GlobalAveragePool", "Relu",
                "Gemm", "MatMul", "LayerNormalization", "Softmax", "Gelu", "Erf", "Gather", "Reshape", "Transpose",
                "Concat", "Slice", "Shape", "Unsqueeze", "Squeeze", "Expand", "Where", "Cast", "LSTM", "GRU", "RNN"):

@@ -1,8 +1,10 @@
 """Emitters turn an IRModel into a target runtime's artifact. A registry keyed by the --to name.
 
-Each emitter module has `NAME`, `RUNTIME`, `DESCRIPTION` and
-`emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact`; the pipeline validates the
-artifact through `runtimes/` against the IR's reference outputs.
+Each emitter module has `NAME`, `RUNTIME`, `DESCRIPTION`,
+`preflight(model: IRModel, options: EmitOptions) -> Preflight` (what the target cannot represent;
+`emitters/preflight.py`) and `emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact`;
+the pipeline runs every target's preflight first, then validates each artifact through `runtimes/`
+against the IR's reference outputs. Adding a target is one module plus one line in EMITTERS.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from modelport.emitters import Artifact, EmitOptions
+from modelport.emitters.preflight import Preflight, opset_of
 from modelport.ir import IRModel
 
 NAME = "onnx"
@@ -28,3 +29,8 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
         details={"nodes": len(ir.model.graph.node), "opset": ir.provenance.get("opset")},
         runner="onnxruntime", reference=ir.reference if ir.reference is not model.reference else None,
     )
+
+
+def preflight(ir: IRModel, options: EmitOptions | None = None) -> Preflight:
+    """Nothing to refuse: the IR is ONNX, and onnxruntime has already run it on the references."""
+    return Preflight(NAME, RUNTIME, None, opset_of(ir.model), None, nodes=len(ir.model.graph.node))

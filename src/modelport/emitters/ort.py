@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from modelport.emitters import Artifact, EmitOptions
+from modelport.emitters.preflight import Preflight, fit_opset, node_name, opset_of
 from modelport.errors import BadInputError
 from modelport.ir import IRModel
 
@@ -57,10 +58,9 @@ def required_operators(model) -> str:
 
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
-    from modelport.emitters import preflight
     from modelport.emitters.precision_ir import at_precision
 
-    ir, pre = preflight.check_ort(model)
+    ir, pre = check(model)
     pre.raise_if_unsupported()
     fp32_reference = ir.reference
     ir = at_precision(ir, options.precision, calibration=options.options.get("calibration"))
@@ -77,3 +77,88 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
                  "nodes": len(ir.model.graph.node), "preflight": pre.to_dict()},
         runner="onnxruntime", reference=ir.reference if ir.reference is not fp32_reference else None,
     )
+
+
+# --- preflight: onnxruntime's CPU kernels ----------------------------------------------------
+
+_ORT_KERNELS: dict[tuple[str, str], list[tuple[int, int]]] | None = None
+
+
+def ort_kernels() -> dict[tuple[str, str], list[tuple[int, int]]]:
+    """(domain, op) -> version ranges of onnxruntime's CPU kernels."""
+    global _ORT_KERNELS
+    if _ORT_KERNELS is None:
+        from onnxruntime.capi import onnxruntime_pybind11_state as C
+
+        table: dict[tuple[str, str], list[tuple[int, int]]] = {}
+        for k in C.get_all_opkernel_def():
+            if k.provider != "CPUExecutionProvider":
+                continue
+            dom = "" if k.domain in ("", "ai.onnx") else k.domain
+            table.setdefault((dom, k.op_name), []).append(tuple(k.version_range))
+        _ORT_KERNELS = table
+    return _ORT_KERNELS
+
+
+def check(ir: IRModel) -> tuple[IRModel, Preflight]:
+    """The IR fitted to onnxruntime (opset, IR version) and every node without a CPU kernel."""
+    import onnx
+    import onnxruntime
+
+    from modelport.onnx_io import max_onnxruntime_ir_version
+
+    hi = onnx.defs.onnx_opset_version()
+    pre = Preflight("ort", "onnxruntime", onnxruntime.__version__, opset_of(ir.model), (7, hi))
+    ir = fit_opset(ir, 7, hi, pre)
+    model = ir.model
+    if model.ir_version > max_onnxruntime_ir_version():
+        pre.notes.append(f"IR version {model.ir_version} lowered to {max_onnxruntime_ir_version()}")
+        ir = ir.clone()
+        ir.model.ir_version = max_onnxruntime_ir_version()
+        model = ir.model
+    opsets = {("" if o.domain in ("", "ai.onnx") else o.domain): o.version for o in model.opset_import}
+    kernels = ort_kernels()
+    functions = {(f.domain, f.name) for f in model.functions}
+    pre.nodes = len(model.graph.node)
+    for i, node in enumerate(model.graph.node):
+        dom = "" if node.domain in ("", "ai.onnx") else node.domain
+        if (node.domain, node.op_type) in functions:
+            continue
+        ranges = kernels.get((dom, node.op_type))
+        if not ranges:
+            # ops defined as functions in ONNX (e.g. Gelu at some opsets) are expanded by onnxruntime
+            if dom == "" and _is_function_op(node.op_type, opsets.get("", 0)):
+                continue
+            pre.unsupported.append({"node": node_name(node, i), "op": node.op_type,
+                                    "reason": f"no onnxruntime CPU kernel for {dom or 'ai.onnx'}::{node.op_type}"})
+            continue
+        since = _since_version(node.op_type, dom, opsets.get(dom, 1))
+        if since is not None and not any(a <= since <= b for a, b in ranges):
+            if dom == "" and _is_function_op(node.op_type, opsets.get("", 0)):
+                continue
+            pre.unsupported.append({"node": node_name(node, i), "op": node.op_type,
+                                    "reason": f"onnxruntime has no CPU kernel for {node.op_type} version {since}"})
+    return ir, pre
+
+
+def _since_version(op: str, domain: str, opset: int) -> int | None:
+    import onnx
+
+    try:
+        return onnx.defs.get_schema(op, opset, domain).since_version
+    except Exception:
+        return None
+
+
+def _is_function_op(op: str, opset: int) -> bool:
+    import onnx
+
+    try:
+        schema = onnx.defs.get_schema(op, opset, "")
+    except Exception:
+        return False
+    return bool(schema.has_function or schema.has_context_dependent_function)
+
+
+def preflight(ir: IRModel, options: EmitOptions | None = None) -> Preflight:
+    return check(ir)[1]

@@ -19,6 +19,7 @@ import shutil
 from pathlib import Path
 
 from modelport.emitters import Artifact, EmitOptions
+from modelport.emitters.preflight import Preflight, fit_opset, opset_of
 from modelport.errors import MissingDependencyError
 from modelport.ir import IRModel
 
@@ -73,11 +74,11 @@ def write_plan(ir: IRModel, folder: Path, plan, check) -> list[Path]:
 
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
-    from modelport.emitters import preflight, trt_plan
+    from modelport.emitters import trt_plan
 
     opts = options.options
     plan_only = bool(opts.get("plan_only"))
-    ir, pre, check = preflight.check_tensorrt(model)
+    ir, pre, check = parser_check(model)
     pre.raise_if_unsupported()
     plan = trt_plan.make_plan(ir, options.precision, shapes=opts.get("trt_shapes"), workspace_mib=opts.get("workspace"))
     major = installed_major()
@@ -114,3 +115,27 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
 def _tol_precision(precision: str) -> str:
     """'best' lets TensorRT pick FP16 kernels: it is judged with FP16 tolerances."""
     return "fp16" if precision == "best" else precision
+
+
+# --- preflight: TensorRT's ONNX parser matrix ------------------------------------------------
+
+def parser_check(ir: IRModel) -> tuple[IRModel, Preflight, object]:
+    """The IR with its opset in TensorRT's range, the findings, and the parser matrix's node-by-node check."""
+    from modelport.deps import version_of
+    from modelport.emitters import trt_support
+
+    pre = Preflight("tensorrt", "TensorRT ONNX parser", version_of("tensorrt") or f"matrix {trt_support.TABLE_VERSION}",
+                    opset_of(ir.model), trt_support.OPSET_RANGE)
+    ir = fit_opset(ir, *trt_support.OPSET_RANGE, pre)
+    check = trt_support.check_model(ir.model)
+    pre.nodes = len(check.nodes)
+    pre.unsupported += [{"node": c.node, "op": c.op, "reason": c.reason} for c in check.unsupported]
+    pre.warnings += [{"node": c.node, "op": c.op, "reason": c.reason} for c in check.warnings]
+    for issue in check.model_issues:
+        if not issue.startswith("opset"):
+            pre.unsupported.append({"node": "(model)", "op": "I/O", "reason": issue})
+    return ir, pre, check
+
+
+def preflight(ir: IRModel, options: EmitOptions | None = None) -> Preflight:
+    return parser_check(ir)[1]

@@ -32,12 +32,14 @@ are only ever opened in a child process (`runtimes.isolated`).
 
 from __future__ import annotations
 
+import importlib.util
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from modelport.emitters import Artifact, EmitOptions
+from modelport.emitters.preflight import Preflight, node_name, opset_of
 from modelport.emitters.tf_model import LAYOUTS, Port, build, contract_module, input_layouts
 from modelport.errors import BadInputError, UnsupportedError
 from modelport.ir import IRModel, Reference
@@ -160,7 +162,6 @@ def _reference_in_layout(ir: IRModel, inputs: list[Port], outputs: list[Port]) -
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.deps import version_of
-    from modelport.emitters import preflight
     from modelport.runtimes.tflite import load_interpreter
 
     opts = options.options
@@ -171,7 +172,7 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     if layout not in LAYOUTS:
         raise BadInputError(f"unknown TFLite layout '{layout}'; choose one of {list(LAYOUTS)}")
     changes = input_layouts(model, layout)[2]
-    ir, pre = preflight.check_tflite(model)
+    ir, pre = check(model)
     pre.raise_if_unsupported()
     calib = load_calibration(opts["calibration"], ir) if opts.get("calibration") and precision == "int8" else None
     io_dtype = str(opts.get("tflite_io_dtype") or "float32").lower()
@@ -212,3 +213,40 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
                  "preflight": pre.to_dict()},
         runner="tflite", runner_options={"signature": SIGNATURE}, reference=reference,
     )
+
+
+# --- preflight: onnx2tf's op converters ------------------------------------------------------
+
+def onnx2tf_ops() -> set[str]:
+    """The ONNX ops onnx2tf has a converter for, read from its package without importing it."""
+    spec = importlib.util.find_spec("onnx2tf")
+    if spec is None or not spec.submodule_search_locations:
+        from modelport.deps import require
+
+        require("onnx2tf", purpose="converting to TFLite")
+    folder = Path(list(spec.submodule_search_locations)[0]) / "ops"
+    return {p.stem for p in folder.glob("*.py") if p.stem[:1].isupper()}
+
+
+def check(ir: IRModel) -> tuple[IRModel, Preflight]:
+    """Every node onnx2tf has no converter for (custom domains included); the IR as it is."""
+    from modelport.deps import version_of
+
+    known = onnx2tf_ops()
+    pre = Preflight("tflite", "onnx2tf", version_of("onnx2tf"), opset_of(ir.model), None)
+    pre.nodes = len(ir.model.graph.node)
+    for i, node in enumerate(ir.model.graph.node):
+        if node.domain not in ("", "ai.onnx"):
+            pre.unsupported.append({"node": node_name(node, i), "op": f"{node.domain}::{node.op_type}",
+                                    "reason": "custom-domain op: no TFLite builtin for it"})
+        elif node.op_type not in known:
+            pre.unsupported.append({"node": node_name(node, i), "op": node.op_type,
+                                    "reason": f"onnx2tf has no converter for {node.op_type}"})
+    for spec in ir.inputs:
+        if spec.dtype in ("float64", "bfloat16") or spec.dtype.startswith("uint") and spec.dtype != "uint8":
+            pre.warnings.append({"node": spec.name, "op": "input", "reason": f"input dtype {spec.dtype} is cast by TFLite"})
+    return ir, pre
+
+
+def preflight(ir: IRModel, options: EmitOptions | None = None) -> Preflight:
+    return check(ir)[1]

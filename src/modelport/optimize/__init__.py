@@ -3,17 +3,18 @@
 A pass is pure: `apply(ir)` returns a `PassResult(model, modified, details)` and never mutates its
 input, so the pipeline (`optimize/pipeline.py`) can re-run the result in onnxruntime, compare it
 with the reference outputs and roll the pass back when parity breaks. Passes are looked up by the
-name users type (`--passes fold,dce,fuse`); adding one is a module plus one line in `PASSES`.
+name users type (`--passes fold,dce,fuse`); adding one is a module plus one line in `PASSES`
+(or `register_pass(name, "module:Class")`).
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from modelport.errors import BadInputError
 from modelport.ir import IRModel
+from modelport.registry import Registry
 
 
 @dataclass
@@ -45,7 +46,7 @@ class Pass:
 
 
 # name users type -> "module:Class"
-PASSES: dict[str, str] = {
+PASSES = Registry("pass", {
     "shape": "modelport.optimize.shape_inference:ShapeInferencePass",
     "fold": "modelport.optimize.folding:ConstantFoldingPass",
     "dce": "modelport.optimize.folding:DeadCodeEliminationPass",
@@ -57,7 +58,8 @@ PASSES: dict[str, str] = {
     "fp16": "modelport.optimize.precision:Float16Pass",
     "int8-dynamic": "modelport.optimize.quantize:DynamicQuantizationPass",
     "int8-static": "modelport.optimize.quantize:StaticQuantizationPass",
-}
+})
+register_pass = PASSES.register
 
 # Named levels: what `--optimize LEVEL` runs (FP32 passes only; precision is its own option).
 LEVELS: dict[str, list[str]] = {
@@ -72,19 +74,10 @@ LEVEL_NAMES = (*LEVELS, "auto")
 PRECISIONS = ("fp32", "fp16", "int8", "int8-dynamic", "int8-static")
 
 
-def register_pass(name: str, target: str) -> None:
-    if name in PASSES and PASSES[name] != target:
-        raise ValueError(f"pass '{name}' is already registered as {PASSES[name]}")
-    PASSES[name] = target
-
-
 def get_pass(name: str, **options) -> Pass:
-    try:
-        target = PASSES[name]
-    except KeyError:
-        raise BadInputError(f"unknown pass '{name}'; known: {', '.join(PASSES)}") from None
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)(**options)
+    if name not in PASSES:
+        raise BadInputError(f"unknown pass '{name}'; known: {', '.join(PASSES)}")
+    return PASSES.load(name)(**options)
 
 
 def passes_for_level(level: str) -> list[str]:

@@ -296,6 +296,11 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
             requested_precision = options.precision
             ir, options = optimize_stage(ir, options, report, zoo_tol, on_stage=on_stage)
 
+        from modelport.emitters.preflight import check_targets
+
+        with run_stage(report, "preflight", on_stage=on_stage):  # every target's, before anything is emitted
+            check_targets(ir, options.targets, EmitOptions(precision=options.precision, opset=options.opset,
+                                                           options=dict(options.emit_options)))
         with staged_dir(out, source_inputs(source, options), force=options.force) as stage:
             for target in options.targets:
                 emitter = get_emitter(target)

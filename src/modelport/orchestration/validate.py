@@ -10,8 +10,9 @@ Localisation (`localize=True`) needs intermediate tensors from both sides under 
 that holds for two ONNX variants of one graph (optimised, FP16, quantised), not for TFLite files
 written by onnx2tf, whose tensors carry TensorFlow names.
 
+Each kind of file is opened by the runner registered in KINDS, which also gives its input specs.
 A `.tflite` given here is the user's file, not one this program just wrote: it is described and
-run in a child process with a timeout (`runtimes.isolated`), so a flatbuffer that crashes the
+run in a child process with a timeout (`runtimes.tflite.open_untrusted`), so a flatbuffer that crashes the
 interpreter ends the run with exit 2 naming the signal instead of killing it. Quantised
 (int8/uint8) TFLite inputs are fed floats that the runner quantises; the report's `b.io` (or
 `a.io`) says so.
@@ -25,108 +26,26 @@ import numpy as np
 
 from modelport.errors import BadInputError, ValidationError
 from modelport.ir import TensorSpec
+from modelport.registry import Registry
 from modelport.validation import Tolerance, compare, tolerance_for
 
-KINDS = {".onnx": "onnx", ".ort": "ort", ".tflite": "tflite", ".plan": "tensorrt", ".engine": "tensorrt"}
+# what `validate` runs: kind -> "module:function" opening a user's file as a runner (with
+# `input_specs()` and `run(feeds)`); `suffixes` pick the kind by file name. A new kind is one
+# runner module plus one line here.
+KINDS = Registry("model kind", {
+    "onnx": "modelport.runtimes.onnxruntime:open_onnx_file",
+    "ort": "modelport.runtimes.onnxruntime:OnnxRuntimeRunner",
+    "tflite": "modelport.runtimes.tflite:open_untrusted",
+    "tensorrt": "modelport.runtimes.tensorrt:open_engine",
+}, suffixes={".onnx": "onnx", ".ort": "ort", ".tflite": "tflite", ".plan": "tensorrt", ".engine": "tensorrt"})
+register_kind = KINDS.register
 
 
 def kind_of(path: Path) -> str:
-    kind = KINDS.get(path.suffix.lower())
+    kind = KINDS.name_for(path)
     if kind is None:
-        raise BadInputError(f"cannot run this kind of file; known: {', '.join(sorted(KINDS))}", path=path)
+        raise BadInputError(f"cannot run this kind of file; known: {', '.join(sorted(KINDS.suffixes))}", path=path)
     return kind
-
-
-def describe_tflite(path: Path) -> dict:
-    """Input/output details of a user's `.tflite`, read in a child process."""
-    from modelport.runtimes.isolated import IsolatedRunner
-
-    return IsolatedRunner("tflite", path).describe()
-
-
-def input_specs(path: Path, kind: str, details: dict | None = None) -> list[TensorSpec]:
-    """The model's input specs (dynamic dims symbolic)."""
-    if kind == "onnx":
-        from modelport.ir import specs_from_onnx
-        from modelport.onnx_io import _parse, read_contract
-
-        model = _parse(path)
-        init = {i.name for i in model.graph.initializer}
-        specs = specs_from_onnx([v for v in model.graph.input if v.name not in init])
-        contract = read_contract(model) or {}
-        stored = {d.get("name"): d for d in contract.get("inputs", []) if isinstance(d, dict)}
-        for s in specs:
-            if s.name in stored and stored[s.name].get("value_range"):
-                s.value_range = stored[s.name]["value_range"]
-        return specs
-    if kind == "ort":
-        import onnxruntime as ort
-
-        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        types = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(int64)": "int64",
-                 "tensor(int32)": "int32", "tensor(bool)": "bool", "tensor(double)": "float64"}
-        return [TensorSpec(i.name, types.get(i.type, "float32"),
-                           [d if isinstance(d, int) else f"{i.name}_dim{k}" for k, d in enumerate(i.shape)])
-                for i in sess.get_inputs()]
-    if kind == "tflite":
-        from modelport.runtimes.tflite import tflite_name
-
-        details = details or describe_tflite(path)
-        return [TensorSpec(tflite_name(d["name"]), d["dtype"],
-                           [int(x) if x > 0 else f"dim{k}" for k, x in enumerate(d["shape_signature"])])
-                for d in details["inputs"]]
-    from modelport.runtimes import get_runner
-
-    runner = get_runner("tensorrt", path, rebuild=False)
-    return [TensorSpec(n, d.name, [x if x > 0 else f"dim{k}" for k, x in enumerate(s)]) for n, d, s in runner.io(True)]
-
-
-def _runner(path: Path, kind: str, feeds: dict[str, np.ndarray], details: dict | None = None):
-    from modelport.runtimes import get_runner
-
-    if kind == "onnx":
-        from modelport.onnx_io import fit_ir_version, load_onnx
-
-        model = load_onnx(path)
-        fit_ir_version(model)
-        return get_runner("onnxruntime", model)
-    if kind == "ort":
-        return get_runner("onnxruntime", path)
-    if kind == "tflite":
-        from modelport.runtimes.isolated import IsolatedRunner
-        from modelport.runtimes.tflite import tflite_name
-
-        details = (details or describe_tflite(path))["inputs"]
-        names, transpose = [], {}
-        by_name = {tflite_name(d["name"]): d for d in details}
-        ordered = [by_name[n] for n in feeds] if set(feeds) == set(by_name) else details
-        for (name, arr), d in zip(feeds.items(), ordered, strict=False):
-            names.append(name)
-            sig = [int(x) for x in d["shape_signature"]]
-            perm = [0, *range(2, arr.ndim), 1]
-            if arr.ndim >= 3 and not _fits(sig, arr.shape) and _fits(sig, [arr.shape[i] for i in perm]):
-                transpose[name] = perm
-        order = {d["index"]: i for i, d in enumerate(details)}
-        names_in_order = [None] * len(details)
-        for name, d in zip(names, ordered, strict=False):
-            names_in_order[order[d["index"]]] = name
-        return IsolatedRunner("tflite", path, input_names=names_in_order, input_transpose=transpose)
-    return get_runner("tensorrt", path, rebuild=False)
-
-
-def tflite_io_note(details: dict) -> str:
-    """'float32', or which tensors are quantised and how the runner bridged them."""
-    q_in = [d for d in details["inputs"] if d["quantization"]]
-    q_out = [d for d in details["outputs"] if d["quantization"]]
-    if not q_in and not q_out:
-        return "float32 inputs and outputs"
-    kinds = sorted({d["tensor_dtype"] for d in q_in + q_out})
-    return (f"{'/'.join(kinds)} I/O ({len(q_in)} input(s) quantised from float, {len(q_out)} output(s) dequantised "
-            f"with each tensor's scale and zero point)")
-
-
-def _fits(sig, shape) -> bool:
-    return len(sig) == len(shape) and all(s in (-1, x) for s, x in zip(sig, shape, strict=False))
 
 
 def _align_outputs(a: dict, b: dict) -> dict:
@@ -170,29 +89,24 @@ def validate_models(a: str | Path, b: str | Path, *, inputs: str | None = None, 
 
     pa, pb = check_model_file(a), check_model_file(b)
     ka, kb = kind_of(pa), kind_of(pb)
-    for p, k in ((pa, ka), (pb, kb)):
-        if k == "tflite":
-            from modelport.parsers.tflite import check_header
-
-            check_header(p)
-    da = describe_tflite(pa) if ka == "tflite" else None
-    db = describe_tflite(pb) if kb == "tflite" else None
-    specs = input_specs(pa, ka, da)
+    ra, rb = KINDS.load(ka)(pa), KINDS.load(kb)(pb)
+    specs = ra.input_specs()
     feeds = load_inputs(inputs, specs) if inputs else make_inputs(specs, dims or {}, seed=seed)
     tol = tolerance or tolerance_for(precision)
     stage(f"run:{pa.name} ({ka})")
-    out_a = _runner(pa, ka, feeds, da).run(feeds)
+    out_a = ra.run(feeds)
     stage(f"run:{pb.name} ({kb})")
-    out_b = _align_outputs(out_a, _runner(pb, kb, feeds, db).run(feeds))
+    out_b = _align_outputs(out_a, rb.run(feeds))
     if not by_position:
         from modelport.validation import check_override_names
 
         check_override_names(tol, list(out_a), path=pa)
     parity = compare(out_a, out_b, tol, hop=f"{pa.name} ({ka}) vs {pb.name} ({kb})", by_position=by_position)
     side_a, side_b = {"path": str(pa), "kind": ka}, {"path": str(pb), "kind": kb}
-    for side, d in ((side_a, da), (side_b, db)):
-        if d:
-            side["io"] = tflite_io_note(d)
+    for side, r in ((side_a, ra), (side_b, rb)):
+        note = r.io_note() if hasattr(r, "io_note") else None
+        if note:
+            side["io"] = note
     from modelport.validation.report import Report
 
     run = Report("validate")  # modelport.report/1, with the two sides under `a` and `b`

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from modelport.errors import BadInputError
-from modelport.ir import IRModel, Reference, specs_from_onnx
+from modelport.ir import IRModel, Reference, contract_from_onnx
 
 NAME = "onnx"
 DESCRIPTION = "ONNX model (.onnx, external data allowed)"
@@ -49,18 +49,8 @@ def infer_and_check(model, path=None):
     return model
 
 
-def _restore(specs, stored: list[dict]) -> None:
-    from modelport.ir import TensorSpec
-
-    by_name = {d.get("name"): TensorSpec.from_dict(d) for d in stored if isinstance(d, dict) and d.get("name")}
-    for s in specs:
-        if s.name in by_name:
-            saved = by_name[s.name]
-            s.layout, s.preprocess, s.value_range = saved.layout, saved.preprocess, saved.value_range
-
-
 def parse(source, spec) -> IRModel:
-    from modelport.onnx_io import fit_ir_version, load_onnx, read_contract
+    from modelport.onnx_io import fit_ir_version, load_onnx
     from modelport.parsers.contract import merge_specs
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
     from modelport.samples import make_inputs, reference_varies
@@ -72,16 +62,9 @@ def parse(source, spec) -> IRModel:
     if spec.opset:
         model = convert_opset(model, spec.opset, path)
     model = infer_and_check(model, path)
-    init_names = {i.name for i in model.graph.initializer}
-    graph_inputs = [v for v in model.graph.input if v.name not in init_names]
-    inputs = specs_from_onnx(graph_inputs)
-    outputs = specs_from_onnx(model.graph.output)
-    stored = read_contract(model)
-    if stored:
-        # A modelport-written file carries its contract: layouts, preprocessing, value ranges.
-        _restore(inputs, stored.get("inputs", []))
-        _restore(outputs, stored.get("outputs", []))
-        spec.sample_dims = {**stored.get("sample_dims", {}), **spec.sample_dims}
+    # a modelport-written file carries its contract: layouts, preprocessing, value ranges, sample dims
+    inputs, outputs, stored_dims = contract_from_onnx(model)
+    spec.sample_dims = {**stored_dims, **spec.sample_dims}
     inputs = merge_specs(inputs, spec.inputs, fixed=True)
     if spec.output_names:
         if len(spec.output_names) != len(outputs):

@@ -403,7 +403,7 @@ def parse(source, spec) -> IRModel:
     names = spec.output_names or output_names_of(out)
     if len(names) != n_out:
         raise BadInputError(f"{len(names)} output names given for {n_out} outputs", path=spec.path)
-    runner = TorchRunner(module, input_names=[s.name for s in specs], output_names=names)
+    runner = TorchRunner(module, input_names=[s.name for s in specs], output_names=names, inputs=specs)
     ref = runner.run(sample)
     varies = reference_varies(runner.run, specs, ref, spec.sample_dims, seed=spec.seed)
 

@@ -16,15 +16,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from modelport.errors import BadInputError
-from modelport.file_checks import check_model_file
 from modelport.ir import IRModel, TensorSpec
 from modelport.runtimes.isolated import CONVERT_TIMEOUT_S, RUN_TIMEOUT_S, call_in_child, run_isolated, timeout_for
+from modelport.runtimes.tflite import IDENTIFIER, check_header
 
 __all__ = ["check_header", "inspect", "parse", "probe", "run_isolated", "sniff"]
 
 NAME = "tflite"
 DESCRIPTION = "TFLite flatbuffer (.tflite), read and converted in a crash-isolated child process"
-IDENTIFIER = b"TFL3"
 PROBE_TIMEOUT_S = RUN_TIMEOUT_S
 WHAT = "the TFLite loader"
 
@@ -36,15 +35,6 @@ def sniff(path: Path) -> bool:
         return True
     with open(path, "rb") as f:
         return f.read(8)[4:8] == IDENTIFIER
-
-
-def check_header(path: Path) -> None:
-    """The cheap checks: size and the 'TFL3' file identifier at bytes 4..8."""
-    path = check_model_file(path, kind="TFLite model")
-    with open(path, "rb") as f:
-        head = f.read(8)
-    if len(head) < 8 or head[4:8] != IDENTIFIER:
-        raise BadInputError(f"not a TFLite flatbuffer: identifier {head[4:8]!r}, expected b'TFL3'", path=path)
 
 
 def _request(path: Path, spec, *, convert: bool) -> dict:

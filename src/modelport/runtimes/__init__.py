@@ -1,4 +1,5 @@
-"""Runners: every runtime exposes `run(feeds: dict[str, ndarray]) -> dict[str, ndarray]`.
+"""Runners: every runtime exposes `run(feeds: dict[str, ndarray]) -> dict[str, ndarray]` and
+`input_specs() -> list[TensorSpec]` (what to feed it; dynamic dims symbolic).
 
 Parity checks, `validate` and benchmarks all go through this one interface. Runners are looked
 up by name and imported lazily, so a missing runtime costs nothing until it is asked for.
@@ -10,6 +11,7 @@ from typing import Protocol
 
 import numpy as np
 
+from modelport.ir import TensorSpec
 from modelport.registry import Registry
 
 
@@ -17,6 +19,8 @@ class Runner(Protocol):
     name: str
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
+
+    def input_specs(self) -> list[TensorSpec]: ...
 
 
 # runtime name -> "module:factory"; the factory takes the model (object or path) and options.

@@ -28,6 +28,7 @@ import numpy as np
 
 from modelport import errors
 from modelport.errors import BadInputError, ModelportError
+from modelport.ir import TensorSpec
 
 RUN_TIMEOUT_S = 120.0  # loading and running one model on one batch
 CONVERT_TIMEOUT_S = 1800.0  # parsing + converting a whole model (large graphs take minutes)
@@ -154,6 +155,9 @@ def _runner_in_child(work: Path, args: dict) -> dict:
     if args.get("describe"):
         describe = getattr(runner, "describe", None)
         response["describe"] = describe() if describe else None
+        response["input_specs"] = [s.to_dict() for s in runner.input_specs()]
+        note = getattr(runner, "io_note", None)
+        response["io_note"] = note() if note else None
     if args.get("run"):
         outs = runner.run(read_arrays(work, "arrays_in"))
         write_arrays(work, "arrays_out", outs)
@@ -174,6 +178,7 @@ class IsolatedRunner:
         self.path = Path(model)
         self.options = options
         self.timeout = timeout or timeout_for(RUN_TIMEOUT_S)
+        self._described: dict | None = None
 
     def _call(self, *, describe: bool = False, feeds: dict | None = None):
         request = {"runner": self.inner, "model": str(self.path.resolve()), "options": self.options,
@@ -187,9 +192,21 @@ class IsolatedRunner:
         return call_in_child("modelport.runtimes.isolated:_runner_in_child", request, path=self.path, arrays=feeds,
                              timeout=self.timeout, what=f"the {self.inner} runtime", collect=collect)
 
+    def _description(self) -> dict:
+        if self._described is None:
+            self._described = self._call(describe=True)
+        return self._described
+
     def describe(self) -> dict | None:
-        """The inner runner's `describe()` (input/output details), computed in the child."""
-        return self._call(describe=True)["describe"]
+        """The inner runner's `describe()` (input/output details), computed in the child (once)."""
+        return self._description()["describe"]
+
+    def input_specs(self) -> list[TensorSpec]:
+        return [TensorSpec.from_dict(d) for d in self._description()["input_specs"]]
+
+    def io_note(self) -> str | None:
+        """What the inner runner says about its I/O types (quantised TFLite I/O), or None."""
+        return self._description()["io_note"]
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return self._call(feeds=feeds)["outputs"]

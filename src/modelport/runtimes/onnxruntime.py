@@ -1,4 +1,4 @@
-"""onnxruntime runner (CPU by default)."""
+"""onnxruntime runner (CPU by default), for ONNX models (objects or files) and ORT-format files."""
 
 from __future__ import annotations
 
@@ -8,6 +8,11 @@ from pathlib import Path
 import numpy as np
 
 from modelport.errors import BadInputError
+from modelport.ir import TensorSpec, contract_from_onnx
+
+# onnxruntime's type strings -> numpy dtype names (an ORT-format file's inputs)
+ORT_TYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(int64)": "int64", "tensor(int32)": "int32",
+             "tensor(bool)": "bool", "tensor(double)": "float64"}
 
 
 class OnnxRuntimeRunner:
@@ -24,7 +29,9 @@ class OnnxRuntimeRunner:
             opts.intra_op_num_threads = threads
         self.providers = providers or ["CPUExecutionProvider"]
         self._tmp = None
-        if isinstance(model, (str, Path)):
+        self.path = Path(model) if isinstance(model, (str, Path)) else None
+        self.model = None if self.path else model  # the ONNX model, when given as one
+        if self.path:
             source = str(model)
         else:
             from modelport.onnx_io import protobuf_limit, save_onnx, tensor_bytes
@@ -43,9 +50,33 @@ class OnnxRuntimeRunner:
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
 
+    def input_specs(self) -> list[TensorSpec]:
+        """The inputs, dynamic dims symbolic: from the ONNX graph and the contract a modelport-written
+        file keeps (value ranges of token ids), or from the session for an ORT-format file."""
+        model = self.model
+        if model is None and self.path.suffix.lower() == ".onnx":
+            from modelport.onnx_io import load_onnx
+
+            model = load_onnx(self.path, load_external=False)
+        if model is not None:
+            return contract_from_onnx(model)[0]
+        return [TensorSpec(i.name, ORT_TYPES.get(i.type, "float32"),
+                           [d if isinstance(d, int) else f"{i.name}_dim{k}" for k, d in enumerate(i.shape)])
+                for i in self.session.get_inputs()]
+
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         missing = [n for n in self.input_names if n not in feeds]
         if missing:
             raise BadInputError(f"missing inputs {missing}; the model expects {self.input_names}")
         outs = self.session.run(self.output_names, {n: feeds[n] for n in self.input_names})
         return dict(zip(self.output_names, outs, strict=True))
+
+
+def open_onnx_file(path: str | Path, **options) -> OnnxRuntimeRunner:
+    """A user's `.onnx` file: loaded with its external data checked, its IR version lowered to what
+    this onnxruntime reads, then run like any ONNX model."""
+    from modelport.onnx_io import fit_ir_version, load_onnx
+
+    model = load_onnx(path)
+    fit_ir_version(model)
+    return OnnxRuntimeRunner(model, **options)

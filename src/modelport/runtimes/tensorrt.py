@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from modelport.errors import BadInputError, MissingDependencyError
+from modelport.ir import TensorSpec
 
 
 def _require_gpu():
@@ -73,6 +74,10 @@ class TensorRTRunner:
         return [(n, np.dtype(self.trt.nptype(self.engine.get_tensor_dtype(n))), tuple(self.engine.get_tensor_shape(n)))
                 for n in names]
 
+    def input_specs(self) -> list[TensorSpec]:
+        """The engine's inputs; dims the optimisation profile leaves open are symbolic ('dimK')."""
+        return [TensorSpec(n, d.name, [x if x > 0 else f"dim{k}" for k, x in enumerate(s)]) for n, d, s in self.io(True)]
+
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         torch, trt = self.torch, self.trt
         missing = [n for n in self.input_names if n not in feeds]
@@ -101,3 +106,8 @@ class TensorRTRunner:
         arrays = [outs[n].cpu().numpy() for n in self.engine_outputs]
         # TensorRT keeps the ONNX tensor names, so outputs are matched by name
         return dict(zip(self.engine_outputs, arrays, strict=False))
+
+
+def open_engine(path: str | Path, **options) -> TensorRTRunner:
+    """A user's engine, run as it is (never rebuilt from a build folder beside it)."""
+    return TensorRTRunner(path, rebuild=False, **options)

@@ -13,8 +13,12 @@ int8/uint8 input is quantised with that tensor's scale and zero point (q = round
 clipped to the type's range), and int8/uint8 outputs are dequantised ((q - zero) * scale), so
 callers compare float values whatever the file's I/O type. Integer feeds are passed unchanged.
 
+With `fit_layout` (what `validate` asks for a user's file), feeds are matched to the inputs by
+name and a channels-first feed is transposed to channels-last where that is what fits the file.
+
 This runner loads the file in the calling process: use it for files this program wrote. For a
-user's file, `runtimes.isolated.IsolatedRunner("tflite", path)` runs it in a child process.
+user's file, `open_untrusted(path)` checks its identifier and runs it in a child process
+(`runtimes.isolated.IsolatedRunner`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ from pathlib import Path
 import numpy as np
 
 from modelport.errors import BadInputError
+from modelport.ir import TensorSpec
+
+IDENTIFIER = b"TFL3"
 
 
 def load_interpreter(path: str | Path, threads: int | None = None):
@@ -38,6 +45,38 @@ def load_interpreter(path: str | Path, threads: int | None = None):
         return Interpreter(model_path=str(path), num_threads=threads)
     except ValueError as e:
         raise BadInputError(f"not a valid TFLite model: {str(e).splitlines()[0]}", path=path) from None
+
+
+def check_header(path: Path) -> None:
+    """The cheap checks: size and the 'TFL3' file identifier at bytes 4..8."""
+    from modelport.file_checks import check_model_file
+
+    path = check_model_file(path, kind="TFLite model")
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if len(head) < 8 or head[4:8] != IDENTIFIER:
+        raise BadInputError(f"not a TFLite flatbuffer: identifier {head[4:8]!r}, expected b'TFL3'", path=path)
+
+
+def open_untrusted(path: str | Path, **options):
+    """A user's `.tflite`: its identifier checked here, then described and run in a child process with
+    a timeout, so a flatbuffer that crashes the interpreter ends the run with exit 2 naming the signal.
+    Feeds in the contract's layout are fitted to the file's (`fit_layout`)."""
+    from modelport.runtimes.isolated import IsolatedRunner
+
+    check_header(Path(path))
+    return IsolatedRunner("tflite", path, fit_layout=True, **options)
+
+
+def io_note(details: dict) -> str:
+    """'float32 inputs and outputs', or which tensors are quantised and how the runner bridges them."""
+    q_in = [d for d in details["inputs"] if d["quantization"]]
+    q_out = [d for d in details["outputs"] if d["quantization"]]
+    if not q_in and not q_out:
+        return "float32 inputs and outputs"
+    kinds = sorted({d["tensor_dtype"] for d in q_in + q_out})
+    return (f"{'/'.join(kinds)} I/O ({len(q_in)} input(s) quantised from float, {len(q_out)} output(s) dequantised "
+            f"with each tensor's scale and zero point)")
 
 
 def tflite_name(name: str) -> str:
@@ -80,7 +119,8 @@ class TFLiteRunner:
 
     def __init__(self, model, *, threads: int | None = None, signature: str | None = None,
                  input_names: list[str] | None = None, output_names: list[str] | None = None,
-                 input_transpose: dict[str, list[int]] | None = None, dequantize_outputs: bool = True):
+                 input_transpose: dict[str, list[int]] | None = None, dequantize_outputs: bool = True,
+                 fit_layout: bool = False):
         self.path = Path(model)
         self.interpreter = load_interpreter(self.path, threads)
         from modelport.quiet_call import silenced_output
@@ -98,10 +138,38 @@ class TFLiteRunner:
         self.output_names = output_names
         self.input_transpose = input_transpose or {}  # for a user's file fed another layout (`validate`)
         self.dequantize_outputs = dequantize_outputs  # False: int8/uint8 outputs as stored (a source's own values)
+        self.fit_layout = fit_layout
 
     def describe(self) -> dict:
         """Inputs and outputs in the interpreter's order (see `io_detail`)."""
         return {"inputs": [io_detail(d) for d in self.inputs], "outputs": [io_detail(d) for d in self.outputs]}
+
+    def input_specs(self) -> list[TensorSpec]:
+        """Inputs in the interpreter's order under their stripped names; dynamic dims symbolic ('dimK')."""
+        return [TensorSpec(tflite_name(d["name"]), d["dtype"],
+                           [int(x) if x > 0 else f"dim{k}" for k, x in enumerate(d["shape_signature"])])
+                for d in self.describe()["inputs"]]
+
+    def io_note(self) -> str:
+        return io_note(self.describe())
+
+    def _fit(self, feeds: dict[str, np.ndarray]) -> tuple[list[str], dict[str, list[int]]]:
+        """Our names in the interpreter's input order, and the feeds to transpose channels-first ->
+        channels-last because only that fits the input's shape signature."""
+        details = [io_detail(d) for d in self.inputs]
+        by_name = {tflite_name(d["name"]): d for d in details}
+        ordered = [by_name[n] for n in feeds] if set(feeds) == set(by_name) else details
+        transpose = {}
+        for (name, arr), d in zip(feeds.items(), ordered, strict=False):
+            sig = [int(x) for x in d["shape_signature"]]
+            perm = [0, *range(2, arr.ndim), 1]
+            if arr.ndim >= 3 and not _fits(sig, arr.shape) and _fits(sig, [arr.shape[i] for i in perm]):
+                transpose[name] = perm
+        order = {d["index"]: i for i, d in enumerate(details)}
+        names = [None] * len(details)
+        for name, d in zip(feeds, ordered, strict=False):
+            names[order[d["index"]]] = name
+        return names, transpose
 
     def _match_inputs(self, feeds: dict[str, np.ndarray]) -> list[tuple[str, np.ndarray]]:
         """(our name, array) pairs in the interpreter's input order."""
@@ -139,6 +207,8 @@ class TFLiteRunner:
         return {n: self._dequantised(np.asarray(v), out_details[n]) for n, v in got.items()}
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.fit_layout:
+            self.input_names, self.input_transpose = self._fit(feeds)
         key = self._signature_for(feeds)
         if key is not None:
             return self._run_signature(key, feeds)
@@ -160,3 +230,7 @@ class TFLiteRunner:
         for name, d in zip(names_out, details, strict=True):
             outs[name] = self._dequantised(it.get_tensor(d["index"]), d)
         return outs
+
+
+def _fits(sig, shape) -> bool:
+    return len(sig) == len(shape) and all(s in (-1, x) for s, x in zip(sig, shape, strict=False))

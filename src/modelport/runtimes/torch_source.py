@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from modelport.errors import BadInputError
+from modelport.ir import TensorSpec
+from modelport.runtimes.torch import TorchRunner
 
 
 def import_generated(folder: str | Path):
@@ -49,18 +51,19 @@ def load_generated(folder: str | Path):
     return model.eval()
 
 
-class TorchSourceRunner:
+class TorchSourceRunner(TorchRunner):
+    """A TorchRunner over the generated module; its input specs are the contract's, which the emitter
+    passes (`inputs`): generated code does not state shapes."""
+
     name = "torch_source"
 
-    def __init__(self, model, *, input_names: list[str], output_names: list[str] | None = None):
-        self.module = load_generated(model) if isinstance(model, (str, Path)) else model
-        self.input_names = input_names
-        self.output_names = output_names
+    def __init__(self, model, *, input_names: list[str], output_names: list[str] | None = None,
+                 inputs: list[dict | TensorSpec] | None = None):
+        module = load_generated(model) if isinstance(model, (str, Path)) else model
+        super().__init__(module, input_names=input_names, output_names=output_names, inputs=inputs)
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        from modelport.runtimes.torch import TorchRunner
-
         missing = [n for n in self.input_names if n not in feeds]
         if missing:
             raise BadInputError(f"missing inputs {missing}; the model expects {self.input_names}")
-        return TorchRunner(self.module, input_names=self.input_names, output_names=self.output_names).run(feeds)
+        return super().run(feeds)

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from modelport.errors import BadInputError, UnsafeInputError
-from modelport.ir import TensorSpec, specs_from_onnx
+from modelport.ir import TensorSpec, contract_from_onnx
 
 # report artifact target -> artifact kind packagers ask for
 TARGET_KINDS = {"onnx": "onnx", "tensorrt": "tensorrt", "trt": "tensorrt", "tflite": "tflite", "ort": "ort",
@@ -186,21 +186,12 @@ def from_report(root: Path, report: dict) -> Artifacts:
 
 
 def _load_onnx_file(path: Path) -> Artifacts:
-    from modelport.onnx_io import load_onnx, read_contract
+    from modelport.onnx_io import load_onnx
 
-    model = load_onnx(path, load_external=False)
-    init = {i.name for i in model.graph.initializer}
-    inputs = specs_from_onnx([v for v in model.graph.input if v.name not in init])
-    outputs = specs_from_onnx(model.graph.output)
-    stored = read_contract(model) or {}
-    # A modelport-written file carries layouts, preprocessing and value ranges the graph cannot.
-    for specs, key in ((inputs, "inputs"), (outputs, "outputs")):
-        saved = {d.get("name"): TensorSpec.from_dict(d) for d in stored.get(key, []) if isinstance(d, dict)}
-        for s in specs:
-            if s.name in saved:
-                s.layout, s.preprocess, s.value_range = saved[s.name].layout, saved[s.name].preprocess, saved[s.name].value_range
+    # a modelport-written file carries layouts, preprocessing and value ranges the graph cannot
+    inputs, outputs, sample_dims = contract_from_onnx(load_onnx(path, load_external=False))
     return Artifacts(source=path, inputs=inputs, outputs=outputs, name=safe_name(path.stem), files={"onnx": path},
-                     sample_dims=dict(stored.get("sample_dims") or {}), framework="onnx", format="onnx")
+                     sample_dims=sample_dims, framework="onnx", format="onnx")
 
 
 def _load_saved_model(path: Path) -> Artifacts:

@@ -23,7 +23,7 @@ from modelport.emitters.pytorch_code.codegen import (
     snake,
     torch_dtype,
 )
-from modelport.emitters.pytorch_code.registry import Registry, default_registry
+from modelport.emitters.pytorch_code.registry import ConverterTable, default_table
 
 NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
 OP_HINTS = {"Slice": "sliced", "Range": "positions", "Max": "maximum", "Min": "minimum", "Sum": "total",
@@ -86,10 +86,10 @@ def constant_value(node) -> np.ndarray:
 
 
 class Generator:
-    def __init__(self, model, *, registry: Registry | None = None):
+    def __init__(self, model, *, registry: ConverterTable | None = None):
         self.model = _infer(model)
         self.graph = self.model.graph
-        self.registry = registry or default_registry()
+        self.registry = registry or default_table()
         self.opsets = {o.domain or "": o.version for o in self.model.opset_import}
         self.opsets.setdefault("ai.onnx", self.opsets.get("", 1))
         self.shapes, self.dtypes = _shapes_and_types(self.model)
@@ -155,17 +155,21 @@ class Generator:
         return [n for n in self.graph.node if any(o in self.live_values for o in n.output)]
 
     def unsupported(self, nodes=None) -> Counter:
-        missing = Counter()
+        return Counter(op for _, op in self.unsupported_nodes(nodes))
+
+    def unsupported_nodes(self, nodes=None) -> list[tuple[str, str]]:
+        """(node name, op label) of every live node without a converter, subgraphs included."""
+        missing = []
         for node in self._live_nodes() if nodes is None else nodes:
             for a in node.attribute:
                 if a.type == 5:
-                    missing += self.unsupported(a.g.node)
+                    missing += self.unsupported_nodes(a.g.node)
             if node.op_type == "Constant" and not node.domain:
                 continue
             domain = node.domain or ""
             if self.registry.find(domain, node.op_type, self.opsets.get(domain, 1)) is None:
                 label = node.op_type if domain in ("", "ai.onnx") else f"{domain}.{node.op_type}"
-                missing[label] += 1
+                missing.append((node.name or (node.output[0] if node.output else label), label))
         return missing
 
     # ---- constant folding

@@ -2,7 +2,7 @@
 
 A converter is a function taking a `NodeView` and writing the node's code through it. Families
 declare their converters with `@converter("Conv")` (optionally `since=`/`until=` opset bounds) into
-their module's `CONVERTERS` list; `default_registry()` loads the families named in `FAMILIES`,
+their module's `CONVERTERS` list; `default_table()` loads the families named in `FAMILIES`,
 so every entry can be found from here. A duplicate (same op, overlapping opsets) is rejected,
 and a failed lookup names the domain, op and opset.
 """
@@ -49,7 +49,9 @@ def converter(op_type: str | tuple[str, ...], *, since: int = 1, until: int = MA
     return wrap
 
 
-class Registry:
+class ConverterTable:
+    """Converters by (domain, op type), each over an opset range; overlapping entries are rejected."""
+
     def __init__(self):
         self._by_op: dict[tuple[str, str], list[Converter]] = {}
 
@@ -88,8 +90,8 @@ def _norm(domain: str) -> str:
 
 
 @lru_cache(maxsize=1)
-def default_registry() -> Registry:
-    reg = Registry()
+def default_table() -> ConverterTable:
+    reg = ConverterTable()
     for family in FAMILIES:
         module = importlib.import_module(f"modelport.emitters.pytorch_code.{family}")
         for conv in module.CONVERTERS:
