@@ -1,7 +1,9 @@
 """Shared fixtures: an in-process CLI runner, a subprocess CLI runner, and tiny model builders.
 
 Tests build their own models; nothing binary is checked in. Both CLI runners check that a
-command leaves its inputs byte-identical (`InputGuard`).
+command leaves its inputs byte-identical (`InputGuard`). No test reaches the network beyond
+127.0.0.1: `tests/netguard` refuses any other connection or name lookup, in this process and in
+every child process, and a test during which one was attempted fails.
 """
 
 from __future__ import annotations
@@ -17,6 +19,42 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+NETGUARD = REPO / "tests" / "netguard"
+
+
+def pytest_configure(config):
+    """Install the network guard here and, through PYTHONPATH, in every child process."""
+    import importlib.util
+    import tempfile
+
+    if not os.environ.get("MODELPORT_TEST_NET_LOG"):
+        fd, log = tempfile.mkstemp(prefix="modelport-net-", suffix=".log")
+        os.close(fd)
+        os.environ["MODELPORT_TEST_NET_LOG"] = log
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(NETGUARD), os.environ.get("PYTHONPATH")) if p)
+    spec = importlib.util.spec_from_file_location("modelport_test_netguard", NETGUARD / "sitecustomize.py")
+    guard = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(guard)
+    guard.install()
+
+
+def network_attempts() -> list[str]:
+    """What the guard refused so far (this process and its children), oldest first."""
+    try:
+        return Path(os.environ["MODELPORT_TEST_NET_LOG"]).read_text().splitlines()
+    except (KeyError, OSError):
+        return []
+
+
+@pytest.fixture(autouse=True)
+def _no_network():
+    """Fail the test if anything in it, or in a process it started, tried to leave the loopback."""
+    before = len(network_attempts())
+    yield
+    new = network_attempts()[before:]
+    if new:
+        pytest.fail("network access outside 127.0.0.1 during the test: " + "; ".join(line.split(" ", 1)[1] for line in new[:3]),
+                    pytrace=False)
 
 
 class CLIResult:

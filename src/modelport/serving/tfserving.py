@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from modelport.errors import BadInputError, ModelportError
+from modelport.errors import BadInputError
 from modelport.runtimes.savedmodel import SIGNATURE, run_signature, signature_specs
 from modelport.serving import Bundle, PackageOptions
 from modelport.serving.bundle import Artifacts, served_name
@@ -81,7 +81,7 @@ def export_saved_model(artifacts: Artifacts, dest: Path) -> Path:
         work = Path(tmp)
         try:
             keras_model, inputs, outputs = build(ir, work, work / "convert.log")
-        except ModelportError as e:
+        except BadInputError as e:  # what onnx2tf cannot convert (a missing onnx2tf stays exit 5)
             raise BadInputError(f"onnx2tf cannot convert the model: {e.reason}", path=onnx_path) from None
         with captured_output(work / "convert.log", "TensorFlow"):
             module = contract_module(tf, keras_model, inputs, outputs, by_name=True)
