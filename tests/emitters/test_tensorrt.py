@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from modelport.emitters import trt_plan, trt_support
+from modelport.emitters.tensorrt import TensorRTOptions
 from modelport.errors import BadInputError, MissingDependencyError, UnsupportedError
 from modelport.orchestration import ConvertOptions, convert
 from tests.conftest import tree
@@ -106,7 +107,7 @@ def test_plan_only_writes_the_build_plan(cnn_ir, tmp_path):
 
     out = tmp_path / "out"
     report = convert(cnn_small(), out, ConvertOptions(targets=["tensorrt"], inputs=["x:batch,3,32,32"], precision="fp16",
-                                                      emit_options={"plan_only": True, "workspace": 1024}))
+                                                      tensorrt=TensorRTOptions(plan_only=True, workspace=1024)))
     assert report["status"] == "ok"
     names = set(tree(out))
     assert {"tensorrt/plan.json", "tensorrt/trtexec.sh", "tensorrt/build_engine.py", "tensorrt/compat.json",
@@ -150,7 +151,7 @@ def test_unsupported_op_fails_before_writing(tmp_path):
     src = save_onnx(det_model(), tmp_path / "src", "det.onnx")
     out = tmp_path / "out"
     with pytest.raises(UnsupportedError) as e:
-        convert(src, out, ConvertOptions(targets=["tensorrt"], emit_options={"plan_only": True}))
+        convert(src, out, ConvertOptions(targets=["tensorrt"], tensorrt=TensorRTOptions(plan_only=True)))
     assert e.value.exit_code == 2 and "det_node (Det)" in e.value.message
     assert not out.exists()
 

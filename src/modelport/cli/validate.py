@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from modelport.cli._common import choice, console, run, stage_status
+from modelport.cli.options import Atol, Dim, JsonOut, MinCosine, Quiet, Rtol, Seed
 
 
 def render_validate(report: dict) -> None:
@@ -27,20 +28,19 @@ def register(app: typer.Typer) -> None:
         b: str = typer.Argument(..., help="Candidate model."),
         localize: bool = typer.Option(False, "--localize", help="Name the first diverging node (ONNX vs ONNX)."),
         inputs: str | None = typer.Option(None, "--inputs", help=".npz of inputs keyed by name (else generated)."),
-        dim: list[str] = typer.Option([], "--dim", help="Size of a symbolic dim in generated inputs, e.g. batch=4."),
-        seed: int = typer.Option(0, "--seed"),
+        dim: Dim = [],  # noqa: B006  (typer reads the default)
+        seed: Seed = 0,
         precision: str = typer.Option("fp32", "--precision", help="Default tolerances for this precision of B."),
-        atol: list[str] = typer.Option([], "--atol", help="Absolute tolerance (scaled by each output's magnitude), e.g. 1e-4; OUTPUT=VALUE for one output (repeatable, comma-separated)."),
-        rtol: list[str] = typer.Option([], "--rtol", help="Relative tolerance, e.g. 1e-3; OUTPUT=VALUE for one output (repeatable, comma-separated)."),
-        min_cosine: list[str] = typer.Option([], "--min-cosine", help="Minimum cosine similarity, e.g. 0.999; OUTPUT=VALUE for one output (repeatable, comma-separated)."),
+        atol: Atol = [],  # noqa: B006
+        rtol: Rtol = [],  # noqa: B006
+        min_cosine: MinCosine = [],  # noqa: B006
         by_position: bool = typer.Option(False, "--match-by-position", help="Pair outputs in order instead of by name (two models whose outputs are named differently)."),
-        json_out: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
-        quiet: bool = typer.Option(False, "--quiet", "-q"),
+        json_out: JsonOut = False,
+        quiet: Quiet = False,
     ):
         """Compare two models on the same inputs (exit 4 when they differ: a CI gate)."""
 
         def body():
-
             from modelport.orchestration.validate import validate_models
             from modelport.specs import parse_dims
             from modelport.validation import DEFAULT_TOLERANCES, parse_tolerance_flags, tolerance_for

@@ -1,6 +1,7 @@
 """Emitters turn an IRModel into a target runtime's artifact. A registry keyed by the --to name.
 
-Each emitter module has `NAME`, `RUNTIME`, `DESCRIPTION` and
+Each emitter module has `NAME`, `RUNTIME`, `DESCRIPTION`, optionally `OPTIONS` (the frozen,
+self-validating class of its own options) and
 `emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact`; the pipeline validates the
 artifact through `runtimes/` against the IR's reference outputs.
 """
@@ -25,11 +26,15 @@ EMITTERS = Registry("target", {
 register_emitter = EMITTERS.register
 
 
-@dataclass
+@dataclass(frozen=True)
 class EmitOptions:
+    """What every emitter reads. `target` is the emitter's own options (an instance of its module's
+    `OPTIONS` class, e.g. TFLiteOptions), or None for that class's defaults."""
+
     precision: str = "fp32"
     opset: int | None = None
-    options: dict[str, Any] = field(default_factory=dict)
+    calibration: str | None = None  # INT8 calibration data: .npz of named inputs or a folder of images
+    target: Any = None
 
 
 @dataclass
