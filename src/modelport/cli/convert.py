@@ -4,44 +4,15 @@ from __future__ import annotations
 
 import typer
 
+from modelport.cli import options as flags
 from modelport.cli._common import choice, run, split_list, stage_status
-from modelport.cli.options import (
-    EMIT_PRECISIONS,
-    AccuracyBudget,
-    AllowFallback,
-    Atol,
-    Calibration,
-    ChannelOrder,
-    Dim,
-    EmitPrecision,
-    Force,
-    Inputs,
-    JsonOut,
-    Layout,
-    Mean,
-    MinCosine,
-    OutputDir,
-    PlanOnly,
-    Quiet,
-    Rtol,
-    Scale,
-    Seed,
-    Std,
-    Strict,
-    Targets,
-    TFLiteIODtype,
-    TFLiteLayout,
-    TRTShapes,
-    Workspace,
-    aliased,
-)
 from modelport.emitters import EMITTERS
 from modelport.errors import BadInputError
 from modelport.serving import PACKAGERS
 
-ConvertTargets = aliased(Targets, "-df", "--dstFramework")
-ConvertOutputDir = aliased(OutputDir, "-om", "--outputModel")
-ConvertInputs = aliased(Inputs, "--inputs")
+ConvertTargets = flags.aliased(flags.Targets, "-df", "--dstFramework")
+ConvertOutputDir = flags.aliased(flags.OutputDir, "-om", "--outputModel")
+ConvertInputs = flags.aliased(flags.Inputs, "--inputs")
 
 
 def source_from_mmdnn(source: str | None, network: str | None, weights: str | None, arch: str | None):
@@ -64,44 +35,44 @@ def register(app: typer.Typer) -> None:
     @app.command("convert")
     def convert_cmd(
         source: str | None = typer.Argument(None, help="Model file or folder, or zoo:NAME."),
-        to: ConvertTargets = [],  # noqa: B006  (typer reads the default)
+        to: ConvertTargets = [],
         output: ConvertOutputDir = None,
         framework: str | None = typer.Option(None, "--from", "-sf", "--srcFramework", help="Source framework (else sniffed from the file)."),
         network: str | None = typer.Option(None, "-in", "--inputNetwork", help="MMdnn: the network file (or architecture)."),
         weights: str | None = typer.Option(None, "-iw", "--inputWeight", help="MMdnn: the weights file."),
-        inputs: ConvertInputs = [],  # noqa: B006
+        inputs: ConvertInputs = [],
         input_shape: list[str] = typer.Option([], "--inputShape", help="MMdnn: a shape per input, in order, e.g. 1,3,224,224."),
         outputs: list[str] = typer.Option([], "--output", "--outputs", help="Output names, in order (comma-separated or repeated)."),
         arch: str | None = typer.Option(None, "--arch", help="Architecture for a state dict: zoo:NAME or package.module:Class."),
         opset: int | None = typer.Option(None, "--opset", help="Target ONNX opset."),
-        atol: Atol = [],  # noqa: B006
-        rtol: Rtol = [],  # noqa: B006
-        min_cosine: MinCosine = [],  # noqa: B006
-        layout: Layout = [],  # noqa: B006
-        mean: Mean = [],  # noqa: B006
-        std: Std = [],  # noqa: B006
-        scale: Scale = [],  # noqa: B006
-        channel_order: ChannelOrder = None,
-        dim: Dim = [],  # noqa: B006
-        seed: Seed = 0,
+        atol: flags.Atol = [],
+        rtol: flags.Rtol = [],
+        min_cosine: flags.MinCosine = [],
+        layout: flags.Layout = [],
+        mean: flags.Mean = [],
+        std: flags.Std = [],
+        scale: flags.Scale = [],
+        channel_order: flags.ChannelOrder = None,
+        dim: flags.Dim = [],
+        seed: flags.Seed = 0,
         trust: bool = typer.Option(False, "--trust", help="Allow loading that runs code from the model file."),
         signature: str | None = typer.Option(None, "--signature", help="SavedModel/TFLite signature to convert (default serving_default)."),
         input_names: list[str] = typer.Option([], "--input-names", help="New names for the model's inputs, in order, comma-separated (TF sources)."),
         optimize: str | None = typer.Option(None, "--optimize", "-O", help="Optimisation level: none, basic, extended, all or auto."),
-        precision: EmitPrecision = "fp32",
-        calibration: Calibration = None,
-        accuracy_budget: AccuracyBudget = None,
-        strict: Strict = False,
-        allow_fallback: AllowFallback = False,
-        plan_only: PlanOnly = False,
-        tflite_layout: TFLiteLayout = "source",
-        tflite_io_dtype: TFLiteIODtype = "float32",
-        trt_shapes: TRTShapes = [],  # noqa: B006
-        workspace: Workspace = None,
+        precision: flags.EmitPrecision = "fp32",
+        calibration: flags.Calibration = None,
+        accuracy_budget: flags.AccuracyBudget = None,
+        strict: flags.Strict = False,
+        allow_fallback: flags.AllowFallback = False,
+        plan_only: flags.PlanOnly = False,
+        tflite_layout: flags.TFLiteLayout = "source",
+        tflite_io_dtype: flags.TFLiteIODtype = "float32",
+        trt_shapes: flags.TRTShapes = [],
+        workspace: flags.Workspace = None,
         package: list[str] = typer.Option([], "--package", help="Also package for serving systems, e.g. triton,torchserve (OUT/packages/<system>/)."),
-        force: Force = False,
-        json_out: JsonOut = False,
-        quiet: Quiet = False,
+        force: flags.Force = False,
+        json_out: flags.JsonOut = False,
+        quiet: flags.Quiet = False,
     ):
         """Convert a model into one or more targets, validated against the source framework."""
 
@@ -130,7 +101,7 @@ def register(app: typer.Typer) -> None:
                 trust=trust, opset=opset, **tols, output_tolerances=per_output,
                 sample_dims=parse_dims(dim), seed=seed, force=force,
                 optimize=OptimizeOptions(level=optimize, budget=accuracy_budget),
-                precision=choice(precision, EMIT_PRECISIONS, "precision"), calibration=calibration,
+                precision=choice(precision, flags.EMIT_PRECISIONS, "precision"), calibration=calibration,
                 strict=strict, allow_precision_fallback=allow_fallback,
                 tensorflow=TFSourceOptions(signature=signature, input_names=split_list(input_names)),
                 tflite=TFLiteOptions(layout=tflite_layout, io_dtype=tflite_io_dtype),

@@ -8,30 +8,8 @@ from __future__ import annotations
 
 import typer
 
+from modelport.cli import options as flags
 from modelport.cli._common import choice, run, split_list, stage_status
-from modelport.cli.options import (
-    EMIT_PRECISIONS,
-    AllowFallback,
-    Atol,
-    Calibration,
-    Dim,
-    EmitPrecision,
-    Force,
-    Inputs,
-    JsonOut,
-    MinCosine,
-    OutputDir,
-    PlanOnly,
-    Quiet,
-    Rtol,
-    Seed,
-    Strict,
-    Targets,
-    TFLiteIODtype,
-    TFLiteLayout,
-    TRTShapes,
-    Workspace,
-)
 from modelport.emitters import EMITTERS
 from modelport.errors import BadInputError
 
@@ -40,26 +18,26 @@ def register(app: typer.Typer) -> None:
     @app.command("emit")
     def emit_cmd(
         model: str = typer.Argument(..., help="ONNX model file."),
-        to: Targets = ...,
-        output: OutputDir = None,
-        inputs: Inputs = [],  # noqa: B006  (typer reads the default)
-        dim: Dim = [],  # noqa: B006
-        precision: EmitPrecision = "fp32",
-        calibration: Calibration = None,
-        plan_only: PlanOnly = False,
-        tflite_layout: TFLiteLayout = "source",
-        tflite_io_dtype: TFLiteIODtype = "float32",
-        trt_shapes: TRTShapes = [],  # noqa: B006
-        workspace: Workspace = None,
-        atol: Atol = [],  # noqa: B006
-        rtol: Rtol = [],  # noqa: B006
-        min_cosine: MinCosine = [],  # noqa: B006
-        allow_fallback: AllowFallback = False,
-        strict: Strict = False,
-        seed: Seed = 0,
-        force: Force = False,
-        json_out: JsonOut = False,
-        quiet: Quiet = False,
+        to: flags.Targets = ...,
+        output: flags.OutputDir = None,
+        inputs: flags.Inputs = [],
+        dim: flags.Dim = [],
+        precision: flags.EmitPrecision = "fp32",
+        calibration: flags.Calibration = None,
+        plan_only: flags.PlanOnly = False,
+        tflite_layout: flags.TFLiteLayout = "source",
+        tflite_io_dtype: flags.TFLiteIODtype = "float32",
+        trt_shapes: flags.TRTShapes = [],
+        workspace: flags.Workspace = None,
+        atol: flags.Atol = [],
+        rtol: flags.Rtol = [],
+        min_cosine: flags.MinCosine = [],
+        allow_fallback: flags.AllowFallback = False,
+        strict: flags.Strict = False,
+        seed: flags.Seed = 0,
+        force: flags.Force = False,
+        json_out: flags.JsonOut = False,
+        quiet: flags.Quiet = False,
     ):
         """Emit deployment artifacts (TFLite, TensorRT, ORT format) from an ONNX model, each validated."""
 
@@ -77,7 +55,7 @@ def register(app: typer.Typer) -> None:
             options = ConvertOptions(
                 targets=targets, framework="onnx", inputs=[parse_input_spec(t) for t in inputs],
                 **tols, output_tolerances=per_output, allow_precision_fallback=allow_fallback, strict=strict,
-                precision=choice(precision, EMIT_PRECISIONS, "precision"), seed=seed,
+                precision=choice(precision, flags.EMIT_PRECISIONS, "precision"), seed=seed,
                 sample_dims=parse_dims(dim), force=force, calibration=calibration, command="emit",
                 tflite=TFLiteOptions(layout=tflite_layout, io_dtype=tflite_io_dtype),
                 tensorrt=TensorRTOptions(plan_only=plan_only, shapes=trt_shapes, workspace=workspace),

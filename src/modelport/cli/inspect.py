@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import typer
 
+from modelport.cli import options as flags
 from modelport.cli._common import console, run
-from modelport.cli.options import JsonOut, Quiet
 
 
 def render_inspect(info: dict) -> None:
@@ -37,8 +37,8 @@ def register(app: typer.Typer) -> None:
     @app.command("inspect")
     def inspect_cmd(
         model: str = typer.Argument(..., help="Model file or folder."),
-        json_out: JsonOut = False,
-        quiet: Quiet = False,
+        json_out: flags.JsonOut = False,
+        quiet: flags.Quiet = False,
     ):
         """Show a model's format, inputs/outputs, opset, op histogram, parameters and size."""
 

@@ -6,29 +6,8 @@ from dataclasses import replace
 
 import typer
 
+from modelport.cli import options as flags
 from modelport.cli._common import choice, console, fmt_num, run, split_list, stage_status
-from modelport.cli.options import (
-    PRECISIONS,
-    AccuracyBudget,
-    AllowFallback,
-    Atol,
-    Calibration,
-    ChannelOrder,
-    Dim,
-    Force,
-    Inputs,
-    JsonOut,
-    Layout,
-    Mean,
-    MinCosine,
-    OutputDir,
-    Precision,
-    Quiet,
-    Rtol,
-    Scale,
-    Std,
-    Strict,
-)
 from modelport.errors import BadInputError
 
 
@@ -87,31 +66,31 @@ def register(app: typer.Typer) -> None:
     @app.command("optimize")
     def optimize_cmd(
         model: str = typer.Argument(..., help="Model file (ONNX or any source `convert` reads) or zoo:NAME."),
-        output: OutputDir = None,
+        output: flags.OutputDir = None,
         level: str = typer.Option("extended", "--level", "--optimize", "-O", help="none, basic, extended, all or auto."),
         passes: list[str] = typer.Option([], "--passes", help="Passes instead of a level, comma-separated or repeated, e.g. fold,dce,fuse,simplify."),
-        precision: Precision = "fp32",
+        precision: flags.Precision = "fp32",
         int8_mode: str | None = typer.Option(None, "--int8-mode", help="dynamic or static (default: static with --calibration)."),
-        calibration: Calibration = None,
+        calibration: flags.Calibration = None,
         calibration_method: str = typer.Option("minmax", "--calibration-method", help="minmax, entropy, percentile or distribution."),
         per_channel: bool | None = typer.Option(None, "--per-channel/--per-tensor", help="INT8 weight scales per channel (default: on for CNNs)."),
         keep_io_types: bool = typer.Option(True, "--keep-io-types/--fp16-io", help="FP16: keep FP32 inputs and outputs."),
-        budget: AccuracyBudget = None,
-        strict: Strict = False,
-        inputs: Inputs = [],  # noqa: B006  (typer reads the default)
-        dim: Dim = [],  # noqa: B006
-        layout: Layout = [],  # noqa: B006
-        mean: Mean = [],  # noqa: B006
-        std: Std = [],  # noqa: B006
-        scale: Scale = [],  # noqa: B006
-        channel_order: ChannelOrder = None,
-        atol: Atol = [],  # noqa: B006
-        rtol: Rtol = [],  # noqa: B006
-        min_cosine: MinCosine = [],  # noqa: B006
-        allow_fallback: AllowFallback = False,
-        force: Force = False,
-        json_out: JsonOut = False,
-        quiet: Quiet = False,
+        budget: flags.AccuracyBudget = None,
+        strict: flags.Strict = False,
+        inputs: flags.Inputs = [],
+        dim: flags.Dim = [],
+        layout: flags.Layout = [],
+        mean: flags.Mean = [],
+        std: flags.Std = [],
+        scale: flags.Scale = [],
+        channel_order: flags.ChannelOrder = None,
+        atol: flags.Atol = [],
+        rtol: flags.Rtol = [],
+        min_cosine: flags.MinCosine = [],
+        allow_fallback: flags.AllowFallback = False,
+        force: flags.Force = False,
+        json_out: flags.JsonOut = False,
+        quiet: flags.Quiet = False,
     ):
         """Optimise a model pass by pass, each pass checked for parity in onnxruntime."""
 
@@ -135,7 +114,7 @@ def register(app: typer.Typer) -> None:
                 inputs=apply_options([parse_input_spec(t) for t in inputs], layouts=layout, means=mean, stds=std,
                                      scales=scale, channel_order=channel_order),
                 sample_dims=parse_dims(dim), force=force, optimize=stage,
-                precision=choice(precision, PRECISIONS, "precision"), calibration=calibration, strict=strict, command="optimize",
+                precision=choice(precision, flags.PRECISIONS, "precision"), calibration=calibration, strict=strict, command="optimize",
             )
             with stage_status(quiet or json_out) as on_stage:
                 return convert(model, output, options, on_stage=on_stage)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import typer
 
+from modelport.cli import options as flags
 from modelport.cli._common import choice, console, run, split_list, stage_status
-from modelport.cli.options import Force, JsonOut, OutputDir, Quiet, Systems
 from modelport.serving import PACKAGERS
 
 
@@ -36,8 +36,8 @@ def register(app: typer.Typer) -> None:
     @app.command("package")
     def package_cmd(
         source: str = typer.Argument(..., help="A 'modelport convert' output folder, an .onnx file, or a SavedModel folder."),
-        systems: Systems = ...,
-        output: OutputDir = ...,
+        systems: flags.Systems = ...,
+        output: flags.OutputDir = ...,
         name: str | None = typer.Option(None, "--name", help="Model name in the server (default: the source's name)."),
         version: int | None = typer.Option(None, "--version", help="Model version (default 1, or the next with --add-version)."),
         add_version: bool = typer.Option(False, "--add-version", help="Add a version to an existing Triton/TF Serving bundle."),
@@ -63,9 +63,9 @@ def register(app: typer.Typer) -> None:
         gpus: int | None = typer.Option(None, "--gpus", help="GPUs per pod when a GPU is needed (default 1)."),
         namespace: str | None = typer.Option(None, "--namespace", help="Kubernetes namespace of the manifests."),
         storage_uri: str | None = typer.Option(None, "--storage-uri", help="KServe: where the bundle is uploaded (s3://, gs://, pvc://)."),
-        force: Force = False,
-        json_out: JsonOut = False,
-        quiet: Quiet = False,
+        force: flags.Force = False,
+        json_out: flags.JsonOut = False,
+        quiet: flags.Quiet = False,
     ):
         """Package converted artifacts as bundles a model server loads as they are."""
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import typer
 
+from modelport.cli import options as flags
 from modelport.cli._common import choice, console, run, stage_status
-from modelport.cli.options import Atol, Dim, JsonOut, MinCosine, Quiet, Rtol, Seed
 
 
 def render_validate(report: dict) -> None:
@@ -28,15 +28,15 @@ def register(app: typer.Typer) -> None:
         b: str = typer.Argument(..., help="Candidate model."),
         localize: bool = typer.Option(False, "--localize", help="Name the first diverging node (ONNX vs ONNX)."),
         inputs: str | None = typer.Option(None, "--inputs", help=".npz of inputs keyed by name (else generated)."),
-        dim: Dim = [],  # noqa: B006  (typer reads the default)
-        seed: Seed = 0,
+        dim: flags.Dim = [],
+        seed: flags.Seed = 0,
         precision: str = typer.Option("fp32", "--precision", help="Default tolerances for this precision of B."),
-        atol: Atol = [],  # noqa: B006
-        rtol: Rtol = [],  # noqa: B006
-        min_cosine: MinCosine = [],  # noqa: B006
+        atol: flags.Atol = [],
+        rtol: flags.Rtol = [],
+        min_cosine: flags.MinCosine = [],
         by_position: bool = typer.Option(False, "--match-by-position", help="Pair outputs in order instead of by name (two models whose outputs are named differently)."),
-        json_out: JsonOut = False,
-        quiet: Quiet = False,
+        json_out: flags.JsonOut = False,
+        quiet: flags.Quiet = False,
     ):
         """Compare two models on the same inputs (exit 4 when they differ: a CI gate)."""
 

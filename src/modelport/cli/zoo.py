@@ -6,8 +6,8 @@ from pathlib import Path
 
 import typer
 
+from modelport.cli import options as flags
 from modelport.cli._common import console, run
-from modelport.cli.options import Force, JsonOut, Quiet
 
 
 def register(app: typer.Typer) -> None:
@@ -15,7 +15,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(zoo_app, name="zoo")
 
     @zoo_app.command("list")
-    def list_cmd(json_out: JsonOut = False, quiet: Quiet = False):
+    def list_cmd(json_out: flags.JsonOut = False, quiet: flags.Quiet = False):
         """List the zoo's models."""
 
         def body():
@@ -43,9 +43,9 @@ def register(app: typer.Typer) -> None:
     def build_cmd(
         name: str = typer.Argument(..., help="Zoo model name."),
         output: str = typer.Option(..., "-o", "--output-dir", help="Folder for the source model files."),
-        force: Force = False,
-        json_out: JsonOut = False,
-        quiet: Quiet = False,
+        force: flags.Force = False,
+        json_out: flags.JsonOut = False,
+        quiet: flags.Quiet = False,
     ):
         """Build a zoo model locally (seeded random weights) and save it in its source format."""
 
@@ -65,8 +65,8 @@ def register(app: typer.Typer) -> None:
     def fetch_cmd(
         name: str = typer.Argument(..., help="Zoo model name."),
         cache_dir: str | None = typer.Option(None, "--cache-dir", help="Cache folder (default: ~/.cache/modelport)."),
-        json_out: JsonOut = False,
-        quiet: Quiet = False,
+        json_out: flags.JsonOut = False,
+        quiet: flags.Quiet = False,
     ):
         """Download a zoo model's file (sha256-verified) into the cache."""
 

@@ -17,43 +17,16 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from modelport.emitters.tensorrt import TensorRTOptions
+from modelport.emitters.tflite import TFLiteOptions
 from modelport.errors import BadInputError, ModelportError, StageError, ValidationError
 from modelport.ir import IRModel, TensorSpec
+from modelport.optimize.pipeline import OptimizeOptions
+from modelport.parsers.tf_common import TFSourceOptions
+from modelport.serving import PackageOptions
 from modelport.validation import Tolerance, check, check_override_names, tolerance_for
 from modelport.validation.report import Report
-
-if TYPE_CHECKING:
-    from modelport.emitters.tensorrt import TensorRTOptions
-    from modelport.emitters.tflite import TFLiteOptions
-    from modelport.optimize.pipeline import OptimizeOptions
-    from modelport.parsers.tf_common import TFSourceOptions
-    from modelport.serving import PackageOptions
-
-
-def _tflite():
-    from modelport.emitters.tflite import TFLiteOptions
-
-    return TFLiteOptions()
-
-
-def _tensorrt():
-    from modelport.emitters.tensorrt import TensorRTOptions
-
-    return TensorRTOptions()
-
-
-def _tensorflow():
-    from modelport.parsers.tf_common import TFSourceOptions
-
-    return TFSourceOptions()
-
-
-def _package():
-    from modelport.serving import PackageOptions
-
-    return PackageOptions(trust=True)  # packaging trusts the PyTorch code this run just emitted
 
 
 @dataclass
@@ -86,12 +59,12 @@ class ConvertOptions:
     force: bool = False
     strict: bool = False  # a pass that breaks parity, or a reference that ignores its input, fails the run
     allow_precision_fallback: bool = False  # deliver FP32 when the requested precision cannot hold parity
-    tensorflow: TFSourceOptions = field(default_factory=_tensorflow)
+    tensorflow: TFSourceOptions = field(default_factory=TFSourceOptions)
     optimize: OptimizeOptions | str | None = None  # or a level name ("all", "auto"); None: no stage unless precision asks
-    tflite: TFLiteOptions = field(default_factory=_tflite)
-    tensorrt: TensorRTOptions = field(default_factory=_tensorrt)
+    tflite: TFLiteOptions = field(default_factory=TFLiteOptions)
+    tensorrt: TensorRTOptions = field(default_factory=TensorRTOptions)
     packages: list[str] = field(default_factory=list)  # serving systems to package for (OUT/packages/<system>/)
-    package: PackageOptions = field(default_factory=_package)
+    package: PackageOptions = field(default_factory=lambda: PackageOptions(trust=True))  # may trace the code it emitted
     fallback_reason: str | None = None  # set by the optimisation stage when it delivered FP32 instead
     command: str = "convert"  # the report's command name
 
@@ -103,8 +76,6 @@ class ConvertOptions:
         if isinstance(self.targets, str):
             self.targets = [t.strip() for t in self.targets.split(",") if t.strip()]
         if isinstance(self.optimize, str):
-            from modelport.optimize.pipeline import OptimizeOptions
-
             self.optimize = OptimizeOptions(level=self.optimize)
         o = self.optimize
         if o is not None and (o.precision != "fp32" or o.calibration or o.strict or o.allow_fallback):
