@@ -33,6 +33,8 @@ def source_from_mmdnn(source: str | None, network: str | None, weights: str | No
 
 def register(app: typer.Typer) -> None:
     @app.command("convert")
+    @flags.taking(flags.SAMPLES, flags.TOLERANCES, flags.PREPROCESSING, flags.PRECISION, flags.EMITTER_OPTIONS, flags.WRITES,
+                  flags.RESULT)
     def convert_cmd(
         source: str | None = typer.Argument(None, help="Model file or folder, or zoo:NAME."),
         to: ConvertTargets = [],
@@ -45,72 +47,41 @@ def register(app: typer.Typer) -> None:
         outputs: list[str] = typer.Option([], "--output", "--outputs", help="Output names, in order (comma-separated or repeated)."),
         arch: str | None = typer.Option(None, "--arch", help="Architecture for a state dict: zoo:NAME or package.module:Class."),
         opset: int | None = typer.Option(None, "--opset", help="Target ONNX opset."),
-        atol: flags.Atol = [],
-        rtol: flags.Rtol = [],
-        min_cosine: flags.MinCosine = [],
-        layout: flags.Layout = [],
-        mean: flags.Mean = [],
-        std: flags.Std = [],
-        scale: flags.Scale = [],
-        channel_order: flags.ChannelOrder = None,
-        dim: flags.Dim = [],
-        seed: flags.Seed = 0,
         trust: bool = typer.Option(False, "--trust", help="Allow loading that runs code from the model file."),
         signature: str | None = typer.Option(None, "--signature", help="SavedModel/TFLite signature to convert (default serving_default)."),
         input_names: list[str] = typer.Option([], "--input-names", help="New names for the model's inputs, in order, comma-separated (TF sources)."),
         optimize: str | None = typer.Option(None, "--optimize", "-O", help="Optimisation level: none, basic, extended, all or auto."),
         precision: flags.EmitPrecision = "fp32",
-        calibration: flags.Calibration = None,
         accuracy_budget: flags.AccuracyBudget = None,
-        strict: flags.Strict = False,
-        allow_fallback: flags.AllowFallback = False,
-        plan_only: flags.PlanOnly = False,
-        tflite_layout: flags.TFLiteLayout = "source",
-        tflite_io_dtype: flags.TFLiteIODtype = "float32",
-        trt_shapes: flags.TRTShapes = [],
-        workspace: flags.Workspace = None,
         package: list[str] = typer.Option([], "--package", help="Also package for serving systems, e.g. triton,torchserve (OUT/packages/<system>/)."),
-        force: flags.Force = False,
-        json_out: flags.JsonOut = False,
-        quiet: flags.Quiet = False,
+        **shared,
     ):
         """Convert a model into one or more targets, validated against the source framework."""
 
         def body():
-            from modelport.emitters.tensorrt import TensorRTOptions
-            from modelport.emitters.tflite import TFLiteOptions
             from modelport.optimize.pipeline import OptimizeOptions
             from modelport.orchestration import ConvertOptions, convert
             from modelport.parsers import PARSERS
             from modelport.parsers.tf_common import TFSourceOptions
-            from modelport.specs import apply_options, parse_dims, parse_input_spec
-            from modelport.validation import parse_tolerance_flags
+            from modelport.specs import apply_options, parse_input_spec
 
             src, arch_ = source_from_mmdnn(source, network, weights, arch)
             if not output:
                 raise BadInputError("no output folder", hint="pass -o OUT_DIR")
-            specs = apply_options(
-                [parse_input_spec(t) for t in inputs], input_shapes=input_shape, layouts=layout,
-                means=mean, stds=std, scales=scale, channel_order=channel_order,
-            )
-            targets = [choice(t, EMITTERS, "target") for t in split_list(to)] or ["onnx"]
-            choice(framework, PARSERS, "source framework")
-            tols, per_output = parse_tolerance_flags(atol=atol, rtol=rtol, min_cosine=min_cosine)
+            specs = apply_options([parse_input_spec(t) for t in inputs], input_shapes=input_shape, **flags.preprocessing_kwargs(shared))
             options = ConvertOptions(
-                targets=targets, framework=framework, inputs=specs, output_names=split_list(outputs) or None, arch=arch_,
-                trust=trust, opset=opset, **tols, output_tolerances=per_output,
-                sample_dims=parse_dims(dim), seed=seed, force=force,
+                targets=[choice(t, EMITTERS, "target") for t in split_list(to)] or ["onnx"],
+                framework=choice(framework, PARSERS, "source framework"), inputs=specs, output_names=split_list(outputs) or None,
+                arch=arch_, trust=trust, opset=opset, force=shared["force"], **flags.parity_kwargs(shared),
                 optimize=OptimizeOptions(level=optimize, budget=accuracy_budget),
-                precision=choice(precision, flags.EMIT_PRECISIONS, "precision"), calibration=calibration,
-                strict=strict, allow_precision_fallback=allow_fallback,
-                tensorflow=TFSourceOptions(signature=signature, input_names=split_list(input_names)),
-                tflite=TFLiteOptions(layout=tflite_layout, io_dtype=tflite_io_dtype),
-                tensorrt=TensorRTOptions(plan_only=plan_only, shapes=trt_shapes, workspace=workspace),
+                precision=choice(precision, flags.EMIT_PRECISIONS, "precision"), calibration=shared["calibration"],
+                strict=shared["strict"], allow_precision_fallback=shared["allow_fallback"],
+                tensorflow=TFSourceOptions(signature=signature, input_names=split_list(input_names)), **flags.emitter_kwargs(shared),
                 packages=[choice(p, PACKAGERS, "serving system") for p in split_list(package)],
             )
-            with stage_status(quiet or json_out) as on_stage:
+            with stage_status(shared["quiet"] or shared["json_out"]) as on_stage:
                 return convert(src, output, options, on_stage=on_stage)
 
         from modelport.cli.render import render_report
 
-        run(body, command="convert", json_out=json_out, quiet=quiet, render=lambda r: render_report(r, output))
+        run(body, command="convert", json_out=shared["json_out"], quiet=shared["quiet"], render=lambda r: render_report(r, output))

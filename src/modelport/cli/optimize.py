@@ -64,59 +64,41 @@ def render_optimize(report: dict, out_dir: str | None) -> None:
 
 def register(app: typer.Typer) -> None:
     @app.command("optimize")
+    @flags.taking(flags.SAMPLES, flags.TOLERANCES, flags.PREPROCESSING, flags.PRECISION, flags.WRITES, flags.RESULT)
     def optimize_cmd(
         model: str = typer.Argument(..., help="Model file (ONNX or any source `convert` reads) or zoo:NAME."),
-        output: flags.OutputDir = None,
         level: str = typer.Option("extended", "--level", "--optimize", "-O", help="none, basic, extended, all or auto."),
         passes: list[str] = typer.Option([], "--passes", help="Passes instead of a level, comma-separated or repeated, e.g. fold,dce,fuse,simplify."),
         precision: flags.Precision = "fp32",
         int8_mode: str | None = typer.Option(None, "--int8-mode", help="dynamic or static (default: static with --calibration)."),
-        calibration: flags.Calibration = None,
         calibration_method: str = typer.Option("minmax", "--calibration-method", help="minmax, entropy, percentile or distribution."),
         per_channel: bool | None = typer.Option(None, "--per-channel/--per-tensor", help="INT8 weight scales per channel (default: on for CNNs)."),
         keep_io_types: bool = typer.Option(True, "--keep-io-types/--fp16-io", help="FP16: keep FP32 inputs and outputs."),
         budget: flags.AccuracyBudget = None,
-        strict: flags.Strict = False,
-        inputs: flags.Inputs = [],
-        dim: flags.Dim = [],
-        layout: flags.Layout = [],
-        mean: flags.Mean = [],
-        std: flags.Std = [],
-        scale: flags.Scale = [],
-        channel_order: flags.ChannelOrder = None,
-        atol: flags.Atol = [],
-        rtol: flags.Rtol = [],
-        min_cosine: flags.MinCosine = [],
-        allow_fallback: flags.AllowFallback = False,
-        force: flags.Force = False,
-        json_out: flags.JsonOut = False,
-        quiet: flags.Quiet = False,
+        **shared,
     ):
         """Optimise a model pass by pass, each pass checked for parity in onnxruntime."""
+        output = shared["output"]
 
         def body():
             from modelport.optimize import parse_pass_list
             from modelport.optimize.pipeline import OptimizeOptions
             from modelport.orchestration import ConvertOptions, convert
-            from modelport.specs import apply_options, parse_dims, parse_input_spec
-            from modelport.validation import parse_tolerance_flags
+            from modelport.specs import apply_options, parse_input_spec
 
             if not output:
                 raise BadInputError("no output folder", hint="pass -o OUT_DIR")
-            tols, per_output = parse_tolerance_flags(atol=atol, rtol=rtol, min_cosine=min_cosine)
-            pass_names = split_list(passes)
             stage = OptimizeOptions(level=level, int8_mode=int8_mode, calibration_method=calibration_method,
                                     per_channel=per_channel, keep_io_types=keep_io_types, budget=budget)
-            if pass_names:
-                stage = replace(stage, level=None, passes=parse_pass_list(",".join(pass_names)))
+            if split_list(passes):
+                stage = replace(stage, level=None, passes=parse_pass_list(",".join(split_list(passes))))
             options = ConvertOptions(
-                targets=["onnx"], **tols, output_tolerances=per_output, allow_precision_fallback=allow_fallback,
-                inputs=apply_options([parse_input_spec(t) for t in inputs], layouts=layout, means=mean, stds=std,
-                                     scales=scale, channel_order=channel_order),
-                sample_dims=parse_dims(dim), force=force, optimize=stage,
-                precision=choice(precision, flags.PRECISIONS, "precision"), calibration=calibration, strict=strict, command="optimize",
+                targets=["onnx"], **flags.parity_kwargs(shared), optimize=stage, force=shared["force"],
+                inputs=apply_options([parse_input_spec(t) for t in shared["inputs"]], **flags.preprocessing_kwargs(shared)),
+                precision=choice(precision, flags.PRECISIONS, "precision"), calibration=shared["calibration"],
+                strict=shared["strict"], allow_precision_fallback=shared["allow_fallback"], command="optimize",
             )
-            with stage_status(quiet or json_out) as on_stage:
+            with stage_status(shared["quiet"] or shared["json_out"]) as on_stage:
                 return convert(model, output, options, on_stage=on_stage)
 
-        run(body, command="optimize", json_out=json_out, quiet=quiet, render=lambda r: render_optimize(r, output))
+        run(body, command="optimize", json_out=shared["json_out"], quiet=shared["quiet"], render=lambda r: render_optimize(r, output))

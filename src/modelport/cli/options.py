@@ -1,14 +1,18 @@
 """The flags several commands share, each declared once with its help text.
 
-A command module takes them as annotations (`json_out: JsonOut = False`); the value each flag
-carries is checked by the options class that owns it (TFLiteOptions, TensorRTOptions,
-OptimizeOptions, PackageOptions, the tolerance parser), and every choice list named in a help
-text comes from the registry or class that checks it. Nothing heavy is imported here.
+A command takes a flag as an annotation (`precision: flags.Precision = "fp32"`) or a whole group
+of them with `@flags.taking(flags.TOLERANCES, ...)`, which adds the group's parameters to its
+signature and hands their values over in `**shared`. The value a flag carries is checked by the
+options class that owns it (TFLiteOptions, TensorRTOptions, OptimizeOptions, PackageOptions, the
+tolerance parser), and every choice list named in a help text comes from the registry or class
+that checks it. Nothing heavy is imported here.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
+import inspect
 from typing import Annotated, get_args
 
 import typer
@@ -78,3 +82,65 @@ Workspace = Annotated[int | None, typer.Option("--workspace", help="TensorRT bui
 
 # --- serving -------------------------------------------------------------------------------------
 Systems = Annotated[list[str], typer.Option("--for", help=f"Serving system(s), comma-separated or repeated: {', '.join(PACKAGERS)}.")]
+
+
+# --- groups of flags that commands take together: (parameter name, flag, default) ----------------
+RESULT = (("json_out", JsonOut, False), ("quiet", Quiet, False))
+WRITES = (("output", OutputDir, None), ("force", Force, False))
+TOLERANCES = (("atol", Atol, []), ("rtol", Rtol, []), ("min_cosine", MinCosine, []))
+SAMPLES = (("inputs", Inputs, []), ("dim", Dim, []), ("seed", Seed, 0))
+PRECISION = (("calibration", Calibration, None), ("strict", Strict, False), ("allow_fallback", AllowFallback, False))
+PREPROCESSING = (("layout", Layout, []), ("mean", Mean, []), ("std", Std, []), ("scale", Scale, []),
+                 ("channel_order", ChannelOrder, None))
+EMITTER_OPTIONS = (("plan_only", PlanOnly, False), ("tflite_layout", TFLiteLayout, "source"),
+                   ("tflite_io_dtype", TFLiteIODtype, "float32"), ("trt_shapes", TRTShapes, []), ("workspace", Workspace, None))
+
+
+def taking(*groups):
+    """Add the flags of `groups` to a command's parameters (after its own; a parameter the command
+    declares itself, e.g. a required `-o`, wins). The command receives them in `**shared`."""
+    def decorate(fn):
+        own = inspect.signature(fn, eval_str=True)
+        mine = [p for p in own.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        names = {p.name for p in mine}
+        extra = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=flag)
+                 for group in groups for name, flag, default in group if name not in names]
+
+        @functools.wraps(fn)
+        def command(**values):
+            return fn(**values)
+
+        command.__signature__ = own.replace(parameters=[*mine, *extra])
+        command.__annotations__ = {**{p.name: p.annotation for p in mine}, **{p.name: p.annotation for p in extra}}
+        return command
+    return decorate
+
+
+def tolerances(shared: dict) -> tuple[dict, dict]:
+    """TOLERANCES as (defaults, per-output overrides); see validation.parse_tolerance_flags."""
+    from modelport.validation import parse_tolerance_flags
+
+    return parse_tolerance_flags(atol=shared["atol"], rtol=shared["rtol"], min_cosine=shared["min_cosine"])
+
+
+def parity_kwargs(shared: dict) -> dict:
+    """ConvertOptions keywords from TOLERANCES and SAMPLES' --dim and --seed."""
+    from modelport.specs import parse_dims
+
+    tols, per_output = tolerances(shared)
+    return {**tols, "output_tolerances": per_output, "sample_dims": parse_dims(shared["dim"]), "seed": shared["seed"]}
+
+
+def preprocessing_kwargs(shared: dict) -> dict:
+    """`specs.apply_options` keywords from PREPROCESSING."""
+    return {"layouts": shared["layout"], "means": shared["mean"], "stds": shared["std"], "scales": shared["scale"],
+            "channel_order": shared["channel_order"]}
+
+
+def emitter_kwargs(shared: dict) -> dict:
+    """ConvertOptions keywords from EMITTER_OPTIONS: each emitter's options object, checked by its class."""
+    from modelport.emitters.tensorrt import TensorRTOptions
+    from modelport.emitters.tflite import TFLiteOptions
+
+    return {"tflite": TFLiteOptions(layout=shared["tflite_layout"], io_dtype=shared["tflite_io_dtype"]),
+            "tensorrt": TensorRTOptions(plan_only=shared["plan_only"], shapes=shared["trt_shapes"], workspace=shared["workspace"])}
