@@ -3,12 +3,9 @@ from the registry or options class that checks them."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
-
-from modelport.errors import BadInputError
 
 CLI = Path(__file__).resolve().parents[2] / "src" / "modelport" / "cli"
 
@@ -70,58 +67,3 @@ def test_precision_is_declared_per_choice_list():
     """convert/emit (with TensorRT's best) and optimize share options.py's two; validate's picks default tolerances."""
     where = {p.name: p.read_text().count('"--precision"') for p in CLI.glob("*.py")}
     assert {k: v for k, v in where.items() if v} == {"options.py": 2, "validate.py": 1}
-
-
-@pytest.mark.parametrize(("make", "words"), [
-    (lambda: __import__("modelport.emitters.tflite", fromlist=["x"]).TFLiteOptions(layout="nchw"),
-     "--tflite-layout 'nchw': choose source or nhwc"),
-    (lambda: __import__("modelport.emitters.tflite", fromlist=["x"]).TFLiteOptions(io_dtype="int4"),
-     "--tflite-io-dtype 'int4': choose float32, int8 or uint8"),
-    (lambda: __import__("modelport.emitters.tensorrt", fromlist=["x"]).TensorRTOptions(workspace=0),
-     "--workspace must be a positive number of MiB"),
-    (lambda: __import__("modelport.emitters.tensorrt", fromlist=["x"]).TensorRTOptions(shapes=["x:1x3"]),
-     "expected NAME:MIN:OPT:MAX"),
-    (lambda: __import__("modelport.optimize.pipeline", fromlist=["x"]).OptimizeOptions(int8_mode="semi"),
-     "unknown INT8 mode 'semi'; known: dynamic, static"),
-    (lambda: __import__("modelport.optimize.pipeline", fromlist=["x"]).OptimizeOptions(calibration_method="mean"),
-     "unknown calibration method 'mean'; known: minmax, entropy, percentile, distribution"),
-    (lambda: __import__("modelport.serving", fromlist=["x"]).PackageOptions(device="tpu"), "unknown device 'tpu'; known: cpu, gpu"),
-    (lambda: __import__("modelport.serving", fromlist=["x"]).PackageOptions(postprocess="argmax"),
-     "unknown postprocess 'argmax'; known: none, softmax, topk=K"),
-])
-def test_options_classes_check_their_own_values(make, words):
-    """From the Python API as from the CLI: the same class, the same exit-2 message."""
-    with pytest.raises(BadInputError, match=re.escape(words)):
-        make()
-
-
-def test_options_are_frozen_and_normalised():
-    import dataclasses
-
-    from modelport.emitters.tensorrt import TensorRTOptions
-    from modelport.emitters.tflite import TFLiteOptions
-    from modelport.optimize.pipeline import OptimizeOptions
-    from modelport.serving import PackageOptions
-
-    opts = TFLiteOptions(layout="NHWC", io_dtype="UINT8")
-    assert (opts.layout, opts.io_dtype) == ("nhwc", "uint8")
-    assert TensorRTOptions(shapes="x:1x3:2x3:4x3").shapes == ("x:1x3:2x3:4x3",)
-    assert OptimizeOptions(level="ALL", precision="int8-static").level == "all"
-    assert PackageOptions(device="GPU").device == "gpu"
-    for o in (opts, TensorRTOptions(), OptimizeOptions(), PackageOptions()):
-        with pytest.raises(dataclasses.FrozenInstanceError):
-            o.force = True
-
-
-def test_convert_options_compose_the_stage_options():
-    from modelport.emitters.tflite import TFLiteOptions
-    from modelport.optimize.pipeline import OptimizeOptions
-    from modelport.orchestration import ConvertOptions
-
-    opts = ConvertOptions(targets="onnx,tflite", optimize="all", tflite=TFLiteOptions(layout="nhwc"), atol=1e-5)
-    assert opts.optimize.level == "all" and opts.emitter_options("tflite").layout == "nhwc" and opts.emitter_options("onnx") is None
-    assert opts.package.trust  # packaging inside convert may trace the PyTorch code the run just emitted
-    with pytest.raises(BadInputError, match="set precision, calibration, strict and allow_precision_fallback on ConvertOptions"):
-        ConvertOptions(optimize=OptimizeOptions(precision="fp16"))
-    with pytest.raises(BadInputError, match="unknown optimisation level 'max'"):
-        ConvertOptions(optimize="max")

@@ -165,3 +165,24 @@ def test_engine_build_and_parity_on_gpu(tmp_path):  # pragma: no cover - GPU mac
     assert (out / "model.plan").exists() and report["parity"][-1]["ok"]
     meta = json.loads((out / "tensorrt/engine.json").read_text())
     assert meta["tensorrt"] and meta["compute_capability"]
+
+
+# --- its options, declared and checked once --------------------------------------------------------
+
+@pytest.mark.parametrize(("kwargs", "words"), [
+    ({"workspace": 0}, "--workspace must be a positive number of MiB"),
+    ({"shapes": ["x:1x3"]}, "expected NAME:MIN:OPT:MAX"),
+    ({"shapes": "x:8x3:4x3:8x3"}, "every dim needs min <= opt <= max"),
+])
+def test_options_check_their_own_values(kwargs, words):
+    with pytest.raises(BadInputError, match=words):
+        TensorRTOptions(**kwargs)
+
+
+def test_options_are_frozen():
+    import dataclasses
+
+    opts = TensorRTOptions(shapes="x:1x3:2x3:4x3")
+    assert opts.shapes == ("x:1x3:2x3:4x3",)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        opts.plan_only = True

@@ -306,3 +306,28 @@ def test_transformer_is_refused_with_the_converters_reason(cli, tmp_path):
     r = cli("convert", "zoo:bert_tiny", "--to", "tflite", "-o", tmp_path / "o")
     assert r.exit_code == 2 and "onnx2tf could not convert the model" in r.stderr
     assert not (tmp_path / "o").exists()
+
+
+# --- its options, declared and checked once --------------------------------------------------------
+
+@pytest.mark.parametrize(("kwargs", "words"), [
+    ({"layout": "nchw"}, "--tflite-layout 'nchw': choose source or nhwc"),
+    ({"io_dtype": "int4"}, "--tflite-io-dtype 'int4': choose float32, int8 or uint8"),
+])
+def test_options_check_their_own_values(kwargs, words):
+    """The Python API gets the CLI's exit-2 message: both build the same class."""
+    import re
+
+    from modelport.errors import BadInputError
+
+    with pytest.raises(BadInputError, match=re.escape(words)):
+        TFLiteOptions(**kwargs)
+
+
+def test_options_are_frozen_and_normalised():
+    import dataclasses
+
+    opts = TFLiteOptions(layout="NHWC", io_dtype="UINT8")
+    assert (opts.layout, opts.io_dtype) == ("nhwc", "uint8")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        opts.layout = "source"

@@ -80,3 +80,30 @@ def test_unknown_system():
     with pytest.raises(BadInputError, match="unknown serving system"):
         parse_systems("triton,nginx")
     assert parse_systems(["kubernetes", "triton,k8s"]) == ["k8s", "triton"]
+
+
+@pytest.mark.parametrize(("kwargs", "words"), [
+    ({"device": "tpu"}, "unknown device 'tpu'; known: cpu, gpu"),
+    ({"server": "nginx"}, "unknown server 'nginx'; known: triton, torchserve, tfserving"),
+    ({"postprocess": "argmax"}, "unknown postprocess 'argmax'; known: none, softmax, topk=K"),
+])
+def test_package_options_check_their_own_values(kwargs, words):
+    """Checked once, in PackageOptions, with the CLI's message (the CLI only builds the class)."""
+    import re
+
+    from modelport.errors import BadInputError
+    from modelport.serving import PackageOptions
+
+    with pytest.raises(BadInputError, match=re.escape(words)):
+        PackageOptions(**kwargs)
+
+
+def test_package_options_are_frozen_and_normalised():
+    import dataclasses
+
+    from modelport.serving import PackageOptions
+
+    opts = PackageOptions(device="GPU", server="TorchServe")
+    assert (opts.device, opts.server) == ("gpu", "torchserve")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        opts.force = True
