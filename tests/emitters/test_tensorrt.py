@@ -16,7 +16,7 @@ from modelport.emitters import trt_plan, trt_support
 from modelport.emitters.tensorrt import TensorRTOptions
 from modelport.errors import BadInputError, MissingDependencyError, UnsupportedError
 from modelport.orchestration import ConvertOptions, convert
-from tests.conftest import tree
+from tests.conftest import check_options_class, tree
 from tests.emitters.models import det_model, save_onnx
 
 
@@ -167,22 +167,8 @@ def test_engine_build_and_parity_on_gpu(tmp_path):  # pragma: no cover - GPU mac
     assert meta["tensorrt"] and meta["compute_capability"]
 
 
-# --- its options, declared and checked once --------------------------------------------------------
-
-@pytest.mark.parametrize(("kwargs", "words"), [
-    ({"workspace": 0}, "--workspace must be a positive number of MiB"),
-    ({"shapes": ["x:1x3"]}, "expected NAME:MIN:OPT:MAX"),
-    ({"shapes": "x:8x3:4x3:8x3"}, "every dim needs min <= opt <= max"),
-])
-def test_options_check_their_own_values(kwargs, words):
-    with pytest.raises(BadInputError, match=words):
-        TensorRTOptions(**kwargs)
-
-
-def test_options_are_frozen():
-    import dataclasses
-
-    opts = TensorRTOptions(shapes="x:1x3:2x3:4x3")
-    assert opts.shapes == ("x:1x3:2x3:4x3",)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        opts.plan_only = True
+def test_options_are_checked_once_here():
+    check_options_class(TensorRTOptions, [({"workspace": 0}, "--workspace must be a positive number of MiB"),
+                                          ({"shapes": ["x:1x3"]}, "expected NAME:MIN:OPT:MAX"),
+                                          ({"shapes": "x:8x3:4x3:8x3"}, "every dim needs min <= opt <= max")],
+                        given={"shapes": "x:1x3:2x3:4x3"}, normalised={"shapes": ("x:1x3:2x3:4x3",)})

@@ -11,7 +11,7 @@ from modelport.emitters.tflite import TFLiteOptions
 from modelport.errors import UnsupportedError
 from modelport.orchestration import ConvertOptions, convert
 from modelport.runtimes.tflite import load_interpreter
-from tests.conftest import tree
+from tests.conftest import check_options_class, tree
 from tests.emitters.models import bitwise_model, save_onnx
 
 
@@ -308,26 +308,8 @@ def test_transformer_is_refused_with_the_converters_reason(cli, tmp_path):
     assert not (tmp_path / "o").exists()
 
 
-# --- its options, declared and checked once --------------------------------------------------------
-
-@pytest.mark.parametrize(("kwargs", "words"), [
-    ({"layout": "nchw"}, "--tflite-layout 'nchw': choose source or nhwc"),
-    ({"io_dtype": "int4"}, "--tflite-io-dtype 'int4': choose float32, int8 or uint8"),
-])
-def test_options_check_their_own_values(kwargs, words):
-    """The Python API gets the CLI's exit-2 message: both build the same class."""
-    import re
-
-    from modelport.errors import BadInputError
-
-    with pytest.raises(BadInputError, match=re.escape(words)):
-        TFLiteOptions(**kwargs)
-
-
-def test_options_are_frozen_and_normalised():
-    import dataclasses
-
-    opts = TFLiteOptions(layout="NHWC", io_dtype="UINT8")
-    assert (opts.layout, opts.io_dtype) == ("nhwc", "uint8")
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        opts.layout = "source"
+def test_options_are_checked_once_here():
+    """The Python API gets the CLI's exit-2 messages: both build this class."""
+    check_options_class(TFLiteOptions, [({"layout": "nchw"}, "--tflite-layout 'nchw': choose source or nhwc"),
+                                        ({"io_dtype": "int4"}, "--tflite-io-dtype 'int4': choose float32, int8 or uint8")],
+                        given={"layout": "NHWC", "io_dtype": "UINT8"}, normalised={"layout": "nhwc", "io_dtype": "uint8"})

@@ -9,7 +9,7 @@ import pytest
 from modelport.errors import BadInputError, StageError
 from modelport.orchestration.package import package
 from modelport.serving import PackageOptions, parse_systems
-from tests.conftest import tree
+from tests.conftest import check_options_class, tree
 
 
 def test_several_systems_get_a_folder_each(mlp_out, tmp_path):
@@ -82,28 +82,9 @@ def test_unknown_system():
     assert parse_systems(["kubernetes", "triton,k8s"]) == ["k8s", "triton"]
 
 
-@pytest.mark.parametrize(("kwargs", "words"), [
-    ({"device": "tpu"}, "unknown device 'tpu'; known: cpu, gpu"),
-    ({"server": "nginx"}, "unknown server 'nginx'; known: triton, torchserve, tfserving"),
-    ({"postprocess": "argmax"}, "unknown postprocess 'argmax'; known: none, softmax, topk=K"),
-])
-def test_package_options_check_their_own_values(kwargs, words):
-    """Checked once, in PackageOptions, with the CLI's message (the CLI only builds the class)."""
-    import re
-
-    from modelport.errors import BadInputError
-    from modelport.serving import PackageOptions
-
-    with pytest.raises(BadInputError, match=re.escape(words)):
-        PackageOptions(**kwargs)
-
-
-def test_package_options_are_frozen_and_normalised():
-    import dataclasses
-
-    from modelport.serving import PackageOptions
-
-    opts = PackageOptions(device="GPU", server="TorchServe")
-    assert (opts.device, opts.server) == ("gpu", "torchserve")
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        opts.force = True
+def test_package_options_are_checked_once_here():
+    """The CLI only builds this class; the Python API gets the same messages."""
+    check_options_class(PackageOptions, [({"device": "tpu"}, "unknown device 'tpu'; known: cpu, gpu"),
+                                         ({"server": "nginx"}, "unknown server 'nginx'; known: triton, torchserve, tfserving"),
+                                         ({"postprocess": "argmax"}, "unknown postprocess 'argmax'; known: none, softmax, topk=K")],
+                        given={"device": "GPU", "server": "TorchServe"}, normalised={"device": "gpu", "server": "torchserve"})
