@@ -192,3 +192,21 @@ def tiny_onnx(tmp_path) -> Path:
     path = folder / "tiny.onnx"
     onnx.save(model, str(path))
     return path
+
+
+def check_options_class(cls, bad: list[tuple[dict, str]], given: dict, normalised: dict) -> None:
+    """An options class checks its own values (BadInputError with the CLI's words), normalises
+    what it keeps (`given` -> `normalised`) and is frozen."""
+    import dataclasses
+    import re
+
+    from modelport.errors import BadInputError
+
+    for kwargs, words in bad:
+        with pytest.raises(BadInputError, match=re.escape(words)):
+            cls(**kwargs)
+    opts = cls(**given)
+    assert {k: getattr(opts, k) for k in normalised} == normalised
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(opts, next(iter(normalised)), None)
+

@@ -74,3 +74,20 @@ class Registry(Mapping[str, str]):
         module, _, attr = self._entries[self.canonical(name)].partition(":")
         loaded = importlib.import_module(module)
         return getattr(loaded, attr) if attr else loaded
+
+
+def choice(value: str | None, known, what: str) -> str | None:
+    """`value` (lower-cased, aliases resolved) when it is one of `known`, else exit 2 listing them.
+
+    `known` is a Registry (its aliases count) or a collection of names. Every choice option goes
+    through here, in the options class that owns it, before any work.
+    """
+    if value is None:
+        return None
+    key = value.strip().lower()
+    if hasattr(known, "canonical"):
+        key = known.aliases.get(key, key)
+    names = list(known)
+    if key not in names:
+        raise BadInputError(f"unknown {what} '{value}'; known: {', '.join(names)}")
+    return key

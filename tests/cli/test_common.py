@@ -78,6 +78,7 @@ CHOICES = [  # command, option, a bad value, the words of the message
     ("optimize", "--precision", "int9", "unknown precision 'int9'; known: fp32, fp16, int8"),
     ("optimize", "--int8-mode", "semi", "unknown INT8 mode 'semi'; known: dynamic, static"),
     ("optimize", "--calibration-method", "mean", "unknown calibration method 'mean'; known: minmax, entropy, percentile, distribution"),
+    ("optimize", "--layout", "XYZ", "bad --layout 'XYZ': known layouts are"),
     ("optimize", "--channel-order", "GBR", "bad --channel-order 'GBR'"),
     ("emit", "--to", "foo", "unknown target 'foo'; known:"),
     ("emit", "--precision", "int9", "unknown precision 'int9'; known: fp32, fp16, int8, best"),
@@ -105,7 +106,6 @@ def test_unknown_choice_is_exit_2_listing_the_known_values(cli, files, tmp_path,
 
 def test_every_choice_option_is_covered():
     """The options above are every option of these commands that takes a value from a fixed set."""
-    import click
     import typer.main
 
     from modelport.cli import app
@@ -119,7 +119,7 @@ def test_every_choice_option_is_covered():
     covered = {(c, o) for c, o, _, _ in CHOICES}
     for name in ("convert", "optimize", "emit", "validate", "package"):
         for param in group.commands[name].params:
-            if isinstance(param, click.Option) and not param.is_flag and not param.is_bool_flag:
+            if param.param_type_name == "option" and not param.is_flag and not param.is_bool_flag:
                 first = next((o for o in param.opts if o.startswith("--")), param.opts[0])
                 if not (set(param.opts) & free):
                     assert (name, first) in covered, f"{name} {first}: a value option the choice test does not cover"

@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 
 from modelport.emitters import trt_plan, trt_support
+from modelport.emitters.tensorrt import TensorRTOptions
 from modelport.errors import BadInputError, MissingDependencyError, UnsupportedError
 from modelport.orchestration import ConvertOptions, convert
-from tests.conftest import tree
+from tests.conftest import check_options_class, tree
 from tests.emitters.models import det_model, save_onnx
 
 
@@ -106,7 +107,7 @@ def test_plan_only_writes_the_build_plan(cnn_ir, tmp_path):
 
     out = tmp_path / "out"
     report = convert(cnn_small(), out, ConvertOptions(targets=["tensorrt"], inputs=["x:batch,3,32,32"], precision="fp16",
-                                                      emit_options={"plan_only": True, "workspace": 1024}))
+                                                      tensorrt=TensorRTOptions(plan_only=True, workspace=1024)))
     assert report["status"] == "ok"
     names = set(tree(out))
     assert {"tensorrt/plan.json", "tensorrt/trtexec.sh", "tensorrt/build_engine.py", "tensorrt/compat.json",
@@ -150,7 +151,7 @@ def test_unsupported_op_fails_before_writing(tmp_path):
     src = save_onnx(det_model(), tmp_path / "src", "det.onnx")
     out = tmp_path / "out"
     with pytest.raises(UnsupportedError) as e:
-        convert(src, out, ConvertOptions(targets=["tensorrt"], emit_options={"plan_only": True}))
+        convert(src, out, ConvertOptions(targets=["tensorrt"], tensorrt=TensorRTOptions(plan_only=True)))
     assert e.value.exit_code == 2 and "det_node (Det)" in e.value.message
     assert not out.exists()
 
@@ -164,3 +165,10 @@ def test_engine_build_and_parity_on_gpu(tmp_path):  # pragma: no cover - GPU mac
     assert (out / "model.plan").exists() and report["parity"][-1]["ok"]
     meta = json.loads((out / "tensorrt/engine.json").read_text())
     assert meta["tensorrt"] and meta["compute_capability"]
+
+
+def test_options_are_checked_once_here():
+    check_options_class(TensorRTOptions, [({"workspace": 0}, "--workspace must be a positive number of MiB"),
+                                          ({"shapes": ["x:1x3"]}, "expected NAME:MIN:OPT:MAX"),
+                                          ({"shapes": "x:8x3:4x3:8x3"}, "every dim needs min <= opt <= max")],
+                        given={"shapes": "x:1x3:2x3:4x3"}, normalised={"shapes": ("x:1x3:2x3:4x3",)})

@@ -7,6 +7,7 @@ from onnx import helper, numpy_helper
 from modelport.errors import ValidationError
 from modelport.optimize import Pass, PassResult, get_pass
 from modelport.optimize.pipeline import OptimizeOptions, optimize_ir, parse_budget, run_passes
+from tests.conftest import check_options_class
 from tests.optimize.conftest import make_ir, ops
 
 
@@ -93,3 +94,13 @@ def test_over_protobuf_limit_goes_through_every_pass(tmp_path, cli):
     assert "applied" in (statuses["fold"], statuses["dce"]) and statuses["fuse"] == "applied" and statuses["simplify"] == "skipped"
     assert (tmp_path / "out" / "model.onnx.data").is_file()
     assert rep["parity"][-1]["ok"]
+
+
+def test_options_are_checked_once_here():
+    """With the CLI's messages: the CLI builds this class before any work."""
+    check_options_class(OptimizeOptions, [
+        ({"level": "max"}, "unknown optimisation level 'max'; known: none, basic, extended, all, auto"),
+        ({"int8_mode": "semi"}, "unknown INT8 mode 'semi'; known: dynamic, static"),
+        ({"calibration_method": "mean"}, "unknown calibration method 'mean'; known: minmax, entropy, percentile, distribution"),
+    ], given={"level": "ALL", "precision": "int8-static", "calibration_method": "Entropy"},
+        normalised={"level": "all", "precision": "int8", "int8_mode": "static", "calibration_method": "entropy"})

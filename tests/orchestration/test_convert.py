@@ -60,3 +60,18 @@ def test_per_output_override_applies_to_that_output_only(tmp_path):
     report = modelport.convert(Two(), tmp_path / "o", options=opts)
     tols = {o["name"]: o["tolerance"]["atol"] for o in report["parity"][-1]["outputs"]}
     assert tols == {"a": 1e-4, "b": 0.25}
+
+
+def test_convert_options_compose_the_stage_options():
+    from modelport.emitters.tflite import TFLiteOptions
+    from modelport.errors import BadInputError
+    from modelport.optimize.pipeline import OptimizeOptions
+
+    opts = modelport.ConvertOptions(targets="onnx,tflite", optimize="all", tflite=TFLiteOptions(layout="nhwc"), atol=1e-5)
+    assert opts.optimize.level == "all" and opts.emitter_options("tflite").layout == "nhwc"
+    assert opts.emitter_options("onnx") is None
+    assert opts.package.trust  # packaging inside convert may trace the PyTorch code this run emitted
+    with pytest.raises(BadInputError, match="set precision, calibration, strict and allow_precision_fallback on ConvertOptions"):
+        modelport.ConvertOptions(optimize=OptimizeOptions(precision="fp16"))
+    with pytest.raises(BadInputError, match="unknown optimisation level 'max'"):
+        modelport.ConvertOptions(optimize="max")

@@ -9,7 +9,7 @@ import pytest
 from modelport.errors import BadInputError, StageError
 from modelport.orchestration.package import package
 from modelport.serving import PackageOptions, parse_systems
-from tests.conftest import tree
+from tests.conftest import check_options_class, tree
 
 
 def test_several_systems_get_a_folder_each(mlp_out, tmp_path):
@@ -80,3 +80,11 @@ def test_unknown_system():
     with pytest.raises(BadInputError, match="unknown serving system"):
         parse_systems("triton,nginx")
     assert parse_systems(["kubernetes", "triton,k8s"]) == ["k8s", "triton"]
+
+
+def test_package_options_are_checked_once_here():
+    """The CLI only builds this class; the Python API gets the same messages."""
+    check_options_class(PackageOptions, [({"device": "tpu"}, "unknown device 'tpu'; known: cpu, gpu"),
+                                         ({"server": "nginx"}, "unknown server 'nginx'; known: triton, torchserve, tfserving"),
+                                         ({"postprocess": "argmax"}, "unknown postprocess 'argmax'; known: none, softmax, topk=K")],
+                        given={"device": "GPU", "server": "TorchServe"}, normalised={"device": "gpu", "server": "torchserve"})

@@ -13,7 +13,8 @@ from contextlib import contextmanager
 import typer
 from rich.console import Console
 
-from modelport.errors import EXIT_UNEXPECTED, BadInputError, ModelportError
+from modelport.errors import EXIT_UNEXPECTED, ModelportError
+from modelport.registry import choice  # noqa: F401  (re-exported: the CLI's choice options)
 
 console = Console(stderr=True, highlight=False)
 
@@ -192,27 +193,6 @@ def stage_status(quiet: bool):
 
         with progress.listening(on_activity):
             yield on_stage
-
-
-PRECISIONS = ("fp32", "fp16", "int8")
-EMIT_PRECISIONS = (*PRECISIONS, "best")  # best: TensorRT picks per layer (other targets refuse it)
-
-
-def choice(value: str | None, known, what: str) -> str | None:
-    """`value` (lower-cased, aliases resolved) when it is one of `known`, else exit 2 listing them.
-
-    `known` is a Registry (its aliases count) or a collection of names. Every choice option of
-    every command goes through here before any work, whether or not the run would reach it.
-    """
-    if value is None:
-        return None
-    key = value.strip().lower()
-    if hasattr(known, "canonical"):
-        key = known.aliases.get(key, key)
-    names = list(known)
-    if key not in names:
-        raise BadInputError(f"unknown {what} '{value}'; known: {', '.join(names)}")
-    return key
 
 
 def split_list(values: str | list[str] | None) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from modelport.cli import options as flags
 from modelport.cli._common import console, run
 
 
@@ -36,8 +37,8 @@ def register(app: typer.Typer) -> None:
     @app.command("inspect")
     def inspect_cmd(
         model: str = typer.Argument(..., help="Model file or folder."),
-        json_out: bool = typer.Option(False, "--json", help="Print JSON on stdout."),
-        quiet: bool = typer.Option(False, "--quiet", "-q"),
+        json_out: flags.JsonOut = False,
+        quiet: flags.Quiet = False,
     ):
         """Show a model's format, inputs/outputs, opset, op histogram, parameters and size."""
 

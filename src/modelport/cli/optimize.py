@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import typer
 
-from modelport.cli._common import PRECISIONS, choice, console, fmt_num, run, split_list, stage_status
+from modelport.cli import options as flags
+from modelport.cli._common import choice, console, fmt_num, run, split_list, stage_status
 from modelport.errors import BadInputError
 
 
@@ -61,62 +64,41 @@ def render_optimize(report: dict, out_dir: str | None) -> None:
 
 def register(app: typer.Typer) -> None:
     @app.command("optimize")
+    @flags.taking(flags.SAMPLES, flags.TOLERANCES, flags.PREPROCESSING, flags.PRECISION, flags.WRITES, flags.RESULT)
     def optimize_cmd(
         model: str = typer.Argument(..., help="Model file (ONNX or any source `convert` reads) or zoo:NAME."),
-        output: str | None = typer.Option(None, "-o", "--output-dir", help="Output folder (model.onnx + report.json)."),
         level: str = typer.Option("extended", "--level", "--optimize", "-O", help="none, basic, extended, all or auto."),
         passes: list[str] = typer.Option([], "--passes", help="Passes instead of a level, comma-separated or repeated, e.g. fold,dce,fuse,simplify."),
-        precision: str = typer.Option("fp32", "--precision", help="fp32, fp16 or int8."),
+        precision: flags.Precision = "fp32",
         int8_mode: str | None = typer.Option(None, "--int8-mode", help="dynamic or static (default: static with --calibration)."),
-        calibration: str | None = typer.Option(None, "--calibration", help="Calibration data: .npz of named inputs or a folder of images."),
         calibration_method: str = typer.Option("minmax", "--calibration-method", help="minmax, entropy, percentile or distribution."),
         per_channel: bool | None = typer.Option(None, "--per-channel/--per-tensor", help="INT8 weight scales per channel (default: on for CNNs)."),
         keep_io_types: bool = typer.Option(True, "--keep-io-types/--fp16-io", help="FP16: keep FP32 inputs and outputs."),
-        budget: str | None = typer.Option(None, "--accuracy-budget", help="e.g. cosine>=0.999 or max_abs<=0.01 (precision passes and auto)."),
-        strict: bool = typer.Option(False, "--strict", help="A pass that breaks parity, or a source output that ignores its input, fails the run (exit 4)."),
-        inputs: list[str] = typer.Option([], "--input", "-i", help="NAME:SHAPE[:DTYPE] (repeatable)."),
-        dim: list[str] = typer.Option([], "--dim", help="Size of a symbolic dim in sample data, e.g. batch=4."),
-        layout: list[str] = typer.Option([], "--layout", help="Input layout for image calibration, e.g. NCHW or image=NHWC."),
-        mean: list[str] = typer.Option([], "--mean", help="Image calibration mean, e.g. 0.485,0.456,0.406 or NAME=..."),
-        std: list[str] = typer.Option([], "--std", help="Image calibration std, e.g. 0.229,0.224,0.225 or NAME=..."),
-        scale: list[str] = typer.Option([], "--scale", help="Image calibration scale (default 1/255), or NAME=..."),
-        channel_order: str | None = typer.Option(None, "--channel-order", help="Image calibration channel order: RGB or BGR."),
-        atol: list[str] = typer.Option([], "--atol", help="Absolute tolerance (scaled by each output's magnitude), e.g. 1e-4; OUTPUT=VALUE for one output (repeatable, comma-separated)."),
-        rtol: list[str] = typer.Option([], "--rtol", help="Relative tolerance, e.g. 1e-3; OUTPUT=VALUE for one output (repeatable, comma-separated)."),
-        min_cosine: list[str] = typer.Option([], "--min-cosine", help="Minimum cosine similarity, e.g. 0.999; OUTPUT=VALUE for one output (repeatable, comma-separated)."),
-        allow_fallback: bool = typer.Option(False, "--allow-precision-fallback", help="Accept an FP32 model when --precision cannot be delivered within tolerance (else exit 4)."),
-        force: bool = typer.Option(False, "--force", help="Replace an existing output folder."),
-        json_out: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
-        quiet: bool = typer.Option(False, "--quiet", "-q", help="No tables or progress."),
+        budget: flags.AccuracyBudget = None,
+        **shared,
     ):
         """Optimise a model pass by pass, each pass checked for parity in onnxruntime."""
+        output = shared["output"]
 
         def body():
-            from modelport.optimize import LEVELS, parse_pass_list
-            from modelport.optimize.quantize import CALIBRATION_METHODS
+            from modelport.optimize import parse_pass_list
+            from modelport.optimize.pipeline import OptimizeOptions
             from modelport.orchestration import ConvertOptions, convert
-            from modelport.specs import apply_options, parse_dims, parse_input_spec
-            from modelport.validation import parse_tolerance_flags
+            from modelport.specs import apply_options, parse_input_spec
 
             if not output:
                 raise BadInputError("no output folder", hint="pass -o OUT_DIR")
-            tols, per_output = parse_tolerance_flags(atol=atol, rtol=rtol, min_cosine=min_cosine)
-            pass_names = split_list(passes)
-            choice(level, [*LEVELS, "auto"], "optimisation level")
-            choice(int8_mode, ("dynamic", "static"), "INT8 mode")
-            choice(calibration_method, CALIBRATION_METHODS, "calibration method")
-            choice(precision, PRECISIONS, "precision")
+            stage = OptimizeOptions(level=level, int8_mode=int8_mode, calibration_method=calibration_method,
+                                    per_channel=per_channel, keep_io_types=keep_io_types, budget=budget)
+            if split_list(passes):
+                stage = replace(stage, level=None, passes=parse_pass_list(",".join(split_list(passes))))
             options = ConvertOptions(
-                targets=["onnx"], **tols, output_tolerances=per_output, allow_precision_fallback=allow_fallback,
-                inputs=apply_options([parse_input_spec(t) for t in inputs], layouts=layout, means=mean, stds=std,
-                                     scales=scale, channel_order=channel_order),
-                sample_dims=parse_dims(dim), force=force,
-                optimize=None if pass_names else level, passes=parse_pass_list(",".join(pass_names)) if pass_names else None,
-                precision=precision.lower(), int8_mode=int8_mode, calibration=calibration,
-                calibration_method=calibration_method.lower(), per_channel=per_channel,
-                keep_io_types=keep_io_types, accuracy_budget=budget, strict=strict, command="optimize",
+                targets=["onnx"], **flags.parity_kwargs(shared), optimize=stage, force=shared["force"],
+                inputs=apply_options([parse_input_spec(t) for t in shared["inputs"]], **flags.preprocessing_kwargs(shared)),
+                precision=choice(precision, flags.PRECISIONS, "precision"), calibration=shared["calibration"],
+                strict=shared["strict"], allow_precision_fallback=shared["allow_fallback"], command="optimize",
             )
-            with stage_status(quiet or json_out) as on_stage:
+            with stage_status(shared["quiet"] or shared["json_out"]) as on_stage:
                 return convert(model, output, options, on_stage=on_stage)
 
-        run(body, command="optimize", json_out=json_out, quiet=quiet, render=lambda r: render_optimize(r, output))
+        run(body, command="optimize", json_out=shared["json_out"], quiet=shared["quiet"], render=lambda r: render_optimize(r, output))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from modelport.cli import options as flags
 from modelport.cli._common import choice, console, run, split_list, stage_status
 from modelport.serving import PACKAGERS
 
@@ -35,8 +36,8 @@ def register(app: typer.Typer) -> None:
     @app.command("package")
     def package_cmd(
         source: str = typer.Argument(..., help="A 'modelport convert' output folder, an .onnx file, or a SavedModel folder."),
-        systems: list[str] = typer.Option(..., "--for", help=f"Serving system(s), comma-separated or repeated: {', '.join(PACKAGERS)}."),
-        output: str = typer.Option(..., "-o", "--output-dir", help="Bundle folder (one sub-folder per system when several)."),
+        systems: flags.Systems = ...,
+        output: flags.OutputDir = ...,
         name: str | None = typer.Option(None, "--name", help="Model name in the server (default: the source's name)."),
         version: int | None = typer.Option(None, "--version", help="Model version (default 1, or the next with --add-version)."),
         add_version: bool = typer.Option(False, "--add-version", help="Add a version to an existing Triton/TF Serving bundle."),
@@ -62,34 +63,25 @@ def register(app: typer.Typer) -> None:
         gpus: int | None = typer.Option(None, "--gpus", help="GPUs per pod when a GPU is needed (default 1)."),
         namespace: str | None = typer.Option(None, "--namespace", help="Kubernetes namespace of the manifests."),
         storage_uri: str | None = typer.Option(None, "--storage-uri", help="KServe: where the bundle is uploaded (s3://, gs://, pvc://)."),
-        force: bool = typer.Option(False, "--force", help="Replace an existing bundle folder."),
-        json_out: bool = typer.Option(False, "--json", help="Print the report as JSON on stdout."),
-        quiet: bool = typer.Option(False, "--quiet", "-q", help="No tables."),
+        force: flags.Force = False,
+        json_out: flags.JsonOut = False,
+        quiet: flags.Quiet = False,
     ):
         """Package converted artifacts as bundles a model server loads as they are."""
 
         def body():
-            import re
-
-            from modelport.errors import BadInputError
             from modelport.orchestration.package import package
-            from modelport.serving import SERVERS, PackageOptions
+            from modelport.serving import PackageOptions
             from modelport.serving.torchserve import RUNTIMES
             from modelport.serving.triton import BACKENDS
 
             names = [choice(s, PACKAGERS, "serving system") for s in split_list(systems)]
-            choice(backend, BACKENDS, "Triton backend")
-            choice(runtime, RUNTIMES, "TorchServe runtime")
-            choice(device, ("cpu", "gpu"), "device")
-            choice(server, SERVERS, "server")
-            if not re.fullmatch(r"none|softmax|topk=[1-9]\d*", postprocess.strip().lower()):
-                raise BadInputError(f"unknown postprocess '{postprocess}'; known: none, softmax, topk=K")
-
             options = PackageOptions(
-                model_name=name, version=version, add_version=add_version, force=force, backend=backend, runtime=runtime, trust=trust,
+                model_name=name, version=version, add_version=add_version, force=force, backend=choice(backend, BACKENDS, "Triton backend"),
+                runtime=choice(runtime, RUNTIMES, "TorchServe runtime"), trust=trust,
                 max_batch_size=max_batch, preferred_batch_sizes=parse_sizes(preferred_batch), queue_delay_us=queue_delay_us,
-                dynamic_batching=not no_dynamic_batching, instances=instances, device=device.lower(), trt_acceleration=trt_accel,
-                postprocess=postprocess, preprocess=not no_preprocess, server=server.lower(), image=image, replicas=replicas,
+                dynamic_batching=not no_dynamic_batching, instances=instances, device=device, trt_acceleration=trt_accel,
+                postprocess=postprocess, preprocess=not no_preprocess, server=server, image=image, replicas=replicas,
                 min_replicas=min_replicas, max_replicas=max_replicas, cpu=cpu, memory=memory, gpus=gpus, namespace=namespace,
                 storage_uri=storage_uri,
             )

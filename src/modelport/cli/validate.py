@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from modelport.cli import options as flags
 from modelport.cli._common import choice, console, run, stage_status
 
 
@@ -22,33 +23,27 @@ def render_validate(report: dict) -> None:
 
 def register(app: typer.Typer) -> None:
     @app.command("validate")
+    @flags.taking(flags.SAMPLES, flags.TOLERANCES, flags.RESULT)
     def validate_cmd(
         a: str = typer.Argument(..., help="Reference model (.onnx, .ort, .tflite, .plan)."),
         b: str = typer.Argument(..., help="Candidate model."),
         localize: bool = typer.Option(False, "--localize", help="Name the first diverging node (ONNX vs ONNX)."),
         inputs: str | None = typer.Option(None, "--inputs", help=".npz of inputs keyed by name (else generated)."),
-        dim: list[str] = typer.Option([], "--dim", help="Size of a symbolic dim in generated inputs, e.g. batch=4."),
-        seed: int = typer.Option(0, "--seed"),
         precision: str = typer.Option("fp32", "--precision", help="Default tolerances for this precision of B."),
-        atol: list[str] = typer.Option([], "--atol", help="Absolute tolerance (scaled by each output's magnitude), e.g. 1e-4; OUTPUT=VALUE for one output (repeatable, comma-separated)."),
-        rtol: list[str] = typer.Option([], "--rtol", help="Relative tolerance, e.g. 1e-3; OUTPUT=VALUE for one output (repeatable, comma-separated)."),
-        min_cosine: list[str] = typer.Option([], "--min-cosine", help="Minimum cosine similarity, e.g. 0.999; OUTPUT=VALUE for one output (repeatable, comma-separated)."),
         by_position: bool = typer.Option(False, "--match-by-position", help="Pair outputs in order instead of by name (two models whose outputs are named differently)."),
-        json_out: bool = typer.Option(False, "--json", help="Print the result as JSON on stdout."),
-        quiet: bool = typer.Option(False, "--quiet", "-q"),
+        **shared,
     ):
         """Compare two models on the same inputs (exit 4 when they differ: a CI gate)."""
 
         def body():
-
             from modelport.orchestration.validate import validate_models
             from modelport.specs import parse_dims
-            from modelport.validation import DEFAULT_TOLERANCES, parse_tolerance_flags, tolerance_for
+            from modelport.validation import DEFAULT_TOLERANCES, tolerance_for
 
-            tols, per_output = parse_tolerance_flags(atol=atol, rtol=rtol, min_cosine=min_cosine)
+            tols, per_output = flags.tolerances(shared)
             tol = tolerance_for(choice(precision, DEFAULT_TOLERANCES, "precision"), user=tols, overrides=per_output)
-            with stage_status(quiet or json_out) as on_stage:
-                return validate_models(a, b, inputs=inputs, dims=parse_dims(dim), seed=seed, tolerance=tol, localize=localize,
-                                       by_position=by_position, on_stage=on_stage)
+            with stage_status(shared["quiet"] or shared["json_out"]) as on_stage:
+                return validate_models(a, b, inputs=inputs, dims=parse_dims(shared["dim"]), seed=shared["seed"], tolerance=tol,
+                                       localize=localize, by_position=by_position, on_stage=on_stage)
 
-        run(body, command="validate", json_out=json_out, quiet=quiet, render=render_validate)
+        run(body, command="validate", json_out=shared["json_out"], quiet=shared["quiet"], render=render_validate)

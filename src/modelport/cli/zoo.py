@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from modelport.cli import options as flags
 from modelport.cli._common import console, run
 
 
@@ -14,7 +15,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(zoo_app, name="zoo")
 
     @zoo_app.command("list")
-    def list_cmd(json_out: bool = typer.Option(False, "--json"), quiet: bool = typer.Option(False, "--quiet", "-q")):
+    def list_cmd(json_out: flags.JsonOut = False, quiet: flags.Quiet = False):
         """List the zoo's models."""
 
         def body():
@@ -42,9 +43,9 @@ def register(app: typer.Typer) -> None:
     def build_cmd(
         name: str = typer.Argument(..., help="Zoo model name."),
         output: str = typer.Option(..., "-o", "--output-dir", help="Folder for the source model files."),
-        force: bool = typer.Option(False, "--force"),
-        json_out: bool = typer.Option(False, "--json"),
-        quiet: bool = typer.Option(False, "--quiet", "-q"),
+        force: flags.Force = False,
+        json_out: flags.JsonOut = False,
+        quiet: flags.Quiet = False,
     ):
         """Build a zoo model locally (seeded random weights) and save it in its source format."""
 
@@ -62,10 +63,10 @@ def register(app: typer.Typer) -> None:
 
     @zoo_app.command("fetch")
     def fetch_cmd(
-        name: str = typer.Argument(...),
-        cache_dir: str | None = typer.Option(None, "--cache-dir", help="Default: ~/.cache/modelport."),
-        json_out: bool = typer.Option(False, "--json"),
-        quiet: bool = typer.Option(False, "--quiet", "-q"),
+        name: str = typer.Argument(..., help="Zoo model name."),
+        cache_dir: str | None = typer.Option(None, "--cache-dir", help="Cache folder (default: ~/.cache/modelport)."),
+        json_out: flags.JsonOut = False,
+        quiet: flags.Quiet = False,
     ):
         """Download a zoo model's file (sha256-verified) into the cache."""
 

@@ -1,6 +1,7 @@
 """Emitters turn an IRModel into a target runtime's artifact. A registry keyed by the --to name.
 
-Each emitter module has `NAME`, `RUNTIME`, `DESCRIPTION`,
+Each emitter module has `NAME`, `RUNTIME`, `DESCRIPTION`, optionally `OPTIONS` (the frozen,
+self-validating class of its own options),
 `preflight(model: IRModel, options: EmitOptions) -> Preflight` (what the target cannot represent;
 `emitters/preflight.py`) and `emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact`;
 the pipeline runs every target's preflight first, then validates each artifact through `runtimes/`
@@ -27,11 +28,15 @@ EMITTERS = Registry("target", {
 register_emitter = EMITTERS.register
 
 
-@dataclass
+@dataclass(frozen=True)
 class EmitOptions:
+    """What every emitter reads. `target` is the emitter's own options (an instance of its module's
+    `OPTIONS` class, e.g. TFLiteOptions), or None for that class's defaults."""
+
     precision: str = "fp32"
     opset: int | None = None
-    options: dict[str, Any] = field(default_factory=dict)
+    calibration: str | None = None  # INT8 calibration data: .npz of named inputs or a folder of images
+    target: Any = None
 
 
 @dataclass

@@ -19,7 +19,7 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.emitters.precision_ir import at_precision
     from modelport.onnx_io import save_onnx, stamped_contract
 
-    ir = at_precision(model, options.precision, calibration=options.options.get("calibration"))
+    ir = at_precision(model, options.precision, calibration=options.calibration)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "model.onnx"
     with stamped_contract(ir):

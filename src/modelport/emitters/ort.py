@@ -63,7 +63,7 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     ir, pre = check(model)
     pre.raise_if_unsupported()
     fp32_reference = ir.reference
-    ir = at_precision(ir, options.precision, calibration=options.options.get("calibration"))
+    ir = at_precision(ir, options.precision, calibration=options.calibration)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "model.ort"
     layout = save_ort(ir.model, path)

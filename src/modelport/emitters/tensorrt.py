@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from modelport.emitters import Artifact, EmitOptions
 from modelport.emitters.preflight import Preflight, fit_opset, opset_of
-from modelport.errors import MissingDependencyError
+from modelport.errors import BadInputError, MissingDependencyError
 from modelport.ir import IRModel
 
 NAME = "tensorrt"
@@ -73,14 +74,35 @@ def write_plan(ir: IRModel, folder: Path, plan, check) -> list[Path]:
     return [*files, folder / "plan.json", folder / "compat.json", sh, script]
 
 
+@dataclass(frozen=True)
+class TensorRTOptions:
+    """The TensorRT emitter's own options, validated here and nowhere else (`--plan-only`, `--trt-shapes`, `--workspace`)."""
+
+    plan_only: bool = False  # check and write the build plan (tensorrt/) without building an engine
+    shapes: tuple[str, ...] = ()  # optimisation profiles, NAME:MIN:OPT:MAX each
+    workspace: int | None = None  # builder workspace limit in MiB (default trt_plan.DEFAULT_WORKSPACE_MIB)
+
+    def __post_init__(self):
+        from modelport.emitters.trt_plan import parse_shapes_option
+
+        shapes = (self.shapes,) if isinstance(self.shapes, str) else tuple(self.shapes or ())
+        parse_shapes_option(list(shapes))  # syntax errors before any work
+        object.__setattr__(self, "shapes", shapes)
+        if self.workspace is not None and self.workspace < 1:
+            raise BadInputError("--workspace must be a positive number of MiB")
+
+
+OPTIONS = TensorRTOptions
+
+
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.emitters import trt_plan
 
-    opts = options.options
-    plan_only = bool(opts.get("plan_only"))
+    opts = options.target or TensorRTOptions()
+    plan_only = opts.plan_only
     ir, pre, check = parser_check(model)
     pre.raise_if_unsupported()
-    plan = trt_plan.make_plan(ir, options.precision, shapes=opts.get("trt_shapes"), workspace_mib=opts.get("workspace"))
+    plan = trt_plan.make_plan(ir, options.precision, shapes=list(opts.shapes), workspace_mib=opts.workspace)
     major = installed_major()
     cannot = None if plan_only else build_environment()
     if cannot:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import importlib.util
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +51,26 @@ DESCRIPTION = "TFLite flatbuffer via onnx2tf (fp32/fp16/int8), validated in the 
 
 IO_DTYPES = ("float32", "int8", "uint8")
 SIGNATURE = "serving_default"
+
+
+@dataclass(frozen=True)
+class TFLiteOptions:
+    """The TFLite emitter's own options, validated here and nowhere else (`--tflite-layout`, `--tflite-io-dtype`)."""
+
+    layout: str = "source"  # source: the contract's layouts; nhwc: channels-last inputs and outputs
+    io_dtype: str = "float32"  # I/O type of a full-integer model (--precision int8 --calibration)
+
+    def __post_init__(self):
+        layout, io_dtype = str(self.layout).strip().lower(), str(self.io_dtype).strip().lower()
+        if layout not in LAYOUTS:
+            raise BadInputError(f"--tflite-layout '{self.layout}': choose {' or '.join(LAYOUTS)}")
+        if io_dtype not in IO_DTYPES:
+            raise BadInputError(f"--tflite-io-dtype '{self.io_dtype}': choose {', '.join(IO_DTYPES[:-1])} or {IO_DTYPES[-1]}")
+        object.__setattr__(self, "layout", layout)
+        object.__setattr__(self, "io_dtype", io_dtype)
+
+
+OPTIONS = TFLiteOptions
 
 
 def load_calibration(path: str | Path, ir: IRModel) -> dict[str, np.ndarray]:
@@ -164,20 +185,15 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.deps import version_of
     from modelport.runtimes.tflite import load_interpreter
 
-    opts = options.options
-    layout = str(opts.get("tflite_layout") or "source").lower()
+    opts = options.target or TFLiteOptions()
+    layout, io_dtype = opts.layout, opts.io_dtype
     precision = options.precision
     if precision not in ("fp32", "fp16", "int8"):
         raise BadInputError(f"TFLite precision '{precision}' is not one of fp32, fp16, int8")
-    if layout not in LAYOUTS:
-        raise BadInputError(f"unknown TFLite layout '{layout}'; choose one of {list(LAYOUTS)}")
     changes = input_layouts(model, layout)[2]
     ir, pre = check(model)
     pre.raise_if_unsupported()
-    calib = load_calibration(opts["calibration"], ir) if opts.get("calibration") and precision == "int8" else None
-    io_dtype = str(opts.get("tflite_io_dtype") or "float32").lower()
-    if io_dtype not in IO_DTYPES:
-        raise BadInputError(f"TFLite I/O dtype '{io_dtype}' is not one of {', '.join(IO_DTYPES)}")
+    calib = load_calibration(options.calibration, ir) if options.calibration and precision == "int8" else None
     if io_dtype != "float32" and not calib:
         raise BadInputError(f"--tflite-io-dtype {io_dtype} needs a full-integer model",
                             hint="pass --precision int8 --calibration DATA")

@@ -118,10 +118,7 @@ def make_plan(ir: IRModel, precision: str, *, shapes=None, workspace_mib: int | 
     if precision not in PRECISIONS:
         hint = ("TensorRT INT8 needs an explicitly quantized (Q/DQ) model" if precision == "int8" else None)
         raise BadInputError(f"TensorRT precision '{precision}' is not one of {list(PRECISIONS)}", hint=hint)
-    ws = int(workspace_mib or DEFAULT_WORKSPACE_MIB)
-    if ws < 1:
-        raise BadInputError("--workspace must be a positive number of MiB")
-    plan = BuildPlan(precision=precision, workspace_mib=ws)
+    plan = BuildPlan(precision=precision, workspace_mib=int(workspace_mib or DEFAULT_WORKSPACE_MIB))  # checked by TensorRTOptions
     plan.profiles = derive_profiles(ir, parse_shapes_option(shapes))
     if precision in ("fp16", "best"):
         plan.onnx_fp16 = "model_fp16.onnx"

@@ -113,8 +113,10 @@ def run_passes(ir: IRModel, passes: list[Pass], *, tolerance: Callable[[str], To
     return ir, rows
 
 
-@dataclass
+@dataclass(frozen=True)
 class OptimizeOptions:
+    """The optimisation stage's options, declared and validated once (`optimize` and `convert --optimize`)."""
+
     level: str | None = "extended"  # a LEVELS name, "auto", or None with `passes`
     passes: list[str] | None = None
     precision: str = "fp32"  # fp32 | fp16 | int8
@@ -130,19 +132,25 @@ class OptimizeOptions:
 
     def __post_init__(self):
         from modelport.optimize import LEVEL_NAMES, PRECISIONS
+        from modelport.optimize.quantize import CALIBRATION_METHODS
+        from modelport.registry import choice
+
+        def put(name, value):
+            object.__setattr__(self, name, value)
 
         if isinstance(self.passes, str):
-            self.passes = parse_pass_list(self.passes)
-        if self.level is not None and self.level not in LEVEL_NAMES:
-            raise BadInputError(f"unknown optimisation level '{self.level}'; known: {', '.join(LEVEL_NAMES)}")
-        if self.precision not in PRECISIONS:
+            put("passes", parse_pass_list(self.passes))
+        put("level", choice(self.level, LEVEL_NAMES, "optimisation level"))
+        if str(self.precision).strip().lower() not in PRECISIONS:
             raise BadInputError(f"unknown precision '{self.precision}'; known: fp32, fp16, int8")
+        put("precision", self.precision.strip().lower())
         if self.precision.startswith("int8-"):
-            self.precision, self.int8_mode = "int8", self.precision[5:]
-        if self.int8_mode not in (None, "dynamic", "static"):
-            raise BadInputError(f"unknown INT8 mode '{self.int8_mode}': dynamic or static")
+            put("int8_mode", self.precision[5:])
+            put("precision", "int8")
+        put("int8_mode", choice(self.int8_mode, ("dynamic", "static"), "INT8 mode"))
+        put("calibration_method", choice(self.calibration_method, CALIBRATION_METHODS, "calibration method"))
         if isinstance(self.budget, str):
-            self.budget = parse_budget(self.budget)
+            put("budget", parse_budget(self.budget))
 
 
 def parse_budget(text: str) -> Tolerance:

@@ -15,18 +15,31 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
-from modelport.errors import ModelportError, StageError, ValidationError
+from modelport.emitters.tensorrt import TensorRTOptions
+from modelport.emitters.tflite import TFLiteOptions
+from modelport.errors import BadInputError, ModelportError, StageError, ValidationError
 from modelport.ir import IRModel, TensorSpec
+from modelport.optimize.pipeline import OptimizeOptions
+from modelport.parsers.tf_common import TFSourceOptions
+from modelport.serving import PackageOptions
 from modelport.validation import Tolerance, check, check_override_names, tolerance_for
 from modelport.validation.report import Report
 
 
 @dataclass
 class ConvertOptions:
+    """A conversion's options: the run's own fields, and the options classes of the stages it runs.
+
+    Each stage's options are declared (and validated) once, in the module that owns them:
+    `tensorflow` (parsers.tf_common.TFSourceOptions), `optimize` (optimize.pipeline.OptimizeOptions),
+    `tflite` (emitters.tflite.TFLiteOptions), `tensorrt` (emitters.tensorrt.TensorRTOptions) and
+    `package` (serving.PackageOptions). The run's `precision`, `calibration`, `strict` and
+    `allow_precision_fallback` apply to every stage.
+    """
+
     targets: list[str] = field(default_factory=lambda: ["onnx"])
     framework: str | None = None
     inputs: list[TensorSpec] = field(default_factory=list)
@@ -40,23 +53,18 @@ class ConvertOptions:
     output_tolerances: dict[str, dict[str, float]] = field(default_factory=dict)  # {"probs": {"atol": 0.1}}
     scaled_atol: bool = True  # atol times each output's scale (False: an absolute accuracy budget)
     precision: str = "fp32"
+    calibration: str | None = None  # .npz of named inputs or a folder of images (optimisation stage and emitters)
     sample_dims: dict[str, int] = field(default_factory=dict)
     seed: int = 0
     force: bool = False
-    source_options: dict[str, Any] = field(default_factory=dict)  # parser-specific
-    emit_options: dict[str, Any] = field(default_factory=dict)  # emitter-specific
-    packages: list[str] = field(default_factory=list)  # serving systems to package for (OUT/packages/<system>/)
-    package_options: dict[str, Any] = field(default_factory=dict)  # PackageOptions fields
-    optimize: str | None = None  # optimisation level (optimize.LEVELS or "auto"); None: no stage
-    passes: list[str] | None = None  # explicit pass names instead of a level
-    int8_mode: str | None = None  # dynamic | static (static when calibration is given)
-    calibration: str | None = None  # .npz of named inputs or a folder of images
-    calibration_method: str = "minmax"
-    per_channel: bool | None = None
-    keep_io_types: bool = True
-    accuracy_budget: str | None = None  # e.g. "cosine>=0.999" or "max_abs<=0.01"
     strict: bool = False  # a pass that breaks parity, or a reference that ignores its input, fails the run
     allow_precision_fallback: bool = False  # deliver FP32 when the requested precision cannot hold parity
+    tensorflow: TFSourceOptions = field(default_factory=TFSourceOptions)
+    optimize: OptimizeOptions | str | None = None  # or a level name ("all", "auto"); None: no stage unless precision asks
+    tflite: TFLiteOptions = field(default_factory=TFLiteOptions)
+    tensorrt: TensorRTOptions = field(default_factory=TensorRTOptions)
+    packages: list[str] = field(default_factory=list)  # serving systems to package for (OUT/packages/<system>/)
+    package: PackageOptions = field(default_factory=lambda: PackageOptions(trust=True))  # may trace the code it emitted
     fallback_reason: str | None = None  # set by the optimisation stage when it delivered FP32 instead
     command: str = "convert"  # the report's command name
 
@@ -67,6 +75,16 @@ class ConvertOptions:
         self.inputs = [parse_input_spec(s) if isinstance(s, str) else s for s in self.inputs]
         if isinstance(self.targets, str):
             self.targets = [t.strip() for t in self.targets.split(",") if t.strip()]
+        if isinstance(self.optimize, str):
+            self.optimize = OptimizeOptions(level=self.optimize)
+        o = self.optimize
+        if o is not None and (o.precision != "fp32" or o.calibration or o.strict or o.allow_fallback):
+            raise BadInputError("set precision, calibration, strict and allow_precision_fallback on ConvertOptions, "
+                                "not on its OptimizeOptions: they apply to every stage of the run")
+
+    def emitter_options(self, target: str):
+        """The options object of `target`'s emitter (None: it has none)."""
+        return {"tflite": self.tflite, "tensorrt": self.tensorrt}.get(target)
 
     def tolerance(self, precision: str | None = None, zoo_tol: dict | None = None) -> Tolerance:
         return tolerance_for(precision or self.precision, zoo=zoo_tol,
@@ -128,7 +146,7 @@ def resolve_source(source, options: ConvertOptions):
     spec.trust = options.trust
     spec.opset = options.opset
     spec.seed = options.seed
-    spec.options.update(options.source_options)
+    spec.options.update(options.tensorflow.spec_options())
     return source, spec, zoo_tol
 
 
@@ -194,7 +212,7 @@ def _emit_with_fallback(emitter, target, ir, stage, eopts, options, report, zoo_
             while report.data[key] and report.data[key][-1].get("_attempt") == target:
                 report.data[key].pop()
         requested = requested or eopts.precision
-        fp32 = type(eopts)(precision="fp32", opset=eopts.opset, options=dict(eopts.options))
+        fp32 = replace(eopts, precision="fp32")
         _emit_once(emitter, target, ir, stage, fp32, options, report, zoo_tol, hop, on_stage=on_stage, out=out,
                    requested=requested)
         report.data["artifacts"][-1]["precision_fallback"] = {"requested": requested, "reason": e.reason}
@@ -304,13 +322,14 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
         with staged_dir(out, source_inputs(source, options), force=options.force) as stage:
             for target in options.targets:
                 emitter = get_emitter(target)
-                eopts = EmitOptions(precision=options.precision, opset=options.opset, options=dict(options.emit_options))
+                eopts = EmitOptions(precision=options.precision, opset=options.opset, calibration=options.calibration,
+                                    target=options.emitter_options(target))
                 emit_and_validate(emitter, target, ir, stage, eopts, options, report, zoo_tol, f"{fw}→{target} (end to end)",
                                   on_stage=on_stage, out=out, requested=requested_precision)
             if options.packages:
                 from modelport.orchestration.package import package_converted
 
-                package_converted(stage, report, options.packages, options.package_options, on_stage=on_stage)
+                package_converted(stage, report, options.packages, options.package, on_stage=on_stage)
             report.finish(exit_code=0)
             report.write(stage)
         return report.data

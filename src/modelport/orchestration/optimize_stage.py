@@ -24,7 +24,8 @@ ONNX_FAMILY = ("onnx", "ort")
 
 
 def wanted(options) -> bool:
-    if options.optimize or options.passes:
+    asked = options.optimize
+    if asked is not None and (asked.level is not None or asked.passes):
         return True
     return options.precision not in ("fp32", None) and all(t == "onnx" for t in options.targets)
 
@@ -36,16 +37,14 @@ def optimize_stage(ir: IRModel, options, report, zoo_tol=None, *, on_stage=None)
     from modelport.optimize.pipeline import OptimizeOptions, optimize_ir
 
     others = [t for t in options.targets if t not in ONNX_FAMILY]
-    if others and options.optimize == "auto":
+    asked = options.optimize or OptimizeOptions(level=None)
+    if others and asked.level == "auto":
         raise BadInputError(f"--optimize auto picks an onnxruntime variant; it cannot feed {', '.join(others)}",
                             hint="use a named level (e.g. --optimize all) with those targets, or convert to onnx/ort only")
-    opts = OptimizeOptions(
-        level=options.optimize or ("none" if not options.passes else None), passes=options.passes,
-        precision="fp32" if others else (options.precision or "fp32"), int8_mode=options.int8_mode, calibration=options.calibration,
-        calibration_method=options.calibration_method, per_channel=options.per_channel,
-        keep_io_types=options.keep_io_types, budget=options.accuracy_budget, strict=options.strict,
-        allow_fallback=options.allow_precision_fallback,
-    )
+    # the run's own options apply to this stage too; without a level or passes only the precision passes run
+    opts = replace(asked, level=asked.level or (None if asked.passes else "none"),
+                   precision="fp32" if others else (options.precision or "fp32"), calibration=options.calibration,
+                   strict=options.strict, allow_fallback=options.allow_precision_fallback)
     try:
         run = auto_select if opts.level == "auto" and not opts.passes else optimize_ir
         out, rows, selection = run(ir, opts, tolerance=lambda p: options.tolerance(p, zoo_tol), on_pass=on_stage)

@@ -108,7 +108,7 @@ def package(source, output_dir: str | Path, systems: str | list[str], options: P
         raise
 
 
-def package_converted(stage: Path, report: Report, systems: list[str], options: dict | None = None, *,
+def package_converted(stage: Path, report: Report, systems: list[str], options: PackageOptions | None = None, *,
                       on_stage=None) -> list[Bundle]:
     """The convert pipeline's last step: bundles for `systems` in `stage/packages/<system>/`.
 
@@ -118,7 +118,7 @@ def package_converted(stage: Path, report: Report, systems: list[str], options: 
     from modelport.serving.bundle import from_report
 
     artifacts = from_report(stage, report.data)
-    opts = PackageOptions(**{"trust": True, **(options or {})})
+    opts = options or PackageOptions(trust=True)
     bundles = write_bundles(artifacts, stage / "packages", parse_systems(systems), opts, subfolders=True, report=report,
                             on_stage=on_stage)
     report.data["bundles"] = [b.to_dict(stage) for b in bundles]

@@ -14,10 +14,28 @@ import logging
 import os
 import sys
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from modelport.errors import BadInputError, UnsafeInputError, UnsupportedError
 from modelport.ir import IRModel, Reference, TensorSpec, guess_layout, specs_from_onnx
+
+
+@dataclass(frozen=True)
+class TFSourceOptions:
+    """The TensorFlow-family parsers' own options (SavedModel, frozen GraphDef, Keras, TFLite)."""
+
+    signature: str | None = None  # SavedModel/TFLite signature (default serving_default)
+    input_names: tuple[str, ...] = ()  # new names for the model's inputs, in order
+
+    def __post_init__(self):
+        names = (self.input_names,) if isinstance(self.input_names, str) else tuple(self.input_names or ())
+        object.__setattr__(self, "input_names", tuple(n.strip() for item in names for n in item.split(",") if n.strip()))
+
+    def spec_options(self) -> dict:
+        """The SourceSpec.options entries the parsers read (only those given)."""
+        return {k: v for k, v in (("signature", self.signature), ("input_names", list(self.input_names))) if v}
+
 
 # Ops that touch the file system or run Python: a model that needs them is a program, not data.
 UNSAFE_OPS = {

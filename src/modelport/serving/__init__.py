@@ -31,9 +31,13 @@ canonical = PACKAGERS.canonical
 SERVERS = ("triton", "torchserve", "tfserving")
 
 
-@dataclass
+POSTPROCESS = ("none", "softmax", "topk=K")
+DEVICES = ("cpu", "gpu")
+
+
+@dataclass(frozen=True)
 class PackageOptions:
-    """Every packaging option, declared once; the CLI and the Python API fill the same fields."""
+    """Every packaging option, declared and validated once; the CLI and the Python API fill the same fields."""
 
     model_name: str | None = None  # default: the source file's stem, sanitised
     version: int | None = None  # default 1, or the next free version with add_version
@@ -66,10 +70,14 @@ class PackageOptions:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
-        if self.device not in ("cpu", "gpu"):
-            raise BadInputError(f"bad --device '{self.device}': cpu or gpu")
-        if self.server not in SERVERS:
-            raise BadInputError(f"bad --server '{self.server}': one of {', '.join(SERVERS)}")
+        import re
+
+        from modelport.registry import choice
+
+        object.__setattr__(self, "device", choice(self.device, DEVICES, "device"))
+        object.__setattr__(self, "server", choice(self.server, SERVERS, "server"))
+        if not re.fullmatch(r"none|softmax|topk=[1-9]\d*", str(self.postprocess).strip().lower()):
+            raise BadInputError(f"unknown postprocess '{self.postprocess}'; known: {', '.join(POSTPROCESS)}")
         for what, v in (("--instances", self.instances), ("--replicas", self.replicas), ("--max-batch", self.max_batch_size + 1),
                         ("--min-replicas", self.min_replicas), ("--max-replicas", self.max_replicas), ("--gpus", self.gpus)):
             if v is not None and v < 1:
@@ -90,7 +98,6 @@ class PackageOptions:
             from modelport.names import check_path_name
 
             check_path_name(self.model_name, "--name")
-
 
     @property
     def autoscale_range(self) -> tuple[int, int]:

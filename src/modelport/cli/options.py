@@ -1,0 +1,146 @@
+"""The flags several commands share, each declared once with its help text.
+
+A command takes a flag as an annotation (`precision: flags.Precision = "fp32"`) or a whole group
+of them with `@flags.taking(flags.TOLERANCES, ...)`, which adds the group's parameters to its
+signature and hands their values over in `**shared`. The value a flag carries is checked by the
+options class that owns it (TFLiteOptions, TensorRTOptions, OptimizeOptions, PackageOptions, the
+tolerance parser), and every choice list named in a help text comes from the registry or class
+that checks it. Nothing heavy is imported here.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+from typing import Annotated, get_args
+
+import typer
+
+from modelport.emitters import EMITTERS
+from modelport.serving import PACKAGERS
+
+PRECISIONS = ("fp32", "fp16", "int8")
+EMIT_PRECISIONS = (*PRECISIONS, "best")  # best: TensorRT picks per layer (other targets refuse it)
+TFLITE_LAYOUTS = ("source", "nhwc")  # emitters.tflite.LAYOUTS (tests/cli/test_options.py keeps them equal)
+TFLITE_IO_DTYPES = ("float32", "int8", "uint8")  # emitters.tflite.IO_DTYPES
+
+
+def aliased(option, *extra: str):
+    """`option` (an Annotated flag of this module) with more spellings for one command (MMdnn's)."""
+    kind, info = get_args(option)
+    info = copy.copy(info)
+    info.param_decls = (*info.param_decls, *extra)
+    return Annotated[kind, info]
+
+
+def _tolerance(flag: str, text: str):
+    return Annotated[list[str], typer.Option(flag, help=f"{text}; OUTPUT=VALUE for one output (repeatable, comma-separated).")]
+
+
+# --- every command -------------------------------------------------------------------------------
+JsonOut = Annotated[bool, typer.Option("--json", help="Print the result (the report) as exactly one JSON document on stdout.")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No tables or progress on stderr.")]
+Force = Annotated[bool, typer.Option("--force", help="Replace an existing output folder that modelport wrote.")]
+OutputDir = Annotated[str | None, typer.Option("-o", "--output-dir", help="Output folder (written through a staging folder).")]
+
+# --- sample inputs and parity --------------------------------------------------------------------
+Seed = Annotated[int, typer.Option("--seed", help="Seed of the sample inputs.")]
+Dim = Annotated[list[str], typer.Option("--dim", help="Size of a symbolic dim in the sample inputs, e.g. batch=4 (repeatable).")]
+Inputs = Annotated[list[str], typer.Option("--input", "-i", help="NAME:SHAPE[:DTYPE], e.g. input:batch,3,224,224 (repeatable).")]
+Atol = _tolerance("--atol", "Absolute tolerance (scaled by each output's magnitude), e.g. 1e-4")
+Rtol = _tolerance("--rtol", "Relative tolerance, e.g. 1e-3")
+MinCosine = _tolerance("--min-cosine", "Minimum cosine similarity, e.g. 0.999")
+Strict = Annotated[bool, typer.Option("--strict", help="An optimisation pass that breaks parity, or a source output that ignores "
+                                                       "its input, fails the run (exit 4).")]
+AllowFallback = Annotated[bool, typer.Option("--allow-precision-fallback", help="Accept an FP32 artifact when --precision cannot "
+                                                                                "be delivered within tolerance (else exit 4).")]
+
+# --- precision and optimisation ------------------------------------------------------------------
+Precision = Annotated[str, typer.Option("--precision", help=f"{', '.join(PRECISIONS)}.")]
+EmitPrecision = Annotated[str, typer.Option("--precision", help=f"{', '.join(EMIT_PRECISIONS)} (best: TensorRT only).")]
+Calibration = Annotated[str | None, typer.Option("--calibration", help="INT8 calibration data: .npz of named inputs or a folder of images.")]
+AccuracyBudget = Annotated[str | None, typer.Option("--accuracy-budget", help="e.g. cosine>=0.999 or max_abs<=0.01 (precision passes and auto).")]
+
+# --- the I/O contract's layout and preprocessing (also image calibration data) -------------------
+Layout = Annotated[list[str], typer.Option("--layout", help="Input layout, e.g. NCHW or image=NHWC.")]
+Mean = Annotated[list[str], typer.Option("--mean", help="Preprocessing mean, e.g. 0.485,0.456,0.406 or NAME=...")]
+Std = Annotated[list[str], typer.Option("--std", help="Preprocessing std, e.g. 0.229,0.224,0.225 or NAME=...")]
+Scale = Annotated[list[str], typer.Option("--scale", help="Preprocessing scale, e.g. 0.00392 or NAME=...")]
+ChannelOrder = Annotated[str | None, typer.Option("--channel-order", help="RGB or BGR.")]
+
+# --- targets and the emitters' own options (emitters.tflite.TFLiteOptions, emitters.tensorrt.TensorRTOptions) ---
+Targets = Annotated[list[str], typer.Option("--to", help=f"Target(s), comma-separated or repeated: {', '.join(EMITTERS)}.")]
+PlanOnly = Annotated[bool, typer.Option("--plan-only", help="TensorRT: check and write the build plan (tensorrt/) without building an engine.")]
+TFLiteLayout = Annotated[str, typer.Option("--tflite-layout", help=f"TFLite I/O layout: {' or '.join(TFLITE_LAYOUTS)} "
+                                                                   "(the contract's, or channels-last inputs and outputs).")]
+TFLiteIODtype = Annotated[str, typer.Option("--tflite-io-dtype", help="Full-integer TFLite (--precision int8 --calibration) I/O type: "
+                                                                      f"{', '.join(TFLITE_IO_DTYPES)}.")]
+TRTShapes = Annotated[list[str], typer.Option("--trt-shapes", help="TensorRT profile NAME:MIN:OPT:MAX, e.g. "
+                                                                   "x:1x3x224x224:8x3x224x224:32x3x224x224 (repeatable).")]
+Workspace = Annotated[int | None, typer.Option("--workspace", help="TensorRT builder workspace limit in MiB (default 4096).")]
+
+# --- serving -------------------------------------------------------------------------------------
+Systems = Annotated[list[str], typer.Option("--for", help=f"Serving system(s), comma-separated or repeated: {', '.join(PACKAGERS)}.")]
+
+
+# --- groups of flags that commands take together: (parameter name, flag, default) ----------------
+RESULT = (("json_out", JsonOut, False), ("quiet", Quiet, False))
+WRITES = (("output", OutputDir, None), ("force", Force, False))
+TOLERANCES = (("atol", Atol, []), ("rtol", Rtol, []), ("min_cosine", MinCosine, []))
+SAMPLES = (("inputs", Inputs, []), ("dim", Dim, []), ("seed", Seed, 0))
+PRECISION = (("calibration", Calibration, None), ("strict", Strict, False), ("allow_fallback", AllowFallback, False))
+PREPROCESSING = (("layout", Layout, []), ("mean", Mean, []), ("std", Std, []), ("scale", Scale, []),
+                 ("channel_order", ChannelOrder, None))
+EMITTER_OPTIONS = (("plan_only", PlanOnly, False), ("tflite_layout", TFLiteLayout, "source"),
+                   ("tflite_io_dtype", TFLiteIODtype, "float32"), ("trt_shapes", TRTShapes, []), ("workspace", Workspace, None))
+
+
+def taking(*groups):
+    """Add the flags of `groups` to a command's parameters (after its own; a parameter the command
+    declares itself, e.g. a required `-o`, wins). The command receives them in `**shared`."""
+    def decorate(fn):
+        own = inspect.signature(fn, eval_str=True)
+        mine = [p for p in own.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+        names = {p.name for p in mine}
+        extra = [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=flag)
+                 for group in groups for name, flag, default in group if name not in names]
+
+        @functools.wraps(fn)
+        def command(**values):
+            return fn(**values)
+
+        command.__signature__ = own.replace(parameters=[*mine, *extra])
+        command.__annotations__ = {**{p.name: p.annotation for p in mine}, **{p.name: p.annotation for p in extra}}
+        return command
+    return decorate
+
+
+def tolerances(shared: dict) -> tuple[dict, dict]:
+    """TOLERANCES as (defaults, per-output overrides); see validation.parse_tolerance_flags."""
+    from modelport.validation import parse_tolerance_flags
+
+    return parse_tolerance_flags(atol=shared["atol"], rtol=shared["rtol"], min_cosine=shared["min_cosine"])
+
+
+def parity_kwargs(shared: dict) -> dict:
+    """ConvertOptions keywords from TOLERANCES and SAMPLES' --dim and --seed."""
+    from modelport.specs import parse_dims
+
+    tols, per_output = tolerances(shared)
+    return {**tols, "output_tolerances": per_output, "sample_dims": parse_dims(shared["dim"]), "seed": shared["seed"]}
+
+
+def preprocessing_kwargs(shared: dict) -> dict:
+    """`specs.apply_options` keywords from PREPROCESSING."""
+    return {"layouts": shared["layout"], "means": shared["mean"], "stds": shared["std"], "scales": shared["scale"],
+            "channel_order": shared["channel_order"]}
+
+
+def emitter_kwargs(shared: dict) -> dict:
+    """ConvertOptions keywords from EMITTER_OPTIONS: each emitter's options object, checked by its class."""
+    from modelport.emitters.tensorrt import TensorRTOptions
+    from modelport.emitters.tflite import TFLiteOptions
+
+    return {"tflite": TFLiteOptions(layout=shared["tflite_layout"], io_dtype=shared["tflite_io_dtype"]),
+            "tensorrt": TensorRTOptions(plan_only=shared["plan_only"], shapes=shared["trt_shapes"], workspace=shared["workspace"])}

@@ -1,0 +1,69 @@
+"""Each option is declared once, with help text, in the module that owns it; choice lists come
+from the registry or options class that checks them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+CLI = Path(__file__).resolve().parents[2] / "src" / "modelport" / "cli"
+
+
+def _commands():
+    import typer.main
+
+    from modelport.cli import app
+
+    def walk(cmd, path):
+        if hasattr(cmd, "commands"):
+            for name, sub in cmd.commands.items():
+                yield from walk(sub, [*path, name])
+        else:
+            yield " ".join(path), cmd
+
+    yield from walk(typer.main.get_command(app), [])
+
+
+def test_every_option_of_every_command_has_help():
+    missing = [f"{name} {p.opts[0]}" for name, cmd in _commands() for p in cmd.params
+               if p.param_type_name == "option" and not (p.help or "").strip()]
+    assert missing == []
+
+
+def _help_of(command: str, flag: str) -> str:
+    cmd = dict(_commands())[command]
+    return next(p.help for p in cmd.params if p.param_type_name == "option" and flag in p.opts)
+
+
+def test_choice_lists_in_help_equal_their_owners():
+    from modelport.cli import options
+    from modelport.emitters import EMITTERS, tflite
+    from modelport.serving import PACKAGERS
+
+    assert options.TFLITE_LAYOUTS == tflite.LAYOUTS and options.TFLITE_IO_DTYPES == tflite.IO_DTYPES
+    for command in ("convert", "emit"):
+        assert ", ".join(EMITTERS) in _help_of(command, "--to")
+        assert ", ".join(tflite.IO_DTYPES) in _help_of(command, "--tflite-io-dtype")
+        assert " or ".join(tflite.LAYOUTS) in _help_of(command, "--tflite-layout")
+        assert ", ".join(options.EMIT_PRECISIONS) in _help_of(command, "--precision")
+    assert ", ".join(PACKAGERS) in _help_of("package", "--for")
+    assert ", ".join(options.PRECISIONS) in _help_of("optimize", "--precision")
+
+
+SHARED = ("--json", "--quiet", "--force", "--seed", "--dim", "--atol", "--rtol", "--min-cosine", "--calibration",
+          "--accuracy-budget", "--strict", "--allow-precision-fallback", "--layout", "--mean", "--std", "--scale",
+          "--channel-order", "--plan-only", "--tflite-layout", "--tflite-io-dtype", "--trt-shapes", "--workspace", "--to")
+
+
+@pytest.mark.parametrize("flag", SHARED)
+def test_shared_flags_are_declared_once(flag):
+    """In cli/options.py; the command modules use its annotations."""
+    where = {p.name: p.read_text().count(f'"{flag}"') for p in CLI.glob("*.py")}
+    assert {k: v for k, v in where.items() if v} == {"options.py": 1}
+
+
+def test_precision_is_declared_per_choice_list():
+    """convert/emit (with TensorRT's best) and optimize share options.py's two; validate's picks default tolerances."""
+    where = {p.name: p.read_text().count('"--precision"') for p in CLI.glob("*.py")}
+    assert {k: v for k, v in where.items() if v} == {"options.py": 2, "validate.py": 1}
