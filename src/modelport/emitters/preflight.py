@@ -51,8 +51,8 @@ class Preflight:
         err = UnsupportedError(
             f"{self.runtime} cannot represent {len(self.unsupported)} node(s) of this model: {listed}{more}",
             path=path, hint=f"{self.runtime} {self.runtime_version or ''}".strip() + f" checked for --to {self.target}",
+            preflight=self.to_dict(),
         )
-        err.preflight = self.to_dict()
         raise err
 
 
