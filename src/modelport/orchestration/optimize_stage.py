@@ -53,11 +53,7 @@ def optimize_stage(ir: IRModel, options, report, zoo_tol=None, *, on_stage=None)
         report.add_stage_rows(e.rows)
         raise
     report.add_stage_rows(rows)
-    for row in rows:
-        limit = (row.get("details") or {}).get("round_limit_reached")
-        if limit:
-            report.warn(f"pass '{row['pass']}' still rewrote the model in its last round: it stopped at its limit of "
-                        f"{limit} rounds, short of a fixed point")
+    warn_round_limits(report, rows)
     if selection:
         report.set_optimize(selection)
     if others:
@@ -72,3 +68,12 @@ def optimize_stage(ir: IRModel, options, report, zoo_tol=None, *, on_stage=None)
         changes.update(atol=opts.budget.atol, rtol=opts.budget.rtol, min_cosine=opts.budget.min_cosine,
                        scaled_atol=opts.budget.scaled)
     return out, replace(options, **changes)
+
+
+def warn_round_limits(report, rows: list[dict]) -> None:
+    """A warning for each pass whose rewrite rules still matched when its round limit stopped it."""
+    for row in rows:
+        limit = (row.get("details") or {}).get("round_limit_reached")
+        if limit:
+            report.warn(f"pass '{row['pass']}' still rewrote the model in its last round: it stopped at its round limit "
+                        f"({limit}), short of a fixed point")
