@@ -18,15 +18,30 @@ EXIT_MISSING_DEPENDENCY = 5
 
 
 class ModelportError(Exception):
-    """A user-facing error: one line, naming the file (when there is one) and the reason."""
+    """A user-facing error: one line, naming the file (when there is one) and the reason.
+
+    Its payload is declared and fixed at construction (`str(e) == e.message` always holds): a
+    caller that learns more makes a new error with `with_reason()` / `with_report()` and raises it
+    `from` the old one, instead of editing the one in flight.
+    """
 
     exit_code = EXIT_UNEXPECTED
 
-    def __init__(self, reason: str, *, path: str | Path | None = None, hint: str | None = None):
+    def __init__(self, reason: str, *, path: str | Path | None = None, hint: str | None = None,
+                 report: dict | None = None, exit_code: int | None = None):
         self.reason = reason
         self.path = str(path) if path is not None else None
         self.hint = hint
+        self.report = report  # the failed run's `modelport.report/1` document, once a run has ended
+        if exit_code is not None:
+            self.exit_code = exit_code
         super().__init__(self.message)
+        self._frozen = True
+
+    def __setattr__(self, name: str, value) -> None:
+        if getattr(self, "_frozen", False) and not name.startswith("__"):
+            raise AttributeError(f"{type(self).__name__}.{name} is fixed at construction (use with_reason/with_report)")
+        super().__setattr__(name, value)
 
     @property
     def message(self) -> str:
@@ -43,6 +58,26 @@ class ModelportError(Exception):
             "path": self.path,
         }
 
+    def _replace(self, **fields) -> ModelportError:
+        """A copy of this error with `fields` changed (raise it `from` this one)."""
+        return _restore(type(self), {**self.__dict__, **fields})
+
+    def __reduce__(self):  # copy and pickle without calling __init__ again
+        return _restore, (type(self), dict(self.__dict__))
+
+    def with_reason(self, reason: str) -> ModelportError:
+        return self._replace(reason=reason)
+
+    def with_report(self, report: dict) -> ModelportError:
+        return self._replace(report=report)
+
+
+def _restore(cls: type[ModelportError], state: dict) -> ModelportError:
+    err = cls.__new__(cls)
+    err.__dict__.update(state)
+    object.__setattr__(err, "args", (err.message,))
+    return err
+
 
 class BadInputError(ModelportError):
     """Usage errors and malformed, truncated or inconsistent inputs."""
@@ -57,13 +92,19 @@ class UnsafeInputError(ModelportError):
 
 
 class ValidationError(ModelportError):
-    """A produced model does not reproduce the reference outputs within tolerance."""
+    """A produced model does not reproduce the reference outputs within tolerance.
+
+    `parity` is the failed comparison (`ParityResult.to_dict()`); `rows` the optimisation rows up
+    to the failing pass, when a pass pipeline failed.
+    """
 
     exit_code = EXIT_VALIDATION
 
-    def __init__(self, reason: str, *, path=None, hint=None, parity: dict | None = None):
-        super().__init__(reason, path=path, hint=hint)
+    def __init__(self, reason: str, *, path=None, hint=None, parity: dict | None = None, rows: list | None = None,
+                 report: dict | None = None):
         self.parity = parity
+        self.rows = list(rows or [])
+        super().__init__(reason, path=path, hint=hint, report=report)
 
 
 class MissingDependencyError(ModelportError):
@@ -73,7 +114,14 @@ class MissingDependencyError(ModelportError):
 
 
 class UnsupportedError(BadInputError):
-    """The model holds something the chosen route cannot represent (ops listed in the reason)."""
+    """The model holds something the chosen route cannot represent (ops listed in the reason).
+
+    `preflight` is the emitter's preflight finding (`Preflight.to_dict()`) when one produced it.
+    """
+
+    def __init__(self, reason: str, *, path=None, hint=None, preflight: dict | None = None, report: dict | None = None):
+        self.preflight = preflight
+        super().__init__(reason, path=path, hint=hint, report=report)
 
 
 class StageError(ModelportError):
@@ -81,7 +129,23 @@ class StageError(ModelportError):
 
     exit_code = EXIT_UNEXPECTED
 
-    def __init__(self, stage: str, before: list[str], cause: BaseException):
+    def __init__(self, stage: str, before: list[str], cause: BaseException, *, report: dict | None = None):
         ran = ", ".join(before) if before else "nothing"
-        super().__init__(f"stage '{stage}' failed after [{ran}]: {type(cause).__name__}: {cause}")
         self.stage = stage
+        self.before = list(before)
+        self.cause = cause
+        super().__init__(f"stage '{stage}' failed after [{ran}]: {type(cause).__name__}: {cause}", report=report)
+
+
+class PassError(StageError):
+    """A graph pass broke the pass contract (it mutated the model it was given): a bug in the pass,
+    which the pipeline cannot roll back, so the run fails (exit 1) naming the pass."""
+
+    def __init__(self, pass_name: str, before: list[str], problem: str, *, report: dict | None = None):
+        self.pass_name = pass_name
+        self.problem = problem
+        self.stage = f"optimize:{pass_name}"
+        self.before = list(before)
+        self.cause = None
+        ran = ", ".join(before) if before else "nothing"
+        ModelportError.__init__(self, f"pass '{pass_name}' {problem} (passes before it: [{ran}])", report=report)

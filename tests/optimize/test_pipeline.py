@@ -104,3 +104,66 @@ def test_options_are_checked_once_here():
         ({"calibration_method": "mean"}, "unknown calibration method 'mean'; known: minmax, entropy, percentile, distribution"),
     ], given={"level": "ALL", "precision": "int8-static", "calibration_method": "Entropy"},
         normalised={"level": "all", "precision": "int8", "int8_mode": "static", "calibration_method": "entropy"})
+
+
+class DoubleInPlace(Pass):
+    """Deliberately impure: doubles the weights of the model it is given and returns it as new."""
+
+    name = "double-in-place"
+
+    def apply(self, ir):
+        for t in ir.model.graph.initializer:
+            t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * 2, t.name))
+        return PassResult(ir.clone(), True)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_pass_that_mutates_its_input_fails_the_run_naming_it(mm_ir, strict):
+    """A rollback restores the input, so a pass that changed it cannot be rolled back: exit 1, whatever `strict` says."""
+    from modelport.errors import PassError, StageError
+
+    with pytest.raises(PassError) as e:
+        run_passes(mm_ir, [get_pass("dce"), DoubleInPlace()], strict=strict)
+    assert isinstance(e.value, StageError) and e.value.exit_code == 1
+    assert e.value.pass_name == "double-in-place" and e.value.before == ["dce"]
+    assert str(e.value) == e.value.message
+    assert "pass 'double-in-place' mutated the model it was given" in e.value.message and "[dce]" in e.value.message
+
+
+def test_pass_that_mutates_its_input_and_crashes_is_named_too(mm_ir):
+    from modelport.errors import PassError
+
+    class HalfDone(DoubleInPlace):
+        name = "half-done"
+
+        def apply(self, ir):
+            super().apply(ir)
+            raise RuntimeError("gave up halfway")
+
+    with pytest.raises(PassError, match="pass 'half-done' mutated"):
+        run_passes(mm_ir, [HalfDone()])
+
+
+def test_fingerprint_of_a_large_model_hashes_tensors_apart_and_puts_them_back(mm_ir):
+    """Above the inline limit (2 GiB models cannot be serialised) each tensor is hashed on its own."""
+    from modelport.optimize.pipeline import fingerprint
+
+    model = mm_ir.model
+    serial = model.SerializeToString(deterministic=True)
+    small, large = fingerprint(model), fingerprint(model, inline_limit=0)
+    assert model.SerializeToString(deterministic=True) == serial  # the raw data went back
+    assert large == fingerprint(model, inline_limit=0) and len(large) == 64
+    w = model.graph.initializer[0]
+    w.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(w) + 1, w.name))
+    assert fingerprint(model) != small and fingerprint(model, inline_limit=0) != large
+
+
+def test_static_int8_pass_gets_its_calibration_at_construction():
+    from modelport.optimize.pipeline import build_passes
+
+    samples = [{"x": np.zeros((2, 8), np.float32)}]
+    opts = OptimizeOptions(level="none", precision="int8", int8_mode="static", calibration="unused.npz")
+    (p,) = build_passes(opts, calibration=samples)
+    assert p.name == "int8-static" and p.calibration is samples
+    (named,) = build_passes(OptimizeOptions(level=None, passes=["int8-static"]), calibration=samples)
+    assert named.calibration is samples

@@ -101,3 +101,127 @@ def test_every_command_report_validates(cli, tiny_onnx, tmp_path, validator):
     assert pkg["source"]["framework"] == "onnx" and pkg["source"]["format"] == "convert output folder"
     pkg_file = json.loads((tmp_path / "pkg_file" / "report.json").read_text())
     assert pkg_file["source"]["format"] == "onnx" and len(pkg_file["source"]["sha256"]) == 64
+
+
+# --- the run record is built through Report's methods, and Run ends every command -------------
+
+MUTATORS = {"append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault", "popitem", "sort", "reverse"}
+
+
+def _touches_data(node) -> bool:
+    """Whether an expression chain (a.b[c].d…) goes through a `.data` / `._data` attribute."""
+    import ast
+
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        if isinstance(node, ast.Attribute) and node.attr in ("data", "_data"):
+            return True
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return False
+
+
+def report_writes(root=None) -> list[str]:
+    """`file:line` of every write into a report document outside validation/report.py: item or
+    attribute stores and deletes through `.data`, mutating calls on it, and aliases of it."""
+    import ast
+    from pathlib import Path
+
+    root = root or Path(__file__).resolve().parents[2] / "src" / "modelport"
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).as_posix() == "validation/report.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            bad = False
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+                targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
+                bad = any(isinstance(t, (ast.Subscript, ast.Attribute)) and _touches_data(t) for t in targets)
+                value = getattr(node, "value", None)
+                bad |= isinstance(value, ast.Attribute) and value.attr in ("data", "_data")  # an alias to write through
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS:
+                bad = _touches_data(node.func.value)
+            elif isinstance(node, ast.Attribute) and node.attr == "_data":
+                bad = True
+            if bad:
+                found.append((str(path.relative_to(root)), node.lineno))
+    return [f"{file}:{line}" for file, line in sorted(found)]
+
+
+def test_only_report_methods_write_the_report():
+    """The schema lives in one module: orchestration, stages and CLI call Report's methods."""
+    assert report_writes() == []
+
+
+def test_report_writes_are_found(tmp_path):
+    (tmp_path / "w.py").write_text("def f(report, run):\n    report.data['source'] = 1\n    report.data['stages'].extend([])\n"
+                                   "    d = run.data\n    report.data['stages'][-1].update(x=1)\n    del report.data['a']\n")
+    assert report_writes(tmp_path) == ["w.py:2", "w.py:3", "w.py:4", "w.py:5", "w.py:6"]
+
+
+def test_report_data_is_a_read_only_view():
+    from modelport.validation.report import Report
+
+    report = Report("convert")
+    with pytest.raises(TypeError):
+        report.data["source"] = {}
+    report.set_source({"path": "m.onnx"})
+    copy = report.to_dict()
+    copy["source"]["path"] = "other"
+    assert report.data["source"] == {"path": "m.onnx"}
+
+
+def test_run_attaches_the_finished_report_to_the_error():
+    from modelport.errors import BadInputError
+    from modelport.validation.report import Run
+
+    original = BadInputError("no such file", path="m.onnx")
+    with pytest.raises(BadInputError) as e:
+        with Run("convert") as report:
+            with report.stage("parse"):
+                pass
+            raise original
+    err = e.value
+    assert err is not original and err.__cause__ is original and original.report is None
+    assert str(err) == err.message == "m.onnx: no such file"
+    doc = err.report
+    assert doc["command"] == "convert" and doc["status"] == "failed" and doc["exit_code"] == 2
+    assert doc["error"] == err.to_dict() and [s["name"] for s in doc["stages"]] == ["parse"]
+
+
+def test_an_inner_run_ends_first_and_its_report_is_kept(validator):
+    from modelport.errors import ValidationError
+    from modelport.validation.report import Run
+
+    outer = Run("convert")
+    with pytest.raises(ValidationError) as e:
+        with outer:
+            with Run("convert") as inner:
+                inner.warn("seen by the inner run only")
+                raise ValidationError("parity failed")
+    assert e.value.report["warnings"] == ["seen by the inner run only"] and outer.document is e.value.report
+    validator.validate(e.value.report)
+
+
+def test_run_of_a_bug_and_of_a_missing_framework(validator):
+    from modelport.errors import MissingDependencyError
+    from modelport.validation.report import Run
+
+    run = Run("emit")
+    with pytest.raises(ZeroDivisionError):
+        with run:
+            1 / 0  # noqa: B018
+    assert run.document["exit_code"] == 1 and run.document["error"]["type"] == "ZeroDivisionError"
+    validator.validate(run.document)
+    with pytest.raises(MissingDependencyError) as e:
+        with Run("emit"):
+            raise ImportError("No module named 'tensorflow'", name="tensorflow")
+    assert e.value.exit_code == 5 and e.value.report["exit_code"] == 5 and "tf" in e.value.message
+    assert isinstance(e.value.__cause__, ImportError)
+
+
+def test_run_finishes_a_successful_report():
+    from modelport.validation.report import Run
+
+    run = Run("zoo build")
+    with run as report:
+        report.set_files(["model.pt2"])
+    assert run.document["status"] == "ok" and run.document["exit_code"] == 0 and run.document["files"] == ["model.pt2"]

@@ -26,32 +26,30 @@ def emit_json(data) -> None:
     sys.stdout.flush()
 
 
-def failed_report(command: str, exit_code: int, error: dict) -> dict:
-    """A `modelport.report/1` document for a run that failed before its own report existed (bad options, unreadable input)."""
-    from modelport.validation.report import Report
-
-    return Report(command).finish(exit_code=exit_code, error=error)
-
-
 def run(fn: Callable[[], dict | None], *, json_out: bool, quiet: bool, render: Callable[[dict], None] | None = None,
         command: str = "modelport") -> None:
     """Run a command body; map errors to one stderr line plus the documented exit code.
 
     While the body runs, stdout carries nothing but the result: every write to it (Python or C
-    level, child processes included) goes to stderr, and the JSON document is written after. With
-    --json a failed run prints its report; one that failed before its report existed gets a
-    `modelport.report/1` document for `command` all the same.
+    level, child processes included) goes to stderr, and the JSON document is written after. The
+    body runs inside a `Run` for `command`: with --json a failed run prints its report, the one
+    the orchestration's own run ended with or, when the failure came before it (bad options,
+    unreadable input), a `modelport.report/1` document for `command` all the same.
     """
+    from modelport.validation.report import Run
+
     code, doc = 0, None
+    record = Run(command)
     with _console_on_real_stderr(), _stdout_to_stderr():
         try:
-            result = _call(fn)
+            with record:
+                result = fn()
         except ModelportError as e:
             from rich.markup import escape
 
             console.print(f"[bold red]error:[/] {escape(e.message)}", soft_wrap=True)  # hints hold "[tf]"
             code = e.exit_code
-            doc = getattr(e, "report", None) or failed_report(command, e.exit_code, e.to_dict())
+            doc = e.report
         except KeyboardInterrupt:
             console.print("[bold red]error:[/] interrupted")
             code = 130
@@ -62,8 +60,7 @@ def run(fn: Callable[[], dict | None], *, json_out: bool, quiet: bool, render: C
                 raise
             console.print(f"[bold red]internal error:[/] {type(e).__name__}: {e} (set MODELPORT_DEBUG=1 for the traceback)", soft_wrap=True)
             code = EXIT_UNEXPECTED
-            doc = failed_report(command, EXIT_UNEXPECTED, {"type": type(e).__name__, "exit_code": EXIT_UNEXPECTED,
-                                                           "message": str(e), "path": None})
+            doc = record.document
         else:
             doc = result if result is not None else {}
             if isinstance(result, dict):
@@ -77,22 +74,6 @@ def run(fn: Callable[[], dict | None], *, json_out: bool, quiet: bool, render: C
         emit_json(doc)
     if code:
         raise typer.Exit(code)
-
-
-def _call(fn: Callable[[], dict | None]) -> dict | None:
-    """`fn()`, with a failed import of an optional framework turned into exit 5 (see deps)."""
-    try:
-        return fn()
-    except Exception as e:
-        from modelport.deps import missing_dependency
-
-        missing = missing_dependency(e)
-        if missing is None or missing is e:
-            raise
-        missing.report = getattr(e, "report", None)
-        if missing.report:
-            missing.report.update(exit_code=missing.exit_code, error=missing.to_dict())
-        raise missing from e
 
 
 def _fd(stream) -> int | None:

@@ -57,8 +57,8 @@ class Preflight:
         err = UnsupportedError(
             self.reason or f"{self.runtime} cannot represent {len(self.unsupported)} node(s) of this model: {listed}{more}",
             path=path, hint=self.hint or f"{self.runtime} {self.runtime_version or ''}".strip() + f" checked for --to {self.target}",
+            preflight=self.to_dict(),
         )
-        err.preflight = self.to_dict()
         raise err
 
 
@@ -103,8 +103,7 @@ def check_targets(ir: IRModel, targets: list[str], options, path=None) -> list[P
         refused[0].raise_if_unsupported(path)
     if refused:
         per_target = "; ".join(f"--to {p.target} ({p.runtime}): {p.op_counts()}" for p in refused)
-        err = UnsupportedError(f"{len(refused)} targets cannot represent this model: {per_target}", path=path,
-                               hint="each target's preflight ran before anything was emitted")
-        err.preflight = [p.to_dict() for p in refused]
-        raise err
+        raise UnsupportedError(f"{len(refused)} targets cannot represent this model: {per_target}", path=path,
+                               hint="each target's preflight ran before anything was emitted",
+                               preflight=[p.to_dict() for p in refused])
     return found

@@ -27,6 +27,6 @@ class RedundantOpsPass(OnnxIRPass):
 
         # No-op Cast detection needs value types; inference leaves the model as is on failure.
         common.ShapeInferencePass(strict_mode=False)(model)
-        n = apply_rules(model, rules())
+        n, rounds = apply_rules(model, rules())
         n += int(common.IdentityEliminationPass()(model).modified)
-        return n > 0, {"rewrites": n}
+        return n > 0, {"rewrites": n, **rounds}

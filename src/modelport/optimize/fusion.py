@@ -25,5 +25,5 @@ class FusionPass(OnnxIRPass):
     description = "Conv+BatchNorm, MatMul+Add→Gemm, Pad+Conv, Relu/Clip chains, HardSwish"
 
     def transform(self, model):
-        n = apply_rules(model, rules())
-        return n > 0, {"rewrites": n}
+        n, rounds = apply_rules(model, rules())
+        return n > 0, {"rewrites": n, **rounds}

@@ -29,17 +29,29 @@ class OnnxIRPass(Pass):
         return PassResult(with_model(ir, from_onnx_ir(model)), True, details)
 
 
-def apply_rules(model, rules) -> int:
-    """Apply onnxscript rewrite rules to a fixed point (capped); returns how many rewrites."""
+# each round can expose new matches; rules still matching after this many rounds are reported
+MAX_REWRITE_ROUNDS = 4
+
+
+def apply_rules(model, rules, *, max_rounds: int = MAX_REWRITE_ROUNDS) -> tuple[int, dict[str, Any]]:
+    """Apply onnxscript rewrite rules to a fixed point, at most `max_rounds` rounds.
+
+    Returns (rewrites, details for the pass row): `rounds` run, and `round_limit_reached` (the
+    cap) when the last round still rewrote something, i.e. the loop stopped before the fixed point.
+    """
     import onnx_ir.passes.common as common
     from onnxscript.rewriter import RewriteRuleSet
 
-    total = 0
-    for _ in range(4):  # each round can expose new matches; four rounds is plenty in practice
+    total, rounds, count = 0, 0, 0
+    while rounds < max_rounds:
         count = RewriteRuleSet(list(rules)).apply_to_model(model)
+        rounds += 1
         total += count
         if not count:
             break
     if total:
         common.RemoveUnusedNodesPass()(model)
-    return total
+    details: dict[str, Any] = {"rounds": rounds}
+    if count:
+        details["round_limit_reached"] = max_rounds
+    return total, details

@@ -17,12 +17,60 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from modelport.errors import BadInputError, MissingDependencyError, ModelportError, ValidationError
+from modelport.errors import BadInputError, MissingDependencyError, ModelportError, PassError, ValidationError
 from modelport.ir import IRModel
 from modelport.optimize import Pass, get_pass, parse_pass_list, passes_for_level
 from modelport.validation import Tolerance, check, tolerance_for
 
 PassCallback = Callable[[str], None]
+
+
+# above this serialised size a model is hashed tensor by tensor (protobuf cannot serialise past 2 GiB)
+_INLINE_HASH_LIMIT = 1 << 30
+
+
+def fingerprint(model, *, inline_limit: int = _INLINE_HASH_LIMIT) -> str:
+    """sha256 of a ModelProto's deterministic serialisation. A model above `inline_limit` bytes is
+    hashed without its tensors' raw data, each of which is hashed on its own (the data is put back)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    if model.ByteSize() <= inline_limit:
+        h.update(model.SerializeToString(deterministic=True))
+        return h.hexdigest()
+    saved = []
+    try:
+        for t in _tensors(model):
+            if t.raw_data:
+                raw = t.raw_data
+                h.update(hashlib.sha256(raw).digest())
+                saved.append((t, raw))
+                t.ClearField("raw_data")
+        h.update(model.SerializeToString(deterministic=True))
+    finally:
+        for t, raw in saved:
+            t.raw_data = raw
+    return h.hexdigest()
+
+
+def _tensors(model):
+    """Every TensorProto of a model: initializers and tensor attributes, subgraphs included."""
+    from onnx import AttributeProto
+
+    graphs = [model.graph]
+    while graphs:
+        g = graphs.pop()
+        yield from g.initializer
+        for node in g.node:
+            for a in node.attribute:
+                if a.type == AttributeProto.TENSOR:
+                    yield a.t
+                elif a.type == AttributeProto.TENSORS:
+                    yield from a.tensors
+                elif a.type == AttributeProto.GRAPH:
+                    graphs.append(a.g)
+                elif a.type == AttributeProto.GRAPHS:
+                    graphs.extend(a.graphs)
 
 
 def check_parity(ir: IRModel, tol: Tolerance, hop: str):
@@ -54,7 +102,12 @@ class PassRow:
 
 def run_passes(ir: IRModel, passes: list[Pass], *, tolerance: Callable[[str], Tolerance] | None = None,
                strict: bool = False, on_pass: PassCallback | None = None) -> tuple[IRModel, list[PassRow]]:
-    """Apply `passes` in order through the parity gate; returns the final IR and one row per pass."""
+    """Apply `passes` in order through the parity gate; returns the final IR and one row per pass.
+
+    A pass must not mutate the model it is given (rolling it back relies on that): the input is
+    fingerprinted before the pass and checked after, and a pass that changed it fails the run
+    with a PassError naming it, whatever `strict` says.
+    """
     from modelport.optimize.model_tools import model_size, node_count
 
     if ir.reference is None:
@@ -67,8 +120,14 @@ def run_passes(ir: IRModel, passes: list[Pass], *, tolerance: Callable[[str], To
         nb, sb = node_count(ir.model), model_size(ir.model)
         t0 = time.perf_counter()
         row = PassRow(p.name, "unchanged", nb, nb, sb, sb, 0.0)
+        before = fingerprint(ir.model)
         try:
-            result = p.apply(ir)
+            try:
+                result = p.apply(ir)
+            finally:
+                if fingerprint(ir.model) != before:
+                    raise PassError(p.name, [r.name for r in rows], "mutated the model it was given "
+                                    "(a pass must return a new model; its input is what a rollback restores)")
             row.details = result.details
             if result.model is ir or not result.modified:
                 row.status = "skipped" if result.details.get("skipped") else "unchanged"
@@ -86,10 +145,9 @@ def run_passes(ir: IRModel, passes: list[Pass], *, tolerance: Callable[[str], To
                     if strict:
                         row.seconds = time.perf_counter() - t0
                         rows.append(row)
-                        err = ValidationError(f"pass '{p.name}' broke parity: {parity.summary()}", parity=parity.to_dict())
-                        err.rows = rows
-                        raise err
-        except MissingDependencyError:
+                        raise ValidationError(f"pass '{p.name}' broke parity: {parity.summary()}", parity=parity.to_dict(),
+                                              rows=rows)
+        except (MissingDependencyError, PassError):
             raise
         except ValidationError:
             raise
@@ -105,9 +163,7 @@ def run_passes(ir: IRModel, passes: list[Pass], *, tolerance: Callable[[str], To
             if strict:
                 row.seconds = time.perf_counter() - t0
                 rows.append(row)
-                err = ValidationError(f"pass '{p.name}' failed: {reason}")
-                err.rows = rows
-                raise err from e
+                raise ValidationError(f"pass '{p.name}' failed: {reason}", rows=rows) from e
         row.seconds = time.perf_counter() - t0
         rows.append(row)
     return ir, rows
@@ -177,21 +233,23 @@ def parse_budget(text: str) -> Tolerance:
     return Tolerance(atol=atol, rtol=rtol, min_cosine=cos, scaled=False)
 
 
-def build_passes(opts: OptimizeOptions, *, with_precision: bool = True) -> list[Pass]:
+def build_passes(opts: OptimizeOptions, *, with_precision: bool = True, calibration: list[dict] | None = None) -> list[Pass]:
+    """The passes `opts` names; `int8-static` gets `calibration` (loaded feeds) at construction."""
     names = list(opts.passes) if opts.passes else passes_for_level(opts.level or "none")
-    passes = [get_pass(n) for n in names]
+    passes = [get_pass(n, calibration=calibration) if n == "int8-static" and calibration is not None else get_pass(n)
+              for n in names]
     if with_precision:
-        passes += precision_passes(opts)
+        passes += precision_passes(opts, calibration=calibration)
     return passes
 
 
-def precision_passes(opts: OptimizeOptions) -> list[Pass]:
+def precision_passes(opts: OptimizeOptions, *, calibration: list[dict] | None = None) -> list[Pass]:
     if opts.precision == "fp16":
         return [get_pass("fp16", keep_io_types=opts.keep_io_types)]
     if opts.precision == "int8":
         mode = opts.int8_mode or ("static" if opts.calibration else "dynamic")
         if mode == "static":
-            return [get_pass("int8-static", calibration=None, method=opts.calibration_method,
+            return [get_pass("int8-static", calibration=calibration, method=opts.calibration_method,
                              per_channel=opts.per_channel)]
         return [get_pass("int8-dynamic", per_channel=bool(opts.per_channel))]
     return []
@@ -209,11 +267,10 @@ def optimize_ir(ir: IRModel, opts: OptimizeOptions, *, tolerance: Callable[[str]
     passes = build_passes(opts)
     if opts.precision == "int8" and (opts.int8_mode == "static") and not opts.calibration:
         raise BadInputError("static INT8 quantisation needs calibration data", hint="pass --calibration DATA.npz or an image folder")
-    for p in passes:
-        if p.name == "int8-static":
-            from modelport.optimize.calibration import load_calibration
+    if any(p.name == "int8-static" for p in passes):
+        from modelport.optimize.calibration import load_calibration
 
-            p.calibration = load_calibration(opts.calibration, ir)
+        passes = build_passes(opts, calibration=load_calibration(opts.calibration, ir))
     out, rows = run_passes(ir, passes, tolerance=tolerance, strict=opts.strict, on_pass=on_pass)
     out = _check_delivered(out, passes, rows, opts)
     return out, [r.to_dict() for r in rows], None
@@ -231,10 +288,8 @@ def _check_delivered(out: IRModel, passes: list[Pass], rows: list[PassRow], opts
     if kept:
         why += f"; nodes kept in FP32: {', '.join(kept[:10])}" + (f" (+{len(kept) - 10} more)" if len(kept) > 10 else "")
     if not opts.allow_fallback:
-        err = ValidationError(f"--precision {requested} cannot be delivered within tolerance: {why} "
-                              "(--allow-precision-fallback accepts an FP32 model instead)", parity=row.parity)
-        err.rows = rows
-        raise err
+        raise ValidationError(f"--precision {requested} cannot be delivered within tolerance: {why} "
+                              "(--allow-precision-fallback accepts an FP32 model instead)", parity=row.parity, rows=rows)
     out = out.clone(out.model)
     out.provenance["precision_fallback"] = {"requested": requested, "reason": why}
     return out

@@ -26,7 +26,7 @@ from modelport.optimize.pipeline import OptimizeOptions
 from modelport.parsers.tf_common import TFSourceOptions
 from modelport.serving import PackageOptions
 from modelport.validation import Tolerance, check, check_override_names, tolerance_for
-from modelport.validation.report import Report
+from modelport.validation.report import Report, Run
 
 
 @dataclass
@@ -168,12 +168,9 @@ def validate_ir(ir: IRModel, tol: Tolerance, hop: str):
 
 
 def check_reference_varies(ir: IRModel, report: Report, *, strict: bool, path=None) -> None:
-    """Record per contract output whether the source's output changed between two sample sets;
-    warn about those that did not, and fail under `strict`: parity against them proves nothing."""
+    """Warn about the source outputs that did not change between two sample sets (the contract
+    records `reference_varies` per output), and fail under `strict`: parity against them proves nothing."""
     varies = ir.provenance.get("reference_varies") or {}
-    for o in report.data["contract"]["outputs"]:
-        if o["name"] in varies:
-            o["reference_varies"] = varies[o["name"]]
     fixed = [n for n, v in varies.items() if v is False]
     if not fixed:
         return
@@ -193,9 +190,7 @@ def emit_and_validate(emitter, target: str, ir: IRModel, stage: Path, eopts, opt
         _emit_with_fallback(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop, on_stage=on_stage, out=out,
                             requested=requested)
     finally:
-        for key in ("artifacts", "parity"):
-            for entry in report.data[key]:
-                entry.pop("_attempt", None)
+        report.settle_attempt(target)
 
 
 def _emit_with_fallback(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop, *, on_stage, out, requested):
@@ -205,17 +200,15 @@ def _emit_with_fallback(emitter, target, ir, stage, eopts, options, report, zoo_
     except ValidationError as e:
         if eopts.precision in ("fp32", None) or not options.allow_precision_fallback:
             if eopts.precision not in ("fp32", None) and "--allow-precision-fallback" not in e.reason:
-                e.reason = (f"--precision {eopts.precision} cannot be delivered for {target}: {e.reason} "
-                            "(--allow-precision-fallback accepts an FP32 artifact instead)")
+                raise e.with_reason(f"--precision {eopts.precision} cannot be delivered for {target}: {e.reason} "
+                                    "(--allow-precision-fallback accepts an FP32 artifact instead)") from e
             raise
-        for key in ("artifacts", "parity"):  # the failed attempt's entries, replaced below
-            while report.data[key] and report.data[key][-1].get("_attempt") == target:
-                report.data[key].pop()
+        report.discard_attempt(target)  # the failed attempt's entries, replaced below
         requested = requested or eopts.precision
         fp32 = replace(eopts, precision="fp32")
         _emit_once(emitter, target, ir, stage, fp32, options, report, zoo_tol, hop, on_stage=on_stage, out=out,
                    requested=requested)
-        report.data["artifacts"][-1]["precision_fallback"] = {"requested": requested, "reason": e.reason}
+        report.set_precision_fallback(requested, e.reason)
         report.warn(f"{target}: --precision {requested} could not be delivered ({e.reason}); the artifact is fp32")
 
 
@@ -226,14 +219,12 @@ def _emit_once(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop,
     entry["requested_precision"] = requested or eopts.precision
     if entry["requested_precision"] != artifact.precision and options.fallback_reason:
         entry["precision_fallback"] = {"requested": entry["requested_precision"], "reason": options.fallback_reason}
-    entry["_attempt"] = target
-    report.add_artifact(entry)
+    report.add_artifact(entry, attempt=target)
     if artifact.runner:
         ttol = options.tolerance(artifact.precision, zoo_tol)
         with run_stage(report, f"validate:{target}", on_stage=on_stage):
             parity = validate_artifact(artifact, ir, ttol, hop)
-        report.add_parity(parity)
-        report.data["parity"][-1]["_attempt"] = target
+        report.add_parity(parity, attempt=target)
         parity.raise_if_failed(path=out)
 
 
@@ -271,15 +262,15 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
             on_stage: StageCallback | None = None, **kwargs) -> dict:
     """Convert `source` (a path, 'zoo:NAME' or an nn.Module) into OUT_DIR; returns the report.
 
-    Raises a ModelportError (with `.report` holding the failed run's report) on failure.
+    Raises a ModelportError (with `.report` holding the failed run's report) on failure
+    (`Run` ends the command).
     """
     from modelport.emitters import EmitOptions, get_emitter
     from modelport.parsers import parse
     from modelport.staging import staged_dir
 
     options = options or ConvertOptions(**kwargs)
-    report = Report(options.command)
-    try:
+    with Run(options.command) as report:
         for t in options.targets:
             get_emitter(t)  # unknown targets fail before any work
         if options.packages:
@@ -293,11 +284,11 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
         src, spec, zoo_tol = resolve_source(source, options)
         tol = options.tolerance("fp32", zoo_tol)
 
-        with run_stage(report, "parse", on_stage=on_stage):
+        with run_stage(report, "parse", on_stage=on_stage) as parsed:
             ir = parse(src, spec)
-        report.data["source"] = describe_source(src, ir)
-        report.data["contract"] = ir.contract()
-        report.data["stages"][-1].update(nodes=len(ir.model.graph.node), exporter=ir.provenance.get("exporter"))
+            parsed.note(nodes=len(ir.model.graph.node), exporter=ir.provenance.get("exporter"))
+        report.set_source(describe_source(src, ir))
+        report.set_contract(ir.contract(), reference_varies=ir.provenance.get("reference_varies"))
         check_override_names(tol, [o.name for o in ir.outputs], path=spec.path)
         check_reference_varies(ir, report, strict=options.strict, path=spec.path)
 
@@ -318,7 +309,7 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
 
         with run_stage(report, "preflight", on_stage=on_stage):  # every target's, before anything is emitted
             check_targets(ir, options.targets, EmitOptions(precision=options.precision, opset=options.opset,
-                                                           options=dict(options.emit_options)))
+                                                           calibration=options.calibration))
         with staged_dir(out, source_inputs(source, options), force=options.force) as stage:
             for target in options.targets:
                 emitter = get_emitter(target)
@@ -330,9 +321,5 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
                 from modelport.orchestration.package import package_converted
 
                 package_converted(stage, report, options.packages, options.package, on_stage=on_stage)
-            report.finish(exit_code=0)
             report.write(stage)
-        return report.data
-    except ModelportError as e:
-        e.report = report.finish(exit_code=e.exit_code, error=e.to_dict())
-        raise
+    return report.to_dict()

@@ -49,11 +49,12 @@ def optimize_stage(ir: IRModel, options, report, zoo_tol=None, *, on_stage=None)
         run = auto_select if opts.level == "auto" and not opts.passes else optimize_ir
         out, rows, selection = run(ir, opts, tolerance=lambda p: options.tolerance(p, zoo_tol), on_pass=on_stage)
     except ValidationError as e:
-        report.data["stages"].extend(r.to_dict() for r in getattr(e, "rows", []))
+        report.add_stage_rows(e.rows)
         raise
-    report.data["stages"].extend(rows)
+    report.add_stage_rows(rows)
+    warn_round_limits(report, rows)
     if selection:
-        report.data["optimize"] = selection
+        report.set_optimize(selection)
     if others:
         return out, options  # the emitters apply the precision
     precision = out.provenance.get("precision", "fp32")
@@ -66,3 +67,12 @@ def optimize_stage(ir: IRModel, options, report, zoo_tol=None, *, on_stage=None)
         changes.update(atol=opts.budget.atol, rtol=opts.budget.rtol, min_cosine=opts.budget.min_cosine,
                        scaled_atol=opts.budget.scaled)
     return out, replace(options, **changes)
+
+
+def warn_round_limits(report, rows: list[dict]) -> None:
+    """A warning for each pass whose rewrite rules still matched when its round limit stopped it."""
+    for row in rows:
+        limit = (row.get("details") or {}).get("round_limit_reached")
+        if limit:
+            report.warn(f"pass '{row['pass']}' still rewrote the model in its last round: it stopped at its round limit "
+                        f"({limit}), short of a fixed point")

@@ -15,7 +15,7 @@ from pathlib import Path
 from modelport.errors import BadInputError, ModelportError, StageError
 from modelport.serving import Bundle, PackageOptions, get_packager, parse_systems
 from modelport.serving.bundle import Artifacts, load_artifacts
-from modelport.validation.report import Report
+from modelport.validation.report import Report, Run
 
 # files above this size are hard-linked (not copied) when an existing repository is carried over
 _LINK_ABOVE = 1 << 20
@@ -67,7 +67,7 @@ def write_bundles(artifacts: Artifacts, dest: Path, systems: list[str], options:
                 if isinstance(e, ModelportError):
                     raise
                 raise StageError(f"package:{system}", before, e) from e
-            entry.update(files=len(bundle.files), model_name=bundle.details.get("model_name"))
+            entry.note(files=len(bundle.files), model_name=bundle.details.get("model_name"))
         bundles.append(bundle)
     return bundles
 
@@ -78,17 +78,16 @@ def package(source, output_dir: str | Path, systems: str | list[str], options: P
     from modelport.staging import staged_dir
 
     options = options or PackageOptions(**kwargs)
-    report = Report("package")
-    try:
+    with Run("package") as report:
         names = parse_systems(systems)
         out = Path(output_dir)
         if on_stage:
             on_stage("load")
         with report.stage("load") as entry:
             artifacts = load_artifacts(source)
-            entry.update(artifacts=sorted(artifacts.files))
-        report.data["source"] = artifacts.source_info()
-        report.data["contract"] = artifacts.contract()
+            entry.note(artifacts=sorted(artifacts.files))
+        report.set_source(artifacts.source_info())
+        report.set_contract(artifacts.contract())
         adding = options.add_version and out.exists()
         if options.add_version and options.force:
             raise BadInputError("--add-version keeps the existing bundle and --force replaces it: pick one")
@@ -99,13 +98,9 @@ def package(source, output_dir: str | Path, systems: str | list[str], options: P
                 _carry_over(out, stage)
             bundles = write_bundles(artifacts, stage, names, options, subfolders=len(names) > 1, report=report,
                                     on_stage=on_stage)
-            report.data["bundles"] = [b.to_dict(stage) for b in bundles]
-            report.finish(exit_code=0)
+            report.set_bundles([b.to_dict(stage) for b in bundles])
             report.write(stage)
-        return report.data
-    except ModelportError as e:
-        e.report = report.finish(exit_code=e.exit_code, error=e.to_dict())
-        raise
+    return report.to_dict()
 
 
 def package_converted(stage: Path, report: Report, systems: list[str], options: PackageOptions | None = None, *,
@@ -117,9 +112,9 @@ def package_converted(stage: Path, report: Report, systems: list[str], options: 
     """
     from modelport.serving.bundle import from_report
 
-    artifacts = from_report(stage, report.data)
+    artifacts = from_report(stage, report.data)  # read-only view
     opts = options or PackageOptions(trust=True)
     bundles = write_bundles(artifacts, stage / "packages", parse_systems(systems), opts, subfolders=True, report=report,
                             on_stage=on_stage)
-    report.data["bundles"] = [b.to_dict(stage) for b in bundles]
+    report.set_bundles([b.to_dict(stage) for b in bundles])
     return bundles

@@ -107,25 +107,25 @@ def validate_models(a: str | Path, b: str | Path, *, inputs: str | None = None, 
         note = r.io_note() if hasattr(r, "io_note") else None
         if note:
             side["io"] = note
-    from modelport.validation.report import Report
+    from modelport.validation.report import Run
 
-    run = Report("validate")  # modelport.report/1, with the two sides under `a` and `b`
-    report = run.data
-    report.update(source={"path": str(pa), "framework": ka, "format": ka}, a=side_a, b=side_b,
-                  inputs={k: list(v.shape) for k, v in feeds.items()}, parity=[parity.to_dict()])
-    if localize:
-        stage("localize")
-        report["localize"] = localize_divergence(pa, ka, pb, kb, feeds) if not parity.ok else {"node": None, "note": "outputs match"}
-    if not parity.ok:
-        named = not by_position and any(o.name == "*" for o in parity.outputs)
-        err = ValidationError(f"models differ: {parity.summary()}", path=pb, parity=parity.to_dict(),
-                              hint="--match-by-position pairs the outputs in order" if named else None)
-        where = report.get("localize") or {}
-        if where.get("node"):
-            err.reason += f"; first diverging node: {where['node']} ({where['op_type']}, tensor '{where['tensor']}')"
-        err.report = run.finish(exit_code=err.exit_code, error=err.to_dict())
-        raise err
-    return run.finish(exit_code=0)
+    with Run("validate") as report:  # modelport.report/1, with the two sides under `a` and `b`
+        report.set_source({"path": str(pa), "framework": ka, "format": ka})
+        report.set_sides(side_a, side_b, {k: list(v.shape) for k, v in feeds.items()})
+        report.add_parity(parity)
+        where = {}
+        if localize:
+            stage("localize")
+            where = localize_divergence(pa, ka, pb, kb, feeds) if not parity.ok else {"node": None, "note": "outputs match"}
+            report.set_localize(where)
+        if not parity.ok:
+            named = not by_position and any(o.name == "*" for o in parity.outputs)
+            reason = f"models differ: {parity.summary()}"
+            if where.get("node"):
+                reason += f"; first diverging node: {where['node']} ({where['op_type']}, tensor '{where['tensor']}')"
+            raise ValidationError(reason, path=pb, parity=parity.to_dict(),
+                                  hint="--match-by-position pairs the outputs in order" if named else None)
+    return report.to_dict()
 
 
 def localize_divergence(pa: Path, ka: str, pb: Path, kb: str, feeds: dict) -> dict:

@@ -74,10 +74,10 @@ def _rebuild_error(record: dict, path) -> ModelportError:
     cls = getattr(errors, record.get("type", ""), None)
     if not (isinstance(cls, type) and issubclass(cls, ModelportError)) or cls is errors.StageError:
         cls = ModelportError
-    err = cls(record["reason"], path=record.get("path") or path, hint=record.get("hint"))
     if cls is ModelportError:
-        err.exit_code = int(record.get("exit_code", errors.EXIT_UNEXPECTED))
-    return err
+        return cls(record["reason"], path=record.get("path") or path, hint=record.get("hint"),
+                   exit_code=int(record.get("exit_code", errors.EXIT_UNEXPECTED)))
+    return cls(record["reason"], path=record.get("path") or path, hint=record.get("hint"))
 
 
 def call_in_child(target: str, request: dict, *, path, arrays: dict[str, np.ndarray] | None = None,

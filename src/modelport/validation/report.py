@@ -12,11 +12,13 @@ Later stages add their own keys to stages/artifacts entries; existing keys keep 
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import platform
 import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 SCHEMA = "modelport.report/1"
@@ -39,58 +41,198 @@ def tool_versions() -> dict[str, str]:
     return out
 
 
-@dataclass
 class Report:
-    command: str
-    data: dict[str, Any] = field(default_factory=dict)
+    """The run record of one command, built through its methods; `data` is a read-only view.
 
-    def __post_init__(self):
+    Code outside this module never writes into the document: each section has its method (source,
+    contract, stage rows, artifacts, parity, warnings, optimisation table, bundles, validate's
+    sides), so the schema lives in one place. `to_dict()` is a copy for callers to keep.
+    """
+
+    def __init__(self, command: str):
+        self.command = command
         self._t0 = time.perf_counter()
-        self.data.update({
-            "schema": SCHEMA, "command": self.command, "status": "running", "exit_code": None,
+        self._attempts: dict[str, list[tuple[str, int]]] = {}  # target -> (section, id(entry)) of a retriable attempt
+        self._data: dict[str, Any] = {
+            "schema": SCHEMA, "command": command, "status": "running", "exit_code": None,
             "error": None, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "seconds": None,
             "tool": {}, "source": None, "contract": None, "stages": [], "artifacts": [], "parity": [], "warnings": [],
-        })
+        }
+
+    @property
+    def data(self) -> Mapping[str, Any]:
+        return MappingProxyType(self._data)
+
+    @property
+    def finished(self) -> bool:
+        return self._data["exit_code"] is not None
+
+    # --- stages ---------------------------------------------------------------------------------
 
     @contextlib.contextmanager
     def stage(self, name: str, **details):
+        """A timed stage row; the yielded `StageRow` adds details to it (`row.note(nodes=12)`)."""
         entry = {"name": name, **details}
         t = time.perf_counter()
-        self.data["stages"].append(entry)
+        self._data["stages"].append(entry)
         try:
-            yield entry
+            yield StageRow(entry)
         finally:
             entry["seconds"] = round(time.perf_counter() - t, 4)
 
     @property
     def stage_names(self) -> list[str]:
-        return [s["name"] for s in self.data["stages"]]
+        return [s["name"] for s in self._data["stages"]]
 
-    def add_parity(self, result) -> None:
-        self.data["parity"].append(result.to_dict())
+    def add_stage_rows(self, rows) -> None:
+        """Rows a stage produced itself (the optimisation passes): dicts or objects with `to_dict()`."""
+        self._data["stages"].extend(r if isinstance(r, dict) else r.to_dict() for r in rows)
+
+    # --- sections -------------------------------------------------------------------------------
+
+    def set_source(self, info: dict) -> None:
+        self._data["source"] = dict(info)
+
+    def set_contract(self, contract: dict, *, reference_varies: dict[str, bool] | None = None) -> None:
+        """The I/O contract; `reference_varies` marks each named output whose source reference changed
+        (or not) between two sample sets."""
+        contract = copy.deepcopy(contract)
+        for o in contract.get("outputs") or []:
+            if reference_varies and o["name"] in reference_varies:
+                o["reference_varies"] = reference_varies[o["name"]]
+        self._data["contract"] = contract
+
+    def set_optimize(self, selection: dict) -> None:
+        """The table `--optimize auto` chose from."""
+        self._data["optimize"] = selection
+
+    def set_bundles(self, bundles: list[dict]) -> None:
+        self._data["bundles"] = list(bundles)
+
+    def set_files(self, files: list[str]) -> None:
+        """The files a `zoo build` wrote, relative to its folder."""
+        self._data["files"] = list(files)
+
+    def set_sides(self, a: dict, b: dict, inputs: dict[str, list[int]]) -> None:
+        """`validate`'s two models (`a`, `b`) and the input shapes both ran on."""
+        self._data.update(a=a, b=b, inputs=inputs)
+
+    def set_localize(self, where: dict) -> None:
+        self._data["localize"] = where
+
+    def add_parity(self, result, *, attempt: str | None = None) -> None:
+        """A hop's comparison (a ParityResult or its dict); `attempt` tags it as part of a retriable attempt."""
+        entry = result if isinstance(result, dict) else result.to_dict()
+        self._data["parity"].append(entry)
+        self._tag(attempt, "parity", entry)
 
     def warn(self, text: str) -> None:
         """A finding the user must see although the run succeeds (printed on stderr by the CLI)."""
-        self.data["warnings"].append(text)
+        self._data["warnings"].append(text)
 
-    def add_artifact(self, artifact: dict) -> None:
-        self.data["artifacts"].append(artifact)
+    def add_artifact(self, artifact: dict, *, attempt: str | None = None) -> None:
+        self._data["artifacts"].append(artifact)
+        self._tag(attempt, "artifacts", artifact)
+
+    def set_precision_fallback(self, requested: str, reason: str) -> None:
+        """The last artifact was delivered in FP32 although `requested` was asked for."""
+        self._data["artifacts"][-1]["precision_fallback"] = {"requested": requested, "reason": reason}
+
+    # --- attempts: an emit that may be retried (precision fallback) -----------------------------
+
+    def _tag(self, attempt: str | None, section: str, entry: dict) -> None:
+        if attempt is not None:
+            self._attempts.setdefault(attempt, []).append((section, id(entry)))
+
+    def discard_attempt(self, attempt: str) -> None:
+        """Drop the artifact and parity entries of a failed attempt (replaced by the retry's)."""
+        tagged = self._attempts.pop(attempt, [])
+        for section in ("artifacts", "parity"):
+            ids = {i for s, i in tagged if s == section}
+            self._data[section][:] = [e for e in self._data[section] if id(e) not in ids]
+
+    def settle_attempt(self, attempt: str) -> None:
+        """The attempt's entries stay: forget the tags."""
+        self._attempts.pop(attempt, None)
+
+    # --- the end of the run ---------------------------------------------------------------------
 
     def finish(self, *, exit_code: int = 0, error: dict | None = None) -> dict:
-        self.data["status"] = "ok" if exit_code == 0 else "failed"
-        self.data["exit_code"] = exit_code
-        self.data["error"] = error
-        self.data["seconds"] = round(time.perf_counter() - self._t0, 4)
-        self.data["tool"] = tool_versions()
-        return self.data
+        self._data["status"] = "ok" if exit_code == 0 else "failed"
+        self._data["exit_code"] = exit_code
+        self._data["error"] = error
+        self._data["seconds"] = round(time.perf_counter() - self._t0, 4)
+        self._data["tool"] = tool_versions()
+        return self.to_dict()
+
+    def to_dict(self) -> dict:
+        return copy.deepcopy(self._data)
 
     def to_json(self) -> str:
-        return json.dumps(self.data, indent=2, default=json_default)
+        return json.dumps(self._data, indent=2, default=json_default)
 
     def write(self, folder: Path) -> Path:
+        """Finish the run as successful (unless already finished) and write `folder/report.json`."""
+        if not self.finished:
+            self.finish(exit_code=0)
         path = Path(folder) / "report.json"
         path.write_text(self.to_json())
         return path
+
+
+class StageRow:
+    """The handle `Report.stage()` yields: adds details to its stage row."""
+
+    def __init__(self, entry: dict):
+        self._entry = entry
+
+    def note(self, **details) -> None:
+        self._entry.update(details)
+
+
+class Run:
+    """The end of every command: `with Run("convert") as report: ...`.
+
+    On success the report is finished (exit code 0) unless the body already wrote it. On a
+    ModelportError the report is finished with the error's exit code and the error is raised
+    again as a copy carrying it (`e.report`), chained from the original; an error that already
+    carries a report (an inner run ended first) passes through unchanged. An optional framework
+    that failed to import becomes the MissingDependencyError (exit 5) that names its extra. Any
+    other exception (a bug) passes through, and `document` holds the failed report (exit 1).
+    """
+
+    def __init__(self, command: str):
+        self.report = Report(command)
+        self.document: dict | None = None
+
+    def __enter__(self) -> Report:
+        return self.report
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        from modelport.errors import EXIT_UNEXPECTED, ModelportError
+
+        if exc is None:
+            if not self.report.finished:
+                self.report.finish(exit_code=0)
+            self.document = self.report.to_dict()
+            return False
+        if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit
+            return False
+        if not isinstance(exc, ModelportError):
+            from modelport.deps import missing_dependency
+
+            missing = missing_dependency(exc)
+            if missing is None:
+                self.document = self.report.finish(exit_code=EXIT_UNEXPECTED, error={
+                    "type": type(exc).__name__, "exit_code": EXIT_UNEXPECTED, "message": str(exc), "path": None})
+                return False
+            self.document = self.report.finish(exit_code=missing.exit_code, error=missing.to_dict())
+            raise missing.with_report(self.document) from exc
+        if exc.report is not None:
+            self.document = exc.report
+            return False
+        self.document = self.report.finish(exit_code=exc.exit_code, error=exc.to_dict())
+        raise exc.with_report(self.document) from exc
 
 
 def json_default(o):

@@ -19,22 +19,21 @@ def save_source(name: str, output: Path, *, force: bool = False) -> dict:
     from modelport import zoo
     from modelport.errors import BadInputError
     from modelport.staging import staged_dir
-    from modelport.validation.report import Report
+    from modelport.validation.report import Run
 
     entry = zoo.get(name)
     if entry.framework not in SAVERS:
         raise BadInputError(f"zoo model '{name}' ({entry.framework}) cannot be saved as a source file")
-    report = Report("zoo build")
-    with report.stage("build"):
-        model = zoo.build(name)
-    saver = importlib.import_module(SAVERS[entry.framework])
-    with staged_dir(output, force=force) as stage:
-        with report.stage("save"):
-            files, hint = saver.save(model, entry, stage)
-        report.data["source"] = {"path": f"zoo:{name}", "framework": entry.framework, "format": None}
-        report.data["files"] = sorted(str(Path(f).relative_to(stage)) for f in files)
-        report.finish(exit_code=0)
-        report.write(stage)
+    with Run("zoo build") as report:
+        with report.stage("build"):
+            model = zoo.build(name)
+        saver = importlib.import_module(SAVERS[entry.framework])
+        with staged_dir(output, force=force) as stage:
+            with report.stage("save"):
+                files, hint = saver.save(model, entry, stage)
+            report.set_source({"path": f"zoo:{name}", "framework": entry.framework, "format": None})
+            report.set_files(sorted(str(Path(f).relative_to(stage)) for f in files))
+            report.write(stage)
     files = [str(output / Path(f).relative_to(stage)) for f in files]
     return {"name": name, "framework": entry.framework, "files": files,
             "convert_hint": hint.replace("{dir}", str(output))}
