@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from modelport.errors import BadInputError
 from modelport.ir import LAYOUTS, Preprocess, TensorSpec
@@ -154,3 +157,21 @@ def parse_dims(values: list[str]) -> dict[str, int]:
             raise BadInputError(f"bad --dim '{text}': expected NAME=POSITIVE_INT, e.g. batch=4")
         out[name] = int(value)
     return out
+
+
+@dataclass
+class SourceSpec:
+    """Everything the user told us about the source, beyond the file itself: what
+    `parsers.parse(source, spec)` is asked to read (here, below the parsers, so that the zoo and
+    the orchestration build one without importing them)."""
+
+    path: Path | None = None
+    framework: str | None = None
+    inputs: list[TensorSpec] = field(default_factory=list)  # user-given (shape and dtype may be partial)
+    output_names: list[str] | None = None
+    arch: str | None = None  # "zoo:NAME" or "package.module:Class"
+    trust: bool = False
+    opset: int | None = None
+    sample_dims: dict[str, int] = field(default_factory=dict)
+    seed: int = 0
+    options: dict[str, Any] = field(default_factory=dict)  # framework-specific (signature, tf inputs, ...)

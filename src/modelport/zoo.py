@@ -135,7 +135,7 @@ def build(name: str, *, seed: int = 0):
 
 def source_spec(name: str):
     """The SourceSpec (inputs, sample dims, output names) for converting a zoo model."""
-    from modelport.parsers import SourceSpec
+    from modelport.specs import SourceSpec
 
     entry = get(name)
     return SourceSpec(framework=entry.framework, inputs=entry.input_specs(), output_names=entry.outputs,

@@ -7,14 +7,13 @@ framework is one module plus one line in PARSERS.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 from modelport.errors import BadInputError
-from modelport.ir import IRModel, TensorSpec
+from modelport.ir import IRModel
 from modelport.registry import Registry
+from modelport.specs import SourceSpec  # what a parser is asked to read (defined below the parsers)
 
 # framework name -> module; order matters for sniffing (first match wins). Aliases: other
 # spellings users type, MMdnn's included.
@@ -31,22 +30,6 @@ PARSERS = Registry("source framework", {
 })
 register_parser = PARSERS.register
 canonical = PARSERS.canonical
-
-
-@dataclass
-class SourceSpec:
-    """Everything the user told us about the source, beyond the file itself."""
-
-    path: Path | None = None
-    framework: str | None = None
-    inputs: list[TensorSpec] = field(default_factory=list)  # user-given (shape and dtype may be partial)
-    output_names: list[str] | None = None
-    arch: str | None = None  # "zoo:NAME" or "package.module:Class"
-    trust: bool = False
-    opset: int | None = None
-    sample_dims: dict[str, int] = field(default_factory=dict)
-    seed: int = 0
-    options: dict[str, Any] = field(default_factory=dict)  # framework-specific (signature, tf inputs, ...)
 
 
 def get_parser(name: str) -> ModuleType:
