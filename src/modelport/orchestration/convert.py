@@ -13,20 +13,19 @@ contract), warned about, and fails the run under `strict`.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from modelport.emitters.tensorrt import TensorRTOptions
 from modelport.emitters.tflite import TFLiteOptions
-from modelport.errors import BadInputError, ModelportError, StageError, ValidationError
+from modelport.errors import BadInputError, ModelportError, ValidationError
 from modelport.ir import IRModel, TensorSpec
 from modelport.optimize.pipeline import OptimizeOptions
 from modelport.parsers.tf_common import TFSourceOptions
 from modelport.serving import PackageOptions
 from modelport.validation import Tolerance, check, check_override_names, tolerance_for
-from modelport.validation.report import Report, Run
+from modelport.validation.report import Report, Run, run_stage
 
 
 @dataclass
@@ -233,29 +232,6 @@ def validate_artifact(artifact, ir: IRModel, tol: Tolerance, hop: str):
 
     runner = get_runner(artifact.runner, artifact.path, **artifact.runner_options)
     return check(runner, artifact.reference or ir.reference, tol, hop)
-
-
-@contextlib.contextmanager
-def run_stage(report: Report, name: str, *, on_stage: StageCallback | None = None, **details):
-    """A timed report stage; an unexpected exception inside becomes a StageError naming the
-    stage and the stages that ran before it (user errors pass through unchanged)."""
-    if on_stage:
-        on_stage(name)
-    before = report.stage_names
-    with report.stage(name, **details) as entry:
-        try:
-            yield entry
-        except MemoryError:
-            raise
-        except Exception as e:
-            from modelport.deps import missing_dependency
-
-            missing = missing_dependency(e)
-            if missing is not None and missing is not e:
-                raise missing from e
-            if isinstance(e, ModelportError):
-                raise
-            raise StageError(name, before, e) from e
 
 
 def convert(source, output_dir: str | Path, options: ConvertOptions | None = None, *,

@@ -12,10 +12,10 @@ import os
 import shutil
 from pathlib import Path
 
-from modelport.errors import BadInputError, ModelportError, StageError
+from modelport.errors import BadInputError
 from modelport.serving import Bundle, PackageOptions, get_packager, parse_systems
 from modelport.serving.bundle import Artifacts, load_artifacts
-from modelport.validation.report import Report, Run
+from modelport.validation.report import Report, Run, run_stage
 
 # files above this size are hard-linked (not copied) when an existing repository is carried over
 _LINK_ABOVE = 1 << 20
@@ -52,21 +52,8 @@ def write_bundles(artifacts: Artifacts, dest: Path, systems: list[str], options:
         if report is None:
             bundles.append(packager.package(artifacts, folder, options))
             continue
-        before = report.stage_names
-        with report.stage(f"package:{system}") as entry:
-            try:
-                bundle = packager.package(artifacts, folder, options)
-            except MemoryError:
-                raise
-            except Exception as e:
-                from modelport.deps import missing_dependency
-
-                missing = missing_dependency(e)
-                if missing is not None and missing is not e:
-                    raise missing from e
-                if isinstance(e, ModelportError):
-                    raise
-                raise StageError(f"package:{system}", before, e) from e
+        with run_stage(report, f"package:{system}") as entry:
+            bundle = packager.package(artifacts, folder, options)
             entry.note(files=len(bundle.files), model_name=bundle.details.get("model_name"))
         bundles.append(bundle)
     return bundles

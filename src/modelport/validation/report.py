@@ -21,6 +21,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from modelport.errors import ModelportError, StageError
+
 SCHEMA = "modelport.report/1"
 SCHEMA_FILE = Path(__file__).with_name("report.schema.json")  # the published JSON Schema of SCHEMA
 VERSIONED = ("onnx", "onnxruntime", "torch", "tensorflow", "keras", "tf2onnx", "onnxsim", "onnxscript", "onnx2tf", "ai_edge_litert", "tensorrt")
@@ -245,3 +247,28 @@ def json_default(o):
     if isinstance(o, Path):
         return str(o)
     return str(o)
+
+
+@contextlib.contextmanager
+def run_stage(report: Report, name: str, *, on_stage=None, **details):
+    """A timed report stage (`on_stage(name)` told first, for the live display); an unexpected
+    exception inside becomes a StageError naming the stage and the stages that ran before it, a
+    failed import of an optional framework its MissingDependencyError (exit 5); user errors pass
+    through unchanged."""
+    if on_stage:
+        on_stage(name)
+    before = report.stage_names
+    with report.stage(name, **details) as entry:
+        try:
+            yield entry
+        except MemoryError:
+            raise
+        except Exception as e:
+            from modelport.deps import missing_dependency
+
+            missing = missing_dependency(e)
+            if missing is not None and missing is not e:
+                raise missing from e
+            if isinstance(e, ModelportError):
+                raise
+            raise StageError(name, before, e) from e
