@@ -45,3 +45,87 @@ def test_reference_varies_runs_the_second_set():
         raise RuntimeError("data-dependent failure")
 
     assert reference_varies(broken, SPECS, run(feeds), {"batch": 2}, seed=0) == {"y": None, "c": None}
+
+
+# --- sample data the user chooses: --data inputs.npz and --value NAME=V ---------------------------
+
+def _control_input_model(path):
+    """y = sum(x) when sr == 16000, else a Gather whose index is out of range (fails at run time),
+    the way a VAD model's `If` on its sample-rate input fails on a random value."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    sr = helper.make_tensor_value_info("sr", TensorProto.INT64, [])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    then_branch = helper.make_graph(
+        [helper.make_node("ReduceSum", ["x", "axes"], ["s"], keepdims=0)], "ok", [],
+        [helper.make_tensor_value_info("s", TensorProto.FLOAT, [1])],
+        [helper.make_tensor("axes", TensorProto.INT64, [1], [1])])
+    else_branch = helper.make_graph(
+        [helper.make_node("Gather", ["x", "far"], ["g"], axis=1)], "bad", [],
+        [helper.make_tensor_value_info("g", TensorProto.FLOAT, [1])],
+        [helper.make_tensor("far", TensorProto.INT64, [], [10])])
+    graph = helper.make_graph(
+        [helper.make_node("Constant", [], ["rate"], value=helper.make_tensor("rate", TensorProto.INT64, [], [16000])),
+         helper.make_node("Equal", ["sr", "rate"], ["is_16k"]),
+         helper.make_node("If", ["is_16k"], ["y"], then_branch=then_branch, else_branch=else_branch)],
+        "vad_like", [x, sr], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def test_given_inputs_replace_random_ones_in_both_sample_sets():
+    given = {"ids": np.asarray(7), "x": np.ones((3, 4), np.float32)}
+    first = make_inputs(SPECS, {"batch": 2}, given=given)
+    second = make_inputs(SPECS, {"batch": 2}, variant=1, given=given)
+    assert np.array_equal(first["x"], np.ones((3, 4), np.float32))  # used as given: its batch of 3 ...
+    assert first["ids"].shape == (3, 3) and (first["ids"] == 7).all()  # ... binds `batch` for the others
+    assert np.array_equal(first["ids"], second["ids"]) and np.array_equal(first["x"], second["x"])
+    # a reference that only reads the pinned input is not flagged as ignoring its input
+    varies = reference_varies(lambda f: {"y": f["ids"].astype(np.float32) + f["x"][:, :1]}, SPECS,
+                              {"y": first["ids"].astype(np.float32) + first["x"][:, :1]}, {"batch": 2}, given=given)
+    assert varies == {"y": False}  # both sets equal: every input pinned, so nothing could change
+
+
+def test_control_input_reference_failure_is_exit_2_naming_it(cli, tmp_path):
+    model = _control_input_model(tmp_path / "vad.onnx")
+    r = cli("convert", model, "-o", tmp_path / "out")
+    assert r.exit_code == 2, r
+    assert "reference run failed" in r.stderr and "['sr']" in r.stderr and "vad.onnx" in r.stderr
+    assert "--value NAME=V" in r.stderr and "--data" in r.stderr
+
+
+def test_value_pins_a_control_input(cli, tmp_path):
+    model = _control_input_model(tmp_path / "vad.onnx")
+    r = cli("convert", model, "--value", "sr=16000", "-o", tmp_path / "out", "--json")
+    assert r.exit_code == 0, r
+    report = r.json()
+    assert report["status"] == "ok"
+    ref = np.load(tmp_path / "out" / "reference.npz") if (tmp_path / "out" / "reference.npz").exists() else None
+    if ref is not None:
+        assert any(k.endswith("sr") and (ref[k] == 16000).all() for k in ref.files)
+
+
+def test_data_file_pins_a_control_input_and_is_checked(cli, tmp_path):
+    model = _control_input_model(tmp_path / "vad.onnx")
+    data = tmp_path / "in.npz"
+    np.savez(data, sr=np.asarray(16000, np.int64), x=np.arange(4, dtype=np.float32).reshape(1, 4))
+    r = cli("convert", model, "--data", data, "-o", tmp_path / "out")
+    assert r.exit_code == 0, r
+    for name, bad, why in (("missing", {"sr": np.asarray(16000), "rate_hz": np.asarray(1)}, "rate_hz"),
+                           ("shape", {"x": np.zeros((1, 5), np.float32)}, "'x' has shape [1, 5]"),
+                           ("dtype", {"x": np.zeros((1, 4), np.float64)}, "'x' is float64")):
+        np.savez(tmp_path / f"{name}.npz", **bad)
+        r = cli("convert", model, "--data", tmp_path / f"{name}.npz", "--value", "sr=16000", "-o", tmp_path / name)
+        assert r.exit_code == 2 and why in r.stderr, (name, r)
+
+
+def test_value_for_an_unknown_input_lists_the_models_inputs(cli, tmp_path):
+    model = _control_input_model(tmp_path / "vad.onnx")
+    r = cli("convert", model, "--value", "rate=16000", "-o", tmp_path / "out")
+    assert r.exit_code == 2 and "'rate'" in r.stderr and "['x', 'sr']" in r.stderr, r
+    r = cli("convert", model, "--value", "sr=fast", "-o", tmp_path / "out")
+    assert r.exit_code == 2 and "bad --value 'sr=fast'" in r.stderr, r

@@ -48,6 +48,10 @@ OutputDir = Annotated[str | None, typer.Option("-o", "--output-dir", help="Outpu
 Seed = Annotated[int, typer.Option("--seed", help="Seed of the sample inputs.")]
 Dim = Annotated[list[str], typer.Option("--dim", help="Size of a symbolic dim in the sample inputs, e.g. batch=4 (repeatable).")]
 Inputs = Annotated[list[str], typer.Option("--input", "-i", help="NAME:SHAPE[:DTYPE], e.g. input:batch,3,224,224 (repeatable).")]
+Data = Annotated[str | None, typer.Option("--data", help="Sample inputs to use instead of random ones: an .npz of arrays keyed "
+                                                        "by input name, each used as given (leading axis the batch).")]
+Value = Annotated[list[str], typer.Option("--value", help="NAME=V: a constant input (e.g. sr=16000), broadcast to its shape "
+                                                          "and dtype; wins over --data (repeatable).")]
 Atol = _tolerance("--atol", "Absolute tolerance (scaled by each output's magnitude), e.g. 1e-4")
 Rtol = _tolerance("--rtol", "Relative tolerance, e.g. 1e-3")
 MinCosine = _tolerance("--min-cosine", "Minimum cosine similarity, e.g. 0.999")
@@ -88,7 +92,7 @@ Systems = Annotated[list[str], typer.Option("--for", help=f"Serving system(s), c
 RESULT = (("json_out", JsonOut, False), ("quiet", Quiet, False))
 WRITES = (("output", OutputDir, None), ("force", Force, False))
 TOLERANCES = (("atol", Atol, []), ("rtol", Rtol, []), ("min_cosine", MinCosine, []))
-SAMPLES = (("inputs", Inputs, []), ("dim", Dim, []), ("seed", Seed, 0))
+SAMPLES = (("inputs", Inputs, []), ("dim", Dim, []), ("seed", Seed, 0), ("data", Data, None), ("values", Value, []))
 PRECISION = (("calibration", Calibration, None), ("strict", Strict, False), ("allow_fallback", AllowFallback, False))
 PREPROCESSING = (("layout", Layout, []), ("mean", Mean, []), ("std", Std, []), ("scale", Scale, []),
                  ("channel_order", ChannelOrder, None))
@@ -124,11 +128,12 @@ def tolerances(shared: dict) -> tuple[dict, dict]:
 
 
 def parity_kwargs(shared: dict) -> dict:
-    """ConvertOptions keywords from TOLERANCES and SAMPLES' --dim and --seed."""
+    """ConvertOptions keywords from TOLERANCES and SAMPLES' --dim, --seed, --data and --value."""
     from modelport.specs import parse_dims
 
     tols, per_output = tolerances(shared)
-    return {**tols, "output_tolerances": per_output, "sample_dims": parse_dims(shared["dim"]), "seed": shared["seed"]}
+    return {**tols, "output_tolerances": per_output, "sample_dims": parse_dims(shared["dim"]), "seed": shared["seed"],
+            "data": shared["data"], "values": list(shared["values"])}
 
 
 def preprocessing_kwargs(shared: dict) -> dict:

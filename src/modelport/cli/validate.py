@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
         a: str = typer.Argument(..., help="Reference model (.onnx, .ort, .tflite, .plan)."),
         b: str = typer.Argument(..., help="Candidate model."),
         localize: bool = typer.Option(False, "--localize", help="Name the first diverging node (ONNX vs ONNX)."),
-        inputs: str | None = typer.Option(None, "--inputs", help=".npz of inputs keyed by name (else generated)."),
+        data: flags.aliased(flags.Data, "--inputs") = None,
         precision: str = typer.Option("fp32", "--precision", help="Default tolerances for this precision of B."),
         by_position: bool = typer.Option(False, "--match-by-position", help="Pair outputs in order instead of by name (two models whose outputs are named differently)."),
         **shared,
@@ -43,7 +43,7 @@ def register(app: typer.Typer) -> None:
             tols, per_output = flags.tolerances(shared)
             tol = tolerance_for(choice(precision, DEFAULT_TOLERANCES, "precision"), user=tols, overrides=per_output)
             with stage_status(shared["quiet"] or shared["json_out"]) as on_stage:
-                return validate_models(a, b, inputs=inputs, dims=parse_dims(shared["dim"]), seed=shared["seed"], tolerance=tol,
+                return validate_models(a, b, data=data, values=shared["values"], dims=parse_dims(shared["dim"]), seed=shared["seed"], tolerance=tol,
                                        localize=localize, by_position=by_position, on_stage=on_stage)
 
         run(body, command="validate", json_out=shared["json_out"], quiet=shared["quiet"], render=render_validate)

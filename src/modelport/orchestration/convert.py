@@ -55,6 +55,8 @@ class ConvertOptions:
     calibration: str | None = None  # .npz of named inputs or a folder of images (optimisation stage and emitters)
     sample_dims: dict[str, int] = field(default_factory=dict)
     seed: int = 0
+    data: str | Path | None = None  # --data: .npz of named sample inputs used instead of random ones
+    values: list[str] = field(default_factory=list)  # --value NAME=V: a scalar broadcast to that input
     force: bool = False
     strict: bool = False  # a pass that breaks parity, or a reference that ignores its input, fails the run
     allow_precision_fallback: bool = False  # deliver FP32 when the requested precision cannot hold parity
@@ -97,6 +99,7 @@ StageCallback = Callable[[str], None]
 def source_inputs(source, options: ConvertOptions | None = None) -> list[Path]:
     """The input paths an output must not overwrite (model file, its folder's data files, calibration data)."""
     paths = [Path(options.calibration)] if options and options.calibration else []
+    paths += [Path(options.data)] if options and options.data else []
     if not isinstance(source, (str, Path)) or str(source).startswith("zoo:"):
         return paths
     p = Path(source)
@@ -145,8 +148,16 @@ def resolve_source(source, options: ConvertOptions):
     spec.trust = options.trust
     spec.opset = options.opset
     spec.seed = options.seed
+    spec.data = pinned_inputs(options.data, options.values)
     spec.options.update(options.tensorflow.spec_options())
     return source, spec, zoo_tol
+
+
+def pinned_inputs(data, values: list[str]) -> dict:
+    """The user's sample inputs: the arrays of the `data` .npz, then each `--value NAME=V` (which wins)."""
+    from modelport.samples import load_data, parse_values
+
+    return {**(load_data(data) if data else {}), **parse_values(list(values))}
 
 
 def describe_source(source, ir: IRModel) -> dict:

@@ -25,7 +25,6 @@ from pathlib import Path
 import numpy as np
 
 from modelport.errors import BadInputError, ValidationError
-from modelport.ir import TensorSpec
 from modelport.registry import Registry
 from modelport.validation import Tolerance, compare, tolerance_for
 
@@ -61,27 +60,12 @@ def _align_outputs(a: dict, b: dict) -> dict:
     return {**b, **out}
 
 
-def load_inputs(path: str | Path, specs: list[TensorSpec]) -> dict[str, np.ndarray]:
-    from modelport.file_checks import check_model_file
-
-    p = check_model_file(path, kind="input data file")
-    try:
-        with np.load(p, allow_pickle=False) as z:
-            data = {k: z[k] for k in z.files}
-    except (ValueError, OSError) as e:
-        raise BadInputError(f"cannot read input data (an .npz keyed by input name): {e}", path=p) from None
-    missing = [s.name for s in specs if s.name not in data]
-    if missing:
-        raise BadInputError(f"input data lacks {missing}; it has {sorted(data)}", path=p)
-    return {s.name: data[s.name] for s in specs}
-
-
-def validate_models(a: str | Path, b: str | Path, *, inputs: str | None = None, dims: dict[str, int] | None = None,
+def validate_models(a: str | Path, b: str | Path, *, data: str | Path | None = None, values: list[str] = (), dims: dict[str, int] | None = None,
                     seed: int = 0, tolerance: Tolerance | None = None, precision: str = "fp32",
                     localize: bool = False, by_position: bool = False, on_stage=None) -> dict:
     """Compare B against A on the same inputs; returns the report, raises ValidationError on a mismatch."""
     from modelport.file_checks import check_model_file
-    from modelport.samples import make_inputs
+    from modelport.samples import load_data, make_inputs, parse_values
 
     def stage(name: str) -> None:
         if on_stage:
@@ -91,7 +75,8 @@ def validate_models(a: str | Path, b: str | Path, *, inputs: str | None = None, 
     ka, kb = kind_of(pa), kind_of(pb)
     ra, rb = KINDS.load(ka)(pa), KINDS.load(kb)(pb)
     specs = ra.input_specs()
-    feeds = load_inputs(inputs, specs) if inputs else make_inputs(specs, dims or {}, seed=seed)
+    given = {**(load_data(data) if data else {}), **parse_values(list(values))}
+    feeds = make_inputs(specs, dims or {}, seed=seed, given=given, path=data or pa)
     tol = tolerance or tolerance_for(precision)
     stage(f"run:{pa.name} ({ka})")
     out_a = ra.run(feeds)

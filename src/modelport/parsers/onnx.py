@@ -53,7 +53,7 @@ def parse(source, spec) -> IRModel:
     from modelport.onnx_io import fit_ir_version, load_onnx
     from modelport.parsers.contract import merge_specs
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
-    from modelport.samples import make_inputs, reference_varies
+    from modelport.samples import make_inputs, reference_varies, run_reference
 
     path = Path(source)
     model = load_onnx(path)
@@ -69,10 +69,10 @@ def parse(source, spec) -> IRModel:
     if spec.output_names:
         if len(spec.output_names) != len(outputs):
             raise BadInputError(f"--output names {spec.output_names} do not match the model's {len(outputs)} outputs", path=path)
-    sample = make_inputs(inputs, spec.sample_dims, seed=spec.seed)
+    sample = make_inputs(inputs, spec.sample_dims, seed=spec.seed, given=spec.data, path=spec.path)
     runner = OnnxRuntimeRunner(original)
-    ref_out = runner.run(sample)
-    varies = reference_varies(runner.run, inputs, ref_out, spec.sample_dims, seed=spec.seed)
+    ref_out = run_reference(runner.run, sample, inputs, spec.data, path)
+    varies = reference_varies(runner.run, inputs, ref_out, spec.sample_dims, seed=spec.seed, given=spec.data)
     import onnxruntime
 
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
