@@ -174,5 +174,5 @@ class SourceSpec:
     opset: int | None = None
     sample_dims: dict[str, int] = field(default_factory=dict)
     seed: int = 0
-    data: dict[str, Any] = field(default_factory=dict)  # user-pinned sample inputs (--data, --value): name -> ndarray
+    given: dict[str, Any] = field(default_factory=dict)  # user-pinned sample inputs (--data, --value): name -> ndarray
     options: dict[str, Any] = field(default_factory=dict)  # framework-specific (signature, tf inputs, ...)

@@ -57,3 +57,13 @@ def test_inspect_plan_without_tensorrt(cli, tiny_onnx, tmp_path):
     plan.write_bytes(b"\x01" * 128)
     r = cli("inspect", plan, "--json")
     assert r.exit_code == 0 and r.json()["format"] == "tensorrt-engine" and "tensorrt" in r.json()["note"]
+
+
+def test_emit_with_a_pinned_control_input(cli, tmp_path):
+    from tests.test_samples import _control_input_model
+
+    model = _control_input_model(tmp_path / "vad.onnx")
+    r = cli("emit", model, "--to", "ort", "-o", tmp_path / "bad")
+    assert r.exit_code == 2 and "['sr']" in r.stderr and "--value NAME=V" in r.stderr, r
+    r = cli("emit", model, "--to", "ort", "--value", "sr=16000", "-o", tmp_path / "out", "--json")
+    assert r.exit_code == 0 and r.json()["contract"]["given_inputs"] == ["sr"], r

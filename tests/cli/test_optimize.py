@@ -145,3 +145,14 @@ def test_precision_pass_named_in_passes_is_a_request_too(cli, tiny_onnx, tmp_pat
     r = cli("optimize", tiny_onnx, "-o", tmp_path / "p", "--passes", "fold,fp16", "--atol", "1e-9", "--rtol", "0")
     assert r.exit_code == 4, r
     assert "--precision fp16 cannot be delivered" in r.stderr and not (tmp_path / "p").exists()
+
+
+def test_optimize_with_sample_data(cli, tmp_path):
+    from tests.test_samples import _control_input_model
+
+    model = _control_input_model(tmp_path / "vad.onnx")
+    assert cli("optimize", model, "-o", tmp_path / "bad").exit_code == 2
+    npz = tmp_path / "in.npz"
+    np.savez(npz, sr=np.asarray(16000, np.int64))
+    r = cli("optimize", model, "--data", npz, "-o", tmp_path / "out", "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["contract"]["given_inputs"] == ["sr"], r

@@ -52,7 +52,8 @@ def test_user_inputs_and_bad_files(cli, variants, tmp_path):
     d, _ = variants
     npz = tmp_path / "in.npz"
     np.savez(npz, x=np.zeros((1, 3, 32, 32), np.float32))
-    assert cli("validate", d / "out/model.onnx", d / "out/model.ort", "--inputs", npz).exit_code == 0
+    assert cli("validate", d / "out/model.onnx", d / "out/model.ort", "--data", npz).exit_code == 0
+    assert cli("validate", d / "out/model.onnx", d / "out/model.ort", "--inputs", npz).exit_code == 0  # the older spelling
     bad = tmp_path / "bad.tflite"
     bad.write_bytes(b"\x00" * 64)
     r = cli("validate", d / "out/model.onnx", bad)
@@ -112,3 +113,19 @@ def test_validate_per_output_tolerance(cli, tiny_onnx, tmp_path):
     assert r.exit_code == 0, r
     assert r.json()["parity"][0]["outputs"][0]["tolerance"]["atol"] == 0.06
     assert cli("validate", tiny_onnx, tmp_path / "shifted.onnx", "--atol", "logits=0.06").exit_code == 2
+
+
+def test_data_and_value_pin_a_control_input(cli, tmp_path):
+    from tests.test_samples import _control_input_model
+
+    model = _control_input_model(tmp_path / "vad.onnx")
+    r = cli("validate", model, model)
+    assert r.exit_code == 2 and "reference run failed" in r.stderr and "['sr']" in r.stderr, r
+    assert cli("validate", model, model, "--value", "sr=16000").exit_code == 0
+    npz = tmp_path / "in.npz"
+    np.savez(npz, sr=np.asarray(16000, np.int64))
+    r = cli("validate", model, model, "--data", npz, "--json")
+    assert r.exit_code == 0 and r.json()["status"] == "ok", r
+    np.savez(npz, sr=np.asarray(16000, np.int64), rate=np.asarray(1))
+    r = cli("validate", model, model, "--data", npz)
+    assert r.exit_code == 2 and "'rate'" in r.stderr and "['x', 'sr']" in r.stderr, r

@@ -148,7 +148,7 @@ def resolve_source(source, options: ConvertOptions):
     spec.trust = options.trust
     spec.opset = options.opset
     spec.seed = options.seed
-    spec.data = pinned_inputs(options.data, options.values)
+    spec.given = pinned_inputs(options.data, options.values)
     spec.options.update(options.tensorflow.spec_options())
     return source, spec, zoo_tol
 
@@ -275,7 +275,7 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
             ir = parse(src, spec)
             parsed.note(nodes=len(ir.model.graph.node), exporter=ir.provenance.get("exporter"))
         report.set_source(describe_source(src, ir))
-        report.set_contract(ir.contract(), reference_varies=ir.provenance.get("reference_varies"))
+        report.set_contract(ir.contract(), reference_varies=ir.provenance.get("reference_varies"), given=list(spec.given))
         check_override_names(tol, [o.name for o in ir.outputs], path=spec.path)
         check_reference_varies(ir, report, strict=options.strict, path=spec.path)
 

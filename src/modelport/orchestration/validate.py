@@ -65,7 +65,7 @@ def validate_models(a: str | Path, b: str | Path, *, data: str | Path | None = N
                     localize: bool = False, by_position: bool = False, on_stage=None) -> dict:
     """Compare B against A on the same inputs; returns the report, raises ValidationError on a mismatch."""
     from modelport.file_checks import check_model_file
-    from modelport.samples import load_data, make_inputs, parse_values
+    from modelport.samples import load_data, make_inputs, parse_values, run_reference
 
     def stage(name: str) -> None:
         if on_stage:
@@ -79,7 +79,7 @@ def validate_models(a: str | Path, b: str | Path, *, data: str | Path | None = N
     feeds = make_inputs(specs, dims or {}, seed=seed, given=given, path=data or pa)
     tol = tolerance or tolerance_for(precision)
     stage(f"run:{pa.name} ({ka})")
-    out_a = ra.run(feeds)
+    out_a = run_reference(ra.run, feeds, specs, given, pa)
     stage(f"run:{pb.name} ({kb})")
     out_b = _align_outputs(out_a, rb.run(feeds))
     if not by_position:

@@ -93,7 +93,7 @@ def parse_here(source, spec) -> IRModel:
     specs = tf_common.merge_inputs(graph_specs, spec, path)
     names = [plain_name(n) for n in out_names]
     spec.output_names = None  # they were TF tensor names, not renames
-    sample = make_inputs(specs, spec.sample_dims, seed=spec.seed, given=spec.data, path=spec.path)
+    sample = make_inputs(specs, spec.sample_dims, seed=spec.seed, given=spec.given, path=spec.path)
     def call(sample):
         with stdout_to_stderr():
             result = pruned(*[tf.constant(sample[s.name]) for s in specs])
@@ -105,7 +105,7 @@ def parse_here(source, spec) -> IRModel:
         ref = call(sample)
     except Exception as e:
         raise BadInputError(f"TensorFlow cannot run the graph on the sample inputs: {first_line(e)}", path=path) from None
-    varies = reference_varies(call, specs, ref, spec.sample_dims, seed=spec.seed, given=spec.data)
+    varies = reference_varies(call, specs, ref, spec.sample_dims, seed=spec.seed, given=spec.given)
     renames = {**dict(zip(in_names, [s.name for s in specs], strict=True)), **dict(zip(out_names, names, strict=True))}
     model = tf_common.graphdef_to_onnx(graph_def, in_names, out_names, renames, opset=spec.opset, path=path)
     out_shapes = {n: t.shape.as_list() if t.shape.rank is not None else None for n, t in zip(names, out_tensors, strict=True)}

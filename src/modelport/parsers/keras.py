@@ -111,7 +111,7 @@ def parse(source, spec) -> IRModel:
     orig_names = _unique([_layer_name(t, f"input_{i}") for i, t in enumerate(keras_inputs)])
     graph_specs = [tf_common.spec_from_tf(n, list(t.shape), t.dtype) for n, t in zip(orig_names, keras_inputs, strict=True)]
     specs = tf_common.merge_inputs(graph_specs, spec, path)
-    sample = make_inputs(specs, spec.sample_dims, seed=spec.seed, given=spec.data, path=spec.path)
+    sample = make_inputs(specs, spec.sample_dims, seed=spec.seed, given=spec.given, path=spec.path)
     structure = getattr(model, "input", None)
 
     def pack(xs):
@@ -144,7 +144,7 @@ def parse(source, spec) -> IRModel:
             out = model.predict(pack([feeds[s.name] for s in specs]), verbose=0)
         return {n: np.asarray(v) for n, v in zip(names, tf.nest.flatten(out), strict=True)}
 
-    varies = reference_varies(predict, specs, ref, spec.sample_dims, seed=spec.seed, given=spec.data)
+    varies = reference_varies(predict, specs, ref, spec.sample_dims, seed=spec.seed, given=spec.given)
     graph_def, in_names, out_names = tf_common.freeze(concrete, path)
     tf_common.screen_ops(graph_def, trust=spec.trust, path=path)
     renames = {**dict(zip(in_names, [s.name for s in specs], strict=True)), **dict(zip(out_names, names, strict=True))}

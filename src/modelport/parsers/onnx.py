@@ -69,10 +69,10 @@ def parse(source, spec) -> IRModel:
     if spec.output_names:
         if len(spec.output_names) != len(outputs):
             raise BadInputError(f"--output names {spec.output_names} do not match the model's {len(outputs)} outputs", path=path)
-    sample = make_inputs(inputs, spec.sample_dims, seed=spec.seed, given=spec.data, path=spec.path)
+    sample = make_inputs(inputs, spec.sample_dims, seed=spec.seed, given=spec.given, path=spec.path)
     runner = OnnxRuntimeRunner(original)
-    ref_out = run_reference(runner.run, sample, inputs, spec.data, path)
-    varies = reference_varies(runner.run, inputs, ref_out, spec.sample_dims, seed=spec.seed, given=spec.data)
+    ref_out = run_reference(runner.run, sample, inputs, spec.given, path)
+    varies = reference_varies(runner.run, inputs, ref_out, spec.sample_dims, seed=spec.seed, given=spec.given)
     import onnxruntime
 
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)

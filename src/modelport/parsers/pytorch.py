@@ -390,7 +390,7 @@ def parse(source, spec) -> IRModel:
 
     module, how, carried = load_module(source, spec)
     specs, ranges = _input_specs(source, spec, carried)
-    sample = make_inputs(specs, spec.sample_dims, seed=spec.seed, given=spec.data, path=spec.path)
+    sample = make_inputs(specs, spec.sample_dims, seed=spec.seed, given=spec.given, path=spec.path)
     args = [torch.from_numpy(sample[s.name]) for s in specs]
     torch.manual_seed(spec.seed)
     with torch.no_grad():
@@ -405,7 +405,7 @@ def parse(source, spec) -> IRModel:
         raise BadInputError(f"{len(names)} output names given for {n_out} outputs", path=spec.path)
     runner = TorchRunner(module, input_names=[s.name for s in specs], output_names=names, inputs=specs)
     ref = runner.run(sample)
-    varies = reference_varies(runner.run, specs, ref, spec.sample_dims, seed=spec.seed, given=spec.data)
+    varies = reference_varies(runner.run, specs, ref, spec.sample_dims, seed=spec.seed, given=spec.given)
 
     errors = []
     model = exporter = None

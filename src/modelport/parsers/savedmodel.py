@@ -134,7 +134,7 @@ def parse_here(source, spec) -> IRModel:
         out_keys = [f"output_{i}" for i in range(len(tf.nest.flatten(outputs)))]
     names = tf_common.rename_outputs(out_keys, spec, folder)
 
-    sample = make_inputs(specs, spec.sample_dims, seed=spec.seed, given=spec.data, path=spec.path)
+    sample = make_inputs(specs, spec.sample_dims, seed=spec.seed, given=spec.given, path=spec.path)
 
     def call(sample):
         feeds = {k: tf.constant(sample[s.name]) for k, s in zip(original, specs, strict=True)}
@@ -146,7 +146,7 @@ def parse_here(source, spec) -> IRModel:
         ref = call(sample)
     except Exception as e:
         raise BadInputError(f"signature '{name}' failed on the sample inputs: {first_line(e)}", path=folder) from None
-    varies = reference_varies(call, specs, ref, spec.sample_dims, seed=spec.seed, given=spec.data)
+    varies = reference_varies(call, specs, ref, spec.sample_dims, seed=spec.seed, given=spec.given)
     renames = {**dict(zip(in_names, [s.name for s in specs], strict=True)), **dict(zip(out_names, names, strict=True))}
     model = tf_common.graphdef_to_onnx(graph_def, in_names, out_names, renames, opset=spec.opset, path=folder)
     out_shapes = {n: t.shape.as_list() if t.shape.rank is not None else None for n, t in zip(names, fn.outputs, strict=True)}

@@ -373,7 +373,7 @@ def spec_to_dict(spec) -> dict:
         "inputs": [s.to_dict() for s in spec.inputs], "output_names": spec.output_names, "arch": spec.arch,
         "trust": spec.trust, "opset": spec.opset, "sample_dims": dict(spec.sample_dims), "seed": spec.seed,
         "options": dict(spec.options),
-        "data": {k: {"dtype": str(v.dtype), "shape": list(v.shape), "values": v.ravel().tolist()} for k, v in spec.data.items()},
+        "given": {k: {"dtype": str(v.dtype), "shape": list(v.shape), "values": v.ravel().tolist()} for k, v in spec.given.items()},
     }
 
 
@@ -387,7 +387,7 @@ def spec_from_dict(d: dict):
         inputs=[TensorSpec.from_dict(s) for s in d.get("inputs", [])], output_names=d.get("output_names"),
         arch=d.get("arch"), trust=bool(d.get("trust")), opset=d.get("opset"), sample_dims=dict(d.get("sample_dims") or {}),
         seed=int(d.get("seed", 0)), options=dict(d.get("options") or {}),
-        data={k: np.asarray(v["values"], dtype=v["dtype"]).reshape(v["shape"]) for k, v in (d.get("data") or {}).items()},
+        given={k: np.asarray(v["values"], dtype=v["dtype"]).reshape(v["shape"]) for k, v in (d.get("given") or {}).items()},
     )
 
 

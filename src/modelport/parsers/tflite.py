@@ -101,11 +101,11 @@ def _probe_here(path: Path, spec):
     graph = [spec_from_tf(n, [None if s < 0 else int(s) for s in d.get("shape_signature", d["shape"])], np.dtype(d["dtype"]))
              for n, d in zip(in_names, ins, strict=True)]
     specs = merge_inputs(graph, spec, path)
-    sample = make_inputs(specs, spec.sample_dims or {}, seed=spec.seed, given=spec.data, path=spec.path)
+    sample = make_inputs(specs, spec.sample_dims or {}, seed=spec.seed, given=spec.given, path=spec.path)
     # the ONNX graph keeps the file's I/O types: a quantised model's references stay integers too
     runner = TFLiteRunner(path, input_names=[s.name for s in specs], output_names=out_names, dequantize_outputs=False)
-    reference = {k: np.asarray(v) for k, v in run_reference(runner.run, sample, specs, spec.data, spec.path).items()}
-    varies = reference_varies(runner.run, specs, reference, spec.sample_dims or {}, seed=spec.seed, given=spec.data)
+    reference = {k: np.asarray(v) for k, v in run_reference(runner.run, sample, specs, spec.given, spec.path).items()}
+    varies = reference_varies(runner.run, specs, reference, spec.sample_dims or {}, seed=spec.seed, given=spec.given)
     response = {
         "inputs": [s.to_dict() for s in specs],
         "tensor_inputs": [d["name"] for d in ins], "tensor_outputs": [d["name"] for d in outs],

@@ -95,10 +95,13 @@ class Report:
     def set_source(self, info: dict) -> None:
         self._data["source"] = dict(info)
 
-    def set_contract(self, contract: dict, *, reference_varies: dict[str, bool] | None = None) -> None:
+    def set_contract(self, contract: dict, *, reference_varies: dict[str, bool] | None = None,
+                     given: list[str] | None = None) -> None:
         """The I/O contract; `reference_varies` marks each named output whose source reference changed
-        (or not) between two sample sets."""
+        (or not) between two sample sets; `given` names the inputs whose samples the user chose."""
         contract = copy.deepcopy(contract)
+        if given:
+            contract["given_inputs"] = sorted(given)
         for o in contract.get("outputs") or []:
             if reference_varies and o["name"] in reference_varies:
                 o["reference_varies"] = reference_varies[o["name"]]
