@@ -146,3 +146,14 @@ def test_int8_io_source_keeps_integer_io(tmp_path):
     assert ref.dtype == np.int8
     got = OnnxRuntimeRunner(ir.model).run(ir.reference.inputs)
     np.testing.assert_array_equal(got[ir.outputs[0].name], ref)
+
+
+def test_given_inputs_reach_the_child_reference_run(tflites):
+    """--value/--data travel to the child process that computes the TFLite references."""
+    path = tflites / "two_io.tflite"
+    ir = parse(path, SourceSpec(path=path, given={"meta": np.asarray(0.5)}))
+    meta = ir.reference.inputs["meta"]
+    assert meta.dtype == np.float32 and meta.size and (meta == 0.5).all()
+    assert ir.provenance["reference_varies"] == {"output_0": True, "output_1": True}  # the image stays random
+    with pytest.raises(BadInputError, match=r"'rate'.*\['image', 'meta'\]|'rate'.*\['meta', 'image'\]"):
+        parse(path, SourceSpec(path=path, given={"rate": np.asarray(1)}))
