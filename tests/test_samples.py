@@ -86,7 +86,11 @@ def test_given_inputs_replace_random_ones_in_both_sample_sets():
     # a reference that only reads the pinned input is not flagged as ignoring its input
     varies = reference_varies(lambda f: {"y": f["ids"].astype(np.float32) + f["x"][:, :1]}, SPECS,
                               {"y": first["ids"].astype(np.float32) + first["x"][:, :1]}, {"batch": 2}, given=given)
-    assert varies == {"y": False}  # both sets equal: every input pinned, so nothing could change
+    assert varies == {"y": None}  # every input pinned: no second distinct set, so undecided (not "ignores its input")
+    pinned = {"ids": given["ids"]}
+    first = make_inputs(SPECS, {"batch": 2}, given=pinned)
+    varies = reference_varies(lambda f: {"y": f["x"].sum(1)}, SPECS, {"y": first["x"].sum(1)}, {"batch": 2}, given=pinned)
+    assert varies == {"y": True}  # x random in both sets
 
 
 def test_control_input_reference_failure_is_exit_2_naming_it(cli, tmp_path):
@@ -110,8 +114,8 @@ def test_data_file_pins_a_control_input_and_is_checked(cli, tmp_path):
     model = _control_input_model(tmp_path / "vad.onnx")
     data = tmp_path / "in.npz"
     np.savez(data, sr=np.asarray(16000, np.int64), x=np.arange(4, dtype=np.float32).reshape(1, 4))
-    r = cli("convert", model, "--data", data, "-o", tmp_path / "out")
-    assert r.exit_code == 0, r
+    r = cli("convert", model, "--data", data, "--strict", "-o", tmp_path / "out")
+    assert r.exit_code == 0, r  # every input pinned: undecided, not "ignores its input" (exit 4 under --strict)
     for name, bad, why in (("missing", {"sr": np.asarray(16000), "rate_hz": np.asarray(1)}, "rate_hz"),
                            ("shape", {"x": np.zeros((1, 5), np.float32)}, "'x' has shape [1, 5]"),
                            ("dtype", {"x": np.zeros((1, 4), np.float64)}, "'x' is float64")):
