@@ -130,3 +130,12 @@ def test_value_for_an_unknown_input_lists_the_models_inputs(cli, tmp_path):
     assert r.exit_code == 2 and "'rate'" in r.stderr and "['x', 'sr']" in r.stderr, r
     r = cli("convert", model, "--value", "sr=fast", "-o", tmp_path / "out")
     assert r.exit_code == 2 and "bad --value 'sr=fast'" in r.stderr, r
+
+
+def test_stacked_samples_feed_the_reference_and_the_second_set():
+    stack = np.arange(2 * 1 * 4, dtype=np.float32).reshape(2, 1, 4)  # two samples of x[1, 4]
+    specs = [TensorSpec("x", "float32", [1, 4])]
+    first = make_inputs(specs, given={"x": stack})
+    second = make_inputs(specs, variant=1, given={"x": stack})
+    assert np.array_equal(first["x"], stack[0]) and np.array_equal(second["x"], stack[1])
+    assert reference_varies(lambda f: {"y": f["x"] * 2}, specs, {"y": first["x"] * 2}, given={"x": stack}) == {"y": True}

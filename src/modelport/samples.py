@@ -6,9 +6,10 @@ degenerate random-init network, an output that is all NaN/Inf) makes every parit
 while proving nothing about the conversion.
 
 Inputs the user pins (`--data inputs.npz`, `--value NAME=V`) arrive as `given`: a named array of
-rank 0 is a value broadcast to the input's shape and dtype; any other array is used as given (its
-leading axis the batch), checked against the input's fixed dims and dtype, and a symbolic dim it
-fixes takes that size for the random inputs too. Both sample sets keep the given arrays, so a
+rank 0 is a value broadcast to the input's shape and dtype; an array of the input's rank is used as
+given (its leading axis the batch), checked against the input's fixed dims and dtype, and a symbolic
+dim it fixes takes that size for the random inputs too; an array of one rank more is a stack of
+samples: the reference set takes the first, the second set the second (when there is one). Both sample sets keep the given arrays, so a
 pinned control input (a sample rate, a mode flag) never makes a run fail or look input-blind.
 """
 
@@ -61,6 +62,13 @@ def check_given(specs: list[TensorSpec], given: dict[str, np.ndarray] | None, pa
                             f"{[s.name for s in specs]}", path=path)
 
 
+def _sample(spec: TensorSpec, value: np.ndarray, variant: int) -> np.ndarray:
+    """`value`, or one sample of it when it stacks samples on an extra leading axis."""
+    if value.ndim == len(spec.shape) + 1 and len(value):
+        return value[min(variant, len(value) - 1)]
+    return value
+
+
 def _pinned(spec: TensorSpec, value: np.ndarray, dims: dict[str, int], path) -> np.ndarray:
     dtype = np.dtype(spec.dtype if spec.dtype != "bfloat16" else "float32")
     if value.ndim == 0:
@@ -88,6 +96,7 @@ def make_inputs(specs: list[TensorSpec], dims: dict[str, int] | None = None, *, 
     """`variant` 0 is the reference sample set; another variant is a distinct set from the same seed.
     `given` (the user's `--data`/`--value` arrays) replaces the random values of the inputs it names."""
     check_given(specs, given, path)
+    given = {s.name: _sample(s, np.asarray(given[s.name]), variant) for s in specs if given and s.name in given}
     dims = bind_dims(specs, given, dims)
     feeds = {}
     for spec in specs:
@@ -138,7 +147,8 @@ def reference_varies(run: Callable[[dict[str, np.ndarray]], dict], specs: list[T
     """Per output of `first` (the outputs on the reference samples): does it change when `run`
     gets the second sample set (the user's given inputs kept)? A second run that fails, or inputs
     that the user pinned every one of (no second distinct set exists), leave every output undecided (None)."""
-    if all(given and s.name in given for s in specs):
+    stacked = any(np.ndim(given[s.name]) == len(s.shape) + 1 and len(given[s.name]) > 1 for s in specs if given and s.name in given)
+    if all(given and s.name in given for s in specs) and not stacked:
         return dict.fromkeys(first)
     second_feeds = make_inputs(specs, dims, seed=seed, variant=1, given=given)
     try:

@@ -56,7 +56,7 @@ class ConvertOptions:
     sample_dims: dict[str, int] = field(default_factory=dict)
     seed: int = 0
     data: str | Path | None = None  # --data: .npz of named sample inputs used instead of random ones
-    values: list[str] = field(default_factory=list)  # --value NAME=V: a scalar broadcast to that input
+    values: list[str] | dict[str, float] = field(default_factory=list)  # --value NAME=V (or {NAME: V}): broadcast to that input
     force: bool = False
     strict: bool = False  # a pass that breaks parity, or a reference that ignores its input, fails the run
     allow_precision_fallback: bool = False  # deliver FP32 when the requested precision cannot hold parity
@@ -157,7 +157,8 @@ def pinned_inputs(data, values: list[str]) -> dict:
     """The user's sample inputs: the arrays of the `data` .npz, then each `--value NAME=V` (which wins)."""
     from modelport.samples import load_data, parse_values
 
-    return {**(load_data(data) if data else {}), **parse_values(list(values))}
+    texts = [f"{k}={v}" for k, v in values.items()] if isinstance(values, dict) else list(values)
+    return {**(load_data(data) if data else {}), **parse_values(texts)}
 
 
 def describe_source(source, ir: IRModel) -> dict:
