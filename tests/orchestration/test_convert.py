@@ -75,3 +75,11 @@ def test_convert_options_compose_the_stage_options():
         modelport.ConvertOptions(optimize=OptimizeOptions(precision="fp16"))
     with pytest.raises(BadInputError, match="unknown optimisation level 'max'"):
         modelport.ConvertOptions(optimize="max")
+
+
+def test_python_api_takes_values_as_a_dict(tmp_path):
+    from tests.test_samples import _control_input_model
+
+    model = _control_input_model(tmp_path / "vad.onnx")
+    report = modelport.convert(model, tmp_path / "out", modelport.ConvertOptions(values={"sr": 16000}))
+    assert report["status"] == "ok" and report["contract"]["given_inputs"] == ["sr"]
