@@ -93,12 +93,14 @@ def test_given_inputs_replace_random_ones_in_both_sample_sets():
     assert varies == {"y": True}  # x random in both sets
 
 
-def test_control_input_reference_failure_is_exit_2_naming_it(cli, tmp_path):
+def test_control_input_reference_failure_is_exit_2_naming_it(cli, cli_proc, tmp_path):
     model = _control_input_model(tmp_path / "vad.onnx")
     r = cli("convert", model, "-o", tmp_path / "out")
     assert r.exit_code == 2, r
     assert "reference run failed" in r.stderr and "['sr']" in r.stderr and "vad.onnx" in r.stderr
     assert "--value NAME=V" in r.stderr and "--data" in r.stderr
+    p = cli_proc("convert", model, "-o", tmp_path / "out")  # a real process: onnxruntime's own log lines stay out
+    assert p.exit_code == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
 
 
 def test_value_pins_a_control_input(cli, tmp_path):

@@ -22,7 +22,9 @@ class OnnxRuntimeRunner:
         import onnxruntime as ort
 
         opts = ort.SessionOptions()
-        opts.log_severity_level = 3
+        # errors reach the caller as exceptions (one line each); onnxruntime's own logger would
+        # print them again, in colour, on stderr
+        opts.log_severity_level = 4
         if not optimize:
             opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         if threads:
@@ -49,6 +51,8 @@ class OnnxRuntimeRunner:
             raise BadInputError(f"onnxruntime cannot load the model: {str(e).splitlines()[0]}") from None
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
+        self._run_options = ort.RunOptions()
+        self._run_options.log_severity_level = 4
 
     def input_specs(self) -> list[TensorSpec]:
         """The inputs, dynamic dims symbolic: from the ONNX graph and the contract a modelport-written
@@ -68,7 +72,7 @@ class OnnxRuntimeRunner:
         missing = [n for n in self.input_names if n not in feeds]
         if missing:
             raise BadInputError(f"missing inputs {missing}; the model expects {self.input_names}")
-        outs = self.session.run(self.output_names, {n: feeds[n] for n in self.input_names})
+        outs = self.session.run(self.output_names, {n: feeds[n] for n in self.input_names}, self._run_options)
         return dict(zip(self.output_names, outs, strict=True))
 
 
