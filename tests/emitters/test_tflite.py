@@ -337,3 +337,7 @@ def test_scalar_inputs_float_and_int64_convert_and_validate(tmp_path):
     it = load_interpreter(out / "model.tflite")
     ranks = {d["name"].split(":")[0].split("serving_default_")[-1]: len(d["shape"]) for d in it.get_input_details()}
     assert sorted(ranks.values()) == [0, 0, 2], ranks
+    # the file as a source: its references come from the TFLite runner fed rank-0 arrays
+    back = convert(out / "model.tflite", tmp_path / "back", ConvertOptions(targets=["onnx"]))
+    assert all(p["ok"] for p in back["parity"])
+    assert {s["name"]: s["shape"] for s in back["contract"]["inputs"]} == {"x": [2, 5], "s": [], "n": []}
