@@ -108,3 +108,34 @@ def test_pytorch_cnn_to_ort(tmp_path):
     report = convert(cnn_small(), tmp_path / "out", ConvertOptions(targets=["ort", "onnx"], inputs=["x:batch,3,32,32"]))
     assert [a["target"] for a in report["artifacts"]] == ["ort", "onnx"]
     assert all(p["ok"] for p in report["parity"])
+
+
+def test_constant_nodes_pass_preflight_and_run(tmp_path):
+    """onnxruntime turns Constant nodes into initializers at load; the preflight must not refuse them."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from modelport.emitters.ort import preflight
+    from modelport.ir import IRModel
+
+    scale = np.array([0.5, -2.0, 3.0, 1.5], np.float32)
+    nodes = [
+        helper.make_node("Constant", [], ["k"], value=numpy_helper.from_array(scale, "k")),
+        helper.make_node("Constant", [], ["one"], value_float=1.0),
+        helper.make_node("Mul", ["x", "k"], ["m"]),
+        helper.make_node("Add", ["m", "one"], ["y"]),
+    ]
+    graph = helper.make_graph(nodes, "consts", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    assert preflight(IRModel(model, [], [])).unsupported == []
+    src = tmp_path / "consts.onnx"
+    onnx.save(model, src)
+    out = tmp_path / "out"
+    report = convert(src, out, ConvertOptions(targets=["ort"]))
+    assert all(p["ok"] for p in report["parity"])
+    x = np.random.default_rng(5).standard_normal((3, 4)).astype(np.float32)
+    got = ort.InferenceSession(str(out / "model.ort"), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, x * scale + 1.0, rtol=1e-6)

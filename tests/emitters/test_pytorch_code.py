@@ -291,3 +291,40 @@ def test_unsupported_op_inside_a_loop_body_is_listed():
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])])
     with pytest.raises(UnsupportedError, match="unsupported ops: Det x1"):
         generate_source(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_reshape_zero_keeps_the_input_dim_for_constant_and_computed_shapes(tmp_path):
+    """ONNX Reshape's 0 copies the input's size (allowzero=0); torch's reshape would take it literally."""
+    from onnx import numpy_helper
+
+    def const(name, values):
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(values, np.int64), name))
+
+    nodes = [
+        const("keep_flat", [0, -1]),
+        helper.make_node("Reshape", ["x", "keep_flat"], ["flat"]),
+        helper.make_node("Shape", ["x"], ["sh"]),
+        const("two", [2]), const("three", [3]), const("zero_one", [0, -1]),
+        helper.make_node("Slice", ["sh", "two", "three"], ["last"]),
+        helper.make_node("Concat", ["zero_one", "last"], ["target"], axis=0),
+        helper.make_node("Mul", ["x", "x"], ["sq"]),
+        helper.make_node("Reshape", ["sq", "target"], ["back"]),
+    ]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 6, 4])],
+                              [helper.make_tensor_value_info("flat", TensorProto.FLOAT, ["batch", 24]),
+                               helper.make_tensor_value_info("back", TensorProto.FLOAT, ["batch", 6, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    path = tmp_path / "src" / "reshape0.onnx"
+    path.parent.mkdir()
+    onnx.save(model, str(path))
+    report = convert(path, tmp_path / "out", ConvertOptions(targets=["pytorch"]))
+    assert _end_to_end(report)["ok"]
+    module = load_generated(tmp_path / "out" / "pytorch")
+    import torch
+
+    x = torch.randn(3, 6, 4)
+    flat, back = module(x)
+    assert tuple(flat.shape) == (3, 24) and tuple(back.shape) == (3, 6, 4)
+    torch.testing.assert_close(back, x * x)

@@ -313,3 +313,31 @@ def test_options_are_checked_once_here():
     check_options_class(TFLiteOptions, [({"layout": "nchw"}, "--tflite-layout 'nchw': choose source or nhwc"),
                                         ({"io_dtype": "int4"}, "--tflite-io-dtype 'int4': choose float32, int8 or uint8")],
                         given={"layout": "NHWC", "io_dtype": "UINT8"}, normalised={"layout": "nhwc", "io_dtype": "uint8"})
+
+
+def test_scalar_inputs_float_and_int64_convert_and_validate(tmp_path):
+    """Rank-0 inputs (a float scale, an int64 count) keep rank 0 through onnx2tf and the TFLite runner."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("Mul", ["x", "s"], ["xs"]), helper.make_node("Cast", ["n"], ["nf"], to=TensorProto.FLOAT),
+             helper.make_node("Add", ["xs", "nf"], ["y"])]
+    graph = helper.make_graph(nodes, "scalars", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5]),
+                                                 helper.make_tensor_value_info("s", TensorProto.FLOAT, []),
+                                                 helper.make_tensor_value_info("n", TensorProto.INT64, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model, full_check=True)
+    src = tmp_path / "scalars.onnx"
+    onnx.save(model, src)
+    out = tmp_path / "out"
+    report = convert(src, out, ConvertOptions(targets=["tflite"]))
+    assert all(p["ok"] for p in report["parity"])
+    it = load_interpreter(out / "model.tflite")
+    ranks = {d["name"].split(":")[0].split("serving_default_")[-1]: len(d["shape"]) for d in it.get_input_details()}
+    assert sorted(ranks.values()) == [0, 0, 2], ranks
+    # the file as a source: its references come from the TFLite runner fed rank-0 arrays
+    back = convert(out / "model.tflite", tmp_path / "back", ConvertOptions(targets=["onnx"]))
+    assert all(p["ok"] for p in back["parity"])
+    assert {s["name"]: s["shape"] for s in back["contract"]["inputs"]} == {"x": [2, 5], "s": [], "n": []}

@@ -167,3 +167,54 @@ def test_static_int8_pass_gets_its_calibration_at_construction():
     assert p.name == "int8-static" and p.calibration is samples
     (named,) = build_passes(OptimizeOptions(level=None, passes=["int8-static"]), calibration=samples)
     assert named.calibration is samples
+
+
+class Unsorted(Pass):
+    """Deliberately wrong: the same nodes in reverse order, which onnxruntime sorts and runs but no checker accepts."""
+
+    name = "unsorted"
+
+    def apply(self, ir):
+        out = ir.clone()
+        nodes = list(out.model.graph.node)[::-1]
+        del out.model.graph.node[:]
+        out.model.graph.node.extend(nodes)
+        return PassResult(out, True)
+
+
+class DropProducer(Pass):
+    """Deliberately wrong: removes the node that produces the next node's input."""
+
+    name = "drop-producer"
+
+    def apply(self, ir):
+        out = ir.clone()
+        del out.model.graph.node[0]
+        return PassResult(out, True)
+
+
+def test_pass_yielding_an_invalid_model_is_rolled_back(mm_ir):
+    import onnx
+
+    out, rows = run_passes(mm_ir, [DropProducer(), get_pass("dce")])
+    assert [r.status for r in rows] == ["rolled_back", "applied"]
+    assert rows[0].reason.startswith("invalid model: ") and "xi" in rows[0].reason and rows[0].parity is None
+    assert (rows[0].nodes_after, rows[0].size_after) == (rows[0].nodes_before, rows[0].size_before)
+    onnx.checker.check_model(out.model)
+
+
+def test_pass_yielding_nodes_out_of_order_is_applied_sorted(mm_ir):
+    """onnxruntime runs an unsorted graph, other consumers refuse it: the gate sorts the pass's result."""
+    import onnx
+
+    out, rows = run_passes(mm_ir, [Unsorted()])
+    assert rows[0].status == "applied" and rows[0].parity["ok"]
+    onnx.checker.check_model(out.model)
+    assert ops(out) == ["Identity", "MatMul", "Add"]
+
+
+def test_pass_yielding_an_invalid_model_fails_under_strict(mm_ir):
+    with pytest.raises(ValidationError) as e:
+        run_passes(mm_ir, [DropProducer()], strict=True)
+    assert e.value.exit_code == 4 and "produced an invalid model" in e.value.message
+    assert e.value.rows[0].status == "rolled_back"

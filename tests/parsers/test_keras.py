@@ -284,3 +284,20 @@ def test_trace_error_keeps_its_reason(cli, tmp_path):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "cannot trace" in lines[0] and "in user code" not in lines[0], r.stderr
     assert "reshape" in lines[0].lower() and "7" in lines[0], r.stderr
+
+
+def normalization_conv():
+    """Normalization → Conv2D: the layer's mean and variance are tensors the traced function captures."""
+    import keras
+
+    norm = keras.layers.Normalization(mean=[0.485, 0.456, 0.406], variance=[0.05, 0.06, 0.07])
+    return keras.Sequential([keras.Input((16, 16, 3)), norm, keras.layers.Conv2D(4, 3)])
+
+
+def test_normalization_layer_converts_with_parity(tmp_path):
+    from modelport.orchestration import ConvertOptions, convert
+
+    normalization_conv().save(tmp_path / "norm.keras")
+    report = convert(tmp_path / "norm.keras", tmp_path / "out", ConvertOptions(targets=["onnx"]))
+    assert len(report["contract"]["inputs"]) == 1
+    assert all(p["ok"] for p in report["parity"]) and report["parity"]

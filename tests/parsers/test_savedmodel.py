@@ -159,3 +159,13 @@ def test_reference_varies_crosses_the_savedmodel_child(tmp_path):
     half_dead_keras().export(str(tmp_path / "sm"), verbose=False)
     ir = parse(tmp_path / "sm", SourceSpec(path=tmp_path / "sm"))
     assert ir.provenance["reference_varies"] == {"dead": False, "y": True}
+
+
+def test_normalization_layer_savedmodel_converts_with_parity(tmp_path):
+    from modelport.orchestration import ConvertOptions, convert
+    from tests.parsers.test_keras import normalization_conv
+
+    normalization_conv().export(str(tmp_path / "sm"), verbose=False)
+    report = convert(tmp_path / "sm", tmp_path / "out", ConvertOptions(targets=["onnx"]))
+    assert len(report["contract"]["inputs"]) == 1
+    assert all(p["ok"] for p in report["parity"]) and report["parity"]

@@ -83,6 +83,10 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
 
 _ORT_KERNELS: dict[tuple[str, str], list[tuple[int, int]]] | None = None
 
+# Ops onnxruntime resolves while loading the graph, with no kernel registered for them:
+# a Constant node becomes an initializer before any kernel is looked up.
+_RESOLVED_AT_LOAD = frozenset({("", "Constant")})
+
 
 def ort_kernels() -> dict[tuple[str, str], list[tuple[int, int]]]:
     """(domain, op) -> version ranges of onnxruntime's CPU kernels."""
@@ -122,7 +126,7 @@ def check(ir: IRModel) -> tuple[IRModel, Preflight]:
     pre.nodes = len(model.graph.node)
     for i, node in enumerate(model.graph.node):
         dom = "" if node.domain in ("", "ai.onnx") else node.domain
-        if (node.domain, node.op_type) in functions:
+        if (node.domain, node.op_type) in functions or (dom, node.op_type) in _RESOLVED_AT_LOAD:
             continue
         ranges = kernels.get((dom, node.op_type))
         if not ranges:

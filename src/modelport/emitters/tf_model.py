@@ -46,6 +46,7 @@ class Port:
     inner: list[int] | None = None  # an output's transpose from onnx2tf's layout to the file's, inside the file
     change: list[int] | None = None  # permutation from the contract's layout to the file's (nhwc only)
     layout: str = ""
+    lift: bool = False  # a rank-0 input that onnx2tf's model takes as shape [1]: reshaped inside the file
 
 
 
@@ -144,11 +145,14 @@ def plan_ports(ir: IRModel, keras_model, changes: dict[str, list[int]], describe
         shape = [d if isinstance(d, int) else None for d in spec.shape]
         if change:
             shape = [shape[k] for k in change]
-        if not _fits(list(kin.shape), shape):
+        # onnx2tf turns a scalar input into a vector of one; the file keeps the scalar and reshapes it
+        lift = not shape and list(kin.shape) in ([None], [1])
+        if not lift and not _fits(list(kin.shape), shape):
             raise UnsupportedError(f"onnx2tf gave input '{spec.name}' the shape {list(kin.shape)}; the file must take {shape}")
-        inputs.append(Port(spec.name, f"in_{i}", spec.dtype, shape, change=change, layout=described[spec.name]))
+        inputs.append(Port(spec.name, f"in_{i}", spec.dtype, shape, change=change, layout=described[spec.name], lift=lift))
     ref = probe(ir)
     feeds = [np.transpose(ref.inputs[p.name], p.change) if p.change else ref.inputs[p.name] for p in inputs]
+    feeds = [np.reshape(f, (1,)) if p.lift else f for f, p in zip(feeds, inputs, strict=True)]
     try:
         with captured_output(log, "TensorFlow"):
             got = keras_model([np.asarray(f, dtype=np.dtype(k.dtype.name)) for f, k in zip(feeds, keras_model.inputs, strict=True)],
@@ -192,6 +196,7 @@ def contract_module(tf, keras_model, inputs: list[Port], outputs: list[Port], *,
     graph_in = [k.dtype for k in keras_model.inputs]
 
     def serve(*args):
+        args = [tf.reshape(a, [1]) if p.lift else a for a, p in zip(args, inputs, strict=True)]
         xs = [tf.cast(a, dt) if a.dtype != dt else a for a, dt in zip(args, graph_in, strict=True)]
         ys = keras_model(xs, training=False)
         ys = ys if isinstance(ys, (list, tuple)) else [ys]

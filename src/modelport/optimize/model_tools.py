@@ -84,3 +84,51 @@ def load_model_file(path: Path):
 
 def opset_of(model) -> int | None:
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+
+
+def _reads(node) -> set[str]:
+    """The values a node reads: its inputs and, for control flow, what its subgraphs take from outside."""
+    from onnx import AttributeProto
+
+    names = {n for n in node.input if n}
+    graphs = [a.g for a in node.attribute if a.type == AttributeProto.GRAPH]
+    graphs += [g for a in node.attribute if a.type == AttributeProto.GRAPHS for g in a.graphs]
+    for g in graphs:
+        inner = {i.name for i in g.input} | {t.name for t in g.initializer} | {o for n in g.node for o in n.output}
+        for n in g.node:
+            names |= _reads(n) - inner
+    return names
+
+
+def sort_nodes(graph) -> bool:
+    """Put the graph's nodes in topological order, in place, keeping the given order where it already holds.
+
+    Returns False (and leaves the graph as it was) when no such order exists: a cycle, or a node
+    reading a value that nothing produces.
+    """
+    import heapq
+
+    nodes = list(graph.node)
+    producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+    deps = [{producer[v] for v in _reads(n) if v in producer} - {i} for i, n in enumerate(nodes)]
+    users: dict[int, list[int]] = {}
+    for i, d in enumerate(deps):
+        for j in d:
+            users.setdefault(j, []).append(i)
+    waiting = [len(d) for d in deps]
+    ready = [i for i, w in enumerate(waiting) if w == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for u in users.get(i, []):
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(nodes):
+        return False
+    if order != list(range(len(nodes))):
+        del graph.node[:]
+        graph.node.extend(nodes[i] for i in order)
+    return True

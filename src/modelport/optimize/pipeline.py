@@ -79,6 +79,31 @@ def check_parity(ir: IRModel, tol: Tolerance, hop: str):
     return check(OnnxRuntimeRunner(ir.model), ir.reference, tol, hop)
 
 
+def invalid_model(model, *, repair: bool = False) -> str | None:
+    """Why onnx's checker refuses `model` (one line), or None.
+
+    onnxruntime sorts a graph itself and so runs graphs that other consumers refuse; a pass that
+    yields an invalid model is rolled back like one that breaks parity, before the result reaches
+    an emitter. With `repair`, nodes merely out of topological order (as converters that append
+    Cast nodes leave them) are sorted in place first: `model` must be the pass's own new model.
+    """
+    import onnx
+
+    from modelport.onnx_io import protobuf_limit
+
+    if model.ByteSize() >= protobuf_limit():
+        return None  # the in-memory checker cannot take a model over the protobuf limit
+    if repair:
+        from modelport.optimize.model_tools import sort_nodes
+
+        sort_nodes(model.graph)
+    try:
+        onnx.checker.check_model(model)
+    except Exception as e:
+        return " ".join(str(e).split())[:300] or type(e).__name__
+    return None
+
+
 @dataclass
 class PassRow:
     name: str
@@ -132,6 +157,12 @@ def run_passes(ir: IRModel, passes: list[Pass], *, tolerance: Callable[[str], To
             if result.model is ir or not result.modified:
                 row.status = "skipped" if result.details.get("skipped") else "unchanged"
                 row.reason = result.details.get("skipped", "")
+            elif (invalid := invalid_model(result.model.model, repair=True)) is not None:
+                row.status, row.reason = "rolled_back", f"invalid model: {invalid}"
+                if strict:
+                    row.seconds = time.perf_counter() - t0
+                    rows.append(row)
+                    raise ValidationError(f"pass '{p.name}' produced an invalid model: {invalid}", rows=rows)
             else:
                 parity = check_parity(result.model, tolerance(p.precision), f"optimize:{p.name}")
                 row.parity = parity.to_dict()

@@ -174,7 +174,10 @@ def freeze(concrete_func, path=None):
     import_tf2onnx()
     from tf2onnx import tf_loader
 
-    in_names = [t.name for t in concrete_func.inputs if t.dtype != tf.resource]
+    # the graph's inputs are the caller's followed by its captures (variables, and plain tensors such
+    # as a Keras Normalization layer's mean and variance), which freezing turns into constants
+    user_inputs = concrete_func.inputs[:len(concrete_func.inputs) - len(concrete_func.captured_inputs)]
+    in_names = [t.name for t in user_inputs if t.dtype != tf.resource]
     out_names = [t.name for t in concrete_func.outputs if t.dtype != tf.resource]
     try:
         with stdout_to_stderr():

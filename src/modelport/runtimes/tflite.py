@@ -202,7 +202,7 @@ class TFLiteRunner:
         if set(feeds) != set(details):
             raise BadInputError(f"inputs {sorted(feeds)} given; the TFLite signature '{key}' takes {sorted(details)}",
                                 path=self.path)
-        got = runner(**{n: np.ascontiguousarray(quantise(a, details[n])) for n, a in feeds.items()})
+        got = runner(**{n: np.asarray(quantise(a, details[n]), order="C") for n, a in feeds.items()})
         out_details = runner.get_output_details()
         return {n: self._dequantised(np.asarray(v), out_details[n]) for n, v in got.items()}
 
@@ -220,7 +220,7 @@ class TFLiteRunner:
                 it.resize_tensor_input(d["index"], list(a.shape), strict=False)
         it.allocate_tensors()
         for (_, a), d in zip(pairs, it.get_input_details(), strict=True):
-            it.set_tensor(d["index"], np.ascontiguousarray(quantise(a, d)))
+            it.set_tensor(d["index"], np.asarray(quantise(a, d), order="C"))
         it.invoke()
         outs = {}
         details = it.get_output_details()

@@ -114,6 +114,7 @@ class Value:
     expr: str | None = None
     const: np.ndarray | None = None
     length: int | None = None  # for "ints"
+    items: list[str] | None = None  # for "ints" built from known parts: each an expression or "*" + a list expression
 
 
 @dataclass
@@ -300,10 +301,10 @@ class NodeView:
                 self.gen.values[self.outputs[j]] = Value("tensor", n)
         return names
 
-    def emit_ints(self, expr: str, length: int | None = None, j: int = 0) -> str:
+    def emit_ints(self, expr: str, length: int | None = None, j: int = 0, items: list[str] | None = None) -> str:
         name = self.var(j)
         self.gen.mod.forward.append(f"{name} = {expr}")
-        self.gen.values[self.outputs[j]] = Value("ints", name, length=length)
+        self.gen.values[self.outputs[j]] = Value("ints", name, length=length, items=items)
         return name
 
     def emit_int(self, expr: str, j: int = 0) -> str:

@@ -61,9 +61,28 @@ def reshape(n):
         n.emit(f"{x}.reshape({', '.join(parts)})" if parts else f"{x}.reshape(())")
         return
     if n.kind(1) == "ints":
-        n.emit(f"{x}.reshape({n.ints(1)})")
-        return
+        expr = n.ints(1) if allowzero else _keep_zero_dims(n.value(1).items, n.ints(1), x)
+        if expr is not None:
+            n.emit(f"{x}.reshape({expr})")
+            return
     n.emit(f"{n.helper('onnx_reshape')}({x}, {n.ints(1)}, allowzero={bool(allowzero)})")
+
+
+def _keep_zero_dims(items: list[str] | None, expr: str, x: str) -> str | None:
+    """A reshape target with ONNX's allowzero=0 semantics kept symbolic: each literal 0 among the
+    list's known parts becomes the input's size at that position. None when a 0 follows a starred
+    part, whose position is known only at run time (the caller then uses the `onnx_reshape` helper)."""
+    if items is None or "0" not in items:
+        return expr
+    out = []
+    for i, item in enumerate(items):
+        if item == "0":
+            if any(p.startswith("*") for p in items[:i]):
+                return None
+            out.append(f"{x}.shape[{i}]")
+        else:
+            out.append(item)
+    return "[" + ", ".join(out) + "]"
 
 
 @converter("Transpose")
@@ -112,7 +131,7 @@ def concat(n):
         if len(parts) == 1 and parts[0].startswith("*"):
             n.alias(idx[0])
             return
-        n.emit_ints(f"[{', '.join(parts)}]", length)
+        n.emit_ints(f"[{', '.join(parts)}]", length, items=parts)
         return
     axis = n.attr("axis", 0)
     args = [n.t(i) for i in idx]
