@@ -236,6 +236,15 @@ def test_int8_io_needs_calibration(cnn, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def _keras_to_tflite(model, tmp_path):
+    """The model saved as `.keras` and converted to TFLite: (output folder, report)."""
+    path = tmp_path / "src" / "m.keras"
+    path.parent.mkdir()
+    model.save(path)
+    out = tmp_path / "out"
+    return out, convert(path, out, ConvertOptions(targets=["tflite"]))
+
+
 def test_keras_model_to_tflite(tmp_path):
     import keras
     inp = keras.Input((16, 16, 3), name="image")
@@ -243,11 +252,7 @@ def test_keras_model_to_tflite(tmp_path):
     y = keras.layers.GlobalAveragePooling2D()(y)
     y = keras.layers.Dense(4, name="logits")(y)
     model = keras.Model(inp, y)
-    path = tmp_path / "src" / "m.keras"
-    path.parent.mkdir()
-    model.save(path)
-    out = tmp_path / "out"
-    report = convert(path, out, ConvertOptions(targets=["tflite"]))
+    out, report = _keras_to_tflite(model, tmp_path)
     assert report["source"]["framework"] == "keras"
     assert report["parity"][-1]["ok"] and "tflite" in report["parity"][-1]["hop"]
     x = np.random.default_rng(5).standard_normal((2, 16, 16, 3)).astype(np.float32)
@@ -261,11 +266,7 @@ def test_keras_nhwc_model_keeps_nhwc_inputs_and_outputs(tmp_path):
     inp = keras.Input((8, 6, 3), name="image")
     y = keras.layers.Conv2D(4, 3, padding="same", name="features")(inp)
     model = keras.Model(inp, y)
-    path = tmp_path / "src" / "m.keras"
-    path.parent.mkdir()
-    model.save(path)
-    out = tmp_path / "out"
-    report = convert(path, out, ConvertOptions(targets=["tflite"]))
+    out, report = _keras_to_tflite(model, tmp_path)
     (spec_out,) = report["contract"]["outputs"]
     assert report["contract"]["inputs"][0]["shape"][1:] == [8, 6, 3]
     art = report["artifacts"][0]
