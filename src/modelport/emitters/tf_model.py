@@ -12,6 +12,7 @@ inputs are taken channels-last, and outputs onnx2tf computes channels-last stay 
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -213,6 +214,36 @@ def contract_module(tf, keras_model, inputs: list[Port], outputs: list[Port], *,
     module.serve = tf.function(serve, input_signature=[tf.TensorSpec(p.shape, tf.as_dtype(p.dtype), name=p.name if by_name else p.key)
                                                        for p in inputs])
     return module
+
+
+def save_contract_model(tf, keras_model, inputs: list[Port], outputs: list[Port], dest: Path, signature: str, *,
+                        by_name: bool = False) -> None:
+    """`contract_module` saved as a SavedModel at `dest` with its one function as `signature`.
+
+    Variables that onnx2tf's layers capture without tracking them are attached to the module so
+    that they are saved too, and `fingerprint.pb` gets a uuid derived from its content, so the same
+    model saved twice gives the same bytes.
+    """
+    module = contract_module(tf, keras_model, inputs, outputs, by_name=by_name)
+    fn = module.serve.get_concrete_function()
+    module.captured = list(fn.variables)
+    tf.saved_model.save(module, str(dest), signatures={signature: fn})
+    _stable_fingerprint(Path(dest))
+
+
+def _stable_fingerprint(dest: Path) -> None:
+    """TensorFlow stamps a random `uuid` into `fingerprint.pb` on every save; derive it from the
+    fingerprint's content hashes instead."""
+    path = dest / "fingerprint.pb"
+    if not path.is_file():
+        return
+    from tensorflow.core.protobuf import fingerprint_pb2
+
+    fp = fingerprint_pb2.FingerprintDef()
+    fp.ParseFromString(path.read_bytes())
+    fp.ClearField("uuid")
+    fp.uuid = str(int.from_bytes(hashlib.sha256(fp.SerializeToString(deterministic=True)).digest()[:16], "big"))
+    path.write_bytes(fp.SerializeToString(deterministic=True))
 
 
 def build(ir: IRModel, work: Path, log: Path, *, layout: str = "source") -> tuple[object, list[Port], list[Port]]:

@@ -41,7 +41,7 @@ import numpy as np
 
 from modelport.emitters import Artifact, EmitOptions
 from modelport.emitters.preflight import Preflight, node_name, opset_of
-from modelport.emitters.tf_model import LAYOUTS, Port, build, contract_module, input_layouts
+from modelport.emitters.tf_model import LAYOUTS, Port, build, input_layouts, save_contract_model
 from modelport.errors import BadInputError, UnsupportedError
 from modelport.ir import IRModel, Reference
 
@@ -86,8 +86,7 @@ def _to_tflite(keras_model, inputs: list[Port], outputs: list[Port], mode: str, 
     """TensorFlow's converter on the wrapped model, with the precision's settings.
 
     The wrapper is saved as a SavedModel with its one signature first (the converter would do the
-    same, but on a failure silently write a file without a signature); variables that onnx2tf's
-    layers capture without tracking them are attached to the module so that they are saved too.
+    same, but on a failure silently write a file without a signature).
     """
     from modelport.quiet_call import captured_output, log_tail
 
@@ -95,10 +94,7 @@ def _to_tflite(keras_model, inputs: list[Port], outputs: list[Port], mode: str, 
         import tensorflow as tf
 
         try:
-            module = contract_module(tf, keras_model, inputs, outputs)
-            fn = module.serve.get_concrete_function()
-            module.captured = list(fn.variables)
-            tf.saved_model.save(module, str(work / "wrapped"), signatures={SIGNATURE: fn})
+            save_contract_model(tf, keras_model, inputs, outputs, work / "wrapped", SIGNATURE)
         except Exception as e:
             raise UnsupportedError(f"onnx2tf's TensorFlow model could not be wrapped for TFLite: {type(e).__name__}: "
                                    f"{(str(e).strip().splitlines() or [''])[0][:300]}") from None

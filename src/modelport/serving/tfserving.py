@@ -9,7 +9,6 @@ sample inputs, checked for parity against the ONNX artifact in onnxruntime: a br
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import tempfile
 from pathlib import Path
@@ -21,35 +20,12 @@ from modelport.serving.bundle import Artifacts, served_name
 
 NAME = "tfserving"
 DESCRIPTION = "TF Serving SavedModel repository (<name>/<version>/) + models.config, parity-checked"
-# channels-last -> channels-first permutations onnx2tf may leave on an output, by rank
-_TO_CHANNELS_FIRST = {3: [0, 2, 1], 4: [0, 3, 1, 2], 5: [0, 4, 1, 2, 3]}
 
 
 def _tf():
     from modelport.deps import require
 
     return require("tensorflow", purpose="TF Serving bundles")
-
-
-def _stable_fingerprint(dest: Path) -> None:
-    """TensorFlow stamps a random `uuid` into `fingerprint.pb` on every save; derive it from the
-    fingerprint's content hashes instead, so the same model saved twice gives the same bytes."""
-    path = dest / "fingerprint.pb"
-    if not path.is_file():
-        return
-    from tensorflow.core.protobuf import fingerprint_pb2
-
-    fp = fingerprint_pb2.FingerprintDef()
-    fp.ParseFromString(path.read_bytes())
-    fp.uuid = str(int.from_bytes(hashlib.sha256(_without_uuid(fp)).digest()[:16], "big"))
-    path.write_bytes(fp.SerializeToString(deterministic=True))
-
-
-def _without_uuid(fp) -> bytes:
-    copy = type(fp)()
-    copy.CopyFrom(fp)
-    copy.ClearField("uuid")
-    return copy.SerializeToString(deterministic=True)
 
 
 def export_saved_model(artifacts: Artifacts, dest: Path) -> Path:
@@ -65,7 +41,7 @@ def export_saved_model(artifacts: Artifacts, dest: Path) -> Path:
 
         raise unservable(artifacts, "TF Serving", "a SavedModel, or ONNX (converted to a SavedModel with onnx2tf)")
     tf = _tf()
-    from modelport.emitters.tf_model import build, contract_module
+    from modelport.emitters.tf_model import build, save_contract_model
     from modelport.ir import IRModel, Reference
     from modelport.onnx_io import load_onnx
     from modelport.quiet_call import captured_output
@@ -84,11 +60,7 @@ def export_saved_model(artifacts: Artifacts, dest: Path) -> Path:
         except BadInputError as e:  # what onnx2tf cannot convert (a missing onnx2tf stays exit 5)
             raise BadInputError(f"onnx2tf cannot convert the model: {e.reason}", path=onnx_path) from None
         with captured_output(work / "convert.log", "TensorFlow"):
-            module = contract_module(tf, keras_model, inputs, outputs, by_name=True)
-            fn = module.serve.get_concrete_function()
-            module.captured = list(fn.variables)  # variables onnx2tf's layers use without tracking them
-            tf.saved_model.save(module, str(dest), signatures={SIGNATURE: fn})
-    _stable_fingerprint(dest)
+            save_contract_model(tf, keras_model, inputs, outputs, dest, SIGNATURE, by_name=True)
     parity = compare(ref, run_signature(dest, feeds), tolerance_for(artifacts.precision),
                      hop="onnx→SavedModel (TF Serving)")
     parity.raise_if_failed(path=dest)
