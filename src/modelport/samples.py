@@ -62,6 +62,11 @@ def check_given(specs: list[TensorSpec], given: dict[str, np.ndarray] | None, pa
                             f"{[s.name for s in specs]}", path=path)
 
 
+def _numpy_dtype(spec: TensorSpec) -> np.dtype:
+    """The array dtype of an input's sample data (numpy has no bfloat16: float32 stands in)."""
+    return np.dtype(spec.dtype if spec.dtype != "bfloat16" else "float32")
+
+
 def _sample(spec: TensorSpec, value: np.ndarray, variant: int) -> np.ndarray:
     """`value`, or one sample of it when it stacks samples on an extra leading axis."""
     if value.ndim == len(spec.shape) + 1 and len(value):
@@ -70,7 +75,7 @@ def _sample(spec: TensorSpec, value: np.ndarray, variant: int) -> np.ndarray:
 
 
 def _pinned(spec: TensorSpec, value: np.ndarray, dims: dict[str, int], path) -> np.ndarray:
-    dtype = np.dtype(spec.dtype if spec.dtype != "bfloat16" else "float32")
+    dtype = _numpy_dtype(spec)
     if value.ndim == 0:
         return np.broadcast_to(value.astype(dtype), spec.concrete_shape(dims)).copy()
     if value.dtype != dtype:
@@ -105,7 +110,7 @@ def make_inputs(specs: list[TensorSpec], dims: dict[str, int] | None = None, *, 
             continue
         rng = np.random.default_rng([seed, zlib.crc32(spec.name.encode()), *([variant] if variant else [])])
         shape = spec.concrete_shape(dims)
-        dtype = np.dtype(spec.dtype if spec.dtype != "bfloat16" else "float32")
+        dtype = _numpy_dtype(spec)
         if dtype == np.bool_:
             arr = rng.integers(0, 2, size=shape).astype(np.bool_)
         elif np.issubdtype(dtype, np.integer):

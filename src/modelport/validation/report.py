@@ -21,7 +21,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from modelport.errors import ModelportError, StageError
+from modelport.errors import EXIT_UNEXPECTED, ModelportError, StageError
 
 SCHEMA = "modelport.report/1"
 SCHEMA_FILE = Path(__file__).with_name("report.schema.json")  # the published JSON Schema of SCHEMA
@@ -214,8 +214,6 @@ class Run:
         return self.report
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        from modelport.errors import EXIT_UNEXPECTED, ModelportError
-
         if exc is None:
             if not self.report.finished:
                 self.report.finish(exit_code=0)
