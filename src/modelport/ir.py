@@ -159,6 +159,9 @@ class IRModel:
     provenance: dict[str, Any] = field(default_factory=dict)
     reference: Reference | None = None
     sample_dims: dict[str, int] = field(default_factory=dict)
+    # A source exported as several models (a seq2seq encoder and decoder): one full IR per part,
+    # converted and validated one by one into OUT/<part>/; this IR then has no model of its own.
+    parts: dict[str, IRModel] = field(default_factory=dict)
 
     def input(self, name: str) -> TensorSpec:
         for s in self.inputs:

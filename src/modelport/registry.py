@@ -55,10 +55,14 @@ class Registry(Mapping[str, str]):
         self.suffixes[suffix] = name
 
     def name_for(self, path: str | Path) -> str | None:
-        """The name registered for this file's ending (or for a folder, under "/"), or None."""
+        """The name registered for this file's ending (or for a folder, under "/"; a folder holding
+        FILE, under "/FILE"), or None."""
         p = Path(path)
         for suffix, name in self.suffixes.items():
-            if (p.is_dir() if suffix == "/" else p.name.lower().endswith(suffix)):
+            if suffix.startswith("/"):
+                if p.is_dir() and (suffix == "/" or (p / suffix[1:]).is_file()):
+                    return name
+            elif p.name.lower().endswith(suffix):
                 return name
         return None
 

@@ -48,6 +48,7 @@ def register(app: typer.Typer) -> None:
         arch: str | None = typer.Option(None, "--arch", help="Architecture for a state dict: zoo:NAME or package.module:Class."),
         opset: int | None = typer.Option(None, "--opset", help="Target ONNX opset."),
         trust: bool = typer.Option(False, "--trust", help="Allow loading that runs code from the model file."),
+        task: flags.Task = None,
         signature: str | None = typer.Option(None, "--signature", help="SavedModel/TFLite signature to convert (default serving_default)."),
         input_names: list[str] = typer.Option([], "--input-names", help="New names for the model's inputs, in order, comma-separated (TF sources)."),
         optimize: str | None = typer.Option(None, "--optimize", "-O", help="Optimisation level: none, basic, extended, all or auto."),
@@ -72,7 +73,7 @@ def register(app: typer.Typer) -> None:
             options = ConvertOptions(
                 targets=[choice(t, EMITTERS, "target") for t in split_list(to)] or ["onnx"],
                 framework=choice(framework, PARSERS, "source framework"), inputs=specs, output_names=split_list(outputs) or None,
-                arch=arch_, trust=trust, opset=opset, force=shared["force"], **flags.parity_kwargs(shared),
+                arch=arch_, trust=trust, task=task, opset=opset, force=shared["force"], **flags.parity_kwargs(shared),
                 optimize=OptimizeOptions(level=optimize, budget=accuracy_budget),
                 precision=choice(precision, flags.EMIT_PRECISIONS, "precision"), calibration=shared["calibration"],
                 strict=shared["strict"], allow_precision_fallback=shared["allow_fallback"],

@@ -24,6 +24,8 @@ PRECISIONS = ("fp32", "fp16", "int8")
 EMIT_PRECISIONS = (*PRECISIONS, "best")  # best: TensorRT picks per layer (other targets refuse it)
 TFLITE_LAYOUTS = ("source", "nhwc")  # emitters.tflite.LAYOUTS (tests/cli/test_options.py keeps them equal)
 TFLITE_IO_DTYPES = ("float32", "int8", "uint8")  # emitters.tflite.IO_DTYPES
+HF_TASKS = ("feature-extraction", "text-classification", "token-classification", "question-answering", "fill-mask",
+            "image-classification", "image-segmentation", "audio-classification", "text2text-generation")  # parsers.huggingface.TASKS, supported
 
 
 def aliased(option, *extra: str):
@@ -59,6 +61,10 @@ Strict = Annotated[bool, typer.Option("--strict", help="An optimisation pass tha
                                                        "its input, fails the run (exit 4).")]
 AllowFallback = Annotated[bool, typer.Option("--allow-precision-fallback", help="Accept an FP32 artifact when --precision cannot "
                                                                                 "be delivered within tolerance (else exit 4).")]
+
+# --- what a source holds ---------------------------------------------------------------------------
+Task = Annotated[str | None, typer.Option("--task", help=f"Hugging Face folders: what to export ({', '.join(HF_TASKS)}); "
+                                                         "default: inferred from config.json's architectures.")]
 
 # --- precision and optimisation ------------------------------------------------------------------
 Precision = Annotated[str, typer.Option("--precision", help=f"{', '.join(PRECISIONS)}.")]

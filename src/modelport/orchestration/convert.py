@@ -13,6 +13,7 @@ contract), warned about, and fails the run under `strict`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -64,6 +65,7 @@ class ConvertOptions:
     optimize: OptimizeOptions | str | None = None  # or a level name ("all", "auto"); None: no stage unless precision asks
     tflite: TFLiteOptions = field(default_factory=TFLiteOptions)
     tensorrt: TensorRTOptions = field(default_factory=TensorRTOptions)
+    task: str | None = None  # Hugging Face folders: what to export (parsers.huggingface.TASKS); else inferred from config.json
     packages: list[str] = field(default_factory=list)  # serving systems to package for (OUT/packages/<system>/)
     package: PackageOptions = field(default_factory=lambda: PackageOptions(trust=True))  # may trace the code it emitted
     fallback_reason: str | None = None  # set by the optimisation stage when it delivered FP32 instead
@@ -78,6 +80,10 @@ class ConvertOptions:
             self.targets = [t.strip() for t in self.targets.split(",") if t.strip()]
         if isinstance(self.optimize, str):
             self.optimize = OptimizeOptions(level=self.optimize)
+        if self.task is not None:
+            from modelport.parsers.huggingface import task_name
+
+            self.task = task_name(self.task)
         o = self.optimize
         if o is not None and (o.precision != "fp32" or o.calibration or o.strict or o.allow_fallback):
             raise BadInputError("set precision, calibration, strict and allow_precision_fallback on ConvertOptions, "
@@ -150,6 +156,13 @@ def resolve_source(source, options: ConvertOptions):
     spec.seed = options.seed
     spec.given = pinned_inputs(options.data, options.values)
     spec.options.update(options.tensorflow.spec_options())
+    if options.task:
+        from modelport.parsers import huggingface
+
+        if not (isinstance(source, Path) and huggingface.sniff(source)):
+            raise BadInputError("--task applies to Hugging Face model folders (config.json + *.safetensors)",
+                                path=source if isinstance(source, Path) else None)
+        spec.options["task"] = options.task
     return source, spec, zoo_tol
 
 
@@ -194,20 +207,21 @@ def check_reference_varies(ir: IRModel, report: Report, *, strict: bool, path=No
 
 def emit_and_validate(emitter, target: str, ir: IRModel, stage: Path, eopts, options: ConvertOptions, report: Report,
                       zoo_tol, hop: str, *, on_stage: StageCallback | None = None, out: Path | None = None,
-                      requested: str | None = None) -> None:
+                      requested: str | None = None, part: str | None = None) -> None:
     """Emit one target and validate it. When its precision cannot be delivered within tolerance
-    and the user allowed a fallback, the target is emitted again in FP32 and the report says so."""
+    and the user allowed a fallback, the target is emitted again in FP32 and the report says so.
+    A `part` of a source exported as several models is emitted into `stage/<part>/`."""
     try:
         _emit_with_fallback(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop, on_stage=on_stage, out=out,
-                            requested=requested)
+                            requested=requested, part=part)
     finally:
         report.settle_attempt(target)
 
 
-def _emit_with_fallback(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop, *, on_stage, out, requested):
+def _emit_with_fallback(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop, *, on_stage, out, requested, part):
     try:
         _emit_once(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop, on_stage=on_stage, out=out,
-                   requested=requested)
+                   requested=requested, part=part)
     except ValidationError as e:
         if eopts.precision in ("fp32", None) or not options.allow_precision_fallback:
             if eopts.precision not in ("fp32", None) and "--allow-precision-fallback" not in e.reason:
@@ -218,25 +232,41 @@ def _emit_with_fallback(emitter, target, ir, stage, eopts, options, report, zoo_
         requested = requested or eopts.precision
         fp32 = replace(eopts, precision="fp32")
         _emit_once(emitter, target, ir, stage, fp32, options, report, zoo_tol, hop, on_stage=on_stage, out=out,
-                   requested=requested)
+                   requested=requested, part=part)
         report.set_precision_fallback(requested, e.reason)
         report.warn(f"{target}: --precision {requested} could not be delivered ({e.reason}); the artifact is fp32")
 
 
-def _emit_once(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop, *, on_stage, out, requested=None):
-    with run_stage(report, f"emit:{target}", on_stage=on_stage):
-        artifact = emitter.emit(ir, stage, eopts)
+def _emit_once(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop, *, on_stage, out, requested=None, part=None):
+    folder = stage / part if part else stage
+    folder.mkdir(exist_ok=True)
+    with run_stage(report, f"emit:{target}" + (f":{part}" if part else ""), on_stage=on_stage):
+        artifact = emitter.emit(ir, folder, eopts)
     entry = artifact.to_dict(stage)
+    if part:
+        entry["part"] = part
     entry["requested_precision"] = requested or eopts.precision
     if entry["requested_precision"] != artifact.precision and options.fallback_reason:
         entry["precision_fallback"] = {"requested": entry["requested_precision"], "reason": options.fallback_reason}
     report.add_artifact(entry, attempt=target)
     if artifact.runner:
         ttol = options.tolerance(artifact.precision, zoo_tol)
-        with run_stage(report, f"validate:{target}", on_stage=on_stage):
+        with run_stage(report, f"validate:{target}" + (f":{part}" if part else ""), on_stage=on_stage):
             parity = validate_artifact(artifact, ir, ttol, hop)
         report.add_parity(parity, attempt=target)
         parity.raise_if_failed(path=out)
+
+
+def copy_companion_files(ir: IRModel, stage: Path, report: Report) -> None:
+    """The source's tokenizer/preprocessor files (`companion_files` in its provenance) next to the artifacts."""
+    import shutil
+
+    names = []
+    for f in ir.provenance.get("companion_files") or []:
+        shutil.copyfile(f, stage / Path(f).name)
+        names.append(Path(f).name)
+    if names:
+        report.set_files(names)
 
 
 def validate_artifact(artifact, ir: IRModel, tol: Tolerance, hop: str):
@@ -274,37 +304,47 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
 
         with run_stage(report, "parse", on_stage=on_stage) as parsed:
             ir = parse(src, spec)
-            parsed.note(nodes=len(ir.model.graph.node), exporter=ir.provenance.get("exporter"))
+            parts = ir.parts or {"": ir}  # a model exported as several (an encoder and a decoder) goes to OUT/<part>/
+            parsed.note(nodes=sum(len(p.model.graph.node) for p in parts.values()), exporter=ir.provenance.get("exporter"))
         report.set_source(describe_source(src, ir))
-        report.set_contract(ir.contract(), reference_varies=ir.provenance.get("reference_varies"), given=list(spec.given))
-        check_override_names(tol, [o.name for o in ir.outputs], path=spec.path)
-        check_reference_varies(ir, report, strict=options.strict, path=spec.path)
-
-        fw = ir.provenance.get("framework", "source")
-        with run_stage(report, "validate:ir", on_stage=on_stage):
-            export_parity = validate_ir(ir, tol, f"{fw}→onnx (IR)")
-        report.add_parity(export_parity)
-        export_parity.raise_if_failed(path=spec.path)
-
-        from modelport.orchestration.optimize_stage import optimize_stage, wanted
-
-        requested_precision = None
-        if wanted(options):
-            requested_precision = options.precision
-            ir, options = optimize_stage(ir, options, report, zoo_tol, on_stage=on_stage)
+        for part, pir in parts.items():
+            record = functools.partial(report.add_part, part) if part else report.set_contract
+            record(pir.contract(), reference_varies=pir.provenance.get("reference_varies"), given=list(spec.given))
+        if ir.parts and options.packages:
+            raise BadInputError(f"--package takes one model; this source gives {len(parts)} ({', '.join(parts)})", path=spec.path)
+        check_override_names(tol, [o.name for p in parts.values() for o in p.outputs], path=spec.path)
 
         from modelport.emitters.preflight import check_targets
+        from modelport.orchestration.optimize_stage import optimize_stage, wanted
 
-        with run_stage(report, "preflight", on_stage=on_stage):  # every target's, before anything is emitted
-            check_targets(ir, options.targets, EmitOptions(precision=options.precision, opset=options.opset,
-                                                           calibration=options.calibration))
+        fw = ir.provenance.get("framework", "source")
+        requested_precision = options.precision if wanted(options) else None
+        prepared = []  # (part, its IR, the run's options after its optimisation stage)
+        for part, pir in parts.items():
+            label, suffix = (f"{part}: ", f":{part}") if part else ("", "")
+            check_reference_varies(pir, report, strict=options.strict, path=spec.path)
+            with run_stage(report, f"validate:ir{suffix}", on_stage=on_stage):
+                export_parity = validate_ir(pir, tol, f"{label}{fw}→onnx (IR)")
+            report.add_parity(export_parity)
+            export_parity.raise_if_failed(path=spec.path)
+            popts = options
+            if requested_precision:
+                pir, popts = optimize_stage(pir, options, report, zoo_tol, on_stage=on_stage)
+            with run_stage(report, f"preflight{suffix}", on_stage=on_stage):  # every target's, before anything is emitted
+                check_targets(pir, popts.targets, EmitOptions(precision=popts.precision, opset=popts.opset,
+                                                              calibration=popts.calibration))
+            prepared.append((part, pir, popts))
         with staged_dir(out, source_inputs(source, options), force=options.force) as stage:
-            for target in options.targets:
-                emitter = get_emitter(target)
-                eopts = EmitOptions(precision=options.precision, opset=options.opset, calibration=options.calibration,
-                                    target=options.emitter_options(target))
-                emit_and_validate(emitter, target, ir, stage, eopts, options, report, zoo_tol, f"{fw}→{target} (end to end)",
-                                  on_stage=on_stage, out=out, requested=requested_precision)
+            for part, pir, popts in prepared:
+                label = f"{part}: " if part else ""
+                for target in popts.targets:
+                    emitter = get_emitter(target)
+                    eopts = EmitOptions(precision=popts.precision, opset=popts.opset, calibration=popts.calibration,
+                                        target=popts.emitter_options(target))
+                    emit_and_validate(emitter, target, pir, stage, eopts, popts, report, zoo_tol,
+                                      f"{label}{fw}→{target} (end to end)", on_stage=on_stage, out=out,
+                                      requested=requested_precision, part=part or None)
+            copy_companion_files(ir, stage, report)
             if options.packages:
                 from modelport.orchestration.package import package_converted
 

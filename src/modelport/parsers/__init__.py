@@ -24,9 +24,11 @@ PARSERS = Registry("source framework", {
     "savedmodel": "modelport.parsers.savedmodel",
     "graphdef": "modelport.parsers.graphdef",
     "tflite": "modelport.parsers.tflite",
+    "huggingface": "modelport.parsers.huggingface",
 }, aliases={
     "torch": "pytorch", "pth": "pytorch", "tensorflow": "savedmodel", "tf": "savedmodel", "saved_model": "savedmodel",
     "frozen": "graphdef", "pb": "graphdef", "tf.keras": "keras", "h5": "keras", "lite": "tflite",
+    "hf": "huggingface", "transformers": "huggingface",
 })
 register_parser = PARSERS.register
 canonical = PARSERS.canonical

@@ -99,13 +99,15 @@ class Report:
                      given: list[str] | None = None) -> None:
         """The I/O contract; `reference_varies` marks each named output whose source reference changed
         (or not) between two sample sets; `given` names the inputs whose samples the user chose."""
-        contract = copy.deepcopy(contract)
-        if given:
-            contract["given_inputs"] = sorted(given)
-        for o in contract.get("outputs") or []:
-            if reference_varies and o["name"] in reference_varies:
-                o["reference_varies"] = reference_varies[o["name"]]
-        self._data["contract"] = contract
+        self._data["contract"] = _contract(contract, reference_varies, given)
+
+    def add_part(self, name: str, contract: dict, *, reference_varies: dict[str, bool] | None = None,
+                 given: list[str] | None = None) -> None:
+        """One model of a source converted into several (`OUT/<name>/`: a seq2seq encoder and decoder):
+        its contract, recorded as `set_contract` records a single model's, under `parts`."""
+        given = [g for g in given or [] if g in {i["name"] for i in contract.get("inputs") or []}]
+        self._data.setdefault("parts", []).append({"name": name, "path": name,
+                                                   "contract": _contract(contract, reference_varies, given)})
 
     def set_optimize(self, selection: dict) -> None:
         """The table `--optimize auto` chose from."""
@@ -115,7 +117,7 @@ class Report:
         self._data["bundles"] = list(bundles)
 
     def set_files(self, files: list[str]) -> None:
-        """The files a `zoo build` wrote, relative to its folder."""
+        """The files a `zoo build` wrote, or those `convert` copied from the source (a tokenizer), relative to the output."""
         self._data["files"] = list(files)
 
     def set_sides(self, a: dict, b: dict, inputs: dict[str, list[int]]) -> None:
@@ -183,6 +185,16 @@ class Report:
         path = Path(folder) / "report.json"
         path.write_text(self.to_json())
         return path
+
+
+def _contract(contract: dict, reference_varies: dict[str, bool] | None, given: list[str] | None) -> dict:
+    contract = copy.deepcopy(contract)
+    if given:
+        contract["given_inputs"] = sorted(given)
+    for o in contract.get("outputs") or []:
+        if reference_varies and o["name"] in reference_varies:
+            o["reference_varies"] = reference_varies[o["name"]]
+    return contract
 
 
 class StageRow:
