@@ -12,7 +12,8 @@ def render_inspect(info: dict) -> None:
     from rich.table import Table
 
     head = Table(show_header=False, title=info.get("path"), title_justify="left")
-    for key in ("format", "ir_version", "opsets", "producer", "nodes", "parameters", "size", "signatures"):
+    for key in ("format", "ir_version", "opsets", "producer", "model_type", "architectures", "task", "nodes", "parameters", "size",
+                "signatures", "note"):
         if info.get(key) not in (None, "", {}):
             head.add_row(key, str(info[key]))
     console.print(head)

@@ -456,14 +456,20 @@ def parse(source, spec) -> IRModel:
     safetensors = check_safety(folder, config, trust=spec.trust)
     asked = spec.options.get("task")
     with offline() as transformers:
-        name = task_name(asked) if asked else infer_task(config, folder, transformers)
+        try:
+            inferred = infer_task(config, folder, transformers)
+        except BadInputError:
+            if not asked:
+                raise
+            inferred = None
+        name = task_name(asked) if asked else inferred
         task = TASKS[name]
         if not task.supported:
             raise BadInputError(f"task {name} is not supported yet ({task.description})", path=folder,
                                 hint=f"supported: {', '.join(n for n, t in TASKS.items() if t.supported)}")
         ctx = Context(folder=folder, config=config, spec=spec, transformers=transformers,
                       load=lambda t: load_model(t, folder, config, trust=spec.trust, safetensors=safetensors,
-                                                inferred=asked is None or task_name(asked) == infer_task(config, folder, transformers),
+                                                inferred=name == inferred,
                                                 transformers=transformers))
         ir = (_function(task.export) if task.export else export_single)(task, ctx)
     arch = (config.get("architectures") or ["?"])[0]
@@ -472,6 +478,22 @@ def parse(source, spec) -> IRModel:
                                format=f"transformers {config['model_type']} ({'safetensors' if safetensors else 'pickle, --trust'})",
                                companion_files=[str(p) for p in companion_files(folder)])
     return ir
+
+
+def _task_io(config: dict, folder: Path, task: Task) -> dict:
+    """The inputs and outputs `convert` gives the inferred task, from the config and the class the
+    config names (transformers' own; nothing is loaded from the folder but config.json)."""
+    with offline() as transformers:
+        cls = transformers_class(transformers, (config.get("architectures") or [""])[0], config["model_type"])
+        config_class = getattr(cls, "config_class", None)
+        if cls is None or config_class is None:
+            return {}
+        cfg = config_class.from_dict({k: v for k, v in config.items() if k != "auto_map"})
+        modality = modality_of(cls)
+        if config.get("is_encoder_decoder") and task.name == "feature-extraction" and modality == "text":
+            return {}
+        specs, _ = input_specs(modality, cfg, cls, folder)
+    return {"inputs": [s.to_dict() for s in specs], "outputs": [{"name": n} for n in task.outputs]}
 
 
 def inspect(path: Path) -> dict:
@@ -484,6 +506,9 @@ def inspect(path: Path) -> dict:
                   "architectures": config.get("architectures") or [], "size": sum(p.stat().st_size for p in safe + pickled)}
     with contextlib.suppress(BadInputError):
         info["task"] = infer_task(config, path)
+    if info.get("task") in TASKS and TASKS[info["task"]].supported and not TASKS[info["task"]].export:
+        with contextlib.suppress(Exception):
+            info.update(_task_io(config, path, TASKS[info["task"]]))
     params = 0
     for f in safe:
         header = check_safetensors_header(f)

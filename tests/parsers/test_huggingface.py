@@ -1,0 +1,329 @@
+"""Hugging Face model folders: random-init tiny transformers models saved with `save_pretrained`,
+converted through the CLI with the task given or inferred, each output validated against
+transformers in eager mode; safety refusals, wrong tasks, companion files and `inspect`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from modelport.errors import BadInputError
+from modelport.parsers import huggingface as hf
+
+transformers = pytest.importorskip("transformers")
+
+BERT = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37,
+            max_position_embeddings=64)
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"abcdefghijklmnopqrstuvwxyz", "hello", "world"]
+
+
+def save(model, folder: Path) -> Path:
+    model.save_pretrained(folder)
+    return folder
+
+
+def converted(cli, folder: Path, out: Path, *args) -> dict:
+    r = cli("convert", folder, "-o", out, "--json", *args)
+    assert r.exit_code == 0, r
+    report = r.json()
+    assert report["status"] == "ok" and all(hop["ok"] for hop in report["parity"])
+    return report
+
+
+def run_onnx(path: Path, feeds: dict) -> list:
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+@pytest.fixture(scope="module")
+def bert_dir(tmp_path_factory) -> Path:
+    """BertForSequenceClassification with a tokenizer (vocab.txt, tokenizer.json, tokenizer_config.json)."""
+    folder = tmp_path_factory.mktemp("bert") / "model"
+    save(transformers.BertForSequenceClassification(transformers.BertConfig(**BERT, num_labels=3)), folder)
+    (folder / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+    transformers.BertTokenizerFast(vocab_file=str(folder / "vocab.txt")).save_pretrained(folder)
+    return folder
+
+
+# --- the task table and inference (no model loaded) ----------------------------------------------------
+
+
+@pytest.mark.parametrize(("arch", "task"), [
+    ("BertForSequenceClassification", "text-classification"), ("BertModel", "feature-extraction"),
+    ("ViTForImageClassification", "image-classification"), ("SegformerForSemanticSegmentation", "image-segmentation"),
+    ("Wav2Vec2ForSequenceClassification", "audio-classification"), ("Wav2Vec2Model", "feature-extraction"),
+    ("WhisperEncoder", "feature-extraction"), ("T5ForConditionalGeneration", "text2text-generation"),
+    ("BertForQuestionAnswering", "question-answering"), ("BertForMaskedLM", "fill-mask"),
+    ("BertForTokenClassification", "token-classification"), ("LlamaForCausalLM", "text-generation"),
+])
+def test_task_inferred_from_architecture(arch, task):
+    model_type = {"Wav2Vec2ForSequenceClassification": "wav2vec2"}.get(arch, "bert")
+    assert hf.infer_task({"model_type": model_type, "architectures": [arch]}, Path("m"), transformers) == task
+
+
+def test_task_names_and_aliases():
+    assert hf.task_name("text2text") == "text2text-generation"
+    assert hf.task_name("sentiment-analysis") == "text-classification"
+    with pytest.raises(BadInputError, match="unknown task 'poetry'; known: feature-extraction"):
+        hf.task_name("poetry")
+
+
+def test_cli_help_lists_the_supported_tasks():
+    from modelport.cli.options import HF_TASKS
+
+    assert HF_TASKS == tuple(name for name, t in hf.TASKS.items() if t.supported)
+
+
+# --- text models --------------------------------------------------------------------------------------
+
+
+def test_bert_text_classification_inferred_with_tokenizer_files(cli, bert_dir, tmp_path):
+    out = tmp_path / "out"
+    report = converted(cli, bert_dir, out)
+    assert report["source"]["framework"] == "huggingface"
+    inputs = {i["name"]: i for i in report["contract"]["inputs"]}
+    assert list(inputs) == ["input_ids", "attention_mask", "token_type_ids"]
+    assert all(i["shape"] == ["batch", "sequence"] and i["dtype"] == "int64" for i in inputs.values())
+    assert inputs["input_ids"]["value_range"] == [0, 100] and inputs["attention_mask"]["value_range"] == [1, 2]
+    assert [o["name"] for o in report["contract"]["outputs"]] == ["logits"]
+    assert report["contract"]["outputs"][0]["reference_varies"] is True
+    copied = {"config.json", "vocab.txt", "tokenizer.json", "tokenizer_config.json"}
+    assert copied <= set(report["files"])
+    for name in copied:
+        assert (out / name).read_bytes() == (bert_dir / name).read_bytes()
+    # the tokenizer next to the model drives it: dynamic batch and sequence, logits as transformers gives them
+    tok = transformers.AutoTokenizer.from_pretrained(out, local_files_only=True)
+    enc = tok(["hello world", "abc"], padding=True, return_tensors="np")
+    (logits,) = run_onnx(out / "model.onnx", {k: v.astype(np.int64) for k, v in enc.items()})
+    import torch
+
+    model = transformers.BertForSequenceClassification.from_pretrained(bert_dir, local_files_only=True).eval()
+    with torch.no_grad():
+        expected = model(**{k: torch.from_numpy(v.astype(np.int64)) for k, v in enc.items()}).logits.numpy()
+    np.testing.assert_allclose(logits, expected, atol=1e-4)
+    assert not (bert_dir / "report.json").exists() and sorted(p.name for p in bert_dir.iterdir()) == sorted(
+        ["config.json", "model.safetensors", "vocab.txt", "tokenizer.json", "tokenizer_config.json"])
+
+
+def test_bert_feature_extraction_task_given(cli, bert_dir, tmp_path):
+    report = converted(cli, bert_dir, tmp_path / "out", "--task", "feature-extraction", "--dim", "sequence=5")
+    assert [o["name"] for o in report["contract"]["outputs"]] == ["last_hidden_state"]
+    assert report["contract"]["sample_dims"]["sequence"] == 5
+
+
+@pytest.mark.parametrize(("cls", "outputs"), [
+    ("BertForTokenClassification", ["logits"]),
+    ("BertForQuestionAnswering", ["start_logits", "end_logits"]),
+    ("BertForMaskedLM", ["logits"]),
+])
+def test_bert_heads_inferred(cli, tmp_path, cls, outputs):
+    folder = save(getattr(transformers, cls)(transformers.BertConfig(**BERT)), tmp_path / "model")
+    report = converted(cli, folder, tmp_path / "out")
+    assert [o["name"] for o in report["contract"]["outputs"]] == outputs
+
+
+# --- tasks that do not fit -------------------------------------------------------------------------------
+
+
+def test_task_of_another_modality_is_exit_2(cli, bert_dir, tmp_path):
+    r = cli("convert", bert_dir, "-o", tmp_path / "out", "--task", "image-classification")
+    assert r.exit_code == 2
+    assert f"{bert_dir}: task image-classification does not fit this bert model" in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_task_whose_head_the_checkpoint_lacks_is_exit_2(cli, bert_dir, tmp_path):
+    r = cli("convert", bert_dir, "-o", tmp_path / "out", "--task", "fill-mask")
+    assert r.exit_code == 2
+    assert "task fill-mask does not fit the checkpoint: BertForMaskedLM needs weights it lacks" in r.stderr
+
+
+def test_text_generation_is_not_supported_yet(cli, bert_dir, tmp_path):
+    r = cli("convert", bert_dir, "-o", tmp_path / "out", "--task", "text-generation")
+    assert r.exit_code == 2 and "task text-generation is not supported yet" in r.stderr
+
+
+def test_unknown_task_fails_before_any_work(cli, bert_dir, tmp_path):
+    r = cli("convert", bert_dir, "-o", tmp_path / "out", "--task", "poetry")
+    assert r.exit_code == 2 and "unknown task 'poetry'" in r.stderr
+
+
+def test_task_on_another_source_is_exit_2(cli, tiny_onnx, tmp_path):
+    r = cli("convert", tiny_onnx, "-o", tmp_path / "out", "--task", "text-classification")
+    assert r.exit_code == 2 and "--task applies to Hugging Face model folders" in r.stderr
+
+
+def test_output_inside_the_folder_is_refused(cli, bert_dir):
+    r = cli("convert", bert_dir, "-o", bert_dir / "onnx")
+    assert r.exit_code == 2 and not (bert_dir / "onnx").exists()
+
+
+# --- vision and audio ---------------------------------------------------------------------------------------
+
+
+def test_vit_image_classification(cli, tmp_path):
+    config = transformers.ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                    intermediate_size=37, num_labels=4)
+    folder = save(transformers.ViTForImageClassification(config), tmp_path / "vit")
+    report = converted(cli, folder, tmp_path / "out")
+    (spec,) = report["contract"]["inputs"]
+    assert (spec["name"], spec["shape"], spec["layout"]) == ("pixel_values", ["batch", 3, 32, 32], "NCHW")
+    (logits,) = run_onnx(tmp_path / "out" / "model.onnx", {"pixel_values": np.zeros((3, 3, 32, 32), np.float32)})
+    assert logits.shape == (3, 4)
+
+
+def test_segformer_semantic_segmentation(cli, tmp_path):
+    config = transformers.SegformerConfig(num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[16, 32],
+                                          num_attention_heads=[1, 2], patch_sizes=[7, 3], strides=[4, 2], mlp_ratios=[2, 2],
+                                          decoder_hidden_size=32, num_labels=3, image_size=64)
+    folder = save(transformers.SegformerForSemanticSegmentation(config), tmp_path / "segformer")
+    report = converted(cli, folder, tmp_path / "out")
+    assert report["contract"]["inputs"][0]["shape"] == ["batch", 3, 64, 64]
+    assert report["contract"]["outputs"][0]["name"] == "logits"
+
+
+def test_wav2vec2_audio_classification(cli, tmp_path):
+    config = transformers.Wav2Vec2Config(vocab_size=32, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                         intermediate_size=37, conv_dim=(16, 16), conv_stride=(5, 4), conv_kernel=(10, 4),
+                                         num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2, num_labels=3,
+                                         do_stable_layer_norm=True, feat_extract_norm="layer")
+    folder = save(transformers.Wav2Vec2ForSequenceClassification(config), tmp_path / "w2v")
+    report = converted(cli, folder, tmp_path / "out")
+    (spec,) = report["contract"]["inputs"]
+    assert (spec["name"], spec["shape"]) == ("input_values", ["batch", "samples"])
+    assert report["contract"]["sample_dims"]["samples"] == hf.SAMPLE_AUDIO
+    assert [o["name"] for o in report["contract"]["outputs"]] == ["logits"]
+
+
+def test_whisper_encoder_speech_features(cli, tmp_path):
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    config = transformers.WhisperConfig(vocab_size=100, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
+                                        decoder_attention_heads=2, encoder_ffn_dim=37, decoder_ffn_dim=37, num_mel_bins=16,
+                                        max_source_positions=32, max_target_positions=32)
+    folder = save(WhisperEncoder(config), tmp_path / "whisper")
+    report = converted(cli, folder, tmp_path / "out", "--task", "speech-encoder")
+    (spec,) = report["contract"]["inputs"]
+    assert (spec["name"], spec["shape"]) == ("input_features", ["batch", 16, 64])  # num_mel_bins x 2*max_source_positions
+    assert [o["name"] for o in report["contract"]["outputs"]] == ["last_hidden_state"]
+
+
+# --- text2text: two validated models -------------------------------------------------------------------------------
+
+
+def test_t5_text2text_encoder_and_decoder(cli, tmp_path):
+    config = transformers.T5Config(vocab_size=100, d_model=32, d_kv=8, d_ff=37, num_layers=2, num_decoder_layers=2, num_heads=2,
+                                   decoder_start_token_id=0)
+    folder = save(transformers.T5ForConditionalGeneration(config), tmp_path / "t5")
+    out = tmp_path / "out"
+    report = converted(cli, folder, out)
+    assert report["contract"] is None
+    parts = {p["name"]: p for p in report["parts"]}
+    assert list(parts) == ["encoder", "decoder"] and parts["decoder"]["path"] == "decoder"
+    assert [i["name"] for i in parts["encoder"]["contract"]["inputs"]] == ["input_ids", "attention_mask"]
+    dec_inputs = {i["name"]: i["shape"] for i in parts["decoder"]["contract"]["inputs"]}
+    assert dec_inputs == {"decoder_input_ids": ["batch", "decoder_sequence"], "encoder_hidden_states": ["batch", "sequence", 32],
+                          "encoder_attention_mask": ["batch", "sequence"]}
+    assert sorted((a["part"], a["path"]) for a in report["artifacts"]) == [("decoder", "decoder/model.onnx"),
+                                                                            ("encoder", "encoder/model.onnx")]
+    assert sorted(h["hop"] for h in report["parity"]) == sorted(
+        f"{p}: huggingface→onnx ({k})" for p in ("encoder", "decoder") for k in ("IR", "end to end"))
+    assert {"config.json", "generation_config.json"} <= set(report["files"]) and (out / "generation_config.json").is_file()
+    # the two ONNX models chained give the logits of the whole transformers model
+    import torch
+
+    ids = np.array([[5, 17, 42, 9, 1]], np.int64)
+    mask = np.ones_like(ids)
+    dec = np.array([[0, 7, 3]], np.int64)
+    (hidden,) = run_onnx(out / "encoder" / "model.onnx", {"input_ids": ids, "attention_mask": mask})
+    (logits,) = run_onnx(out / "decoder" / "model.onnx",
+                         {"decoder_input_ids": dec, "encoder_hidden_states": hidden, "encoder_attention_mask": mask})
+    model = transformers.T5ForConditionalGeneration.from_pretrained(folder, local_files_only=True).eval()
+    with torch.no_grad():
+        expected = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask),
+                         decoder_input_ids=torch.from_numpy(dec)).logits.numpy()
+    np.testing.assert_allclose(logits, expected, atol=1e-4)
+    from jsonschema import Draft202012Validator
+
+    from modelport.validation.report import SCHEMA_FILE
+
+    Draft202012Validator(json.loads(SCHEMA_FILE.read_text())).validate(report)
+
+
+# --- safety -------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pickled_dir(tmp_path_factory) -> Path:
+    """A folder with config.json and only a pickled pytorch_model.bin."""
+    import torch
+
+    folder = tmp_path_factory.mktemp("pickled") / "model"
+    model = transformers.BertModel(transformers.BertConfig(**BERT))
+    model.config.save_pretrained(folder)
+    torch.save(model.state_dict(), folder / "pytorch_model.bin")
+    return folder
+
+
+def test_pickled_weights_only_are_refused(cli, pickled_dir, tmp_path):
+    r = cli("convert", pickled_dir, "-o", tmp_path / "out")
+    assert r.exit_code == 3
+    assert f"{pickled_dir}: only pickled weights (pytorch_model.bin)" in r.stderr and "--trust" in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_pickled_weights_with_trust(cli, pickled_dir, tmp_path):
+    report = converted(cli, pickled_dir, tmp_path / "out", "--trust", "--task", "feature-extraction")
+    assert "pickle" in report["source"]["format"]
+
+
+def test_auto_map_is_refused_without_trust(cli, bert_dir, tmp_path):
+    folder = tmp_path / "remote"
+    shutil.copytree(bert_dir, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["auto_map"] = {"AutoModel": "modeling_evil.EvilModel"}
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "modeling_evil.py").write_text(f"open({str(tmp_path / 'marker')!r}, 'w').write('ran')\n")
+    r = cli("convert", folder, "-o", tmp_path / "out")
+    assert r.exit_code == 3 and "auto_map" in r.stderr and "trust_remote_code" in r.stderr
+    assert not (tmp_path / "marker").exists()
+
+
+def test_folder_without_weights_is_exit_2(cli, bert_dir, tmp_path):
+    folder = tmp_path / "empty"
+    folder.mkdir()
+    shutil.copy(bert_dir / "config.json", folder)
+    r = cli("convert", folder, "-o", tmp_path / "out")
+    assert r.exit_code == 2 and "no weights" in r.stderr
+
+
+def test_bad_safetensors_header_is_exit_2(cli, bert_dir, tmp_path):
+    folder = tmp_path / "bad"
+    folder.mkdir()
+    shutil.copy(bert_dir / "config.json", folder)
+    (folder / "model.safetensors").write_bytes((10**12).to_bytes(8, "little") + b"{}")
+    r = cli("convert", folder, "-o", tmp_path / "out")
+    assert r.exit_code == 2 and "safetensors header" in r.stderr
+
+
+# --- inspect ----------------------------------------------------------------------------------------------------------
+
+
+def test_inspect_folder(cli, bert_dir):
+    r = cli("inspect", bert_dir, "--json")
+    assert r.exit_code == 0, r
+    info = r.json()
+    assert (info["format"], info["model_type"], info["task"]) == ("huggingface", "bert", "text-classification")
+    assert [i["name"] for i in info["inputs"]] == ["input_ids", "attention_mask", "token_type_ids"]
+    assert info["weights"] == ["model.safetensors"] and "tokenizer.json" in info["files"]
+    assert info["parameters"] > 0
+
+
+def test_json_stdout_is_one_document(cli_proc, bert_dir, tmp_path):
+    r = cli_proc("convert", bert_dir, "-o", tmp_path / "out", "--json")
+    assert r.exit_code == 0, r
+    assert json.loads(r.stdout)["source"]["framework"] == "huggingface"
