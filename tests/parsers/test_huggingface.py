@@ -81,9 +81,12 @@ def test_cli_help_lists_the_supported_tasks():
 # --- text models --------------------------------------------------------------------------------------
 
 
-def test_bert_text_classification_inferred_with_tokenizer_files(cli, bert_dir, tmp_path):
+def test_bert_text_classification_inferred_with_tokenizer_files(cli_proc, bert_dir, tmp_path):
     out = tmp_path / "out"
-    report = converted(cli, bert_dir, out)
+    r = cli_proc("convert", bert_dir, "-o", out, "--json")
+    assert r.exit_code == 0, r
+    report = json.loads(r.stdout)  # stdout holds the report alone, whatever transformers prints
+    assert all(hop["ok"] for hop in report["parity"])
     assert report["source"]["framework"] == "huggingface"
     inputs = {i["name"]: i for i in report["contract"]["inputs"]}
     assert list(inputs) == ["input_ids", "attention_mask", "token_type_ids"]
@@ -109,10 +112,18 @@ def test_bert_text_classification_inferred_with_tokenizer_files(cli, bert_dir, t
         ["config.json", "model.safetensors", "vocab.txt", "tokenizer.json", "tokenizer_config.json"])
 
 
-def test_bert_feature_extraction_task_given(cli, bert_dir, tmp_path):
-    report = converted(cli, bert_dir, tmp_path / "out", "--task", "feature-extraction", "--dim", "sequence=5")
+def test_bert_feature_extraction_task_given_inputs_overridden(cli, bert_dir, tmp_path):
+    fixed = [f"--input={name}:1,sequence:int64" for name in ("input_ids", "attention_mask", "token_type_ids")]
+    report = converted(cli, bert_dir, tmp_path / "out", "--task", "feature-extraction", "--dim", "sequence=5", *fixed)
     assert [o["name"] for o in report["contract"]["outputs"]] == ["last_hidden_state"]
     assert report["contract"]["sample_dims"]["sequence"] == 5
+    inputs = {i["name"]: i for i in report["contract"]["inputs"]}
+    assert inputs["input_ids"]["shape"] == [1, "sequence"] and inputs["input_ids"]["value_range"] == [0, 100]
+
+
+def test_unknown_value_name_is_exit_2(cli, bert_dir, tmp_path):
+    r = cli("convert", bert_dir, "-o", tmp_path / "out", "--value", "pixel_values=1")
+    assert r.exit_code == 2 and "pixel_values" in r.stderr and "input_ids" in r.stderr
 
 
 @pytest.mark.parametrize(("cls", "outputs"), [
@@ -192,10 +203,10 @@ def test_wav2vec2_audio_classification(cli, tmp_path):
                                          num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2, num_labels=3,
                                          do_stable_layer_norm=True, feat_extract_norm="layer")
     folder = save(transformers.Wav2Vec2ForSequenceClassification(config), tmp_path / "w2v")
-    report = converted(cli, folder, tmp_path / "out")
+    report = converted(cli, folder, tmp_path / "out", "--dim", "samples=4000")
     (spec,) = report["contract"]["inputs"]
     assert (spec["name"], spec["shape"]) == ("input_values", ["batch", "samples"])
-    assert report["contract"]["sample_dims"]["samples"] == hf.SAMPLE_AUDIO
+    assert report["contract"]["sample_dims"]["samples"] == 4000
     assert [o["name"] for o in report["contract"]["outputs"]] == ["logits"]
 
 
@@ -322,8 +333,3 @@ def test_inspect_folder(cli, bert_dir):
     assert info["weights"] == ["model.safetensors"] and "tokenizer.json" in info["files"]
     assert info["parameters"] > 0
 
-
-def test_json_stdout_is_one_document(cli_proc, bert_dir, tmp_path):
-    r = cli_proc("convert", bert_dir, "-o", tmp_path / "out", "--json")
-    assert r.exit_code == 0, r
-    assert json.loads(r.stdout)["source"]["framework"] == "huggingface"

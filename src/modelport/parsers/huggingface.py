@@ -363,14 +363,15 @@ def _module(call: Callable, input_names: list[str], outputs: tuple[str, ...], ow
 
 def export_part(module, specs: list[TensorSpec], output_names: list[str], sample_dims: dict[str, int], ctx: Context,
                 given: dict | None = None) -> IRModel:
-    """One model through the PyTorch parser (eager references, torch.onnx with its fallbacks)."""
+    """One model through the PyTorch parser (eager references, torch.onnx with its fallbacks);
+    `given`: the user's pinned sample inputs for this model (default: all of them)."""
     from modelport.parsers import pytorch
     from modelport.specs import SourceSpec
 
     spec = ctx.spec
     sub = SourceSpec(path=ctx.folder, inputs=specs, output_names=list(output_names), trust=spec.trust, opset=spec.opset,
                      sample_dims={**sample_dims, **spec.sample_dims}, seed=spec.seed,
-                     given={k: v for k, v in (spec.given if given is None else given).items() if k in {s.name for s in specs}})
+                     given=dict(spec.given) if given is None else given)
     return pytorch.parse(module, sub)
 
 
@@ -433,11 +434,14 @@ def export_seq2seq(task: Task, ctx: Context) -> IRModel:
         return model(decoder_input_ids=decoder_input_ids, encoder_outputs=(encoder_hidden_states,),
                      attention_mask=encoder_attention_mask, use_cache=False)
 
+    def given(specs):
+        return {k: v for k, v in ctx.spec.given.items() if k in {s.name for s in specs}}
+
     parts = {
         "encoder": export_part(_module(encoder, [s.name for s in enc_specs], ("last_hidden_state",)), enc_specs,
-                               ["last_hidden_state"], dims, ctx),
+                               ["last_hidden_state"], dims, ctx, given(enc_specs)),
         "decoder": export_part(_module(decode, [s.name for s in dec_specs], ("logits",), owner=model), dec_specs, ["logits"],
-                               {**dims, "decoder_sequence": max(2, dims.get("sequence", 2) // 2)}, ctx),
+                               {**dims, "decoder_sequence": max(2, dims.get("sequence", 2) // 2)}, ctx, given(dec_specs)),
     }
     first = parts["encoder"]
     return IRModel(model=None, inputs=[], outputs=[], provenance=dict(first.provenance), parts=parts)
