@@ -57,11 +57,12 @@ def bert_dir(tmp_path_factory) -> Path:
     ("ViTForImageClassification", "image-classification"), ("SegformerForSemanticSegmentation", "image-segmentation"),
     ("Wav2Vec2ForSequenceClassification", "audio-classification"), ("Wav2Vec2Model", "feature-extraction"),
     ("WhisperEncoder", "feature-extraction"), ("T5ForConditionalGeneration", "text2text-generation"),
+    ("WhisperForConditionalGeneration", "automatic-speech-recognition"),
     ("BertForQuestionAnswering", "question-answering"), ("BertForMaskedLM", "fill-mask"),
     ("BertForTokenClassification", "token-classification"), ("LlamaForCausalLM", "text-generation"),
 ])
 def test_task_inferred_from_architecture(arch, task):
-    model_type = {"Wav2Vec2ForSequenceClassification": "wav2vec2"}.get(arch, "bert")
+    model_type = {"Wav2Vec2ForSequenceClassification": "wav2vec2", "WhisperForConditionalGeneration": "whisper"}.get(arch, "bert")
     assert hf.infer_task({"model_type": model_type, "architectures": [arch]}, Path("m"), transformers) == task
 
 
@@ -210,17 +211,28 @@ def test_wav2vec2_audio_classification(cli, tmp_path):
     assert [o["name"] for o in report["contract"]["outputs"]] == ["logits"]
 
 
-def test_whisper_encoder_speech_features(cli, tmp_path):
-    from transformers.models.whisper.modeling_whisper import WhisperEncoder
-
+@pytest.fixture(scope="module")
+def whisper_dir(tmp_path_factory) -> Path:
     config = transformers.WhisperConfig(vocab_size=100, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
                                         decoder_attention_heads=2, encoder_ffn_dim=37, decoder_ffn_dim=37, num_mel_bins=16,
-                                        max_source_positions=32, max_target_positions=32)
-    folder = save(WhisperEncoder(config), tmp_path / "whisper")
-    report = converted(cli, folder, tmp_path / "out", "--task", "speech-encoder")
+                                        max_source_positions=32, max_target_positions=32, decoder_start_token_id=1, pad_token_id=0)
+    return save(transformers.WhisperForConditionalGeneration(config), tmp_path_factory.mktemp("whisper") / "model")
+
+
+def test_whisper_speech_encoder(cli, whisper_dir, tmp_path):
+    report = converted(cli, whisper_dir, tmp_path / "out", "--task", "speech-encoder")
     (spec,) = report["contract"]["inputs"]
     assert (spec["name"], spec["shape"]) == ("input_features", ["batch", 16, 64])  # num_mel_bins x 2*max_source_positions
     assert [o["name"] for o in report["contract"]["outputs"]] == ["last_hidden_state"]
+
+
+def test_whisper_speech_recognition_inferred(cli, whisper_dir, tmp_path):
+    report = converted(cli, whisper_dir, tmp_path / "out")
+    parts = {p["name"]: p["contract"] for p in report["parts"]}
+    assert [i["name"] for i in parts["encoder"]["inputs"]] == ["input_features"]
+    assert {i["name"]: i["shape"] for i in parts["decoder"]["inputs"]} == {
+        "decoder_input_ids": ["batch", "decoder_sequence"], "encoder_hidden_states": ["batch", 32, 32]}
+    assert (tmp_path / "out" / "encoder" / "model.onnx").is_file() and (tmp_path / "out" / "decoder" / "model.onnx").is_file()
 
 
 # --- text2text: two validated models -------------------------------------------------------------------------------

@@ -25,7 +25,8 @@ EMIT_PRECISIONS = (*PRECISIONS, "best")  # best: TensorRT picks per layer (other
 TFLITE_LAYOUTS = ("source", "nhwc")  # emitters.tflite.LAYOUTS (tests/cli/test_options.py keeps them equal)
 TFLITE_IO_DTYPES = ("float32", "int8", "uint8")  # emitters.tflite.IO_DTYPES
 HF_TASKS = ("feature-extraction", "text-classification", "token-classification", "question-answering", "fill-mask",
-            "image-classification", "image-segmentation", "audio-classification", "text2text-generation")  # parsers.huggingface.TASKS, supported
+            "image-classification", "image-segmentation", "audio-classification", "text2text-generation",
+            "automatic-speech-recognition")  # parsers.huggingface.TASKS, supported
 
 
 def aliased(option, *extra: str):

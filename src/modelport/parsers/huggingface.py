@@ -87,6 +87,9 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task("text2text-generation", "AutoModelForSeq2SeqLM", ("last_hidden_state", "logits"), ("text",),
          export="modelport.parsers.huggingface:export_seq2seq",
          description="two models: encoder/ (input ids -> hidden states) and decoder/ (decoder ids + hidden states -> logits)"),
+    Task("automatic-speech-recognition", "AutoModelForSpeechSeq2Seq", ("last_hidden_state", "logits"), ("audio-features",),
+         export="modelport.parsers.huggingface:export_seq2seq",
+         description="two models: encoder/ (input_features -> hidden states) and decoder/ (decoder ids + hidden states -> logits)"),
     Task("text-generation", "AutoModelForCausalLM", ("logits",), ("text",), supported=False,
          description="decoder-only LLMs with a KV cache"),
 )}
@@ -94,6 +97,7 @@ TASK_ALIASES = {
     "text2text": "text2text-generation", "seq2seq-lm": "text2text-generation", "sentiment-analysis": "text-classification",
     "sequence-classification": "text-classification", "ner": "token-classification", "masked-lm": "fill-mask",
     "semantic-segmentation": "image-segmentation", "speech-encoder": "feature-extraction", "causal-lm": "text-generation",
+    "asr": "automatic-speech-recognition", "speech2text": "automatic-speech-recognition",
 }
 # architecture name suffix -> task, first match wins (ForSequenceClassification on a speech model is audio)
 ARCHITECTURE_TASKS = (
@@ -104,6 +108,11 @@ ARCHITECTURE_TASKS = (
     ("ForSeq2SeqLM", "text2text-generation"), ("ForCausalLM", "text-generation"), ("LMHeadModel", "text-generation"),
     ("EncoderModel", "feature-extraction"), ("Encoder", "feature-extraction"), ("Model", "feature-extraction"),
 )
+# (task of the architecture's name, the model's input kind) -> the task it is for that input
+MODALITY_TASKS = {
+    ("text-classification", "audio"): "audio-classification", ("text-classification", "audio-features"): "audio-classification",
+    ("text2text-generation", "audio-features"): "automatic-speech-recognition",
+}
 # the model class's main input -> the kind of inputs built for it
 MODALITIES = {"input_ids": "text", "pixel_values": "vision", "input_values": "audio", "input_features": "audio-features"}
 
@@ -209,10 +218,9 @@ def infer_task(config: dict, folder: Path, transformers=None) -> str:
     arch = archs[0]
     for suffix, task in ARCHITECTURE_TASKS:
         if arch.endswith(suffix):
-            if task == "text-classification" and transformers is not None:
+            if transformers is not None and any(t == task for t, _ in MODALITY_TASKS):
                 cls = transformers_class(transformers, arch, config["model_type"])
-                if cls is not None and modality_of(cls) in ("audio", "audio-features"):
-                    return "audio-classification"
+                return MODALITY_TASKS.get((task, modality_of(cls)), task)
             return task
     raise BadInputError(f"cannot infer a task from architecture {arch}", path=folder,
                         hint=f"pass --task with one of {', '.join(TASKS)}")
@@ -397,15 +405,14 @@ def export_single(task: Task, ctx: Context) -> IRModel:
 def export_seq2seq(task: Task, ctx: Context) -> IRModel:
     """An encoder-decoder as two models, each converted and validated on its own:
 
-    - `encoder`: the encoder's inputs (input_ids, attention_mask) -> `last_hidden_state`
-      [batch, sequence, d_model];
-    - `decoder`: `decoder_input_ids` [batch, decoder_sequence], `encoder_hidden_states`
-      [batch, sequence, d_model] and `encoder_attention_mask` [batch, sequence] -> `logits`
+    - `encoder`: the encoder's inputs (input_ids, attention_mask; Whisper's input_features) ->
+      `last_hidden_state` [batch, sequence, d_model] (a speech encoder's length is fixed: max_source_positions);
+    - `decoder`: `decoder_input_ids` [batch, decoder_sequence], `encoder_hidden_states` and, where
+      the encoder takes a mask, `encoder_attention_mask` [batch, sequence] -> `logits`
       [batch, decoder_sequence, vocab], one full decoder pass without a KV cache.
     """
     if ctx.spec.output_names:
-        raise BadInputError("--output does not apply to text2text-generation: its two models have fixed output names",
-                            path=ctx.folder)
+        raise BadInputError(f"--output does not apply to {task.name}: its two models have fixed output names", path=ctx.folder)
     model = ctx.load(task)
     config = model.config
     encoder = model.get_encoder()
@@ -417,11 +424,13 @@ def export_seq2seq(task: Task, ctx: Context) -> IRModel:
     enc_specs = [s for s in enc_specs if s.name != "token_type_ids"]
     width = int(getattr(config, "d_model", 0) or getattr(config, "hidden_size", 0))
     vocab = int(config.vocab_size)
+    length = int(config.max_source_positions) if modality == "audio-features" else "sequence"
     dec_specs = [
         TensorSpec("decoder_input_ids", "int64", ["batch", "decoder_sequence"], "NT", value_range=[0, vocab]),
-        TensorSpec("encoder_hidden_states", "float32", ["batch", "sequence", width], "NTC"),
-        TensorSpec("encoder_attention_mask", "int64", ["batch", "sequence"], "NT", value_range=[1, 2]),
+        TensorSpec("encoder_hidden_states", "float32", ["batch", length, width], "NTC"),
     ]
+    if any(s.name == "attention_mask" for s in enc_specs):
+        dec_specs.append(TensorSpec("encoder_attention_mask", "int64", ["batch", "sequence"], "NT", value_range=[1, 2]))
     known = {s.name for s in enc_specs} | {s.name for s in dec_specs}
     unknown = sorted({s.name for s in ctx.spec.inputs} - known) + sorted(set(ctx.spec.given) - known)
     if unknown:
@@ -430,7 +439,7 @@ def export_seq2seq(task: Task, ctx: Context) -> IRModel:
     enc_specs = apply_user_specs(enc_specs, [s for s in ctx.spec.inputs if s.name in {e.name for e in enc_specs}])
     dec_specs = apply_user_specs(dec_specs, [s for s in ctx.spec.inputs if s.name in {d.name for d in dec_specs}])
 
-    def decode(decoder_input_ids, encoder_hidden_states, encoder_attention_mask):
+    def decode(decoder_input_ids, encoder_hidden_states, encoder_attention_mask=None):
         return model(decoder_input_ids=decoder_input_ids, encoder_outputs=(encoder_hidden_states,),
                      attention_mask=encoder_attention_mask, use_cache=False)
 
@@ -441,7 +450,8 @@ def export_seq2seq(task: Task, ctx: Context) -> IRModel:
         "encoder": export_part(_module(encoder, [s.name for s in enc_specs], ("last_hidden_state",)), enc_specs,
                                ["last_hidden_state"], dims, ctx, given(enc_specs)),
         "decoder": export_part(_module(decode, [s.name for s in dec_specs], ("logits",), owner=model), dec_specs, ["logits"],
-                               {**dims, "decoder_sequence": max(2, dims.get("sequence", 2) // 2)}, ctx, given(dec_specs)),
+                               {**dims, "decoder_sequence": max(2, dims.get("sequence", SAMPLE_SEQUENCE) // 2)}, ctx,
+                               given(dec_specs)),
     }
     first = parts["encoder"]
     return IRModel(model=None, inputs=[], outputs=[], provenance=dict(first.provenance), parts=parts)
