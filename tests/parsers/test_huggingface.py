@@ -333,6 +333,31 @@ def test_bad_safetensors_header_is_exit_2(cli, bert_dir, tmp_path):
     assert r.exit_code == 2 and "safetensors header" in r.stderr
 
 
+def cache_layout(bert_dir: Path, root: Path) -> Path:
+    """The folder as the Hugging Face cache holds it: snapshots/REV/* are links into blobs/."""
+    blobs, snapshot = root / "models--org--bert" / "blobs", root / "models--org--bert" / "snapshots" / "abc123"
+    blobs.mkdir(parents=True)
+    snapshot.mkdir(parents=True)
+    for f in bert_dir.iterdir():
+        shutil.copy(f, blobs / f"blob-{f.name}")
+        (snapshot / f.name).symlink_to(Path("..", "..", "blobs", f"blob-{f.name}"))
+    return snapshot
+
+
+def test_cache_snapshot_links_are_followed(cli, bert_dir, tmp_path):
+    info = cli("inspect", cache_layout(bert_dir, tmp_path), "--json").json()
+    assert info["weights"] == ["model.safetensors"] and "tokenizer.json" in info["files"]
+
+
+def test_link_leading_outside_the_folder_is_refused(cli, bert_dir, tmp_path):
+    snapshot = cache_layout(bert_dir, tmp_path / "cache")
+    (tmp_path / "secret").write_text("not yours")
+    (snapshot / "tokenizer.json").unlink()
+    (snapshot / "tokenizer.json").symlink_to(tmp_path / "secret")
+    r = cli("convert", snapshot, "-o", tmp_path / "out")
+    assert r.exit_code == 3 and "tokenizer.json links outside the model folder" in r.stderr
+
+
 # --- inspect ----------------------------------------------------------------------------------------------------------
 
 

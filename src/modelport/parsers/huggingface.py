@@ -131,6 +131,7 @@ def task_name(name: str) -> str:
 
 def read_config(folder: Path) -> dict:
     path = folder / "config.json"
+    confined(path, folder)
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -140,10 +141,26 @@ def read_config(folder: Path) -> dict:
     return config
 
 
+def confined(path: Path, folder: Path) -> bool:
+    """True for a regular file of the folder; a symlink must resolve inside the folder or, in the
+    Hugging Face cache's layout (`models--org--name/snapshots/REV/file -> ../../blobs/SHA`), inside
+    the cached repository; one that leads elsewhere is refused (exit 3)."""
+    if not path.is_symlink():
+        return path.is_file()
+    target = path.resolve()
+    roots = [folder.resolve()]
+    if folder.resolve().parent.name == "snapshots":
+        roots.append(folder.resolve().parent.parent)
+    if not any(target.is_relative_to(r) for r in roots):
+        raise UnsafeInputError(f"{path.name} links outside the model folder", path=folder)
+    return target.is_file()
+
+
 def weight_files(folder: Path) -> tuple[list[Path], list[Path]]:
-    """(safetensors files, pickled weight files) of the folder, symlinks left out."""
-    safe = sorted(p for p in folder.glob("*.safetensors") if p.is_file() and not p.is_symlink())
-    pickled = sorted(p for p in folder.iterdir() if p.name in PICKLED_WEIGHTS or re.fullmatch(r"pytorch_model-\d+-of-\d+\.bin", p.name))
+    """(safetensors files, pickled weight files) of the folder."""
+    safe = sorted(p for p in folder.glob("*.safetensors") if confined(p, folder))
+    pickled = sorted(p for p in folder.iterdir() if (p.name in PICKLED_WEIGHTS or re.fullmatch(r"pytorch_model-\d+-of-\d+\.bin", p.name))
+                     and confined(p, folder))
     return safe, pickled
 
 
@@ -168,7 +185,7 @@ def check_safety(folder: Path, config: dict, *, trust: bool) -> bool:
 
 
 def companion_files(folder: Path) -> list[Path]:
-    return [folder / n for n in COMPANION_FILES if (folder / n).is_file() and not (folder / n).is_symlink()]
+    return [folder / n for n in COMPANION_FILES if confined(folder / n, folder)]
 
 
 @contextlib.contextmanager
@@ -468,6 +485,7 @@ def parse(source, spec) -> IRModel:
         raise BadInputError("not a Hugging Face model folder: no config.json inside", path=folder)
     config = read_config(folder)
     safetensors = check_safety(folder, config, trust=spec.trust)
+    companions = [str(p) for p in companion_files(folder)]  # a link leading outside the folder is refused before any load
     asked = spec.options.get("task")
     with offline() as transformers:
         try:
@@ -490,7 +508,7 @@ def parse(source, spec) -> IRModel:
     for part in [ir, *ir.parts.values()]:
         part.provenance.update(framework=NAME, path=str(folder), task=name, architecture=arch,
                                format=f"transformers {config['model_type']} ({'safetensors' if safetensors else 'pickle, --trust'})",
-                               companion_files=[str(p) for p in companion_files(folder)])
+                               companion_files=companions)
     return ir
 
 
