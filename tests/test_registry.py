@@ -47,6 +47,15 @@ def test_lookup_by_file_name(tmp_path):
         r.register_suffix(".a", "b")
 
 
+def test_lookup_of_a_folder_by_a_file_inside(tmp_path):
+    r = Registry("reader", {"hf": "json", "dir": "json"}, suffixes={"/config.json": "hf", "/": "dir"})
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "config.json").write_text("{}")
+    assert r.name_for(tmp_path / "hf") == "hf" and r.name_for(tmp_path / "plain") == "dir"
+    assert r.name_for(tmp_path / "hf" / "config.json") is None
+
+
 @pytest.mark.parametrize("registry", ALL, ids=lambda r: r.kind)
 def test_every_registered_entry_imports(registry):
     """Each entry's module imports without its heavy framework (those load inside functions).

@@ -4,8 +4,9 @@ The task (`--task`, else inferred from the config's `architectures`) picks the t
 that loads the weights, the inputs built from the config (token ids, masks and type ids;
 `pixel_values` at the configured image size; `input_values` or Whisper-style `input_features` for
 speech), their named dynamic dims, and the output names. `TASKS` holds one entry per task; a task
-exported as several models (text2text: an encoder and a decoder) names its own export function,
-and so will `text-generation` (a decoder-only LLM with its KV cache), which is not supported yet.
+exported as several models (text2text and speech recognition: an encoder and a decoder) names its
+own export function, and so will `text-generation` (a decoder-only LLM with its KV cache), which is
+not supported yet.
 
 Every model goes through the PyTorch parser (`parsers.pytorch.parse` on a module that takes the
 inputs positionally and returns the task's outputs): references from transformers in eager mode,
