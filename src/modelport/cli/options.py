@@ -41,6 +41,8 @@ def _tolerance(flag: str, text: str):
 # --- every command -------------------------------------------------------------------------------
 JsonOut = Annotated[bool, typer.Option("--json", help="Print the result (the report) as exactly one JSON document on stdout.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No tables or progress on stderr.")]
+Trust = Annotated[bool, typer.Option("--trust", help="Allow loading that runs code from the model (pickled modules, TorchScript, "
+                                                     "Keras Lambda layers, generated model.py).")]
 Force = Annotated[bool, typer.Option("--force", help="Replace an existing output folder that modelport wrote.")]
 OutputDir = Annotated[str | None, typer.Option("-o", "--output-dir", help="Output folder (written through a staging folder).")]
 
