@@ -79,9 +79,7 @@ def installed(requirement: str) -> bool:
 
 def declared_extras() -> dict[str, list[str]]:
     """extra -> its requirements, from the source tree's pyproject.toml or the installed metadata."""
-    import modelport
-
-    pyproject = Path(modelport.__file__).resolve().parents[2] / "pyproject.toml"
+    pyproject = Path(__file__).resolve().parents[3] / "pyproject.toml"  # src/modelport/orchestration/doctor.py
     if pyproject.is_file():
         import tomllib
 
