@@ -8,12 +8,6 @@ from modelport.cli import options as flags
 from modelport.cli._common import fmt_size, print_rows, run, split_list, stage_status
 from modelport.errors import BadInputError
 
-EPILOG = """Examples:
-
-  modelport bench out/model.onnx out/model.tflite --batch 1,8 --runs 200
-
-  modelport bench http://127.0.0.1:8080/v2/models/cnn/infer --concurrency 8 --duration 30"""
-
 PANEL_RUN = "Measurement"
 PANEL_HTTP = "Served models (URL)"
 
@@ -49,7 +43,7 @@ def _warn_errors(doc: dict) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("bench", epilog=EPILOG)
+    @app.command("bench")
     @flags.taking(flags.SAMPLES, flags.RESULT)
     def bench_cmd(
         artifacts: list[str] = typer.Argument(..., help="Artifacts (.onnx, .ort, .tflite, .plan, .xml, an emitted pytorch/ folder), "

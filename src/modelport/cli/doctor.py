@@ -7,10 +7,6 @@ import typer
 from modelport.cli import options as flags
 from modelport.cli._common import print_rows, run
 
-EPILOG = """Example:
-
-  modelport doctor --json | jq '.targets[] | select(.ready == false)'"""
-
 
 def print_doctor(d: dict) -> None:
     rows = [["modelport", d["modelport"], ""], ["python", d["python"], d["executable"]], ["platform", d["platform"], ""]]
@@ -36,7 +32,7 @@ def print_doctor(d: dict) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("doctor", epilog=EPILOG)
+    @app.command("doctor")
     def doctor_cmd(json_out: flags.JsonOut = False, quiet: flags.Quiet = False):
         """Show versions, extras, runtimes and execution providers, GPU/TensorRT, CPU features, and what each target needs."""
 
