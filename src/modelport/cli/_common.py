@@ -27,7 +27,7 @@ def emit_json(data) -> None:
 
 
 def run(fn: Callable[[], dict | None], *, json_out: bool, quiet: bool, render: Callable[[dict], None] | None = None,
-        command: str = "modelport", print_result: Callable[[dict], None] | None = None) -> None:
+        command: str = "modelport", print_result: Callable[[dict], None] | None = None, render_failed: bool = False) -> None:
     """Run a command body; map errors to one stderr line plus the documented exit code.
 
     While the body runs, stdout carries nothing but the result: every write to it (Python or C
@@ -36,6 +36,7 @@ def run(fn: Callable[[], dict | None], *, json_out: bool, quiet: bool, render: C
     the orchestration's own run ended with or, when the failure came before it (bad options,
     unreadable input), a `modelport.report/1` document for `command` all the same.
 
+    With `render_failed`, a failed run's report is drawn too (validate's per-output table).
     `print_result` prints a command's result on stdout (a listing, a benchmark table; see `print_rows`)
     once the body is done, unless --json prints the document instead; `render` draws on stderr.
     """
@@ -50,6 +51,8 @@ def run(fn: Callable[[], dict | None], *, json_out: bool, quiet: bool, render: C
         except ModelportError as e:
             from rich.markup import escape
 
+            if render_failed and render and e.report and e.report.get("parity") and not (json_out or quiet):
+                render(e.report)
             console.print(f"[bold red]error:[/] {escape(e.message)}", soft_wrap=True)  # hints hold "[tf]"
             code = e.exit_code
             doc = e.report
