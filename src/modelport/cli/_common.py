@@ -197,7 +197,7 @@ def split_list(values: str | list[str] | None) -> list[str]:
 def print_rows(title: str, columns: list[str], rows: list[list], *, right: tuple[str, ...] = ()) -> None:
     """A result on stdout: a rich table on a terminal, else one tab-separated line per row after a
     header line, so `modelport zoo list | grep keras` and `cut -f1` work. Cells are never cut short:
-    on a narrow terminal a long name wraps."""
+    the first column (the name) keeps its width, the others wrap."""
     cells = [["" if c is None else str(c) for c in row] for row in rows]
     if not sys.stdout.isatty():
         sys.stdout.write("\t".join(columns) + "\n")
@@ -208,8 +208,10 @@ def print_rows(title: str, columns: list[str], rows: list[list], *, right: tuple
     from rich.table import Table
 
     t = Table(title=title, title_justify="left")
-    for col in columns:
-        t.add_column(col, overflow="fold", justify="right" if col in right else "left")
+    for i, col in enumerate(columns):
+        # the first column (a name) keeps its full width; the others wrap around it
+        widest = max((len(row[i]) for row in cells if i < len(row)), default=0) if i == 0 else None
+        t.add_column(col, overflow="fold", justify="right" if col in right else "left", no_wrap=i == 0, min_width=widest)
     for row in cells:
         t.add_row(*map(escape, row))
     Console(highlight=False).print(t)

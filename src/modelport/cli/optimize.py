@@ -7,7 +7,7 @@ from dataclasses import replace
 import typer
 
 from modelport.cli import options as flags
-from modelport.cli._common import choice, console, fmt_num, run, split_list, stage_status
+from modelport.cli._common import choice, console, fmt_num, fmt_size, run, split_list, stage_status
 from modelport.errors import BadInputError
 
 
@@ -30,7 +30,7 @@ def optimize_table(report: dict):
             note = note or ", ".join(f"{k}={v}" for k, v in details["fusions"].items())
         color = {"applied": "green", "rolled_back": "red"}.get(s["status"], "dim")
         t.add_row(s["pass"], f"[{color}]{s['status']}[/]", f"{s['nodes_before']} → {s['nodes_after']}",
-                  f"{_kib(s['size_before'])} → {_kib(s['size_after'])}", f"{s['seconds']:.2f}",
+                  f"{fmt_size(s['size_before'])} → {fmt_size(s['size_after'])}", f"{s['seconds']:.2f}",
                   "-" if max_abs is None else fmt_num(max_abs), "-" if cos is None else f"{cos:.6f}", note)
     return t
 
@@ -43,13 +43,9 @@ def auto_table(selection: dict):
         t.add_column(col)
     for r in selection["variants"]:
         mark = "[bold green]✓ chosen[/]" if r["chosen"] else ("yes" if r["within_budget"] else "[red]no[/]")
-        t.add_row(r["variant"], r["precision"], str(r["nodes"]), _kib(r["size"]), f"{r['latency_ms']:.3f}",
+        t.add_row(r["variant"], r["precision"], str(r["nodes"]), fmt_size(r["size"]), f"{r['latency_ms']:.3f}",
                   f"{r['speedup']:.2f}x" if r.get("speedup") else "-", fmt_num(r["max_abs"]), f"{r['cosine']:.6f}", mark)
     return t
-
-
-def _kib(n: int) -> str:
-    return f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
 
 
 def render_optimize(report: dict, out_dir: str | None) -> None:

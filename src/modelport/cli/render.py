@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from modelport.cli._common import console, fmt_num
+from modelport.cli._common import console, fmt_num, fmt_size
 
 
 def parity_table(report: dict) -> Table:
@@ -38,16 +38,8 @@ def artifacts_table(report: dict) -> Table:
         precision = a.get("precision", "")
         if a.get("requested_precision") and a["requested_precision"] != precision:
             precision = f"[yellow]{precision}[/] ({a['requested_precision']} requested)"
-        t.add_row(a["target"], a["runtime"], precision, a["path"], _size(a.get("size", 0)))
+        t.add_row(a["target"], a["runtime"], precision, a["path"], fmt_size(a.get("size", 0)))
     return t
-
-
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 def render_report(report: dict, out_dir: str | None = None) -> None:
