@@ -38,7 +38,9 @@ def optimize_table(report: dict):
 def auto_table(selection: dict):
     from rich.table import Table
 
-    t = Table(title=f"auto: chose {selection['chosen']}", title_justify="left")
+    budget = selection.get("budget")
+    note = f" within {budget}" + (" (the default budget; set --accuracy-budget)" if selection.get("budget_default") else "") if budget else ""
+    t = Table(title=f"auto: chose {selection['chosen']}{note}", title_justify="left")
     for col in ("variant", "precision", "nodes", "size", "latency ms", "speed-up", "max abs", "cosine", "in budget"):
         t.add_column(col)
     for r in selection["variants"]:
@@ -55,7 +57,7 @@ def render_optimize(report: dict, out_dir: str | None) -> None:
         console.print(optimize_table(report))
     if report.get("optimize"):
         console.print(auto_table(report["optimize"]))
-    render_report(report, out_dir)
+    render_report(report, out_dir, passes_shown=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -19,12 +19,15 @@ def parity_table(report: dict) -> Table:
     return t
 
 
-def stages_table(report: dict) -> Table:
+def stages_table(report: dict, *, passes: bool = True) -> Table:
+    """Every stage; without `passes`, the optimisation passes are left to their own table."""
     t = Table(title="stages", title_justify="left")
     t.add_column("stage")
     t.add_column("seconds", justify="right")
     t.add_column("details")
     for s in report.get("stages", []):
+        if not passes and "pass" in s:
+            continue
         details = ", ".join(f"{k}={v}" for k, v in s.items() if k not in ("name", "seconds") and v is not None and not isinstance(v, (dict, list)))
         t.add_row(s["name"], f"{s.get('seconds', 0):.2f}", details)
     return t
@@ -42,8 +45,8 @@ def artifacts_table(report: dict) -> Table:
     return t
 
 
-def render_report(report: dict, out_dir: str | None = None) -> None:
-    console.print(stages_table(report))
+def render_report(report: dict, out_dir: str | None = None, *, passes_shown: bool = False) -> None:
+    console.print(stages_table(report, passes=not passes_shown))
     if report.get("artifacts"):
         console.print(artifacts_table(report))
     if report.get("parity"):
