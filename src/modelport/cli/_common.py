@@ -204,14 +204,17 @@ def print_rows(title: str, columns: list[str], rows: list[list], *, right: tuple
         for row in cells:
             sys.stdout.write("\t".join(c.replace("\t", " ").replace("\n", " ") for c in row) + "\n")
         return
+    from rich import box
     from rich.markup import escape
     from rich.table import Table
 
-    t = Table(title=title, title_justify="left")
+    t = Table(title=title or None, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     for i, col in enumerate(columns):
-        # the first column (a name) keeps its full width; the others wrap around it
-        widest = max((len(row[i]) for row in cells if i < len(row)), default=0) if i == 0 else None
-        t.add_column(col, overflow="fold", justify="right" if col in right else "left", no_wrap=i == 0, min_width=widest)
+        # the first column (a name) and every column of short values keep their full width; long text wraps
+        widest = max((len(row[i]) for row in cells if i < len(row)), default=0)
+        keep = i == 0 or widest <= 14
+        t.add_column(col, overflow="fold", justify="right" if col in right else "left", no_wrap=keep,
+                     min_width=max(widest, len(col)) if keep else None)
     for row in cells:
         t.add_row(*map(escape, row))
     Console(highlight=False).print(t)

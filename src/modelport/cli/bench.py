@@ -28,7 +28,7 @@ def print_bench(doc: dict) -> None:
                _rate(doc["throughput"])]
         print_rows("load test", columns, [row], right=tuple(columns[2:]))
         return
-    columns = ["artifact", "runtime", "batch", "p50 ms", "p90 ms", "p99 ms", "mean ms", "min ms", "samples/s", "speed-up", "rss Δ"]
+    columns = ["artifact", "runtime", "batch", "p50 ms", "p90 ms", "p99 ms", "mean ms", "min ms", "items/s", "vs 1st", "rss Δ"]
     rows = [[r["artifact"], r["runtime"], r["batch"], *(_ms(r, k) for k in ("p50", "p90", "p99", "mean", "min")), _rate(r["throughput"]),
              f"{r['speedup']:.2f}x" if r.get("speedup") else "-", fmt_size(r.get("rss_delta"))] for r in doc["results"]]
     print_rows("bench", columns, rows, right=tuple(columns[2:]))
