@@ -187,5 +187,5 @@ def test_listings_print_on_stdout_as_tab_separated_rows_through_a_pipe(cli_proc,
 
 def test_listings_are_tables_on_a_terminal_with_nothing_cut_short():
     out = _on_a_terminal(["zoo", "list"], columns=60)
-    assert "model zoo" in out and "┃" in out and "…" not in out
+    assert "model zoo" in out and "─" in out and "…" not in out
     assert "keras_mobilenet_v2" in out

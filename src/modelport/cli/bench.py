@@ -35,11 +35,13 @@ def print_bench(doc: dict) -> None:
 
 
 def _warn_errors(doc: dict) -> None:
+    from rich.markup import escape
+
     from modelport.cli._common import console
 
     if doc.get("errors"):
-        console.print(f"[bold yellow]warning:[/] {doc['errors']} of {doc['requests']} requests failed; first: {doc['first_error']}",
-                      soft_wrap=True, markup=True)
+        console.print(f"[bold yellow]warning:[/] {doc['errors']} of {doc['requests']} requests failed; first: "
+                      f"{escape(str(doc['first_error']))}", soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

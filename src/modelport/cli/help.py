@@ -1,22 +1,19 @@
 """Help that teaches: every command's options grouped into panels, one worked example per command,
 and value names (metavars) that say what to type instead of `<str>`/`<bool>`.
 
-Applied once to the whole app after the commands are registered (`polish(app)`), from the tables
-below, so a command module declares its options and nothing else. A flag's panel and value name
-are looked up by its first spelling; the shared flags of `cli/options.py` are listed here too.
-Nothing heavy is imported here.
+`polish(app)` makes every command of the app a `Command`, which dresses its click parameters from
+the tables below when typer builds it, so a command module declares its options and nothing
+else. A flag's panel and value name are looked up by any of its spellings; the shared flags of
+`cli/options.py` are listed here too. Nothing heavy is imported here.
 """
 
 from __future__ import annotations
 
-import inspect
-import typing
-
 import typer
 from typer.core import TyperCommand, TyperGroup
-from typer.models import ArgumentInfo, OptionInfo
 
 SOURCE, TARGETS, VALIDATION, OPTIMISATION, OUTPUT = "Source", "Targets", "Validation", "Optimisation", "Output"
+QUANTISATION = "FP16/INT8 details"
 
 PANELS = {
     SOURCE: ("--from", "-in", "-iw", "--input", "--inputShape", "--output", "--arch", "--opset", "--trust", "--signature",
@@ -26,8 +23,9 @@ PANELS = {
               "--max-batch-size", "--instances", "--image", "--cpu", "--memory", "--gpus", "--replicas"),
     VALIDATION: ("--seed", "--dim", "--data", "--inputs", "--value", "--atol", "--rtol", "--min-cosine", "--strict", "--localize",
                  "--match-by-position"),
-    OPTIMISATION: ("--optimize", "--level", "--passes", "--precision", "--int8-mode", "--calibration", "--calibration-method",
-                   "--per-channel", "--keep-io-types", "--accuracy-budget", "--allow-precision-fallback"),
+    OPTIMISATION: ("--optimize", "--level", "--passes", "--precision", "--calibration", "--accuracy-budget",
+                   "--allow-precision-fallback"),
+    QUANTISATION: ("--int8-mode", "--calibration-method", "--per-channel", "--keep-io-types"),
     OUTPUT: ("-o", "--force", "--json", "--quiet", "--cache-dir"),
 }
 PANEL_OF = {flag: panel for panel, flags in PANELS.items() for flag in flags}
@@ -61,29 +59,52 @@ EXAMPLES = {
 }
 
 
-def _quiet_flags(command, ctx) -> None:
-    """No value name after an on/off flag (typer's own --help and completion flags included)."""
-    for p in command.get_params(ctx):
-        if getattr(p, "is_flag", False) and p.metavar is None:
-            p.metavar = ""
+def _value_name(p) -> str:
+    """What to type after an option: its entry in METAVARS, else by its type (nothing after a flag)."""
+    if getattr(p, "is_flag", False):
+        return ""
+    flag = next((o for o in p.opts if o in METAVARS), None)
+    if flag:
+        return METAVARS[flag]
+    kind = p.bare_type() if hasattr(p, "bare_type") else ""
+    return {"int": "N", "float": "X", "list[int]": "N", "list[float]": "X"}.get(kind, "TEXT")
 
 
-PANEL_ORDER = {None: 0, SOURCE: 1, TARGETS: 2, VALIDATION: 3, OPTIMISATION: 4, OUTPUT: 5}
+def _dress(params) -> None:
+    """Panels and value names on a command's click parameters, from the tables above."""
+    for p in params:
+        if p.param_type_name == "argument":
+            if p.metavar is None:
+                p.metavar = p.name.upper() + ("..." if p.nargs != 1 else "")
+            p.display_type_rich = _no_type  # the argument's name (its metavar) says it
+            continue
+        if getattr(p, "rich_help_panel", None) is None:
+            p.rich_help_panel = next((PANEL_OF[o] for o in p.opts if o in PANEL_OF), None)
+        if p.metavar is None:
+            p.metavar = _value_name(p)
+
+
+PANEL_ORDER = {None: 0, SOURCE: 1, TARGETS: 2, VALIDATION: 3, OPTIMISATION: 4, QUANTISATION: 5, OUTPUT: 6}
 
 
 def _no_type(ctx) -> None:
     return None
 
 
+def _quiet_flags(command, ctx) -> None:
+    """No value name after typer's own flags (--help, the completion flags) either."""
+    for p in command.get_params(ctx):
+        if getattr(p, "is_flag", False) and p.metavar is None:
+            p.metavar = ""
+
+
 class Command(TyperCommand):
-    """A command whose help lists its panels in PANEL_ORDER, names no `<type>` after arguments or flags."""
+    """A command whose help lists its options in panels (PANEL_ORDER), with value names, not `<type>`s."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.params.sort(key=lambda p: -1 if p.param_type_name == "argument" else PANEL_ORDER.get(getattr(p, "rich_help_panel", None), 9))
-        for p in self.params:
-            if p.param_type_name == "argument":
-                p.display_type_rich = _no_type  # the argument's name (its metavar) says it
+        _dress(self.params)
+        self.params.sort(key=lambda p: -1 if p.param_type_name == "argument" else PANEL_ORDER.get(p.rich_help_panel, 9))
 
     def format_help(self, ctx, formatter) -> None:
         _quiet_flags(self, ctx)
@@ -96,63 +117,15 @@ class Group(TyperGroup):
         return super().format_help(ctx, formatter)
 
 
-def _info(param: inspect.Parameter):
-    if isinstance(param.default, (OptionInfo, ArgumentInfo)):
-        return param.default
-    if typing.get_origin(param.annotation) is typing.Annotated:
-        return next((m for m in typing.get_args(param.annotation)[1:] if isinstance(m, (OptionInfo, ArgumentInfo))), None)
-    return None
-
-
-def _base_type(annotation):
-    if typing.get_origin(annotation) is typing.Annotated:
-        annotation = typing.get_args(annotation)[0]
-    args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    if typing.get_origin(annotation) in (list, typing.Union) or type(annotation).__name__ == "UnionType":
-        return _base_type(args[0]) if args else str
-    return annotation
-
-
-def _fallback_metavar(annotation) -> str:
-    kind = _base_type(annotation)
-    return {bool: "", int: "N", float: "X"}.get(kind, "TEXT")
-
-
-def _polish_command(name: str, info: typer.models.CommandInfo) -> None:
-    if info.cls in (None, TyperCommand):
-        info.cls = Command
-    if info.epilog is None and name in EXAMPLES:
-        info.epilog = "Example:  " + EXAMPLES[name]
-    for param in inspect.signature(info.callback, eval_str=True).parameters.values():
-        pinfo = _info(param)
-        if pinfo is None:
-            continue
-        if isinstance(pinfo, ArgumentInfo):
-            if pinfo.metavar is None:
-                pinfo.metavar = param.name.upper() + ("..." if _is_list(param.annotation) else "")
-            continue
-        first = [pinfo.default] if isinstance(pinfo.default, str) and pinfo.default.startswith("-") else []
-        decls = [d for d in [*first, *pinfo.param_decls] if d.startswith("-")]
-        flag = next((d for d in decls if d in PANEL_OF or d in METAVARS), decls[0] if decls else None)
-        if pinfo.rich_help_panel is None and flag in PANEL_OF:
-            pinfo.rich_help_panel = PANEL_OF[flag]
-        if pinfo.metavar is None:
-            pinfo.metavar = METAVARS.get(flag) or _fallback_metavar(param.annotation)
-        if _base_type(param.annotation) is bool:
-            pinfo.metavar = ""
-
-
-def _is_list(annotation) -> bool:
-    if typing.get_origin(annotation) is typing.Annotated:
-        annotation = typing.get_args(annotation)[0]
-    return typing.get_origin(annotation) is list
-
-
 def polish(app: typer.Typer, prefix: str = "") -> None:
-    """Panels, value names and examples for every command of `app` (and of its sub-apps)."""
+    """Every command of `app` (and of its sub-apps) built by Command/Group, with its example."""
     if not isinstance(app.info.cls, type):  # typer's placeholder for its default group class
         app.info.cls = Group
     for info in app.registered_commands:
-        _polish_command(prefix + (info.name or info.callback.__name__), info)
+        name = prefix + (info.name or info.callback.__name__)
+        if info.cls in (None, TyperCommand):
+            info.cls = Command
+        if info.epilog is None and name in EXAMPLES:
+            info.epilog = "Example:  " + EXAMPLES[name]
     for group in app.registered_groups:
         polish(group.typer_instance, prefix + group.name + " ")

@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
     def optimize_cmd(
         model: str = typer.Argument(..., help="Model file (ONNX or any source `convert` reads) or zoo:NAME."),
         level: str = typer.Option("extended", "--level", "--optimize", "-O", help="none, basic, extended, all or auto."),
-        passes: list[str] = typer.Option([], "--passes", help="Passes instead of a level, comma-separated or repeated, e.g. fold,dce,fuse,simplify."),
+        passes: list[str] = typer.Option([], "--passes", help="Passes instead of a level, comma-separated or repeated, e.g. fold,dce,fuse."),
         precision: flags.Precision = "fp32",
         int8_mode: str | None = typer.Option(None, "--int8-mode", help="dynamic or static (default: static with --calibration)."),
         calibration_method: str = typer.Option("minmax", "--calibration-method", help="minmax, entropy, percentile or distribution."),
