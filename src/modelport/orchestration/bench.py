@@ -37,7 +37,7 @@ KINDS = Registry("artifact kind", {k: k for k in RUNTIME_FOR_KIND},
                  suffixes={".onnx": "onnx", ".ort": "ort", ".tflite": "tflite", ".plan": "tensorrt", ".engine": "tensorrt",
                            ".xml": "openvino"})
 # runners that may be called from several threads at once on one loaded model
-THREAD_SAFE = {"onnxruntime", "torch", "torch_source", "tensorrt"}
+THREAD_SAFE = {"onnxruntime", "torch", "torch_source"}
 
 
 def artifact_kind(path: Path) -> str:

@@ -78,7 +78,8 @@ def measure(subjects: list[Subject], *, runs: int | None = None, duration: float
             warmup: int = DEFAULT_WARMUP, concurrency: int = 1) -> list[Subject]:
     """Time every subject, interleaved; returns them with their latencies filled in.
 
-    `runs` is the number of timed calls per subject; `duration` (seconds, for all subjects
+    `runs` is the number of timed calls per subject (rounded up to a whole number of rounds, so
+    with `concurrency` N a multiple of N: every timed call counts in the throughput); `duration` (seconds, for all subjects
     together) stops after the round in progress once it has passed, every subject having had at
     least one round. With neither, DEFAULT_RUNS calls each. Warm-up calls are not timed.
     """
@@ -105,9 +106,6 @@ def measure(subjects: list[Subject], *, runs: int | None = None, duration: float
     finally:
         if pool is not None:
             pool.shutdown(wait=True)
-    if runs is not None:
-        for s in subjects:
-            del s.latencies[runs:]
     return subjects
 
 
