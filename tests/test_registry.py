@@ -24,7 +24,7 @@ def test_lookup_aliases_and_errors():
     r = Registry("widget", {"a": "json", "b": "json:dumps"}, aliases={"alpha": "a"})
     assert r.load("ALPHA").__name__ == "json" and r.load("b")([1]) == "[1]"
     assert list(r) == ["a", "b"] and "a" in r
-    with pytest.raises(BadInputError, match=r"unknown widget 'c'; known: \['a', 'b'\]"):
+    with pytest.raises(BadInputError, match=r"unknown widget 'c'; known: a, b$"):
         r.load("c")
     r.register("a", "json")  # the same entry again is fine
     with pytest.raises(ValueError, match="already registered"):

@@ -70,7 +70,7 @@ class Registry(Mapping[str, str]):
         key = name.strip().lower()
         key = self.aliases.get(key, key)
         if key not in self._entries:
-            raise BadInputError(f"unknown {self.kind} '{name}'; known: {sorted(self._entries)}")
+            raise BadInputError(f"unknown {self.kind} '{name}'; known: {', '.join(sorted(self._entries))}")
         return key
 
     def load(self, name: str) -> Any:

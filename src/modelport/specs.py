@@ -129,7 +129,7 @@ def apply_options(
         name, value = _split_named(text)
         value = value.upper()
         if value not in LAYOUTS:
-            raise BadInputError(f"bad --layout '{text}': known layouts are {', '.join(LAYOUTS)}")
+            raise BadInputError(f"unknown --layout '{text}'; known: {', '.join(LAYOUTS)}")
         for s in (target(name, "--layout") if name else (specs or target(None, "--layout"))):
             s.layout = value
     for option, values, attr in (("--mean", means, "mean"), ("--std", stds, "std"), ("--scale", scales, "scale")):

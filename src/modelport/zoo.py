@@ -114,7 +114,7 @@ def get(name: str) -> ZooEntry:
     check_path_name(name, "zoo name")
     zoo = load_zoo()
     if name not in zoo:
-        raise BadInputError(f"unknown zoo model '{name}'; known: {sorted(zoo)}")
+        raise BadInputError(f"unknown zoo model '{name}'; known: {', '.join(sorted(zoo))}")
     entry = zoo[name]
     if entry.disabled:
         raise BadInputError(f"zoo model '{name}' is disabled: {entry.disabled}")

@@ -139,3 +139,53 @@ def test_target_help_comes_from_the_registry(cli_proc):
     for command in ("convert", "emit"):
         text = " ".join(cli_proc(command, "--help", env={"COLUMNS": "300"}).stdout.split())
         assert ", ".join(EMITTERS) in text, command
+
+
+def _on_a_terminal(args: list[str], columns: int = 100) -> str:
+    """stdout of `modelport ARGS` written to a pseudo-terminal."""
+    import os
+    import pty
+
+    main, child = pty.openpty()
+    env = {**os.environ, "COLUMNS": str(columns), "TERM": "xterm"}
+    p = subprocess.Popen([sys.executable, "-m", "modelport", *args], stdout=child, stderr=subprocess.PIPE, env=env)
+    os.close(child)
+    chunks = []
+    while True:
+        try:
+            data = os.read(main, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    p.wait(timeout=60)
+    os.close(main)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def test_listings_print_on_stdout_as_tab_separated_rows_through_a_pipe(cli_proc, tiny_onnx):
+    from modelport import zoo
+
+    r = cli_proc("zoo", "list")
+    assert r.exit_code == 0 and r.stderr == "", r
+    lines = r.stdout.splitlines()
+    assert lines[0] == "name\tframework\tinputs\tsource\tdescription"
+    assert [line.split("\t")[0] for line in lines[1:]] == list(zoo.load_zoo())  # every name whole, one row each
+    assert all(len(line.split("\t")) == 5 for line in lines)
+    keras = subprocess.run(f"{sys.executable} -m modelport zoo list | grep keras", shell=True, capture_output=True, text=True)
+    assert keras.stdout.splitlines() and all(line.split("\t")[1] == "keras" for line in keras.stdout.splitlines())
+    r = cli_proc("inspect", tiny_onnx)
+    assert r.exit_code == 0, r
+    rows = [line.split("\t") for line in r.stdout.splitlines()]
+    assert rows[0] == ["kind", "name", "value", "shape"]
+    assert ["input", "x", "float32", "batch,8"] in rows and ["output", "y", "float32", "batch,4"] in rows
+    assert ["op", "MatMul", "1", ""] in rows and ["info", "opsets", "ai.onnx=17", ""] in rows
+    size = next(r[2] for r in rows if r[:2] == ["info", "size"])
+    assert size.endswith(f"B ({tiny_onnx.stat().st_size} bytes)") and ("KiB" in size or size.split()[1] == "B")
+
+
+def test_listings_are_tables_on_a_terminal_with_nothing_cut_short():
+    out = _on_a_terminal(["zoo", "list"], columns=60)
+    assert "model zoo" in out and "─" in out and "…" not in out
+    assert "keras_mobilenet_v2" in out

@@ -156,3 +156,24 @@ def test_optimize_with_sample_data(cli, tmp_path):
     np.savez(npz, sr=np.asarray(16000, np.int64))
     r = cli("optimize", model, "--data", npz, "-o", tmp_path / "out", "--json")
     assert r.exit_code == 0 and json.loads(r.stdout)["contract"]["given_inputs"] == ["sr"], r
+
+
+def test_optimize_prints_each_pass_once(cli_proc, tiny_onnx, tmp_path):
+    r = cli_proc("optimize", tiny_onnx, "--level", "extended", "-o", tmp_path / "o")
+    assert r.exit_code == 0, r
+    passes = [s["pass"] for s in json.loads((tmp_path / "o" / "report.json").read_text())["stages"] if "pass" in s]
+    assert passes
+    for name in passes:
+        assert sum(1 for line in r.stderr.splitlines() if f" {name} " in line or f":{name} " in line) == 1, (name, r.stderr)
+
+
+def test_auto_without_a_budget_uses_the_default_it_prints_and_records(cli_proc, tiny_onnx, tmp_path):
+    r = cli_proc("optimize", tiny_onnx, "--level", "auto", "-o", tmp_path / "a")
+    assert r.exit_code == 0, r
+    assert "within cosine>=0.999 (the default budget; set --accuracy-budget)" in " ".join(r.stderr.split())
+    selection = json.loads((tmp_path / "a" / "report.json").read_text())["optimize"]
+    assert selection["budget"] == "cosine>=0.999" and selection["budget_default"] is True
+    assert {v["budget"] for v in selection["variants"]} == {"cosine>=0.999"}
+    r = cli_proc("optimize", tiny_onnx, "--level", "auto", "--accuracy-budget", "max_abs<=0.5", "-o", tmp_path / "b", "--json")
+    assert r.exit_code == 0, r
+    assert r.json()["optimize"]["budget"] == "max_abs<=0.5" and r.json()["optimize"]["budget_default"] is False

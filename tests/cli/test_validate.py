@@ -129,3 +129,68 @@ def test_data_and_value_pin_a_control_input(cli, tmp_path):
     np.savez(npz, sr=np.asarray(16000, np.int64), rate=np.asarray(1))
     r = cli("validate", model, model, "--data", npz)
     assert r.exit_code == 2 and "'rate'" in r.stderr and "['x', 'sr']" in r.stderr, r
+
+
+@pytest.fixture(scope="module")
+def mlp_sources(tmp_path_factory):
+    """The zoo MLP as a .pt2 source, converted to ONNX and to PyTorch code."""
+    from modelport.orchestration import ConvertOptions, convert
+    from modelport.zoo_builders import save_source
+
+    d = tmp_path_factory.mktemp("src")
+    save_source("mlp", d / "src")
+    convert(d / "src" / "model.pt2", d / "out", ConvertOptions(targets=["onnx", "pytorch"]))
+    return d
+
+
+def test_validate_takes_sources_and_pytorch_code_on_either_side(cli_proc, mlp_sources, tmp_path):
+    d = mlp_sources
+    r = cli_proc("validate", d / "src/model.pt2", d / "out/model.onnx", "--json")
+    assert r.exit_code == 0, r
+    doc = r.json()
+    assert doc["a"]["kind"] == "source:pytorch" and doc["b"]["kind"] == "onnx" and doc["parity"][0]["ok"]
+    name = doc["parity"][0]["outputs"][0]["name"]
+    npz = tmp_path / "x.npz"
+    np.savez(npz, x=np.linspace(-1, 1, 3 * 32, dtype=np.float32).reshape(3, 32))
+    r = cli_proc("validate", d / "out/pytorch", d / "src/model.pt2", "--trust", "--data", npz, "--atol", f"{name}=1e-5", "--json")
+    assert r.exit_code == 0, r
+    doc = r.json()
+    assert doc["a"]["kind"] == "pytorch_code" and doc["b"]["kind"] == "source:pytorch" and doc["inputs"] == {"x": [3, 32]}
+    assert doc["parity"][0]["outputs"][0]["tolerance"]["atol"] == 1e-5
+    refused = cli_proc("validate", d / "out/pytorch", d / "out/model.onnx")
+    assert refused.exit_code == 3 and "--trust" in refused.stderr
+
+
+def test_validate_prints_the_per_output_table_on_failure(cli_proc, tiny_onnx, tmp_path):
+    model = onnx.load(str(tiny_onnx))
+    b = next(t for t in model.graph.initializer if t.name == "b")
+    b.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(b) + 0.5, "b"))
+    onnx.save(model, str(tmp_path / "shifted.onnx"))
+    r = cli_proc("validate", tiny_onnx, tmp_path / "shifted.onnx")
+    assert r.exit_code == 4, r
+    table = r.stderr[: r.stderr.index("error:")]
+    assert "max abs" in table and "cosine" in table and " y " in table and "models differ" in table
+
+
+def test_validate_inputs_is_a_hidden_deprecated_spelling_of_data(cli_proc, tiny_onnx, tmp_path):
+    npz = tmp_path / "in.npz"
+    np.savez(npz, x=np.ones((2, 8), np.float32))
+    r = cli_proc("validate", tiny_onnx, tiny_onnx, "--inputs", npz, "--json")
+    assert r.exit_code == 0 and r.json()["inputs"] == {"x": [2, 8]}, r
+    assert "--inputs" in r.stderr and "deprecated" in r.stderr and "--data" in r.stderr
+    assert "--inputs" not in cli_proc("validate", "--help").stdout
+    r = cli_proc("validate", tiny_onnx, tiny_onnx, "--input", "x:4,8")
+    assert r.exit_code == 2 and "--dim" in r.stderr
+
+
+def test_validate_a_keras_source_against_its_conversion(cli_proc, tmp_path):
+    from modelport.orchestration import ConvertOptions, convert
+    from modelport.zoo_builders import save_source
+
+    save_source("keras_two_io", tmp_path / "src")
+    source = next((tmp_path / "src").glob("*.keras"))
+    convert(source, tmp_path / "out", ConvertOptions(targets=["onnx"]))
+    r = cli_proc("validate", source, tmp_path / "out/model.onnx", "--json")
+    assert r.exit_code == 0, r
+    doc = r.json()
+    assert doc["a"]["kind"] == "source:keras" and len(doc["parity"][0]["outputs"]) == 2 and doc["parity"][0]["ok"]

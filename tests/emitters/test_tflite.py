@@ -311,8 +311,8 @@ def test_transformer_is_refused_with_the_converters_reason(cli, tmp_path):
 
 def test_options_are_checked_once_here():
     """The Python API gets the CLI's exit-2 messages: both build this class."""
-    check_options_class(TFLiteOptions, [({"layout": "nchw"}, "--tflite-layout 'nchw': choose source or nhwc"),
-                                        ({"io_dtype": "int4"}, "--tflite-io-dtype 'int4': choose float32, int8 or uint8")],
+    check_options_class(TFLiteOptions, [({"layout": "nchw"}, "unknown --tflite-layout 'nchw'; known: source, nhwc"),
+                                        ({"io_dtype": "int4"}, "unknown --tflite-io-dtype 'int4'; known: float32, int8, uint8")],
                         given={"layout": "NHWC", "io_dtype": "UINT8"}, normalised={"layout": "nhwc", "io_dtype": "uint8"})
 
 

@@ -14,7 +14,7 @@ app = typer.Typer(
     help="Convert, optimise, validate and package deep-learning models.",
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
-    add_completion=False,
+    add_completion=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -32,10 +32,13 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 def _register() -> None:
     # One line per command module; each module adds its command(s) to `app`.
-    from modelport.cli import convert, emit, inspect, optimize, package, validate, zoo
+    from modelport.cli import bench, convert, doctor, emit, inspect, optimize, package, validate, zoo
 
-    for module in (convert, inspect, zoo, optimize, package, emit, validate):
+    for module in (convert, inspect, zoo, optimize, package, emit, validate, bench, doctor):
         module.register(app)
+    from modelport.cli.help import polish
+
+    polish(app)
 
 
 _register()
@@ -45,4 +48,4 @@ def main() -> None:
     from modelport.deps import quiet_framework_logs
 
     quiet_framework_logs()  # before anything imports TensorFlow; children inherit the environment
-    app()
+    app(prog_name="modelport")

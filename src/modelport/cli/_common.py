@@ -27,7 +27,7 @@ def emit_json(data) -> None:
 
 
 def run(fn: Callable[[], dict | None], *, json_out: bool, quiet: bool, render: Callable[[dict], None] | None = None,
-        command: str = "modelport") -> None:
+        command: str = "modelport", print_result: Callable[[dict], None] | None = None, render_failed: bool = False) -> None:
     """Run a command body; map errors to one stderr line plus the documented exit code.
 
     While the body runs, stdout carries nothing but the result: every write to it (Python or C
@@ -35,6 +35,10 @@ def run(fn: Callable[[], dict | None], *, json_out: bool, quiet: bool, render: C
     body runs inside a `Run` for `command`: with --json a failed run prints its report, the one
     the orchestration's own run ended with or, when the failure came before it (bad options,
     unreadable input), a `modelport.report/1` document for `command` all the same.
+
+    With `render_failed`, a failed run's report is drawn too (validate's per-output table).
+    `print_result` prints a command's result on stdout (a listing, a benchmark table; see `print_rows`)
+    once the body is done, unless --json prints the document instead; `render` draws on stderr.
     """
     from modelport.validation.report import Run
 
@@ -47,6 +51,8 @@ def run(fn: Callable[[], dict | None], *, json_out: bool, quiet: bool, render: C
         except ModelportError as e:
             from rich.markup import escape
 
+            if render_failed and render and e.report and e.report.get("parity") and not (json_out or quiet):
+                render(e.report)
             console.print(f"[bold red]error:[/] {escape(e.message)}", soft_wrap=True)  # hints hold "[tf]"
             code = e.exit_code
             doc = e.report
@@ -72,6 +78,9 @@ def run(fn: Callable[[], dict | None], *, json_out: bool, quiet: bool, render: C
                 render(result)
     if json_out and doc is not None:
         emit_json(doc)
+    elif print_result is not None and not code and doc is not None:
+        print_result(doc)
+        sys.stdout.flush()
     if code:
         raise typer.Exit(code)
 
@@ -183,6 +192,44 @@ def split_list(values: str | list[str] | None) -> list[str]:
         return []
     items = [values] if isinstance(values, str) else list(values)
     return [v.strip() for item in items for v in item.split(",") if v.strip()]
+
+
+def print_rows(title: str, columns: list[str], rows: list[list], *, right: tuple[str, ...] = ()) -> None:
+    """A result on stdout: a rich table on a terminal, else one tab-separated line per row after a
+    header line, so `modelport zoo list | grep keras` and `cut -f1` work. Cells are never cut short:
+    the first column (the name) keeps its width, the others wrap."""
+    cells = [["" if c is None else str(c) for c in row] for row in rows]
+    if not sys.stdout.isatty():
+        sys.stdout.write("\t".join(columns) + "\n")
+        for row in cells:
+            sys.stdout.write("\t".join(c.replace("\t", " ").replace("\n", " ") for c in row) + "\n")
+        return
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    t = Table(title=title or None, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for i, col in enumerate(columns):
+        # the first column (a name) and every column of short values keep their full width; long text wraps
+        widest = max((len(row[i]) for row in cells if i < len(row)), default=0)
+        keep = i == 0 or widest <= 14
+        t.add_column(col, overflow="fold", justify="right" if col in right else "left", no_wrap=keep,
+                     min_width=max(widest, len(col)) if keep else None)
+    for row in cells:
+        t.add_row(*map(escape, row))
+    Console(highlight=False).print(t)
+
+
+def fmt_size(n: int | float | None) -> str:
+    """Bytes in human units: 512 B, 336.0 KiB, 1.2 GiB."""
+    if n is None:
+        return "-"
+    sign, n = ("-", -n) if n < 0 else ("", n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{sign}{n:.0f} {unit}" if unit == "B" else f"{sign}{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
 
 
 def fmt_num(v, digits: int = 3) -> str:

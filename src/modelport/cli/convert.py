@@ -47,7 +47,7 @@ def register(app: typer.Typer) -> None:
         outputs: list[str] = typer.Option([], "--output", "--outputs", help="Output names, in order (comma-separated or repeated)."),
         arch: str | None = typer.Option(None, "--arch", help="Architecture for a state dict: zoo:NAME or package.module:Class."),
         opset: int | None = typer.Option(None, "--opset", help="Target ONNX opset."),
-        trust: bool = typer.Option(False, "--trust", help="Allow loading that runs code from the model file."),
+        trust: flags.Trust = False,
         task: flags.Task = None,
         signature: str | None = typer.Option(None, "--signature", help="SavedModel/TFLite signature to convert (default serving_default)."),
         input_names: list[str] = typer.Option([], "--input-names", help="New names for the model's inputs, in order, comma-separated (TF sources)."),

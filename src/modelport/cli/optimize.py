@@ -7,7 +7,7 @@ from dataclasses import replace
 import typer
 
 from modelport.cli import options as flags
-from modelport.cli._common import choice, console, fmt_num, run, split_list, stage_status
+from modelport.cli._common import choice, console, fmt_num, fmt_size, run, split_list, stage_status
 from modelport.errors import BadInputError
 
 
@@ -30,7 +30,7 @@ def optimize_table(report: dict):
             note = note or ", ".join(f"{k}={v}" for k, v in details["fusions"].items())
         color = {"applied": "green", "rolled_back": "red"}.get(s["status"], "dim")
         t.add_row(s["pass"], f"[{color}]{s['status']}[/]", f"{s['nodes_before']} → {s['nodes_after']}",
-                  f"{_kib(s['size_before'])} → {_kib(s['size_after'])}", f"{s['seconds']:.2f}",
+                  f"{fmt_size(s['size_before'])} → {fmt_size(s['size_after'])}", f"{s['seconds']:.2f}",
                   "-" if max_abs is None else fmt_num(max_abs), "-" if cos is None else f"{cos:.6f}", note)
     return t
 
@@ -38,18 +38,16 @@ def optimize_table(report: dict):
 def auto_table(selection: dict):
     from rich.table import Table
 
-    t = Table(title=f"auto: chose {selection['chosen']}", title_justify="left")
+    budget = selection.get("budget")
+    note = f" within {budget}" + (" (the default budget; set --accuracy-budget)" if selection.get("budget_default") else "") if budget else ""
+    t = Table(title=f"auto: chose {selection['chosen']}{note}", title_justify="left")
     for col in ("variant", "precision", "nodes", "size", "latency ms", "speed-up", "max abs", "cosine", "in budget"):
         t.add_column(col)
     for r in selection["variants"]:
         mark = "[bold green]✓ chosen[/]" if r["chosen"] else ("yes" if r["within_budget"] else "[red]no[/]")
-        t.add_row(r["variant"], r["precision"], str(r["nodes"]), _kib(r["size"]), f"{r['latency_ms']:.3f}",
+        t.add_row(r["variant"], r["precision"], str(r["nodes"]), fmt_size(r["size"]), f"{r['latency_ms']:.3f}",
                   f"{r['speedup']:.2f}x" if r.get("speedup") else "-", fmt_num(r["max_abs"]), f"{r['cosine']:.6f}", mark)
     return t
-
-
-def _kib(n: int) -> str:
-    return f"{n / 1024:.1f} KiB" if n < 1 << 20 else f"{n / (1 << 20):.1f} MiB"
 
 
 def render_optimize(report: dict, out_dir: str | None) -> None:
@@ -59,7 +57,7 @@ def render_optimize(report: dict, out_dir: str | None) -> None:
         console.print(optimize_table(report))
     if report.get("optimize"):
         console.print(auto_table(report["optimize"]))
-    render_report(report, out_dir)
+    render_report(report, out_dir, passes_shown=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -68,7 +66,7 @@ def register(app: typer.Typer) -> None:
     def optimize_cmd(
         model: str = typer.Argument(..., help="Model file (ONNX or any source `convert` reads) or zoo:NAME."),
         level: str = typer.Option("extended", "--level", "--optimize", "-O", help="none, basic, extended, all or auto."),
-        passes: list[str] = typer.Option([], "--passes", help="Passes instead of a level, comma-separated or repeated, e.g. fold,dce,fuse,simplify."),
+        passes: list[str] = typer.Option([], "--passes", help="Passes instead of a level, comma-separated or repeated, e.g. fold,dce,fuse."),
         precision: flags.Precision = "fp32",
         int8_mode: str | None = typer.Option(None, "--int8-mode", help="dynamic or static (default: static with --calibration)."),
         calibration_method: str = typer.Option("minmax", "--calibration-method", help="minmax, entropy, percentile or distribution."),

@@ -44,6 +44,8 @@ def _tolerance(flag: str, text: str):
 # --- every command -------------------------------------------------------------------------------
 JsonOut = Annotated[bool, typer.Option("--json", help="Print the result (the report) as exactly one JSON document on stdout.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No tables or progress on stderr.")]
+Trust = Annotated[bool, typer.Option("--trust", help="Allow loading that runs code from the model (pickled modules, TorchScript, "
+                                                     "Keras Lambda layers, generated model.py).")]
 Force = Annotated[bool, typer.Option("--force", help="Replace an existing output folder that modelport wrote.")]
 OutputDir = Annotated[str | None, typer.Option("-o", "--output-dir", help="Output folder (written through a staging folder).")]
 
@@ -87,8 +89,8 @@ TFLiteLayout = Annotated[str, typer.Option("--tflite-layout", help=f"TFLite I/O 
                                                                    "(the contract's, or channels-last inputs and outputs).")]
 TFLiteIODtype = Annotated[str, typer.Option("--tflite-io-dtype", help="Full-integer TFLite (--precision int8 --calibration) I/O type: "
                                                                       f"{', '.join(TFLITE_IO_DTYPES)}.")]
-TRTShapes = Annotated[list[str], typer.Option("--trt-shapes", help="TensorRT profile NAME:MIN:OPT:MAX, e.g. "
-                                                                   "x:1x3x224x224:8x3x224x224:32x3x224x224 (repeatable).")]
+TRTShapes = Annotated[list[str], typer.Option("--trt-shapes", help="TensorRT profile of an input: its min, opt and max "
+                                                                   "shapes, e.g. ids:1x16:8x128:32x512 (repeatable).")]
 Workspace = Annotated[int | None, typer.Option("--workspace", help="TensorRT builder workspace limit in MiB (default 4096).")]
 
 # --- serving -------------------------------------------------------------------------------------

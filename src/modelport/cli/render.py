@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from modelport.cli._common import console, fmt_num
+from modelport.cli._common import console, fmt_num, fmt_size
 
 
 def parity_table(report: dict) -> Table:
@@ -19,12 +19,15 @@ def parity_table(report: dict) -> Table:
     return t
 
 
-def stages_table(report: dict) -> Table:
+def stages_table(report: dict, *, passes: bool = True) -> Table:
+    """Every stage; without `passes`, the optimisation passes are left to their own table."""
     t = Table(title="stages", title_justify="left")
     t.add_column("stage")
     t.add_column("seconds", justify="right")
     t.add_column("details")
     for s in report.get("stages", []):
+        if not passes and "pass" in s:
+            continue
         details = ", ".join(f"{k}={v}" for k, v in s.items() if k not in ("name", "seconds") and v is not None and not isinstance(v, (dict, list)))
         t.add_row(s["name"], f"{s.get('seconds', 0):.2f}", details)
     return t
@@ -38,20 +41,12 @@ def artifacts_table(report: dict) -> Table:
         precision = a.get("precision", "")
         if a.get("requested_precision") and a["requested_precision"] != precision:
             precision = f"[yellow]{precision}[/] ({a['requested_precision']} requested)"
-        t.add_row(a["target"], a["runtime"], precision, a["path"], _size(a.get("size", 0)))
+        t.add_row(a["target"], a["runtime"], precision, a["path"], fmt_size(a.get("size", 0)))
     return t
 
 
-def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
-def render_report(report: dict, out_dir: str | None = None) -> None:
-    console.print(stages_table(report))
+def render_report(report: dict, out_dir: str | None = None, *, passes_shown: bool = False) -> None:
+    console.print(stages_table(report, passes=not passes_shown))
     if report.get("artifacts"):
         console.print(artifacts_table(report))
     if report.get("parity"):

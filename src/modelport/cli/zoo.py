@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from modelport.cli import options as flags
-from modelport.cli._common import console, run
+from modelport.cli._common import console, print_rows, run
 
 
 def register(app: typer.Typer) -> None:
@@ -27,17 +27,12 @@ def register(app: typer.Typer) -> None:
                 for e in zoo.load_zoo().values()
             ]}
 
-        def render(data):
-            from rich.table import Table
+        def print_models(data):
+            rows = [[m["name"], m["framework"], " ".join(m["inputs"]), m["source"],
+                     m["description"] + (f" [disabled: {m['disabled']}]" if m["disabled"] else "")] for m in data["models"]]
+            print_rows("model zoo", ["name", "framework", "inputs", "source", "description"], rows)
 
-            t = Table(title="model zoo", title_justify="left")
-            for col in ("name", "framework", "inputs", "source", "description"):
-                t.add_column(col)
-            for m in data["models"]:
-                t.add_row(m["name"], m["framework"], " ".join(m["inputs"]), m["source"], m["description"] + (f" [disabled: {m['disabled']}]" if m["disabled"] else ""))
-            console.print(t)
-
-        run(body, json_out=json_out, quiet=quiet, render=render)
+        run(body, command="zoo list", json_out=json_out, quiet=quiet, print_result=print_models)
 
     @zoo_app.command("build")
     def build_cmd(

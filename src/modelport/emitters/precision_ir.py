@@ -25,7 +25,7 @@ def at_precision(ir: IRModel, precision: str, *, calibration=None) -> IRModel:
             data = load_calibration(calibration, ir)
             return _delivered("int8", lambda: quantize.quantize_static(ir, data))
         return _delivered("int8", lambda: quantize.quantize_dynamic(ir))
-    raise BadInputError(f"unknown precision '{precision}'; choose fp32, fp16 or int8")
+    raise BadInputError(f"unknown precision '{precision}'; known: fp32, fp16, int8")
 
 
 def _delivered(precision: str, convert) -> IRModel:

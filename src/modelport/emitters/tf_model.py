@@ -54,7 +54,7 @@ class Port:
 def input_layouts(ir: IRModel, layout: str) -> tuple[list[str], list[str], dict[str, list[int]], dict[str, str]]:
     """(keep-channels-first names, keep-channels-last names, layout changes, layout per input)."""
     if layout not in LAYOUTS:
-        raise BadInputError(f"unknown layout '{layout}'; choose one of {list(LAYOUTS)}")
+        raise BadInputError(f"unknown layout '{layout}'; known: {', '.join(LAYOUTS)}")
     keep_first, keep_last, transpose, described = [], [], {}, {}
     for spec in ir.inputs:
         rank = len(spec.shape)

@@ -63,9 +63,9 @@ class TFLiteOptions:
     def __post_init__(self):
         layout, io_dtype = str(self.layout).strip().lower(), str(self.io_dtype).strip().lower()
         if layout not in LAYOUTS:
-            raise BadInputError(f"--tflite-layout '{self.layout}': choose {' or '.join(LAYOUTS)}")
+            raise BadInputError(f"unknown --tflite-layout '{self.layout}'; known: {', '.join(LAYOUTS)}")
         if io_dtype not in IO_DTYPES:
-            raise BadInputError(f"--tflite-io-dtype '{self.io_dtype}': choose {', '.join(IO_DTYPES[:-1])} or {IO_DTYPES[-1]}")
+            raise BadInputError(f"unknown --tflite-io-dtype '{self.io_dtype}'; known: {', '.join(IO_DTYPES)}")
         object.__setattr__(self, "layout", layout)
         object.__setattr__(self, "io_dtype", io_dtype)
 

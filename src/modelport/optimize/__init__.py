@@ -90,5 +90,5 @@ def parse_pass_list(text: str) -> list[str]:
     names = [n.strip().lower() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in PASSES]
     if unknown:
-        raise BadInputError(f"unknown pass(es) {unknown}; known: {', '.join(PASSES)}")
+        raise BadInputError(f"unknown pass(es) {', '.join(repr(n) for n in unknown)}; known: {', '.join(PASSES)}")
     return names

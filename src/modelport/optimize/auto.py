@@ -10,8 +10,6 @@ from is returned for the report.
 
 from __future__ import annotations
 
-import statistics
-import time
 from dataclasses import replace
 
 from modelport.errors import ValidationError
@@ -20,18 +18,12 @@ from modelport.validation import Tolerance, check, tolerance_for
 
 
 def latency_ms(model, feeds, *, runs: int = 20, warmup: int = 3) -> float:
-    """Median wall time of one onnxruntime CPU run, in milliseconds."""
+    """Median wall time of one onnxruntime CPU run, in milliseconds (bench's timing engine)."""
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
+    from modelport.runtimes.timing import median_ms
 
     runner = OnnxRuntimeRunner(model)
-    for _ in range(warmup):
-        runner.run(feeds)
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        runner.run(feeds)
-        times.append((time.perf_counter() - t) * 1000)
-    return statistics.median(times)
+    return median_ms(lambda: runner.run(feeds), runs=runs, warmup=warmup)
 
 
 def auto_select(ir: IRModel, opts, *, tolerance=None, on_pass=None):

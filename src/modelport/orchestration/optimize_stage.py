@@ -30,6 +30,22 @@ def wanted(options) -> bool:
     return options.precision not in ("fp32", None) and all(t == "onnx" for t in options.targets)
 
 
+# what `--optimize auto` holds every variant to when no --accuracy-budget is given (printed, and
+# recorded in the report's `optimize.budget` with `budget_default: true`)
+DEFAULT_AUTO_BUDGET = "cosine>=0.999"
+
+
+def asked_budget_text(opts) -> str | None:
+    """The user's --accuracy-budget as they wrote it, or as the budget it parsed to."""
+    b = opts.budget
+    if b is None or isinstance(b, str):
+        return b
+    parts = [f"cosine>={b.min_cosine:g}"] if b.min_cosine > 0 else []
+    if b.atol != float("inf"):
+        parts.append(f"max_abs<={b.atol:g}")
+    return ",".join(parts) or None
+
+
 def optimize_stage(ir: IRModel, options, report, zoo_tol=None, *, on_stage=None):
     """(optimised IR, options with the resulting precision and tolerances)."""
     from modelport.errors import BadInputError, ValidationError
@@ -45,6 +61,11 @@ def optimize_stage(ir: IRModel, options, report, zoo_tol=None, *, on_stage=None)
     opts = replace(asked, level=asked.level or (None if asked.passes else "none"),
                    precision="fp32" if others else (options.precision or "fp32"), calibration=options.calibration,
                    strict=options.strict, allow_fallback=options.allow_precision_fallback)
+    default_budget = opts.level == "auto" and not opts.passes and opts.budget is None
+    if default_budget:  # auto always judges its variants against a stated budget
+        from modelport.optimize.pipeline import parse_budget
+
+        opts = replace(opts, budget=parse_budget(DEFAULT_AUTO_BUDGET))
     try:
         run = auto_select if opts.level == "auto" and not opts.passes else optimize_ir
         out, rows, selection = run(ir, opts, tolerance=lambda p: options.tolerance(p, zoo_tol), on_pass=on_stage)
@@ -54,6 +75,9 @@ def optimize_stage(ir: IRModel, options, report, zoo_tol=None, *, on_stage=None)
     report.add_stage_rows(rows)
     warn_round_limits(report, rows)
     if selection:
+        if opts.budget is not None:
+            selection = {**selection, "budget": DEFAULT_AUTO_BUDGET if default_budget else asked_budget_text(asked),
+                         "budget_default": default_budget}
         report.set_optimize(selection)
     if others:
         return out, options  # the emitters apply the precision

@@ -1,7 +1,10 @@
 """`validate A B`: run two models on the same inputs and compare, optionally naming the first diverging node.
 
 Any file a runner here can run is accepted: `.onnx`/`.ort` (onnxruntime), `.tflite` (LiteRT),
-`.plan`/`.engine` (TensorRT, on a GPU). Inputs are generated from A's input specs (the same
+`.plan`/`.engine` (TensorRT, on a GPU), an emitted `pytorch/` folder (torch, with `--trust`: it
+imports the folder's model.py); and any source a parser reads (`.pt2`, `.keras`/`.h5`, a
+SavedModel, a frozen `.pb`), run by its own framework through the parser, exactly as `convert`
+computes its references. Inputs are generated from A's input specs (the same
 deterministic samples `convert` uses) or read from an `.npz`. When one side is a TFLite model
 whose inputs or outputs are the channels-last form of the other side's, they are transposed so
 both see the same data. A mismatch is a ValidationError (exit 4): usable as a CI gate.
@@ -41,10 +44,46 @@ register_kind = KINDS.register
 
 
 def kind_of(path: Path) -> str:
+    """A runnable kind of KINDS, `pytorch_code` (an emitted pytorch/ folder), or `source:FRAMEWORK`
+    (any other model a parser reads: .pt2, .keras, a SavedModel, ...)."""
+    if path.is_dir() and ((path / "model.py").is_file() or (path / "pytorch" / "model.py").is_file()):
+        return "pytorch_code"
     kind = KINDS.name_for(path)
-    if kind is None:
-        raise BadInputError(f"cannot run this kind of file; known: {', '.join(sorted(KINDS.suffixes))}", path=path)
-    return kind
+    if kind is not None:
+        return kind
+    from modelport.parsers import detect
+
+    try:
+        return "source:" + detect(path)
+    except BadInputError:
+        raise BadInputError(f"cannot run this kind of file; known: {', '.join(sorted(KINDS.suffixes))}, a pytorch/ folder, "
+                            "or a source a parser reads (.pt2, .keras, .h5, SavedModel, .pb)", path=path) from None
+
+
+class _Side:
+    """One model of the pair: a runner, or a source its parser runs in its own framework (the
+    references `convert` would compute, on the inputs given here)."""
+
+    def __init__(self, path: Path, kind: str, *, trust: bool, inputs: list, dims: dict, seed: int):
+        self.path, self.kind, self.trust, self.inputs, self.dims, self.seed = path, kind, trust, inputs, dims, seed
+        self.runner = None
+        if kind == "pytorch_code":
+            from modelport.orchestration.bench import open_artifact
+
+            self.runner = open_artifact(path, trust=trust)[0]
+        elif not kind.startswith("source:"):
+            self.runner = KINDS.load(kind)(path)
+
+    def parse(self, given: dict):
+        from modelport.parsers import parse
+        from modelport.specs import SourceSpec
+
+        spec = SourceSpec(path=self.path, framework=self.kind.split(":", 1)[1], inputs=list(self.inputs), trust=self.trust,
+                          sample_dims=dict(self.dims), seed=self.seed, given=dict(given))
+        return parse(str(self.path), spec)
+
+    def io_note(self):
+        return self.runner.io_note() if self.runner is not None and hasattr(self.runner, "io_note") else None
 
 
 def _align_outputs(a: dict, b: dict) -> dict:
@@ -62,8 +101,12 @@ def _align_outputs(a: dict, b: dict) -> dict:
 
 def validate_models(a: str | Path, b: str | Path, *, data: str | Path | None = None, values: list[str] = (), dims: dict[str, int] | None = None,
                     seed: int = 0, tolerance: Tolerance | None = None, precision: str = "fp32",
-                    localize: bool = False, by_position: bool = False, on_stage=None) -> dict:
-    """Compare B against A on the same inputs; returns the report, raises ValidationError on a mismatch."""
+                    localize: bool = False, by_position: bool = False, inputs: list = (), trust: bool = False,
+                    on_stage=None) -> dict:
+    """Compare B against A on the same inputs; returns the report, raises ValidationError on a mismatch.
+
+    Either side may be a source a parser reads (`inputs` are its `--input` specs; `trust` lets it
+    run code, and allows an emitted pytorch/ folder's model.py)."""
     from modelport.file_checks import check_model_file
     from modelport.samples import load_data, make_inputs, parse_values, run_reference
 
@@ -73,23 +116,29 @@ def validate_models(a: str | Path, b: str | Path, *, data: str | Path | None = N
 
     pa, pb = check_model_file(a), check_model_file(b)
     ka, kb = kind_of(pa), kind_of(pb)
-    ra, rb = KINDS.load(ka)(pa), KINDS.load(kb)(pb)
-    specs = ra.input_specs()
+    if inputs and not (ka.startswith("source:") or kb.startswith("source:")):
+        raise BadInputError("--input describes a source model's inputs; for two runnable models size dims with --dim")
+    sa, sb = (_Side(p, k, trust=trust, inputs=inputs, dims=dims or {}, seed=seed) for p, k in ((pa, ka), (pb, kb)))
     given = {**(load_data(data) if data else {}), **parse_values(list(values))}
-    feeds = make_inputs(specs, dims or {}, seed=seed, given=given, path=data or pa)
     tol = tolerance or tolerance_for(precision)
     stage(f"run:{pa.name} ({ka})")
-    out_a = run_reference(ra.run, feeds, specs, given, pa)
+    if sa.runner is not None:
+        specs = sa.runner.input_specs()
+        feeds = make_inputs(specs, dims or {}, seed=seed, given=given, path=data or pa)
+        out_a = run_reference(sa.runner.run, feeds, specs, given, pa)
+    else:
+        ir = sa.parse(given)
+        feeds, out_a = dict(ir.reference.inputs), dict(ir.reference.outputs)
     stage(f"run:{pb.name} ({kb})")
-    out_b = _align_outputs(out_a, rb.run(feeds))
+    out_b = _align_outputs(out_a, sb.runner.run(feeds) if sb.runner is not None else dict(sb.parse(feeds).reference.outputs))
     if not by_position:
         from modelport.validation import check_override_names
 
         check_override_names(tol, list(out_a), path=pa)
     parity = compare(out_a, out_b, tol, hop=f"{pa.name} ({ka}) vs {pb.name} ({kb})", by_position=by_position)
     side_a, side_b = {"path": str(pa), "kind": ka}, {"path": str(pb), "kind": kb}
-    for side, r in ((side_a, ra), (side_b, rb)):
-        note = r.io_note() if hasattr(r, "io_note") else None
+    for side, r in ((side_a, sa), (side_b, sb)):
+        note = r.io_note()
         if note:
             side["io"] = note
     from modelport.validation.report import Run

@@ -44,7 +44,7 @@ def detect(path: Path) -> str:
         if PARSERS.load(name).sniff(path):
             return name
     raise BadInputError(
-        "cannot tell the source framework from the file", path=path, hint=f"pass --from with one of {sorted(PARSERS)}"
+        "cannot tell the source framework from the file", path=path, hint=f"pass --from; known: {', '.join(PARSERS)}"
     )
 
 

@@ -137,5 +137,5 @@ def parse_systems(text: str | list[str]) -> list[str]:
             if name not in out:
                 out.append(name)
     if not out:
-        raise BadInputError("no serving system given", hint=f"--for one of {', '.join(sorted(PACKAGERS))}")
+        raise BadInputError("no serving system given", hint=f"pass --for; known: {', '.join(PACKAGERS)}")
     return out

@@ -23,7 +23,7 @@ def v2_datatype(dtype: str) -> str:
     try:
         return V2_DATATYPES[dtype]
     except KeyError:
-        raise BadInputError(f"dtype '{dtype}' has no serving datatype; known: {sorted(V2_DATATYPES)}") from None
+        raise BadInputError(f"dtype '{dtype}' has no serving datatype; known: {', '.join(V2_DATATYPES)}") from None
 
 
 def fits(artifacts: Artifacts) -> bool:
