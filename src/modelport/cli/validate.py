@@ -46,4 +46,4 @@ def register(app: typer.Typer) -> None:
                 return validate_models(a, b, data=data, values=shared["values"], dims=parse_dims(shared["dim"]), seed=shared["seed"], tolerance=tol,
                                        localize=localize, by_position=by_position, on_stage=on_stage)
 
-        run(body, command="validate", json_out=shared["json_out"], quiet=shared["quiet"], render=render_validate)
+        run(body, command="validate", json_out=shared["json_out"], quiet=shared["quiet"], junit=shared["junit"], render=render_validate)

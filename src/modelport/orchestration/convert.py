@@ -58,6 +58,7 @@ class ConvertOptions:
     data: str | Path | None = None  # --data: .npz of named sample inputs used instead of random ones
     values: list[str] | dict[str, float] = field(default_factory=list)  # --value NAME=V (or {NAME: V}): broadcast to that input
     force: bool = False
+    keep_failed: bool = False  # a failed run's files go to OUT.failed/ (with FAILED.json) instead of being removed
     strict: bool = False  # a pass that breaks parity, or a reference that ignores its input, fails the run
     allow_precision_fallback: bool = False  # deliver FP32 when the requested precision cannot hold parity
     tensorflow: TFSourceOptions = field(default_factory=TFSourceOptions)
@@ -298,16 +299,31 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
         with run_stage(report, "preflight", on_stage=on_stage):  # every target's, before anything is emitted
             check_targets(ir, options.targets, EmitOptions(precision=options.precision, opset=options.opset,
                                                            calibration=options.calibration))
-        with staged_dir(out, source_inputs(source, options), force=options.force) as stage:
-            for target in options.targets:
-                emitter = get_emitter(target)
-                eopts = EmitOptions(precision=options.precision, opset=options.opset, calibration=options.calibration,
-                                    target=options.emitter_options(target))
-                emit_and_validate(emitter, target, ir, stage, eopts, options, report, zoo_tol, f"{fw}→{target} (end to end)",
-                                  on_stage=on_stage, out=out, requested=requested_precision)
-            if options.packages:
-                from modelport.orchestration.package import package_converted
+        with staged_dir(out, source_inputs(source, options), force=options.force, keep_failed=options.keep_failed) as stage:
+            try:
+                failures = {}
+                for target in options.targets:
+                    emitter = get_emitter(target)
+                    eopts = EmitOptions(precision=options.precision, opset=options.opset, calibration=options.calibration,
+                                        target=options.emitter_options(target))
+                    try:
+                        emit_and_validate(emitter, target, ir, stage, eopts, options, report, zoo_tol,
+                                          f"{fw}→{target} (end to end)", on_stage=on_stage, out=out, requested=requested_precision)
+                    except ModelportError as e:
+                        if len(options.targets) == 1:
+                            raise
+                        failures[target] = e  # the other targets still run; every result is reported
+                        report.add_target_failure(target, e.to_dict())
+                if failures:
+                    raise ValidationError(f"{len(failures)} of {len(options.targets)} targets failed: "
+                                          + "; ".join(f"{t}: {e.message}" for t, e in failures.items()))
+                if options.packages:
+                    from modelport.orchestration.package import package_converted
 
-                package_converted(stage, report, options.packages, options.package, on_stage=on_stage)
-            report.write(stage)
+                    package_converted(stage, report, options.packages, options.package, on_stage=on_stage)
+                report.write(stage)
+            except ModelportError as e:
+                if options.keep_failed:  # OUT.failed/report.json: the run as far as it got, and why it failed
+                    report.write_failed(stage, e.exit_code, e.to_dict())
+                raise
     return report.to_dict()

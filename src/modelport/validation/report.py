@@ -139,6 +139,10 @@ class Report:
         self._data["artifacts"].append(artifact)
         self._tag(attempt, "artifacts", artifact)
 
+    def add_target_failure(self, target: str, error: dict) -> None:
+        """A target that failed while the others went on (convert --to a,b,c reports every target)."""
+        self._data.setdefault("target_failures", []).append({"target": target, **error})
+
     def set_precision_fallback(self, requested: str, reason: str) -> None:
         """The last artifact was delivered in FP32 although `requested` was asked for."""
         self._data["artifacts"][-1]["precision_fallback"] = {"requested": requested, "reason": reason}
@@ -182,6 +186,15 @@ class Report:
             self.finish(exit_code=0)
         path = Path(folder) / "report.json"
         path.write_text(self.to_json())
+        return path
+
+
+    def write_failed(self, folder: Path, exit_code: int, error: dict) -> Path:
+        """`folder/report.json` of a run that failed (status failed, the error), the report itself left open."""
+        doc = {**self.to_dict(), "status": "failed", "exit_code": exit_code, "error": error,
+               "seconds": round(time.perf_counter() - self._t0, 4), "tool": tool_versions()}
+        path = Path(folder) / "report.json"
+        path.write_text(json.dumps(doc, indent=2, default=json_default))
         return path
 
 
