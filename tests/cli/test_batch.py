@@ -261,3 +261,38 @@ def test_single_commands_write_junit_and_github_annotations(cli_proc, tiny_onnx,
     assert summary.read_text().count("### modelport") == 2
     r = cli_proc("convert", tiny_onnx, "--to", "onnx", "-o", tmp_path / "ok2", "--json")
     assert "::error" not in r.stderr  # only under GitHub Actions
+
+
+def _dom(page: Path, tmp_path: Path) -> str:
+    """The page as a real headless Chromium renders it (no network: background fetches are off and
+    the page may name no remote resource)."""
+    chromium = shutil.which("chromium")
+    assert chromium, "Debian's chromium package is needed (make test installs it)"
+    p = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+                        f"--user-data-dir={tmp_path / 'chromium-profile'}", "--dump-dom", page.as_uri()],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return p.stdout
+
+
+def test_report_html_opens_from_disk_in_a_browser(cli_proc, tiny_onnx, tmp_path):
+    out = tmp_path / "auto"
+    assert cli_proc("convert", tiny_onnx, "--to", "onnx", "--optimize", "auto", "-o", out).exit_code == 0
+    page = out / "report.html"
+    text = page.read_text()
+    assert "http://" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "") and "https://" not in text and "<script" not in text
+    dom = _dom(page, tmp_path)
+    report = json.loads((out / "report.json").read_text())
+    for hop in report["parity"]:
+        assert hop["hop"] in dom
+    for stage in (s for s in report["stages"] if "pass" in s):
+        assert f"<td>{stage['pass']}</td>" in dom
+    assert dom.count('class="variant"') == len(report["optimize"]["variants"]) and "(chosen)" in dom
+
+    m = _manifest(tmp_path, tiny_onnx)
+    batch = tmp_path / "batch"
+    cli_proc("batch", m, "-o", batch)
+    dom = _dom(batch / "report.html", tmp_path)
+    assert '<a href="good/report.html">good</a>' in dom and "1/2 ok" in dom and "not an ONNX model" in dom
+    assert (batch / "good" / "report.html").is_file()

@@ -321,6 +321,9 @@ def run_batch(manifest: str | Path, out: str | Path, options: BatchOptions | Non
     summary["counts"] = count(summary["models"])
     summary["exit_code"] = EXIT_VALIDATION if summary["counts"]["failed"] else 0
     _atomic_write(out / "summary.json", summary)
+    from modelport.validation.html_report import render_batch, write_html
+
+    write_html(out / "report.html", render_batch(summary, out))
     return summary
 
 

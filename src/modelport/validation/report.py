@@ -186,6 +186,7 @@ class Report:
             self.finish(exit_code=0)
         path = Path(folder) / "report.json"
         path.write_text(self.to_json())
+        write_html_beside(path, self._data)
         return path
 
 
@@ -195,6 +196,7 @@ class Report:
                "seconds": round(time.perf_counter() - self._t0, 4), "tool": tool_versions()}
         path = Path(folder) / "report.json"
         path.write_text(json.dumps(doc, indent=2, default=json_default))
+        write_html_beside(path, doc)
         return path
 
 
@@ -249,6 +251,13 @@ class Run:
             return False
         self.document = self.report.finish(exit_code=exc.exit_code, error=exc.to_dict())
         raise exc.with_report(self.document) from exc
+
+
+def write_html_beside(report_json: Path, doc: Mapping[str, Any]) -> Path:
+    """report.html next to report.json: the same run as a self-contained page."""
+    from modelport.validation.html_report import render_report, write_html
+
+    return write_html(report_json.with_name("report.html"), render_report(json.loads(json.dumps(doc, default=json_default))))
 
 
 def json_default(o):

@@ -2,7 +2,7 @@
 
 Compared per model and target: the run's status (a model that newly fails is a regression), each
 artifact's size and node count, each parity hop's worst errors (max abs, max rel) and lowest
-cosine, and latencies where a report has them (`latency_ms` of artifacts and `auto` candidates).
+cosine, and latencies where a report has them (`latency_ms` of artifacts and of the `auto` variants).
 Each metric is judged against a threshold (`DiffThresholds`); a breach is a regression and the
 command exits 4.
 """
@@ -79,9 +79,11 @@ def _latencies(entry: dict) -> dict[str, float]:
         if isinstance(a.get("latency_ms"), (int, float)):
             out[f"{a.get('target')}"] = float(a["latency_ms"])
     opt = entry.get("optimize") or {}
-    for c in opt.get("candidates") or [] if isinstance(opt, dict) else []:
+    variants = (opt.get("variants") or opt.get("candidates") or []) if isinstance(opt, dict) else []
+    for c in variants:
         if isinstance(c, dict) and isinstance(c.get("latency_ms"), (int, float)):
-            out[f"auto:{c.get('runtime', '')}{'/' if c.get('runtime') else ''}{c.get('name') or c.get('precision')}"] = float(c["latency_ms"])
+            name = c.get("variant") or c.get("name") or c.get("precision")
+            out[f"auto:{c['runtime'] + '/' if c.get('runtime') else ''}{name}"] = float(c["latency_ms"])
     return out
 
 
