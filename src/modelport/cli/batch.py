@@ -42,8 +42,11 @@ def register(app: typer.Typer) -> None:
                     console.print(f"{mark} {entry['name']} ({entry.get('seconds', 0):.1f} s)"
                                   + (f": {entry['error']}" if entry.get("error") else ""), soft_wrap=True, highlight=False)
 
+            from modelport.orchestration.batch import EXECUTORS
+            from modelport.registry import choice
+
             options = BatchOptions(jobs=jobs, rerun_failed=rerun_failed, keep_failed=keep_failed, only=split_list(only),
-                                   executor=executor, address=address)
+                                   executor=choice(executor, EXECUTORS, "executor"), address=address)
             summary = run_batch(manifest, output, options, on_result=progress)
             if junit:
                 junit_for_batch(summary, Path(output), junit)
