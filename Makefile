@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.modelport-installed
 EXTRAS ?= torch,optimize,tf,serve,openvino,ray,genai,dev
 
-.PHONY: setup demo test test-fast bench lint clean check-pins
+.PHONY: setup browser demo test test-fast bench lint clean check-pins
 
 setup: $(STAMP)
 
@@ -41,7 +41,15 @@ demo: setup
 	$(BIN)/modelport inspect demo-out/onnx/model.onnx
 	@echo "demo finished: demo-out/onnx/model.onnx and demo-out/onnx/report.json"
 
-test: setup
+# Headless Chromium (Debian's package) for the test that opens report.html in a real browser.
+browser:
+	@if command -v chromium >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 || \
+		{ apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends chromium >/dev/null; }; \
+	else echo "install Debian's chromium package: the report.html test opens the page in it"; fi
+
+test: setup browser
 	$(BIN)/python -m pytest -q -p no:cacheprovider --timeout=900
 
 bench: setup

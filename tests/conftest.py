@@ -71,7 +71,7 @@ class CLIResult:
 
 
 # Options whose value is a path the command writes; every other argument naming a file is an input.
-OUTPUT_OPTIONS = frozenset({"-o", "--output-dir", "-om", "--outputModel", "--cache-dir"})
+OUTPUT_OPTIONS = frozenset({"-o", "--output-dir", "-om", "--outputModel", "--cache-dir", "--junit"})
 
 
 def _sha256(path: Path) -> str:

@@ -86,17 +86,44 @@ def check_output(out: str | Path, inputs: Iterable[str | Path] = (), *, force: b
     return out_r
 
 
+FAILED_MARK = "FAILED.json"  # in OUT.failed/: what failed; such a folder is never a valid output
+
+
+def failed_dir(out: str | Path) -> Path:
+    out = Path(out)
+    return out.with_name(out.name + ".failed")
+
+
+def _keep_failed(stage: Path, out: Path, exc: BaseException) -> Path | None:
+    """Move a failed run's staging folder to OUT.failed/ (replacing only an earlier one of ours)."""
+    kept = failed_dir(out)
+    if kept.exists() and not (kept.is_dir() and not kept.is_symlink() and (kept / FAILED_MARK).is_file()):
+        return None  # not ours: never replaced
+    mark = {"status": "failed", "error": type(exc).__name__, "message": getattr(exc, "message", str(exc)),
+            "exit_code": getattr(exc, "exit_code", 1),
+            "note": "kept for debugging by --keep-failed: these files did not pass validation"}
+    (stage / FAILED_MARK).write_text(json.dumps(mark, indent=2) + "\n")
+    apply_umask(stage)
+    if kept.exists():
+        shutil.rmtree(kept)
+    os.replace(stage, kept)
+    return kept
+
+
 @contextlib.contextmanager
-def staged_dir(out: str | Path, inputs: Iterable[str | Path] = (), *, force: bool = False) -> Iterator[Path]:
-    """Yield a fresh staging folder; on success it replaces `out`, on any error it is removed."""
+def staged_dir(out: str | Path, inputs: Iterable[str | Path] = (), *, force: bool = False,
+               keep_failed: bool = False) -> Iterator[Path]:
+    """Yield a fresh staging folder; on success it replaces `out`, on any error it is removed
+    (or, with `keep_failed`, moved to OUT.failed/ with a FAILED.json saying why)."""
     out_r = check_output(out, inputs, force=force)
     out_r.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out_r.name}.staging-", dir=out_r.parent))
     try:
         yield stage
         apply_umask(stage)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
+    except BaseException as e:
+        if not (keep_failed and isinstance(e, Exception) and _keep_failed(stage, out_r, e)):
+            shutil.rmtree(stage, ignore_errors=True)
         raise
     _fsync_tree(stage)
     if out_r.exists():

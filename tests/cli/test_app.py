@@ -52,7 +52,7 @@ def test_zoo_list_and_build(cli, tmp_path):
     assert {"cnn_small", "bert_tiny", "lstm_small", "mlp"} <= models
     r = cli("zoo", "build", "lstm_small", "-o", tmp_path / "z", "--json")
     assert r.exit_code == 0, r
-    assert sorted(p.name for p in (tmp_path / "z").iterdir()) == ["model.pt2", "model.safetensors", "report.json"]
+    assert sorted(p.name for p in (tmp_path / "z").iterdir()) == ["model.pt2", "model.safetensors", "report.html", "report.json"]
     assert cli("zoo", "build", "lstm_small", "-o", tmp_path / "z").exit_code == 2  # exists, no --force
 
 

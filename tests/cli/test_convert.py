@@ -27,7 +27,7 @@ def test_convert_pt2_writes_model_and_report(cli, cnn_source, tmp_path):
     r = cli("convert", cnn_source / "model.pt2", "--input", "input:batch,3,64,64", "--layout", "NCHW",
             "--mean", "0.485,0.456,0.406", "--std", "0.229,0.224,0.225", "--to", "onnx", "-o", out)
     assert r.exit_code == 0, r
-    assert sorted(p.name for p in out.iterdir()) == ["model.onnx", "report.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["model.onnx", "report.html", "report.json"]
     report = json.loads((out / "report.json").read_text())
     assert report["schema"] == "modelport.report/1" and report["status"] == "ok"
     spec = report["contract"]["inputs"][0]
@@ -274,7 +274,7 @@ def test_rerun_is_byte_identical_for_every_target(cli, cnn_source, tiny_onnx, tm
         assert r.exit_code == 0, r
     files = tree(tmp_path / "a")
     assert files == tree(tmp_path / "b") and {"model.onnx", "model.ort", "model.tflite", "pytorch/model.py"} <= set(files)
-    differ = [f for f in files if (tmp_path / "a" / f).is_file() and f != "report.json"
+    differ = [f for f in files if (tmp_path / "a" / f).is_file() and f not in ("report.json", "report.html")
               and (tmp_path / "a" / f).read_bytes() != (tmp_path / "b" / f).read_bytes()]
     assert differ == []
     a, b = (json.loads((tmp_path / n / "report.json").read_text()) for n in ("a", "b"))

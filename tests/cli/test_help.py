@@ -16,7 +16,7 @@ import pytest
 
 SNAPSHOTS = Path(__file__).resolve().parent / "help"
 COMMANDS = ["", "convert", "inspect", "optimize", "emit", "validate", "package", "bench", "doctor", "zoo", "zoo list",
-            "zoo build", "zoo fetch"]
+            "zoo build", "zoo fetch", "batch", "report", "report diff"]
 
 
 def help_text(command: str, columns: int = 100) -> str:

@@ -27,7 +27,8 @@ def emit_json(data) -> None:
 
 
 def run(fn: Callable[[], dict | None], *, json_out: bool, quiet: bool, render: Callable[[dict], None] | None = None,
-        command: str = "modelport", print_result: Callable[[dict], None] | None = None, render_failed: bool = False) -> None:
+        command: str = "modelport", print_result: Callable[[dict], None] | None = None, render_failed: bool = False,
+        junit: str | None = None) -> None:
     """Run a command body; map errors to one stderr line plus the documented exit code.
 
     While the body runs, stdout carries nothing but the result: every write to it (Python or C
@@ -76,6 +77,8 @@ def run(fn: Callable[[], dict | None], *, json_out: bool, quiet: bool, render: C
                     console.print(f"[bold yellow]warning:[/] {escape(text)}", soft_wrap=True)
             if not json_out and render and not quiet and result is not None:
                 render(result)
+    if doc and doc.get("schema") == "modelport.report/1":
+        _publish(doc, junit)
     if json_out and doc is not None:
         emit_json(doc)
     elif print_result is not None and not code and doc is not None:
@@ -83,6 +86,20 @@ def run(fn: Callable[[], dict | None], *, json_out: bool, quiet: bool, render: C
         sys.stdout.flush()
     if code:
         raise typer.Exit(code)
+
+
+def _publish(report: dict, junit: str | None) -> None:
+    """The report as CI systems read it: JUnit XML (--junit) and, under GitHub Actions, annotations."""
+    from modelport.validation.ci_reports import junit_for_report, on_github, publish_to_github, report_row
+
+    if junit:
+        try:
+            junit_for_report(report, junit)
+        except OSError as e:
+            console.print(f"[bold red]error:[/] cannot write the JUnit file {junit}: {e.strerror}", soft_wrap=True)
+    if on_github():
+        publish_to_github([report_row(report)], f"modelport {report.get('command')}",
+                          lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True))
 
 
 def _fd(stream) -> int | None:

@@ -55,6 +55,7 @@ def register(app: typer.Typer) -> None:
         precision: flags.EmitPrecision = "fp32",
         accuracy_budget: flags.AccuracyBudget = None,
         package: list[str] = typer.Option([], "--package", help="Also package for serving systems, e.g. triton,torchserve (OUT/packages/<system>/)."),
+        keep_failed: flags.KeepFailed = False,
         **shared,
     ):
         """Convert a model into one or more targets, validated against the source framework."""
@@ -73,7 +74,8 @@ def register(app: typer.Typer) -> None:
             options = ConvertOptions(
                 targets=[choice(t, EMITTERS, "target") for t in split_list(to)] or ["onnx"],
                 framework=choice(framework, PARSERS, "source framework"), inputs=specs, output_names=split_list(outputs) or None,
-                arch=arch_, trust=trust, task=task, opset=opset, force=shared["force"], **flags.parity_kwargs(shared),
+                arch=arch_, trust=trust, task=task, opset=opset, force=shared["force"], keep_failed=keep_failed,
+                **flags.parity_kwargs(shared),
                 optimize=OptimizeOptions(level=optimize, budget=accuracy_budget),
                 precision=choice(precision, flags.EMIT_PRECISIONS, "precision"), calibration=shared["calibration"],
                 strict=shared["strict"], allow_precision_fallback=shared["allow_fallback"],
@@ -85,4 +87,4 @@ def register(app: typer.Typer) -> None:
 
         from modelport.cli.render import render_report
 
-        run(body, command="convert", json_out=shared["json_out"], quiet=shared["quiet"], render=lambda r: render_report(r, output))
+        run(body, command="convert", json_out=shared["json_out"], quiet=shared["quiet"], junit=shared["junit"], render=lambda r: render_report(r, output))

@@ -44,4 +44,4 @@ def register(app: typer.Typer) -> None:
 
         from modelport.cli.render import render_report
 
-        run(body, command="emit", json_out=shared["json_out"], quiet=shared["quiet"], render=lambda r: render_report(r, output))
+        run(body, command="emit", json_out=shared["json_out"], quiet=shared["quiet"], junit=shared["junit"], render=lambda r: render_report(r, output))

@@ -14,19 +14,22 @@ from typer.core import TyperCommand, TyperGroup
 
 SOURCE, TARGETS, VALIDATION, OPTIMISATION, OUTPUT = "Source", "Targets", "Validation", "Optimisation", "Output"
 QUANTISATION = "FP16/INT8 details"
+BATCH = "Batch"
 
 PANELS = {
-    SOURCE: ("--from", "-in", "-iw", "--input", "--inputShape", "--output", "--arch", "--opset", "--trust", "--signature",
+    SOURCE: ("--from", "--task", "-in", "-iw", "--input", "--inputShape", "--output", "--arch", "--opset", "--trust", "--signature",
              "--input-names", "--layout", "--mean", "--std", "--scale", "--channel-order"),
     TARGETS: ("--to", "--plan-only", "--tflite-layout", "--tflite-io-dtype", "--trt-shapes", "--workspace", "--package", "--for",
               "--name", "--version", "--add-version", "--runtime", "--backend", "--device", "--postprocess", "--server",
               "--max-batch-size", "--instances", "--image", "--cpu", "--memory", "--gpus", "--replicas"),
     VALIDATION: ("--seed", "--dim", "--data", "--inputs", "--value", "--atol", "--rtol", "--min-cosine", "--strict", "--localize",
-                 "--match-by-position"),
+                 "--match-by-position", "--max-size-growth", "--max-nodes-growth", "--max-error-growth", "--max-cosine-drop",
+                 "--max-latency-growth"),
     OPTIMISATION: ("--optimize", "--level", "--passes", "--precision", "--calibration", "--accuracy-budget",
                    "--allow-precision-fallback"),
     QUANTISATION: ("--int8-mode", "--calibration-method", "--per-channel", "--keep-io-types"),
-    OUTPUT: ("-o", "--force", "--json", "--quiet", "--cache-dir"),
+    BATCH: ("--jobs", "--executor", "--address", "--rerun-failed", "--only"),
+    OUTPUT: ("-o", "--force", "--keep-failed", "--json", "--junit", "--quiet", "--cache-dir", "--all"),
 }
 PANEL_OF = {flag: panel for panel, flags in PANELS.items() for flag in flags}
 
@@ -41,6 +44,9 @@ METAVARS = {
     "--workspace": "MiB", "--int8-mode": "MODE", "--calibration-method": "METHOD", "--cache-dir": "DIR", "--runs": "N",
     "--duration": "SECONDS", "--warmup": "N", "--batch": "B1,B2", "--threads": "N", "--concurrency": "N", "--runtime": "RUNTIME",
     "--rate": "PER_SECOND", "--requests": "N", "--header": "'NAME: VALUE'", "--inputs": "FILE.npz",
+    "--task": "TASK", "--junit": "FILE.xml", "--jobs": "N", "--executor": "local|ray", "--address": "HOST:PORT", "--only": "NAMES",
+    "--max-size-growth": "FRACTION", "--max-nodes-growth": "FRACTION", "--max-error-growth": "FACTOR", "--max-cosine-drop": "X",
+    "--max-latency-growth": "FRACTION",
 }
 
 EXAMPLES = {
@@ -84,7 +90,7 @@ def _dress(params) -> None:
             p.metavar = _value_name(p)
 
 
-PANEL_ORDER = {None: 0, SOURCE: 1, TARGETS: 2, VALIDATION: 3, OPTIMISATION: 4, QUANTISATION: 5, OUTPUT: 6}
+PANEL_ORDER = {None: 0, SOURCE: 1, TARGETS: 2, VALIDATION: 3, OPTIMISATION: 4, QUANTISATION: 5, BATCH: 6, OUTPUT: 7}
 
 
 def _no_type(ctx) -> None:

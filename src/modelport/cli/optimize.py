@@ -99,4 +99,4 @@ def register(app: typer.Typer) -> None:
             with stage_status(shared["quiet"] or shared["json_out"]) as on_stage:
                 return convert(model, output, options, on_stage=on_stage)
 
-        run(body, command="optimize", json_out=shared["json_out"], quiet=shared["quiet"], render=lambda r: render_optimize(r, output))
+        run(body, command="optimize", json_out=shared["json_out"], quiet=shared["quiet"], junit=shared["junit"], render=lambda r: render_optimize(r, output))

@@ -48,6 +48,10 @@ Trust = Annotated[bool, typer.Option("--trust", help="Allow loading that runs co
                                                      "Keras Lambda layers, generated model.py).")]
 Force = Annotated[bool, typer.Option("--force", help="Replace an existing output folder that modelport wrote.")]
 OutputDir = Annotated[str | None, typer.Option("-o", "--output-dir", help="Output folder (written through a staging folder).")]
+Junit = Annotated[str | None, typer.Option("--junit", help="Also write the result as JUnit XML to this file (one test case per "
+                                                            "target and parity hop), for CI systems.")]
+KeepFailed = Annotated[bool, typer.Option("--keep-failed", help="On failure keep what was written in OUT.failed/ (marked by "
+                                                                "FAILED.json) for debugging; never a valid output.")]
 
 # --- sample inputs and parity --------------------------------------------------------------------
 Seed = Annotated[int, typer.Option("--seed", help="Seed of the sample inputs.")]
@@ -98,7 +102,7 @@ Systems = Annotated[list[str], typer.Option("--for", help=f"Serving system(s), c
 
 
 # --- groups of flags that commands take together: (parameter name, flag, default) ----------------
-RESULT = (("json_out", JsonOut, False), ("quiet", Quiet, False))
+RESULT = (("json_out", JsonOut, False), ("quiet", Quiet, False), ("junit", Junit, None))
 WRITES = (("output", OutputDir, None), ("force", Force, False))
 TOLERANCES = (("atol", Atol, []), ("rtol", Rtol, []), ("min_cosine", MinCosine, []))
 SAMPLES = (("inputs", Inputs, []), ("dim", Dim, []), ("seed", Seed, 0), ("data", Data, None), ("values", Value, []))

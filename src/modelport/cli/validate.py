@@ -62,4 +62,5 @@ def register(app: typer.Typer) -> None:
 
         from modelport.validation import DEFAULT_TOLERANCES, tolerance_for
 
-        run(body, command="validate", json_out=shared["json_out"], quiet=shared["quiet"], render=render_validate, render_failed=True)
+        run(body, command="validate", json_out=shared["json_out"], quiet=shared["quiet"], junit=shared["junit"], render=render_validate,
+            render_failed=True)

@@ -59,6 +59,7 @@ class ConvertOptions:
     data: str | Path | None = None  # --data: .npz of named sample inputs used instead of random ones
     values: list[str] | dict[str, float] = field(default_factory=list)  # --value NAME=V (or {NAME: V}): broadcast to that input
     force: bool = False
+    keep_failed: bool = False  # a failed run's files go to OUT.failed/ (with FAILED.json) instead of being removed
     strict: bool = False  # a pass that breaks parity, or a reference that ignores its input, fails the run
     allow_precision_fallback: bool = False  # deliver FP32 when the requested precision cannot hold parity
     tensorflow: TFSourceOptions = field(default_factory=TFSourceOptions)
@@ -334,20 +335,35 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
                 check_targets(pir, popts.targets, EmitOptions(precision=popts.precision, opset=popts.opset,
                                                               calibration=popts.calibration))
             prepared.append((part, pir, popts))
-        with staged_dir(out, source_inputs(source, options), force=options.force) as stage:
-            for part, pir, popts in prepared:
-                label = f"{part}: " if part else ""
-                for target in popts.targets:
-                    emitter = get_emitter(target)
+        runs = [(part, pir, popts, target) for part, pir, popts in prepared for target in popts.targets]
+        with staged_dir(out, source_inputs(source, options), force=options.force, keep_failed=options.keep_failed) as stage:
+            try:
+                failures = {}
+                for part, pir, popts, target in runs:
+                    label = f"{part}: " if part else ""
                     eopts = EmitOptions(precision=popts.precision, opset=popts.opset, calibration=popts.calibration,
                                         target=popts.emitter_options(target))
-                    emit_and_validate(emitter, target, pir, stage, eopts, popts, report, zoo_tol,
-                                      f"{label}{fw}→{target} (end to end)", on_stage=on_stage, out=out,
-                                      requested=requested_precision, part=part or None)
-            copy_companion_files(ir, stage, report)
-            if options.packages:
-                from modelport.orchestration.package import package_converted
+                    try:
+                        emit_and_validate(get_emitter(target), target, pir, stage, eopts, popts, report, zoo_tol,
+                                          f"{label}{fw}→{target} (end to end)", on_stage=on_stage, out=out,
+                                          requested=requested_precision, part=part or None)
+                    except ModelportError as e:
+                        if len(runs) == 1:
+                            raise
+                        name = f"{part}:{target}" if part else target
+                        failures[name] = e  # the other targets still run; every result is reported
+                        report.add_target_failure(name, e.to_dict())
+                if failures:
+                    raise ValidationError(f"{len(failures)} of {len(runs)} targets failed: "
+                                          + "; ".join(f"{t}: {e.message}" for t, e in failures.items()))
+                copy_companion_files(ir, stage, report)
+                if options.packages:
+                    from modelport.orchestration.package import package_converted
 
-                package_converted(stage, report, options.packages, options.package, on_stage=on_stage)
-            report.write(stage)
+                    package_converted(stage, report, options.packages, options.package, on_stage=on_stage)
+                report.write(stage)
+            except ModelportError as e:
+                if options.keep_failed:  # OUT.failed/report.json: the run as far as it got, and why it failed
+                    report.write_failed(stage, e.exit_code, e.to_dict())
+                raise
     return report.to_dict()

@@ -208,6 +208,9 @@ def load_artifacts(source: str | Path) -> Artifacts:
 
     path = check_model_file(source)
     if path.is_dir():
+        if (path / "FAILED.json").is_file():
+            raise BadInputError("this folder holds a failed run kept by --keep-failed (FAILED.json): its files did not "
+                                "pass validation", path=path, hint="fix the conversion and package its real output")
         if (path / "report.json").is_file():
             return _load_out_dir(path)
         if (path / "saved_model.pb").is_file():

@@ -141,6 +141,10 @@ class Report:
         self._data["artifacts"].append(artifact)
         self._tag(attempt, "artifacts", artifact)
 
+    def add_target_failure(self, target: str, error: dict) -> None:
+        """A target that failed while the others went on (convert --to a,b,c reports every target)."""
+        self._data.setdefault("target_failures", []).append({"target": target, **error})
+
     def set_precision_fallback(self, requested: str, reason: str) -> None:
         """The last artifact was delivered in FP32 although `requested` was asked for."""
         self._data["artifacts"][-1]["precision_fallback"] = {"requested": requested, "reason": reason}
@@ -184,6 +188,17 @@ class Report:
             self.finish(exit_code=0)
         path = Path(folder) / "report.json"
         path.write_text(self.to_json())
+        write_html_beside(path, self._data)
+        return path
+
+
+    def write_failed(self, folder: Path, exit_code: int, error: dict) -> Path:
+        """`folder/report.json` of a run that failed (status failed, the error), the report itself left open."""
+        doc = {**self.to_dict(), "status": "failed", "exit_code": exit_code, "error": error,
+               "seconds": round(time.perf_counter() - self._t0, 4), "tool": tool_versions()}
+        path = Path(folder) / "report.json"
+        path.write_text(json.dumps(doc, indent=2, default=json_default))
+        write_html_beside(path, doc)
         return path
 
 
@@ -248,6 +263,13 @@ class Run:
             return False
         self.document = self.report.finish(exit_code=exc.exit_code, error=exc.to_dict())
         raise exc.with_report(self.document) from exc
+
+
+def write_html_beside(report_json: Path, doc: Mapping[str, Any]) -> Path:
+    """report.html next to report.json: the same run as a self-contained page."""
+    from modelport.validation.html_report import render_report, write_html
+
+    return write_html(report_json.with_name("report.html"), render_report(json.loads(json.dumps(doc, default=json_default))))
 
 
 def json_default(o):
