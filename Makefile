@@ -55,6 +55,7 @@ test: setup browser
 bench: setup
 	$(BIN)/python bench/cli_bench.py
 	$(BIN)/python bench/optimize_bench.py
+	$(BIN)/python bench/batch_bench.py
 	$(BIN)/python bench/pytorch_code_conformance.py
 
 # pip's resolver, dry run, for the TorchServe image's Python: the handler pins install there (needs PyPI)

@@ -27,6 +27,17 @@ def _manifest(folder: Path, tiny: Path, extra: str = "") -> Path:
     return m
 
 
+JUNIT_XSD = Path(__file__).with_name("schemas") / "junit.xsd"
+
+
+def _junit(path: Path) -> ET.Element:
+    """The JUnit file, checked against the JUnit schema CI systems read, as an element tree."""
+    import xmlschema
+
+    xmlschema.XMLSchema(JUNIT_XSD).validate(str(path))
+    return ET.parse(path).getroot()
+
+
 def _summary(out: Path) -> dict:
     return json.loads((out / "summary.json").read_text())
 
@@ -48,7 +59,7 @@ def test_batch_isolates_failures_and_reports_every_model(cli_proc, tiny_onnx, tm
     assert models["hang"]["status"] == "timeout" and "0.5 s" in models["hang"]["error"]
     assert models["fat"]["status"] == "out-of-memory"
     assert not (out / "bad").exists() and not (out / "hang").exists()  # failures leave no partial output
-    cases = ET.parse(junit).getroot()
+    cases = _junit(junit)
     assert cases.get("tests") == "6" and cases.get("failures") == "1" and cases.get("errors") == "2"
     good = cases.find("testsuite[@name='good']")
     assert {c.get("name") for c in good} == {"onnx→onnx (IR)", "onnx→onnx (end to end)", "onnx→ort (end to end)"}
@@ -248,7 +259,7 @@ def test_single_commands_write_junit_and_github_annotations(cli_proc, tiny_onnx,
     gh = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}
     r = cli_proc("convert", tiny_onnx, "--to", "onnx", "-o", tmp_path / "ok", "--junit", junit, env=gh)
     assert r.exit_code == 0
-    root = ET.parse(junit).getroot()
+    root = _junit(junit)
     assert root.get("failures") == "0" and int(root.get("tests")) == 2
     assert "| tiny.onnx | ✅ ok |" in summary.read_text()
 
@@ -257,7 +268,7 @@ def test_single_commands_write_junit_and_github_annotations(cli_proc, tiny_onnx,
     r = cli_proc("validate", bad, tiny_onnx, "--junit", junit, env=gh)
     assert r.exit_code == 2
     assert "::error" in r.stderr and "title=modelport" in r.stderr and "not an ONNX model" in r.stderr
-    assert ET.parse(junit).getroot().find("testsuite/testcase/failure") is not None
+    assert _junit(junit).find("testsuite/testcase/failure") is not None
     assert summary.read_text().count("### modelport") == 2
     r = cli_proc("convert", tiny_onnx, "--to", "onnx", "-o", tmp_path / "ok2", "--json")
     assert "::error" not in r.stderr  # only under GitHub Actions
