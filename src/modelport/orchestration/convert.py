@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from modelport.emitters.tensorrt import TensorRTOptions
 from modelport.emitters.tflite import TFLiteOptions
@@ -68,6 +69,8 @@ class ConvertOptions:
     package: PackageOptions = field(default_factory=lambda: PackageOptions(trust=True))  # may trace the code it emitted
     fallback_reason: str | None = None  # set by the optimisation stage when it delivered FP32 instead
     command: str = "convert"  # the report's command name
+    task: str | None = None  # "text-generation": a decoder LM folder, exported with a KV cache (orchestration/text_generation.py)
+    text_generation: Any = None  # its TextGenerationOptions (None: the defaults)
 
     def __post_init__(self):
         # The Python API accepts the CLI's spec strings: inputs=["input:batch,3,224,224"].
@@ -78,6 +81,14 @@ class ConvertOptions:
             self.targets = [t.strip() for t in self.targets.split(",") if t.strip()]
         if isinstance(self.optimize, str):
             self.optimize = OptimizeOptions(level=self.optimize)
+        if self.task is not None:
+            from modelport.orchestration.text_generation import TASK, TextGenerationOptions
+
+            if self.task != TASK:
+                raise BadInputError(f"unknown task '{self.task}'; known: {TASK}")
+            self.text_generation = self.text_generation or TextGenerationOptions()
+        elif self.precision == "int4":
+            raise BadInputError("--precision int4 (weight-only) is for --task text-generation")
         o = self.optimize
         if o is not None and (o.precision != "fp32" or o.calibration or o.strict or o.allow_fallback):
             raise BadInputError("set precision, calibration, strict and allow_precision_fallback on ConvertOptions, "
@@ -258,6 +269,10 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
     from modelport.staging import staged_dir
 
     options = options or ConvertOptions(**kwargs)
+    if options.task is not None:
+        from modelport.orchestration.text_generation import convert_text_generation
+
+        return convert_text_generation(source, output_dir, options, on_stage=on_stage)
     with Run(options.command) as report:
         for t in options.targets:
             get_emitter(t)  # unknown targets fail before any work

@@ -24,6 +24,7 @@ PARSERS = Registry("source framework", {
     "savedmodel": "modelport.parsers.savedmodel",
     "graphdef": "modelport.parsers.graphdef",
     "tflite": "modelport.parsers.tflite",
+    "hf-decoder": "modelport.parsers.hf_decoder",
 }, aliases={
     "torch": "pytorch", "pth": "pytorch", "tensorflow": "savedmodel", "tf": "savedmodel", "saved_model": "savedmodel",
     "frozen": "graphdef", "pb": "graphdef", "tf.keras": "keras", "h5": "keras", "lite": "tflite",

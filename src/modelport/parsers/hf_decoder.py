@@ -286,18 +286,22 @@ def name_dims(model, cfg: DecoderConfig) -> None:
 
 def parse(source, spec) -> IRModel:
     """The IR of a decoder folder, with the reference outputs of one left-padded decode step."""
+    folder = Path(source)
+    cfg = read_decoder_config(folder)
+    return parse_loaded(folder, spec, load_model(folder), cfg)
+
+
+def parse_loaded(folder: Path, spec, model, cfg: DecoderConfig) -> IRModel:
+    """`parse` for a model already loaded (the caller keeps it, e.g. to generate references)."""
     import numpy as np
     torch = require("torch")
 
-    folder = Path(source)
-    cfg = read_decoder_config(folder)
-    model = load_model(folder)
     onnx_model, cfg = export_decoder(folder, opset=spec.opset, model=model, cfg=cfg)
     feeds = sample_step(cfg, seed=spec.seed)
     module = flat_cache_module(model, cfg)
     with torch.no_grad():
         outs = module(*[torch.from_numpy(feeds[n]) for n in cfg.input_names])
-    reference = {n: o.detach().numpy().astype(np.float32) for n, o in zip(cfg.output_names, outs)}
+    reference = {n: o.detach().numpy().astype(np.float32) for n, o in zip(cfg.output_names, outs, strict=True)}
     inputs = specs_from_onnx(onnx_model.graph.input)
     for s in inputs:
         if s.name == "input_ids":

@@ -160,7 +160,7 @@ def generate_onnx(model_path: str | Path, prompts: list[list[int]], new_tokens: 
         nxt = last.argmax(axis=-1).astype(np.int64)
         tokens.append(nxt)
         step_logits.append(last)
-        past = dict(zip(past_names, got[1:]))
+        past = dict(zip(past_names, got[1:], strict=True))
         ids = nxt[:, None]
         positions = (mask.sum(axis=1, keepdims=True)).astype(np.int64)
         mask = np.concatenate([mask, np.ones((batch, 1), dtype=np.int64)], axis=1)
@@ -203,15 +203,16 @@ def compare_generation(reference: Generation, got: Generation, *, hop: str, prec
     if ref_t.shape != got_t.shape:
         return GenerationResult(hop, precision, ref_t.shape[1], ref_t.shape[0], 0.0, float("inf"), [], "", False,
                                 f"generated shape {list(got_t.shape)} != reference {list(ref_t.shape)}")
-    same = ref_t == got_t
-    agreement = float(same.mean())
+    valid = got_t >= 0  # -1: the runtime stopped the row early (at an end-of-sequence token)
+    same = (ref_t == got_t) & valid
+    agreement = float(same.sum() / max(1, valid.sum()))
     first: list[int | None] = []
     worst, breach = 0.0, False
     for r in range(ref_t.shape[0]):
-        diff = np.flatnonzero(~same[r])
-        stop = int(diff[0]) if diff.size else ref_t.shape[1]
+        diff = np.flatnonzero(~same[r] & valid[r])
+        produced = int(valid[r].sum())
         first.append(int(diff[0]) if diff.size else None)
-        steps = stop + 1 if diff.size else stop  # the diverging step's logits were computed on an agreeing context
+        steps = int(diff[0]) + 1 if diff.size else produced  # the diverging step's logits came from an agreeing context
         ref_l, got_l = reference.logits[r, :steps], got.logits[r, :steps]
         if not np.isfinite(got_l).all():
             return GenerationResult(hop, precision, ref_t.shape[1], ref_t.shape[0], agreement, float("inf"), first, "",

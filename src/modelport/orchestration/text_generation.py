@@ -1,0 +1,186 @@
+"""`convert --task text-generation`: a decoder LM folder → KV-cache ONNX (fp32, int8 or int4
+weight-only) and/or an onnxruntime-genai folder, each proven by generation.
+
+    parse      export with a KV cache (parsers/hf_decoder.py), checked on one left-padded decode step
+    reference  transformers `generate` (greedy) from fixed prompts on the same weights
+    quantize   MatMulNBits for --precision int4/int8 (optimize/weight_only.py)
+    emit       `onnx` → model.onnx; `ort-genai` → ort-genai/ (emitters/ort_genai.py)
+    validate   our greedy loop over each model in onnxruntime, compared token by token and logit by
+               logit; the ort-genai folder generates with onnxruntime-genai itself
+
+FP32 must give identical tokens and logits within tolerance; int8/int4 are judged by token
+agreement and worst logit error against `--accuracy-budget` (default `tokens>=0.9`). Everything
+is written through a staging folder: a failed run leaves nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from modelport.errors import BadInputError
+from modelport.optimize.weight_only import BITS, WeightOnlyOptions
+from modelport.validation.generation import DEFAULT_NEW_TOKENS, GenerationBudget, parse_generation_budget
+
+TASK = "text-generation"
+TARGETS = ("onnx", "ort-genai")
+PRECISIONS = ("fp32", "int8", "int4")
+DEFAULT_QUANT_BUDGET = GenerationBudget(min_tokens=0.9)
+
+
+@dataclass(frozen=True)
+class TextGenerationOptions:
+    """Options of the text-generation route: tokens generated per prompt, the weight-only
+    quantiser's block size and symmetry, and the accuracy budget of quantised artifacts."""
+
+    new_tokens: int = DEFAULT_NEW_TOKENS
+    block_size: int = 32
+    symmetric: bool = True
+    budget: str | None = None  # "tokens>=0.95,max_abs<=2"
+
+    def __post_init__(self):
+        if self.new_tokens < 1:
+            raise BadInputError(f"bad --new-tokens {self.new_tokens}: at least 1")
+        WeightOnlyOptions(bits=4, block_size=self.block_size, symmetric=self.symmetric)
+        parse_generation_budget(self.budget)
+
+    def generation_budget(self, precision: str) -> GenerationBudget | None:
+        """None for fp32 without a budget: identical tokens and logits within tolerance."""
+        given = parse_generation_budget(self.budget)
+        if given is not None:
+            return given
+        return None if precision == "fp32" else DEFAULT_QUANT_BUDGET
+
+
+def check_request(options) -> None:
+    """Targets and precision this route can deliver (exit 2 before any work otherwise)."""
+    bad = [t for t in options.targets if t not in TARGETS]
+    if bad:
+        raise BadInputError(f"--task {TASK} writes {', '.join(TARGETS)}; not {', '.join(bad)}")
+    if options.precision not in PRECISIONS:
+        raise BadInputError(f"--task {TASK} takes --precision {', '.join(PRECISIONS)}; not {options.precision}")
+    if options.optimize is not None and options.optimize.level not in (None, "none"):
+        raise BadInputError(f"--optimize {options.optimize.level} is not available for --task {TASK} yet")
+
+
+def export_and_reference(folder: Path, options, report, *, on_stage=None):
+    """(IR, the transformers model, the reference generation, the prompts)."""
+    from modelport.orchestration.convert import describe_source, validate_ir
+    from modelport.parsers import hf_decoder
+    from modelport.specs import SourceSpec
+    from modelport.validation import generation
+    from modelport.validation.report import run_stage
+
+    tg = options.text_generation
+    spec = SourceSpec(path=folder, opset=options.opset, seed=options.seed)
+    with run_stage(report, "parse", on_stage=on_stage) as parsed:
+        cfg = hf_decoder.read_decoder_config(folder)
+        model = hf_decoder.load_model(folder)
+        ir = hf_decoder.parse_loaded(folder, spec, model, cfg)
+        parsed.note(nodes=len(ir.model.graph.node), exporter=ir.provenance.get("exporter"), family=cfg.family)
+    report.set_source(describe_source(folder, ir))
+    report.set_contract(ir.contract())
+    tol = options.tolerance("fp32")
+    with run_stage(report, "validate:ir", on_stage=on_stage):
+        parity = validate_ir(ir, tol, "transformers→onnx (IR, one decode step)")
+    report.add_parity(parity)
+    parity.raise_if_failed(path=folder)
+    prompts = generation.fixed_prompts(cfg.vocab_size, seed=options.seed, avoid=(cfg.safe_pad,))
+    with run_stage(report, "reference:generate", on_stage=on_stage, new_tokens=tg.new_tokens, prompts=len(prompts)):
+        ref = generation.generate_transformers(model, prompts, tg.new_tokens, cfg.safe_pad)
+    return ir, cfg, ref, prompts
+
+
+def convert_text_generation(folder, output_dir, options, *, on_stage=None) -> dict:
+    """The text-generation route of `convert` (see the module docstring); returns the report."""
+    from modelport.orchestration.convert import source_inputs
+    from modelport.staging import check_output, staged_dir
+    from modelport.validation.report import Run
+
+    with Run(options.command) as report:
+        check_request(options)
+        out = Path(output_dir)
+        check_output(out, source_inputs(folder, options), force=options.force)
+        folder = Path(folder)
+        ir, cfg, ref, prompts = export_and_reference(folder, options, report, on_stage=on_stage)
+        model, precision = quantized(ir, options, report, on_stage=on_stage)
+        with staged_dir(out, source_inputs(folder, options), force=options.force) as stage:
+            for target in options.targets:
+                emit_and_generate(target, ir, model, precision, cfg, ref, prompts, stage, options, report, out,
+                                  on_stage=on_stage)
+            report.write(stage)
+    return report.to_dict()
+
+
+def quantized(ir, options, report, *, on_stage=None):
+    """(ModelProto at the requested precision, precision)."""
+    from modelport.optimize.weight_only import quantize_weight_only
+    from modelport.validation.report import run_stage
+
+    if options.precision == "fp32":
+        return ir.model, "fp32"
+    tg = options.text_generation
+    wo = WeightOnlyOptions(bits=BITS[options.precision], block_size=tg.block_size, symmetric=tg.symmetric)
+    with run_stage(report, f"quantize:{options.precision}", on_stage=on_stage) as row:
+        model, details = quantize_weight_only(ir.model, wo)
+        row.note(nodes_before=len(ir.model.graph.node), nodes=len(model.graph.node), **details)
+    return model, options.precision
+
+
+def emit_and_generate(target, ir, model, precision, cfg, ref, prompts, stage: Path, options, report, out, *, on_stage=None):
+    from modelport.emitters import ort_genai
+    from modelport.onnx_io import save_onnx
+    from modelport.staging import describe_files
+    from modelport.validation import generation
+    from modelport.validation.report import run_stage
+
+    tg = options.text_generation
+    budget = tg.generation_budget(precision)
+    tol = options.tolerance("fp32")
+    with run_stage(report, f"emit:{target}", on_stage=on_stage):
+        if target == "onnx":
+            path = stage / "model.onnx"
+            files = save_onnx(model, path)
+        else:
+            path = stage / "ort-genai"
+            files = ort_genai.write_folder(model, cfg.to_dict(), ir.provenance.get("path"), path)
+    entry = {"target": target, "runtime": "onnxruntime" if target == "onnx" else ort_genai.RUNTIME, "precision": precision,
+             "requested_precision": options.precision, **describe_files(path, files, stage), "nodes": len(model.graph.node)}
+    report.add_artifact(entry)
+    hop = f"transformers→{target} ({precision}, greedy {tg.new_tokens} tokens)"
+    with run_stage(report, f"validate:{target}", on_stage=on_stage):
+        if target == "onnx":
+            got = generation.generate_onnx(path, prompts, tg.new_tokens, cfg.safe_pad)
+        else:
+            got = generate_ort_genai(path, prompts, tg.new_tokens, cfg)
+        result = generation.compare_generation(ref, got, hop=hop, precision=precision, budget=budget,
+                                               atol=tol.atol, rtol=tol.rtol)
+    report.add_generation(result)
+    result.raise_if_failed(path=out)
+
+
+def generate_ort_genai(folder: Path, prompts: list[list[int]], new_tokens: int, cfg):
+    """Greedy generation by onnxruntime-genai's own search, one prompt at a time, with the logits
+    it chose each token from. A row that stops early at an end-of-sequence token is marked -1
+    after it (those positions are not compared)."""
+    import numpy as np
+
+    from modelport.deps import require
+    from modelport.validation.generation import Generation
+
+    og = require("onnxruntime_genai", purpose="--to ort-genai validation")
+    model = og.Model(str(folder))
+    tokens = np.full((len(prompts), new_tokens), -1, dtype=np.int64)
+    logits = np.zeros((len(prompts), new_tokens, cfg.vocab_size), dtype=np.float32)
+    for r, prompt in enumerate(prompts):
+        params = og.GeneratorParams(model)
+        params.set_search_options(max_length=len(prompt) + new_tokens, do_sample=False)
+        gen = og.Generator(model, params)
+        gen.append_tokens(np.array([prompt], dtype=np.int32))
+        for step in range(new_tokens):
+            if gen.is_done():
+                break
+            logits[r, step] = np.asarray(gen.get_logits(), dtype=np.float32).reshape(-1)[-cfg.vocab_size:]
+            gen.generate_next_token()
+            tokens[r, step] = int(gen.get_next_tokens()[0])
+    return Generation(tokens=tokens, logits=logits, producer=f"onnxruntime-genai {og.__version__}")
