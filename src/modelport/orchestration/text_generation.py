@@ -149,12 +149,25 @@ def emit_and_generate(target, ir, model, precision, cfg, ref, prompts, stage: Pa
     report.add_artifact(entry)
     hop = f"transformers→{target} ({precision}, greedy {tg.new_tokens} tokens)"
     with run_stage(report, f"validate:{target}", on_stage=on_stage):
-        if target == "onnx":
-            got = generation.generate_onnx(path, prompts, tg.new_tokens, cfg.safe_pad)
+        model_file = path if target == "onnx" else path / "model.onnx"
+        ours = generation.generate_onnx(model_file, prompts, tg.new_tokens, cfg.safe_pad)
+        if precision == "fp32":
+            got = ours if target == "onnx" else generate_ort_genai(path, prompts, tg.new_tokens, cfg)
+            result = generation.compare_generation(ref, got, hop=hop, precision=precision, budget=budget,
+                                                   atol=tol.atol, rtol=tol.rtol)
         else:
-            got = generate_ort_genai(path, prompts, tg.new_tokens, cfg)
-        result = generation.compare_generation(ref, got, hop=hop, precision=precision, budget=budget,
-                                               atol=tol.atol, rtol=tol.rtol)
+            # quantised: top-1 agreement and logit error step by step on the reference's context, then
+            # how far free-running decoding follows the reference
+            forced = generation.generate_onnx(model_file, prompts, tg.new_tokens, cfg.safe_pad, forced=ref.tokens)
+            result = generation.compare_generation(ref, forced, hop=hop, precision=precision, budget=budget, forced=True)
+            free = generation.compare_generation(ref, ours, hop=hop, precision=precision, budget=generation.GenerationBudget(0.0))
+            result.details.update(free_running_agreement=round(free.tokens, 6), first_divergence_free_running=free.first_divergence)
+            if target == "ort-genai":  # the runtime must generate what our loop generates on the same file
+                same = generation.compare_generation(ours, generate_ort_genai(path, prompts, tg.new_tokens, cfg),
+                                                     hop=f"onnxruntime→{target} ({precision})", atol=tol.atol, rtol=tol.rtol)
+                result.details.update(runtime_agreement=round(same.tokens, 6))
+                if result.ok and not same.ok:
+                    result.ok, result.reason = False, f"onnxruntime-genai generates differently from onnxruntime: {same.reason}"
     report.add_generation(result)
     result.raise_if_failed(path=out)
 

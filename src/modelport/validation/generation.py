@@ -136,9 +136,12 @@ def _cache_shapes(session) -> tuple[list[str], list[str], dict[str, tuple[int, i
 
 
 def generate_onnx(model_path: str | Path, prompts: list[list[int]], new_tokens: int, pad: int, *,
-                  session=None) -> Generation:
+                  session=None, forced: np.ndarray | None = None) -> Generation:
     """Greedy decoding with our own loop over a KV-cache ONNX model in onnxruntime: prefill the
-    left-padded prompts with an empty past, then one token per step, feeding `present.*` back."""
+    left-padded prompts with an empty past, then one token per step, feeding `present.*` back.
+
+    `forced` [batch, steps] (teacher forcing): feed these tokens instead of our own choices, so
+    every step sees the reference's context; `tokens` are still what the model would choose."""
     import onnxruntime as ort
 
     if session is None:
@@ -161,7 +164,7 @@ def generate_onnx(model_path: str | Path, prompts: list[list[int]], new_tokens: 
         tokens.append(nxt)
         step_logits.append(last)
         past = dict(zip(past_names, got[1:], strict=True))
-        ids = nxt[:, None]
+        ids = (nxt if forced is None else forced[:, len(tokens) - 1].astype(np.int64))[:, None]
         positions = (mask.sum(axis=1, keepdims=True)).astype(np.int64)
         mask = np.concatenate([mask, np.ones((batch, 1), dtype=np.int64)], axis=1)
     return Generation(tokens=np.stack(tokens, axis=1), logits=np.stack(step_logits, axis=1),
@@ -196,9 +199,13 @@ class GenerationResult:
 
 
 def compare_generation(reference: Generation, got: Generation, *, hop: str, precision: str = "fp32",
-                       budget: GenerationBudget | None = None, atol: float = 1e-4, rtol: float = 1e-3) -> GenerationResult:
+                       budget: GenerationBudget | None = None, atol: float = 1e-4, rtol: float = 1e-3,
+                       forced: bool = False) -> GenerationResult:
     """Judge `got` against `reference`. FP32 without a budget: identical tokens and every compared
-    logit within `atol * max(1, max|ref|) + rtol * |ref|` (the project's scaled tolerance)."""
+    logit within `atol * max(1, max|ref|) + rtol * |ref|` (the project's scaled tolerance).
+
+    `forced`: `got` was decoded with the reference's tokens fed back (teacher forcing), so every
+    step's logits are comparable and the agreement is top-1 agreement step by step."""
     ref_t, got_t = reference.tokens, got.tokens
     if ref_t.shape != got_t.shape:
         return GenerationResult(hop, precision, ref_t.shape[1], ref_t.shape[0], 0.0, float("inf"), [], "", False,
@@ -212,7 +219,7 @@ def compare_generation(reference: Generation, got: Generation, *, hop: str, prec
         diff = np.flatnonzero(~same[r] & valid[r])
         produced = int(valid[r].sum())
         first.append(int(diff[0]) if diff.size else None)
-        steps = int(diff[0]) + 1 if diff.size else produced  # the diverging step's logits came from an agreeing context
+        steps = int(diff[0]) + 1 if diff.size and not forced else produced  # a diverging step's logits: agreeing context
         ref_l, got_l = reference.logits[r, :steps], got.logits[r, :steps]
         if not np.isfinite(got_l).all():
             return GenerationResult(hop, precision, ref_t.shape[1], ref_t.shape[0], agreement, float("inf"), first, "",
