@@ -65,10 +65,10 @@ def check_request(options) -> None:
 
 def export_and_reference(folder: Path, options, report, *, on_stage=None):
     """(IR, the transformers model, the reference generation, the prompts)."""
-    from modelport.orchestration.convert import describe_source, validate_ir
     from modelport.parsers import hf_decoder
+    from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
     from modelport.specs import SourceSpec
-    from modelport.validation import generation
+    from modelport.validation import check, generation
     from modelport.validation.report import run_stage
 
     tg = options.text_generation
@@ -78,11 +78,11 @@ def export_and_reference(folder: Path, options, report, *, on_stage=None):
         model = hf_decoder.load_model(folder)
         ir = hf_decoder.parse_loaded(folder, spec, model, cfg)
         parsed.note(nodes=len(ir.model.graph.node), exporter=ir.provenance.get("exporter"), family=cfg.family)
-    report.set_source(describe_source(folder, ir))
+    report.set_source({k: ir.provenance.get(k) for k in ("path", "framework", "format")})
     report.set_contract(ir.contract())
     tol = options.tolerance("fp32")
     with run_stage(report, "validate:ir", on_stage=on_stage):
-        parity = validate_ir(ir, tol, "transformers→onnx (IR, one decode step)")
+        parity = check(OnnxRuntimeRunner(ir.model), ir.reference, tol, "transformers→onnx (IR, one decode step)")
     report.add_parity(parity)
     parity.raise_if_failed(path=folder)
     prompts = generation.fixed_prompts(cfg.vocab_size, seed=options.seed, avoid=(cfg.safe_pad,))
@@ -93,18 +93,16 @@ def export_and_reference(folder: Path, options, report, *, on_stage=None):
 
 def convert_text_generation(folder, output_dir, options, *, on_stage=None) -> dict:
     """The text-generation route of `convert` (see the module docstring); returns the report."""
-    from modelport.orchestration.convert import source_inputs
     from modelport.staging import check_output, staged_dir
     from modelport.validation.report import Run
 
     with Run(options.command) as report:
         check_request(options)
-        out = Path(output_dir)
-        check_output(out, source_inputs(folder, options), force=options.force)
-        folder = Path(folder)
+        out, folder = Path(output_dir), Path(folder)
+        check_output(out, [folder], force=options.force)
         ir, cfg, ref, prompts = export_and_reference(folder, options, report, on_stage=on_stage)
         model, precision = quantized(ir, options, report, on_stage=on_stage)
-        with staged_dir(out, source_inputs(folder, options), force=options.force) as stage:
+        with staged_dir(out, [folder], force=options.force) as stage:
             for target in options.targets:
                 emit_and_generate(target, ir, model, precision, cfg, ref, prompts, stage, options, report, out,
                                   on_stage=on_stage)
