@@ -28,10 +28,19 @@ def _schema_ok(report: dict) -> None:
 
 def test_fp32_onnx_and_ort_genai_generate_like_transformers(cli, llama, tmp_path):
     out = tmp_path / "out"
-    r = cli("convert", llama, "--task", "text-generation", "--to", "onnx,ort-genai", "-o", out, "--json", "--new-tokens", "16")
+    r = cli("convert", llama, "--task", "text-generation", "--to", "onnx,ort-genai", "-o", out, "--json", "--new-tokens", "16",
+            "--optimize", "all")
     assert r.exit_code == 0, r
     report = r.json()
     _schema_ok(report)
+    fusion = next(s for s in report["stages"] if s["name"] == "optimize:decoder-fusion")
+    assert fusion["kept"] and fusion["nodes"] < fusion["nodes_before"]
+    # 2 layers: RMSNorm at the first layer's input, 2 per layer and the final one, 4 of them after a residual Add
+    assert fusion["fused"] == {"SimplifiedLayerNormalization": 1, "SkipSimplifiedLayerNormalization": 4, "MultiHeadAttention": 2}
+    import onnx
+
+    ops = [n.op_type for n in onnx.load(str(out / "model.onnx")).graph.node]
+    assert ops.count("MultiHeadAttention") == 2 and ops.count("SkipSimplifiedLayerNormalization") == 4
     gens = {g["hop"].split("→")[1].split(" ")[0]: g for g in report["generation"]}
     assert set(gens) == {"onnx", "ort-genai"}
     for g in gens.values():
@@ -111,6 +120,7 @@ def test_a_missed_budget_is_exit_4_and_leaves_nothing(cli, llama, tmp_path):
     (["--precision", "fp16"], "takes --precision fp32, int8, int4"),
     (["--accuracy-budget", "cosine>=0.9"], "bad --accuracy-budget 'cosine>=0.9' for text generation"),
     (["--block-size", "48"], "bad --block-size 48"),
+    (["--optimize", "auto"], "takes --optimize none or all; not auto"),
 ])
 def test_requests_the_route_cannot_deliver_are_exit_2_before_work(cli, llama, tmp_path, args, message):
     r = cli("convert", llama, "--task", "text-generation", "-o", tmp_path / "out", *args)

@@ -3,6 +3,8 @@ weight-only) and/or an onnxruntime-genai folder, each proven by generation.
 
     parse      export with a KV cache (parsers/hf_decoder.py), checked on one left-padded decode step
     reference  transformers `generate` (greedy) from fixed prompts on the same weights
+    optimize   --optimize all: onnxruntime fusions (optimize/decoder_fusion.py), kept only when the
+               fused model still generates the reference's tokens and logits
     quantize   MatMulNBits for --precision int4/int8 (optimize/weight_only.py)
     emit       `onnx` → model.onnx; `ort-genai` → ort-genai/ (emitters/ort_genai.py)
     validate   our greedy loop over each model in onnxruntime, compared token by token and logit by
@@ -59,8 +61,8 @@ def check_request(options) -> None:
         raise BadInputError(f"--task {TASK} writes {', '.join(TARGETS)}; not {', '.join(bad)}")
     if options.precision not in PRECISIONS:
         raise BadInputError(f"--task {TASK} takes --precision {', '.join(PRECISIONS)}; not {options.precision}")
-    if options.optimize is not None and options.optimize.level not in (None, "none"):
-        raise BadInputError(f"--optimize {options.optimize.level} is not available for --task {TASK} yet")
+    if options.optimize is not None and options.optimize.level not in (None, "none", "all"):
+        raise BadInputError(f"--task {TASK} takes --optimize none or all; not {options.optimize.level}")
 
 
 def export_and_reference(folder: Path, options, report, *, on_stage=None):
@@ -101,6 +103,8 @@ def convert_text_generation(folder, output_dir, options, *, on_stage=None) -> di
         out, folder = Path(output_dir), Path(folder)
         check_output(out, [folder], force=options.force)
         ir, cfg, ref, prompts = export_and_reference(folder, options, report, on_stage=on_stage)
+        if options.optimize is not None and options.optimize.level == "all":
+            ir = fused(ir, cfg, ref, prompts, options, report, on_stage=on_stage)
         model, precision = quantized(ir, options, report, on_stage=on_stage)
         with staged_dir(out, [folder], force=options.force) as stage:
             for target in options.targets:
@@ -108,6 +112,37 @@ def convert_text_generation(folder, output_dir, options, *, on_stage=None) -> di
                                   on_stage=on_stage)
             report.write(stage)
     return report.to_dict()
+
+
+def fused(ir, cfg, ref, prompts, options, report, *, on_stage=None):
+    """The IR with onnxruntime's decoder fusions, kept only when it still generates the reference's
+    tokens with logits within the fp32 tolerance (else the unfused IR, and the row says why;
+    under --strict the run fails)."""
+    import tempfile
+
+    from modelport.errors import ValidationError
+    from modelport.onnx_io import save_onnx
+    from modelport.optimize.decoder_fusion import fuse_decoder
+    from modelport.validation import generation
+    from modelport.validation.report import run_stage
+
+    tg = options.text_generation
+    tol = options.tolerance("fp32")
+    with run_stage(report, "optimize:decoder-fusion", on_stage=on_stage) as row:
+        model, details = fuse_decoder(ir.model)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "fused.onnx"
+            save_onnx(model, path)
+            got = generation.generate_onnx(path, prompts, tg.new_tokens, cfg.safe_pad)
+        result = generation.compare_generation(ref, got, hop="fused", atol=tol.atol, rtol=tol.rtol)
+        row.note(**details, kept=result.ok, token_agreement=round(result.tokens, 6), max_abs=result.max_abs)
+        if not result.ok:
+            row.note(reason=result.reason)
+            if options.strict:
+                raise ValidationError(f"decoder fusion breaks generation: {result.reason} (--strict)")
+            report.warn(f"decoder fusion rolled back: {result.reason}")
+            return ir
+    return ir.clone(model)
 
 
 def quantized(ir, options, report, *, on_stage=None):
