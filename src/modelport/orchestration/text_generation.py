@@ -100,6 +100,9 @@ def convert_text_generation(folder, output_dir, options, *, on_stage=None) -> di
 
     with Run(options.command) as report:
         check_request(options)
+        if not isinstance(folder, (str, Path)) or str(folder).startswith("zoo:"):
+            raise BadInputError(f"--task {TASK} converts a Hugging Face folder (config.json + safetensors), "
+                                f"not {type(folder).__name__ if not isinstance(folder, str) else folder}")
         out, folder = Path(output_dir), Path(folder)
         check_output(out, [folder], force=options.force)
         ir, cfg, ref, prompts = export_and_reference(folder, options, report, on_stage=on_stage)
