@@ -56,7 +56,6 @@ def set_threads(folder: Path, threads: int) -> None:
     cfg = json.loads(cfg_path.read_text())
     opts = cfg["model"]["decoder"].setdefault("session_options", {})
     opts.update(intra_op_num_threads=threads, inter_op_num_threads=1)
-    cfg["model"]["eos_token_id"] = -1  # never stop early: every row decodes the same number of tokens
     cfg_path.write_text(json.dumps(cfg, indent=2))
 
 
@@ -68,7 +67,8 @@ def run_genai(folder: Path, prompt: list[int], new_tokens: int) -> tuple[float, 
 
     def once():
         params = og.GeneratorParams(model)
-        params.set_search_options(max_length=len(prompt) + new_tokens, do_sample=False)
+        # min_length: never stop early at the end-of-sequence id, so every row decodes as many tokens
+        params.set_search_options(max_length=len(prompt) + new_tokens, min_length=len(prompt) + new_tokens, do_sample=False)
         gen = og.Generator(model, params)
         t0 = time.perf_counter()
         gen.append_tokens(np.array([prompt], dtype=np.int32))
