@@ -154,9 +154,10 @@ def test_task_whose_head_the_checkpoint_lacks_is_exit_2(cli, bert_dir, tmp_path)
     assert "task fill-mask does not fit the checkpoint: BertForMaskedLM needs weights it lacks" in r.stderr
 
 
-def test_text_generation_is_not_supported_yet(cli, bert_dir, tmp_path):
+def test_text_generation_of_an_encoder_folder_is_exit_2(cli, bert_dir, tmp_path):
     r = cli("convert", bert_dir, "-o", tmp_path / "out", "--task", "text-generation")
-    assert r.exit_code == 2 and "task text-generation is not supported yet" in r.stderr
+    assert r.exit_code == 2 and "is not a supported text-generation family" in r.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_unknown_task_fails_before_any_work(cli, bert_dir, tmp_path):

@@ -56,6 +56,9 @@ def register(app: typer.Typer) -> None:
         accuracy_budget: flags.AccuracyBudget = None,
         package: list[str] = typer.Option([], "--package", help="Also package for serving systems, e.g. triton,torchserve (OUT/packages/<system>/)."),
         keep_failed: flags.KeepFailed = False,
+        new_tokens: int = typer.Option(32, "--new-tokens", help="text-generation: tokens generated per prompt when validating."),
+        block_size: int = typer.Option(32, "--block-size", help="text-generation --precision int4/int8: input channels per scale."),
+        asymmetric: bool = typer.Option(False, "--asymmetric", help="text-generation --precision int4/int8: zero points per block."),
         **shared,
     ):
         """Convert a model into one or more targets, validated against the source framework."""
@@ -71,13 +74,22 @@ def register(app: typer.Typer) -> None:
             if not output:
                 raise BadInputError("no output folder", hint="pass -o OUT_DIR")
             specs = apply_options([parse_input_spec(t) for t in inputs], input_shapes=input_shape, **flags.preprocessing_kwargs(shared))
+            text_generation, budget, task_ = None, accuracy_budget, task
+            from modelport.orchestration.text_generation import TASK, TextGenerationOptions, is_text_generation
+
+            if is_text_generation(src, task):  # --task text-generation, or a ...ForCausalLM folder
+                task_ = TASK
+                text_generation = TextGenerationOptions(new_tokens=new_tokens, block_size=block_size, symmetric=not asymmetric,
+                                                        budget=accuracy_budget)
+                budget = None  # judged by generation (tokens>=, max_abs<=), not by the optimisation stage
             options = ConvertOptions(
+                task=task_, text_generation=text_generation,
                 targets=[choice(t, EMITTERS, "target") for t in split_list(to)] or ["onnx"],
                 framework=choice(framework, PARSERS, "source framework"), inputs=specs, output_names=split_list(outputs) or None,
-                arch=arch_, trust=trust, task=task, opset=opset, force=shared["force"], keep_failed=keep_failed,
+                arch=arch_, trust=trust, opset=opset, force=shared["force"], keep_failed=keep_failed,
                 **flags.parity_kwargs(shared),
-                optimize=OptimizeOptions(level=optimize, budget=accuracy_budget),
-                precision=choice(precision, flags.EMIT_PRECISIONS, "precision"), calibration=shared["calibration"],
+                optimize=OptimizeOptions(level=optimize, budget=budget),
+                precision=choice(precision, (*flags.EMIT_PRECISIONS, "int4"), "precision"), calibration=shared["calibration"],
                 strict=shared["strict"], allow_precision_fallback=shared["allow_fallback"],
                 tensorflow=TFSourceOptions(signature=signature, input_names=split_list(input_names)), **flags.emitter_kwargs(shared),
                 packages=[choice(p, PACKAGERS, "serving system") for p in split_list(package)],

@@ -24,6 +24,7 @@ EMITTERS = Registry("target", {
     "tflite": "modelport.emitters.tflite",
     "tensorrt": "modelport.emitters.tensorrt",
     "ort": "modelport.emitters.ort",
+    "ort-genai": "modelport.emitters.ort_genai",
 })
 register_emitter = EMITTERS.register
 

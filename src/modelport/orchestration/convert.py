@@ -17,6 +17,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from modelport.emitters.tensorrt import TensorRTOptions
 from modelport.emitters.tflite import TFLiteOptions
@@ -71,6 +72,8 @@ class ConvertOptions:
     package: PackageOptions = field(default_factory=lambda: PackageOptions(trust=True))  # may trace the code it emitted
     fallback_reason: str | None = None  # set by the optimisation stage when it delivered FP32 instead
     command: str = "convert"  # the report's command name
+    task: str | None = None  # "text-generation": a decoder LM folder, exported with a KV cache (orchestration/text_generation.py)
+    text_generation: Any = None  # its TextGenerationOptions (None: the defaults)
 
     def __post_init__(self):
         # The Python API accepts the CLI's spec strings: inputs=["input:batch,3,224,224"].
@@ -85,6 +88,12 @@ class ConvertOptions:
             from modelport.parsers.huggingface import task_name
 
             self.task = task_name(self.task)
+        from modelport.orchestration.text_generation import TASK, TextGenerationOptions
+
+        if self.task == TASK:
+            self.text_generation = self.text_generation or TextGenerationOptions()
+        elif self.precision == "int4":
+            raise BadInputError("--precision int4 (weight-only) is for --task text-generation")
         o = self.optimize
         if o is not None and (o.precision != "fp32" or o.calibration or o.strict or o.allow_fallback):
             raise BadInputError("set precision, calibration, strict and allow_precision_fallback on ConvertOptions, "
@@ -289,6 +298,11 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
     from modelport.staging import staged_dir
 
     options = options or ConvertOptions(**kwargs)
+    from modelport.orchestration.text_generation import TASK, TextGenerationOptions, convert_text_generation, is_text_generation
+
+    if is_text_generation(source, options.task):
+        options.task, options.text_generation = TASK, options.text_generation or TextGenerationOptions()
+        return convert_text_generation(source, output_dir, options, on_stage=on_stage)
     with Run(options.command) as report:
         for t in options.targets:
             get_emitter(t)  # unknown targets fail before any work

@@ -5,8 +5,9 @@ that loads the weights, the inputs built from the config (token ids, masks and t
 `pixel_values` at the configured image size; `input_values` or Whisper-style `input_features` for
 speech), their named dynamic dims, and the output names. `TASKS` holds one entry per task; a task
 exported as several models (text2text and speech recognition: an encoder and a decoder) names its
-own export function, and so will `text-generation` (a decoder-only LLM with its KV cache), which is
-not supported yet.
+own export function, and so does `text-generation` (a decoder-only LLM with its KV cache:
+parsers/hf_decoder.py; `convert` takes such folders through orchestration/text_generation.py,
+which validates them by greedy generation).
 
 Every model goes through the PyTorch parser (`parsers.pytorch.parse` on a module that takes the
 inputs positionally and returns the task's outputs): references from transformers in eager mode,
@@ -91,8 +92,8 @@ TASKS: dict[str, Task] = {t.name: t for t in (
     Task("automatic-speech-recognition", "AutoModelForSpeechSeq2Seq", ("last_hidden_state", "logits"), ("audio-features",),
          export="modelport.parsers.huggingface:export_seq2seq",
          description="two models: encoder/ (input_features -> hidden states) and decoder/ (decoder ids + hidden states -> logits)"),
-    Task("text-generation", "AutoModelForCausalLM", ("logits",), ("text",), supported=False,
-         description="decoder-only LLMs with a KV cache"),
+    Task("text-generation", "AutoModelForCausalLM", ("logits",), ("text",), export="modelport.parsers.hf_decoder:export_task",
+         description="decoder-only LLMs with a KV cache (convert validates them by greedy generation)"),
 )}
 TASK_ALIASES = {
     "text2text": "text2text-generation", "seq2seq-lm": "text2text-generation", "sentiment-analysis": "text-classification",

@@ -133,6 +133,11 @@ class Report:
         self._data["parity"].append(entry)
         self._tag(attempt, "parity", entry)
 
+    def add_generation(self, result) -> None:
+        """An artifact's validation by generation (a GenerationResult or its dict)."""
+        entry = result if isinstance(result, dict) else result.to_dict()
+        self._data.setdefault("generation", []).append(entry)
+
     def warn(self, text: str) -> None:
         """A finding the user must see although the run succeeds (printed on stderr by the CLI)."""
         self._data["warnings"].append(text)

@@ -1,0 +1,254 @@
+"""`convert --task text-generation`: a decoder LM folder → KV-cache ONNX (fp32, int8 or int4
+weight-only) and/or an onnxruntime-genai folder, each proven by generation.
+
+    parse      export with a KV cache (parsers/hf_decoder.py), checked on one left-padded decode step
+    reference  transformers `generate` (greedy) from fixed prompts on the same weights
+    optimize   --optimize all: onnxruntime fusions (optimize/decoder_fusion.py), kept only when the
+               fused model still generates the reference's tokens and logits
+    quantize   MatMulNBits for --precision int4/int8 (optimize/weight_only.py)
+    emit       `onnx` → model.onnx; `ort-genai` → ort-genai/ (emitters/ort_genai.py)
+    validate   our greedy loop over each model in onnxruntime, compared token by token and logit by
+               logit; the ort-genai folder generates with onnxruntime-genai itself
+
+FP32 must give identical tokens and logits within tolerance; int8/int4 are judged by token
+agreement and worst logit error against `--accuracy-budget` (default `tokens>=0.9`). Everything
+is written through a staging folder: a failed run leaves nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from modelport.errors import BadInputError
+from modelport.optimize.weight_only import BITS, WeightOnlyOptions
+from modelport.validation.generation import DEFAULT_NEW_TOKENS, GenerationBudget, parse_generation_budget
+
+TASK = "text-generation"
+TARGETS = ("onnx", "ort-genai")
+PRECISIONS = ("fp32", "int8", "int4")
+DEFAULT_QUANT_BUDGET = GenerationBudget(min_tokens=0.9)
+
+
+@dataclass(frozen=True)
+class TextGenerationOptions:
+    """Options of the text-generation route: tokens generated per prompt, the weight-only
+    quantiser's block size and symmetry, and the accuracy budget of quantised artifacts."""
+
+    new_tokens: int = DEFAULT_NEW_TOKENS
+    block_size: int = 32
+    symmetric: bool = True
+    budget: str | None = None  # "tokens>=0.95,max_abs<=2"
+
+    def __post_init__(self):
+        if self.new_tokens < 1:
+            raise BadInputError(f"bad --new-tokens {self.new_tokens}: at least 1")
+        WeightOnlyOptions(bits=4, block_size=self.block_size, symmetric=self.symmetric)
+        parse_generation_budget(self.budget)
+
+    def generation_budget(self, precision: str) -> GenerationBudget | None:
+        """None for fp32 without a budget: identical tokens and logits within tolerance."""
+        given = parse_generation_budget(self.budget)
+        if given is not None:
+            return given
+        return None if precision == "fp32" else DEFAULT_QUANT_BUDGET
+
+
+def is_text_generation(source, task: str | None) -> bool:
+    """Whether `convert` takes the text-generation route: asked for with --task, or a Hugging Face
+    folder whose config names a `...ForCausalLM` architecture when no task is given."""
+    if task is not None:
+        from modelport.parsers.huggingface import task_name
+
+        return task_name(task) == TASK
+    if not isinstance(source, (str, Path)) or str(source).startswith("zoo:"):
+        return False
+    from modelport.parsers import hf_decoder
+
+    return hf_decoder.sniff(Path(source))
+
+
+def check_request(options) -> None:
+    """Targets and precision this route can deliver (exit 2 before any work otherwise)."""
+    bad = [t for t in options.targets if t not in TARGETS]
+    if bad:
+        raise BadInputError(f"--task {TASK} writes {', '.join(TARGETS)}; not {', '.join(bad)}")
+    if options.precision not in PRECISIONS:
+        raise BadInputError(f"--task {TASK} takes --precision {', '.join(PRECISIONS)}; not {options.precision}")
+    if options.optimize is not None and options.optimize.level not in (None, "none", "all"):
+        raise BadInputError(f"--task {TASK} takes --optimize none or all; not {options.optimize.level}")
+
+
+def export_and_reference(folder: Path, options, report, *, on_stage=None):
+    """(IR, the transformers model, the reference generation, the prompts)."""
+    from modelport.parsers import hf_decoder
+    from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
+    from modelport.specs import SourceSpec
+    from modelport.validation import check, generation
+    from modelport.validation.report import run_stage
+
+    tg = options.text_generation
+    spec = SourceSpec(path=folder, opset=options.opset, seed=options.seed)
+    with run_stage(report, "parse", on_stage=on_stage) as parsed:
+        cfg = hf_decoder.read_decoder_config(folder)
+        model = hf_decoder.load_model(folder)
+        ir = hf_decoder.parse_loaded(folder, spec, model, cfg)
+        parsed.note(nodes=len(ir.model.graph.node), exporter=ir.provenance.get("exporter"), family=cfg.family)
+    report.set_source({k: ir.provenance.get(k) for k in ("path", "framework", "format")})
+    report.set_contract(ir.contract())
+    tol = options.tolerance("fp32")
+    with run_stage(report, "validate:ir", on_stage=on_stage):
+        parity = check(OnnxRuntimeRunner(ir.model), ir.reference, tol, "transformers→onnx (IR, one decode step)")
+    report.add_parity(parity)
+    parity.raise_if_failed(path=folder)
+    prompts = generation.fixed_prompts(cfg.vocab_size, seed=options.seed, avoid=(cfg.safe_pad,))
+    with run_stage(report, "reference:generate", on_stage=on_stage, new_tokens=tg.new_tokens, prompts=len(prompts)):
+        ref = generation.generate_transformers(model, prompts, tg.new_tokens, cfg.safe_pad)
+    return ir, cfg, ref, prompts
+
+
+def convert_text_generation(folder, output_dir, options, *, on_stage=None) -> dict:
+    """The text-generation route of `convert` (see the module docstring); returns the report."""
+    from modelport.staging import check_output, staged_dir
+    from modelport.validation.report import Run
+
+    with Run(options.command) as report:
+        check_request(options)
+        if not isinstance(folder, (str, Path)) or str(folder).startswith("zoo:"):
+            raise BadInputError(f"--task {TASK} converts a Hugging Face folder (config.json + safetensors), "
+                                f"not {type(folder).__name__ if not isinstance(folder, str) else folder}")
+        out, folder = Path(output_dir), Path(folder)
+        check_output(out, [folder], force=options.force)
+        from modelport.parsers.huggingface import check_safety, companion_files, read_config, sniff
+
+        if sniff(folder):  # the Hugging Face folder rules: remote code, pickled weights, links leading outside
+            check_safety(folder, read_config(folder), trust=options.trust)
+            companion_files(folder)
+        ir, cfg, ref, prompts = export_and_reference(folder, options, report, on_stage=on_stage)
+        if options.optimize is not None and options.optimize.level == "all":
+            ir = fused(ir, cfg, ref, prompts, options, report, on_stage=on_stage)
+        model, precision = quantized(ir, options, report, on_stage=on_stage)
+        with staged_dir(out, [folder], force=options.force) as stage:
+            for target in options.targets:
+                emit_and_generate(target, ir, model, precision, cfg, ref, prompts, stage, options, report, out,
+                                  on_stage=on_stage)
+            report.write(stage)
+    return report.to_dict()
+
+
+def fused(ir, cfg, ref, prompts, options, report, *, on_stage=None):
+    """The IR with onnxruntime's decoder fusions, kept only when it still generates the reference's
+    tokens with logits within the fp32 tolerance (else the unfused IR, and the row says why;
+    under --strict the run fails)."""
+    import tempfile
+
+    from modelport.errors import ValidationError
+    from modelport.onnx_io import save_onnx
+    from modelport.optimize.decoder_fusion import fuse_decoder
+    from modelport.validation import generation
+    from modelport.validation.report import run_stage
+
+    tg = options.text_generation
+    tol = options.tolerance("fp32")
+    with run_stage(report, "optimize:decoder-fusion", on_stage=on_stage) as row:
+        model, details = fuse_decoder(ir.model)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "fused.onnx"
+            save_onnx(model, path)
+            got = generation.generate_onnx(path, prompts, tg.new_tokens, cfg.safe_pad)
+        result = generation.compare_generation(ref, got, hop="fused", atol=tol.atol, rtol=tol.rtol)
+        row.note(**details, kept=result.ok, token_agreement=round(result.tokens, 6), max_abs=result.max_abs)
+        if not result.ok:
+            row.note(reason=result.reason)
+            if options.strict:
+                raise ValidationError(f"decoder fusion breaks generation: {result.reason} (--strict)")
+            report.warn(f"decoder fusion rolled back: {result.reason}")
+            return ir
+    return ir.clone(model)
+
+
+def quantized(ir, options, report, *, on_stage=None):
+    """(ModelProto at the requested precision, precision)."""
+    from modelport.optimize.weight_only import quantize_weight_only
+    from modelport.validation.report import run_stage
+
+    if options.precision == "fp32":
+        return ir.model, "fp32"
+    tg = options.text_generation
+    wo = WeightOnlyOptions(bits=BITS[options.precision], block_size=tg.block_size, symmetric=tg.symmetric)
+    with run_stage(report, f"quantize:{options.precision}", on_stage=on_stage) as row:
+        model, details = quantize_weight_only(ir.model, wo)
+        row.note(nodes_before=len(ir.model.graph.node), nodes=len(model.graph.node), **details)
+    return model, options.precision
+
+
+def emit_and_generate(target, ir, model, precision, cfg, ref, prompts, stage: Path, options, report, out, *, on_stage=None):
+    from modelport.emitters import ort_genai
+    from modelport.onnx_io import save_onnx
+    from modelport.staging import describe_files
+    from modelport.validation import generation
+    from modelport.validation.report import run_stage
+
+    tg = options.text_generation
+    budget = tg.generation_budget(precision)
+    tol = options.tolerance("fp32")
+    with run_stage(report, f"emit:{target}", on_stage=on_stage):
+        if target == "onnx":
+            path = stage / "model.onnx"
+            files = save_onnx(model, path)
+        else:
+            path = stage / "ort-genai"
+            files = ort_genai.write_folder(model, cfg.to_dict(), ir.provenance.get("path"), path)
+    entry = {"target": target, "runtime": "onnxruntime" if target == "onnx" else ort_genai.RUNTIME, "precision": precision,
+             "requested_precision": options.precision, **describe_files(path, files, stage), "nodes": len(model.graph.node)}
+    report.add_artifact(entry)
+    hop = f"transformers→{target} ({precision}, greedy {tg.new_tokens} tokens)"
+    with run_stage(report, f"validate:{target}", on_stage=on_stage):
+        model_file = path if target == "onnx" else path / "model.onnx"
+        ours = generation.generate_onnx(model_file, prompts, tg.new_tokens, cfg.safe_pad)
+        if precision == "fp32":
+            got = ours if target == "onnx" else generate_ort_genai(path, prompts, tg.new_tokens, cfg)
+            result = generation.compare_generation(ref, got, hop=hop, precision=precision, budget=budget,
+                                                   atol=tol.atol, rtol=tol.rtol)
+        else:
+            # quantised: top-1 agreement and logit error step by step on the reference's context, then
+            # how far free-running decoding follows the reference
+            forced = generation.generate_onnx(model_file, prompts, tg.new_tokens, cfg.safe_pad, forced=ref.tokens)
+            result = generation.compare_generation(ref, forced, hop=hop, precision=precision, budget=budget, forced=True)
+            free = generation.compare_generation(ref, ours, hop=hop, precision=precision, budget=generation.GenerationBudget(0.0))
+            result.details.update(free_running_agreement=round(free.tokens, 6), first_divergence_free_running=free.first_divergence)
+            if target == "ort-genai":  # the runtime must generate what our loop generates on the same file
+                same = generation.compare_generation(ours, generate_ort_genai(path, prompts, tg.new_tokens, cfg),
+                                                     hop=f"onnxruntime→{target} ({precision})", atol=tol.atol, rtol=tol.rtol)
+                result.details.update(runtime_agreement=round(same.tokens, 6))
+                if result.ok and not same.ok:
+                    result.ok, result.reason = False, f"onnxruntime-genai generates differently from onnxruntime: {same.reason}"
+    report.add_generation(result)
+    result.raise_if_failed(path=out)
+
+
+def generate_ort_genai(folder: Path, prompts: list[list[int]], new_tokens: int, cfg):
+    """Greedy generation by onnxruntime-genai's own search, one prompt at a time, with the logits
+    it chose each token from. A row that stops early at an end-of-sequence token is marked -1
+    after it (those positions are not compared)."""
+    import numpy as np
+
+    from modelport.deps import require
+    from modelport.validation.generation import Generation
+
+    og = require("onnxruntime_genai", purpose="--to ort-genai validation")
+    model = og.Model(str(folder))
+    tokens = np.full((len(prompts), new_tokens), -1, dtype=np.int64)
+    logits = np.zeros((len(prompts), new_tokens, cfg.vocab_size), dtype=np.float32)
+    for r, prompt in enumerate(prompts):
+        params = og.GeneratorParams(model)
+        params.set_search_options(max_length=len(prompt) + new_tokens, do_sample=False)
+        gen = og.Generator(model, params)
+        gen.append_tokens(np.array([prompt], dtype=np.int32))
+        for step in range(new_tokens):
+            if gen.is_done():
+                break
+            logits[r, step] = np.asarray(gen.get_logits(), dtype=np.float32).reshape(-1)[-cfg.vocab_size:]
+            gen.generate_next_token()
+            tokens[r, step] = int(gen.get_next_tokens()[0])
+    return Generation(tokens=tokens, logits=logits, producer=f"onnxruntime-genai {og.__version__}")

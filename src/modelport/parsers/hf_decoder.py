@@ -1,0 +1,331 @@
+"""Decoder-only language models from a Hugging Face folder, exported with a KV cache.
+
+A `save_pretrained` folder (config.json + safetensors) of a family with rotary embeddings,
+grouped-query attention, RMSNorm and a gated MLP (Llama, Mistral, Qwen2, Phi-3, Gemma) becomes
+one ONNX model that serves both prefill (an empty past) and decode (one new token):
+
+    inputs   input_ids [batch, sequence] int64, attention_mask [batch, total_sequence] int64,
+             position_ids [batch, sequence] int64,
+             past_key_values.{i}.key / .value [batch, kv_heads, past_sequence, head_dim]
+    outputs  logits [batch, sequence, vocab],
+             present.{i}.key / .value [batch, kv_heads, total_sequence, head_dim]
+
+These are the names onnxruntime-genai's decoder expects (`past_key_values.%d.key`,
+`present.%d.key`), so the same file serves our own generation loop and an ort-genai folder.
+
+How: `torch.onnx.export(dynamo=True)` of a wrapper module that takes the cache as flat tensors,
+builds a `transformers` DynamicCache from them, runs the model and returns the grown cache flat.
+The folder is loaded with `local_files_only=True` and `use_safetensors=True` under
+`HF_HUB_OFFLINE=1`: nothing is fetched and no pickle is read. A family outside the table is
+refused (exit 2) before anything is loaded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from modelport.deps import require
+from modelport.errors import BadInputError, UnsupportedError
+from modelport.ir import IRModel, Reference, specs_from_onnx
+
+NAME = "hf-decoder"
+DESCRIPTION = "Hugging Face decoder-only LM folder (config.json + safetensors), exported with a KV cache"
+TASK = "text-generation"
+
+# `architectures[0]` -> the family name onnxruntime-genai knows it by
+FAMILIES = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "mistral",
+    "Qwen2ForCausalLM": "qwen2",
+    "Phi3ForCausalLM": "phi3",
+    "GemmaForCausalLM": "gemma",
+}
+SAMPLE_PAST = 3  # the reference step: a decode with a cache of this length (left-padded batch of 2)
+SAMPLE_SEQUENCE = 2
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    """What the export, the generation loop and an ort-genai folder need to know of a decoder."""
+
+    architecture: str
+    family: str
+    num_layers: int
+    num_heads: int
+    kv_heads: int
+    head_dim: int
+    hidden_size: int
+    vocab_size: int
+    tied_embeddings: bool
+    context_length: int
+    bos_token_id: int | None
+    eos_token_id: int | list[int] | None
+    pad_token_id: int | None
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+    @property
+    def past_names(self) -> list[str]:
+        return [f"past_key_values.{i}.{kv}" for i in range(self.num_layers) for kv in ("key", "value")]
+
+    @property
+    def present_names(self) -> list[str]:
+        return [f"present.{i}.{kv}" for i in range(self.num_layers) for kv in ("key", "value")]
+
+    @property
+    def input_names(self) -> list[str]:
+        return ["input_ids", "attention_mask", "position_ids", *self.past_names]
+
+    @property
+    def output_names(self) -> list[str]:
+        return ["logits", *self.present_names]
+
+    @property
+    def safe_pad(self) -> int:
+        """A token id for padded slots (masked out, so any id in range will do)."""
+        pad = self.pad_token_id
+        return pad if isinstance(pad, int) and 0 <= pad < self.vocab_size else 0
+
+
+def _read_config(folder: Path) -> dict | None:
+    try:
+        return json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def sniff(path: Path) -> bool:
+    """A folder whose config.json names a `...ForCausalLM` architecture (cheap: one small JSON read)."""
+    if not path.is_dir():
+        return False
+    cfg = _read_config(path)
+    archs = (cfg or {}).get("architectures") or []
+    return bool(archs) and isinstance(archs[0], str) and archs[0].endswith("ForCausalLM")
+
+
+def _first(*values):
+    return next((v for v in values if v is not None), None)
+
+
+def read_decoder_config(folder: str | Path) -> DecoderConfig:
+    """The decoder's shape from config.json; an unsupported family or a folder without
+    safetensors weights is a BadInputError (exit 2) naming the reason."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise BadInputError("not a folder (a Hugging Face text-generation source is a save_pretrained folder)", path=folder)
+    cfg = _read_config(folder)
+    if cfg is None:
+        raise BadInputError("no readable config.json in the folder", path=folder)
+    archs = cfg.get("architectures") or []
+    arch = archs[0] if archs and isinstance(archs[0], str) else None
+    if arch not in FAMILIES:
+        raise UnsupportedError(f"architecture {arch or cfg.get('model_type')!r} is not a supported text-generation family; "
+                               f"supported: {', '.join(FAMILIES)}", path=folder)
+    if not any(folder.glob("*.safetensors")):
+        raise BadInputError("no .safetensors weights in the folder (pickled .bin weights are not loaded)", path=folder)
+    text = cfg.get("text_config") or cfg
+    heads = int(text["num_attention_heads"])
+    hidden = int(text["hidden_size"])
+    layer_types = text.get("layer_types") or []
+    if any(t != "full_attention" for t in layer_types):
+        raise UnsupportedError(f"{arch} with layer types {sorted(set(layer_types))} (sliding or hybrid attention) "
+                               "is not supported; only full attention", path=folder)
+    rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
+    if rope.get("rope_type", "default") not in ("default", "linear", "llama3", "dynamic", "longrope"):
+        raise UnsupportedError(f"rope type {rope.get('rope_type')!r} is not supported", path=folder)
+    tied = text.get("tie_word_embeddings")
+    if tied is None:
+        tied = arch == "GemmaForCausalLM"
+    return DecoderConfig(
+        architecture=arch, family=FAMILIES[arch], num_layers=int(text["num_hidden_layers"]), num_heads=heads,
+        kv_heads=int(_first(text.get("num_key_value_heads"), heads)),
+        head_dim=int(_first(text.get("head_dim"), hidden // heads)), hidden_size=hidden,
+        vocab_size=int(text["vocab_size"]), tied_embeddings=bool(tied),
+        context_length=int(_first(text.get("max_position_embeddings"), 2048)),
+        bos_token_id=text.get("bos_token_id"), eos_token_id=text.get("eos_token_id"), pad_token_id=text.get("pad_token_id"),
+    )
+
+
+@contextlib.contextmanager
+def offline():
+    """Hugging Face libraries never reach the network inside the block."""
+    saved = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def load_model(folder: str | Path):
+    """The folder's model in fp32, eval mode, loaded offline from safetensors only."""
+    folder = Path(folder)
+    read_decoder_config(folder)  # refuses an unsupported family before transformers loads anything
+    torch = require("torch", purpose="Hugging Face text-generation sources")
+    transformers = require("transformers", purpose="Hugging Face text-generation sources")
+    for name in ("transformers", "transformers.modeling_utils", "huggingface_hub"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    with offline(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        try:
+            model = transformers.AutoModelForCausalLM.from_pretrained(
+                str(folder), local_files_only=True, use_safetensors=True, dtype=torch.float32)
+        except Exception as e:
+            raise BadInputError(f"transformers cannot load the folder: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
+                                path=folder) from None
+    return model.eval()
+
+
+def flat_cache_module(model, cfg: DecoderConfig):
+    """An nn.Module `(input_ids, attention_mask, position_ids, *past) -> (logits, *present)` around
+    a transformers decoder: the cache travels as flat tensors, which is what ONNX can carry."""
+    torch = require("torch")
+    from transformers import DynamicCache
+
+    class FlatCacheDecoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, position_ids, *past):
+            # no config: plain full-length layers (the masks still follow the model's own attention rules)
+            cache = DynamicCache()
+            for i in range(cfg.num_layers):
+                cache.update(past[2 * i], past[2 * i + 1], i)
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                             past_key_values=cache, use_cache=True)
+            present = []
+            for layer in out.past_key_values.layers:
+                present += [layer.keys, layer.values]
+            return (out.logits, *present)
+
+    return FlatCacheDecoder().eval()
+
+
+def sample_step(cfg: DecoderConfig, *, seed: int = 0, batch: int = 2, past: int = SAMPLE_PAST,
+                sequence: int = SAMPLE_SEQUENCE) -> dict:
+    """Feeds for one decode step over a left-padded batch: row 0 has two padded slots in its past."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    total = past + sequence
+    mask = np.ones((batch, total), dtype=np.int64)
+    if total > 2:
+        mask[0, :min(2, past)] = 0
+    positions = np.clip(np.cumsum(mask, axis=1) - 1, 0, None)
+    feeds = {
+        "input_ids": rng.integers(0, cfg.vocab_size, (batch, sequence), dtype=np.int64),
+        "attention_mask": mask,
+        "position_ids": positions[:, past:].astype(np.int64),
+    }
+    for name in cfg.past_names:
+        feeds[name] = rng.standard_normal((batch, cfg.kv_heads, past, cfg.head_dim)).astype(np.float32)
+    return feeds
+
+
+def export_decoder(folder: str | Path, *, opset: int | None = None, model=None, cfg: DecoderConfig | None = None):
+    """(onnx.ModelProto, DecoderConfig): the folder's decoder with a KV cache, dims named batch,
+    sequence, past_sequence and total_sequence."""
+    folder = Path(folder)
+    cfg = cfg or read_decoder_config(folder)
+    model = model if model is not None else load_model(folder)
+    torch = require("torch")
+    module = flat_cache_module(model, cfg)
+    feeds = sample_step(cfg)
+    args = [torch.from_numpy(feeds[n]) for n in cfg.input_names]
+    dim = torch.export.Dim
+    batch, seq, past, total = dim("batch"), dim("sequence"), dim("past_sequence"), dim("total_sequence")
+    shapes = ({0: batch, 1: seq}, {0: batch, 1: total}, {0: batch, 1: seq}, tuple({0: batch, 2: past} for _ in cfg.past_names))
+    for name in ("torch.onnx", "torch.export", "torch._dynamo", "torch.fx"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    from modelport.progress import doing
+
+    captured = io.StringIO()
+    import warnings
+
+    with doing("torch.onnx.export, dynamo"), contextlib.redirect_stdout(captured), contextlib.redirect_stderr(captured), \
+            warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            prog = torch.onnx.export(module, tuple(args), dynamo=True, input_names=cfg.input_names,
+                                     output_names=cfg.output_names, dynamic_shapes=shapes, opset_version=opset,
+                                     external_data=False, optimize=True)
+        except Exception as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise UnsupportedError(f"{cfg.architecture} cannot be exported with a KV cache: {first}", path=folder) from None
+    onnx_model = prog.model_proto
+    name_dims(onnx_model, cfg)
+    return onnx_model, cfg
+
+
+def name_dims(model, cfg: DecoderConfig) -> None:
+    """The exporter names derived dims by their formula ('past_sequence + sequence'): call them
+    total_sequence on the graph's outputs, as the attention mask does."""
+    present = set(cfg.present_names)
+    for out in model.graph.output:
+        dims = out.type.tensor_type.shape.dim
+        if out.name in present and len(dims) == 4:
+            dims[2].dim_param = "total_sequence"
+        elif out.name == "logits" and len(dims) == 3:
+            dims[0].dim_param, dims[1].dim_param = "batch", "sequence"
+
+
+def parse(source, spec) -> IRModel:
+    """The IR of a decoder folder, with the reference outputs of one left-padded decode step."""
+    folder = Path(source)
+    cfg = read_decoder_config(folder)
+    return parse_loaded(folder, spec, load_model(folder), cfg)
+
+
+def export_task(task, ctx) -> IRModel:
+    """The `text-generation` entry of the Hugging Face parser's task table (parsers/huggingface.py)."""
+    return parse(ctx.folder, ctx.spec)
+
+
+def parse_loaded(folder: Path, spec, model, cfg: DecoderConfig) -> IRModel:
+    """`parse` for a model already loaded (the caller keeps it, e.g. to generate references)."""
+    import numpy as np
+    torch = require("torch")
+
+    onnx_model, cfg = export_decoder(folder, opset=spec.opset, model=model, cfg=cfg)
+    feeds = sample_step(cfg, seed=spec.seed)
+    module = flat_cache_module(model, cfg)
+    with torch.no_grad():
+        outs = module(*[torch.from_numpy(feeds[n]) for n in cfg.input_names])
+    reference = {n: o.detach().numpy().astype(np.float32) for n, o in zip(cfg.output_names, outs, strict=True)}
+    inputs = specs_from_onnx(onnx_model.graph.input)
+    for s in inputs:
+        if s.name == "input_ids":
+            s.value_range = [0, cfg.vocab_size]
+    return IRModel(
+        model=onnx_model,
+        inputs=inputs,
+        outputs=specs_from_onnx(onnx_model.graph.output),
+        provenance={
+            "framework": "transformers", "format": f"Hugging Face folder ({cfg.architecture})", "path": str(folder),
+            "exporter": "torch.onnx dynamo (flat KV cache)", "task": TASK, "decoder": cfg.to_dict(),
+            "opset": next((o.version for o in onnx_model.opset_import if o.domain in ("", "ai.onnx")), None),
+        },
+        reference=Reference(feeds, reference, producer=f"transformers {require('transformers').__version__}"),
+        sample_dims={"batch": 2, "sequence": SAMPLE_SEQUENCE, "past_sequence": SAMPLE_PAST,
+                     "total_sequence": SAMPLE_PAST + SAMPLE_SEQUENCE},
+    )
+
+
+def decoder_config_of(ir: IRModel) -> DecoderConfig | None:
+    d = ir.provenance.get("decoder")
+    return DecoderConfig(**d) if isinstance(d, dict) else None

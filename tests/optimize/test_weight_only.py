@@ -1,0 +1,60 @@
+"""Weight-only MatMulNBits quantisation: bits, block size and symmetry as asked, the input untouched."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from modelport.errors import BadInputError
+from modelport.optimize.weight_only import WeightOnlyOptions, quantize_weight_only
+
+
+def _two_matmuls():
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array(rng.standard_normal((64, 32)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(rng.standard_normal((32, 16)).astype(np.float32), "w2")
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["b", 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["b", 16])], [w1, w2])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("bits,block,symmetric", [(4, 16, True), (4, 32, False), (8, 32, True)])
+def test_matmuls_become_matmulnbits(bits, block, symmetric):
+    import onnxruntime as ort
+
+    model = _two_matmuls()
+    before = model.SerializeToString()
+    q, details = quantize_weight_only(model, WeightOnlyOptions(bits=bits, block_size=block, symmetric=symmetric))
+    assert model.SerializeToString() == before
+    nodes = [n for n in q.graph.node if n.op_type == "MatMulNBits"]
+    assert len(nodes) == details["quantized"] == 2 and details["matmuls"] == 2
+    for n in nodes:
+        attrs = {a.name: helper.get_attribute_value(a) for a in n.attribute}
+        assert attrs["bits"] == bits and attrs["block_size"] == block
+        assert (len(n.input) > 3 and n.input[3] != "") is (not symmetric)  # zero points only when asymmetric
+    x = np.random.default_rng(1).standard_normal((3, 64)).astype(np.float32)
+    ref = ort.InferenceSession(before, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = ort.InferenceSession(q.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    rel = np.abs(got - ref).max() / np.abs(ref).max()
+    assert rel < (0.2 if bits == 4 else 0.02)
+
+
+def test_options_are_checked():
+    with pytest.raises(BadInputError, match="4 or 8 bits"):
+        WeightOnlyOptions(bits=3)
+    with pytest.raises(BadInputError, match="block-size 24"):
+        WeightOnlyOptions(block_size=24)
+
+
+def test_a_model_without_constant_matmul_weights_is_refused():
+    graph = helper.make_graph([helper.make_node("MatMul", ["a", "b"], ["y"])], "g",
+                              [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 64]),
+                               helper.make_tensor_value_info("b", TensorProto.FLOAT, [64, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])])
+    with pytest.raises(BadInputError, match="no MatMul with a constant weight"):
+        quantize_weight_only(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), WeightOnlyOptions())
+    onnx.checker.check_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))

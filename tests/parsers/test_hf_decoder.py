@@ -1,0 +1,124 @@
+"""KV-cache export of decoder LM folders (Llama, Qwen2, Phi-3 layouts), checked against transformers:
+prefill with an empty past and decode at several past lengths, a left-padded batch, greedy generation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from modelport.errors import BadInputError, UnsupportedError
+from modelport.parsers import hf_decoder
+from modelport.specs import SourceSpec
+from modelport.validation import generation
+from tests.hf_folders import FAMILIES, build
+
+
+@pytest.fixture(scope="module", params=sorted(FAMILIES))
+def exported(request, tmp_path_factory):
+    """(folder, transformers model, IR, onnxruntime session) of one family, exported once."""
+    import onnxruntime as ort
+
+    folder = build(request.param, tmp_path_factory.mktemp(request.param) / "model")
+    model = hf_decoder.load_model(folder)
+    cfg = hf_decoder.read_decoder_config(folder)
+    ir = hf_decoder.parse_loaded(folder, SourceSpec(path=folder), model, cfg)
+    session = ort.InferenceSession(ir.model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return folder, model, cfg, ir, session
+
+
+def test_signature_names_and_dims(exported):
+    _, _, cfg, ir, _ = exported
+    ins = {s.name: s for s in ir.inputs}
+    outs = {s.name: s for s in ir.outputs}
+    assert list(ins)[:3] == ["input_ids", "attention_mask", "position_ids"]
+    assert ins["input_ids"].shape == ["batch", "sequence"] and ins["input_ids"].dtype == "int64"
+    assert ins["attention_mask"].shape == ["batch", "total_sequence"]
+    assert ins["position_ids"].shape == ["batch", "sequence"]
+    for i in range(cfg.num_layers):
+        for kv in ("key", "value"):
+            assert ins[f"past_key_values.{i}.{kv}"].shape == ["batch", 2, "past_sequence", 16]
+            assert outs[f"present.{i}.{kv}"].shape == ["batch", 2, "total_sequence", 16]
+    assert outs["logits"].shape == ["batch", "sequence", 128]
+    assert ir.provenance["task"] == "text-generation" and ir.provenance["decoder"]["family"] == cfg.family
+
+
+@pytest.mark.parametrize("past,sequence", [(0, 5), (0, 1), (1, 1), (4, 1), (9, 1), (6, 3)])
+def test_prefill_and_decode_match_transformers(exported, past, sequence):
+    """Left-padded batch of 2 (row 0 starts with two padded slots): every non-padded query's logits
+    and the whole grown cache equal transformers' own forward pass with a DynamicCache."""
+    import torch
+
+    _, model, cfg, _, session = exported
+    feeds = hf_decoder.sample_step(cfg, seed=past * 10 + sequence, past=past, sequence=sequence)
+    if past == 0:  # prefill: row 0's padded slots are the first two of the prompt itself
+        feeds["attention_mask"][0, :2] = 0
+        pos = np.clip(np.cumsum(feeds["attention_mask"], axis=1) - 1, 0, None)
+        feeds["position_ids"] = pos[:, -sequence:].astype(np.int64)
+    module = hf_decoder.flat_cache_module(model, cfg)
+    with torch.no_grad():
+        ref = module(*[torch.from_numpy(feeds[n]) for n in cfg.input_names])
+    got = session.run(cfg.output_names, feeds)
+    valid = feeds["attention_mask"][:, past:].astype(bool)  # queries that are real tokens
+    assert np.abs(got[0][valid] - ref[0].numpy()[valid]).max() < 1e-4
+    real = feeds["attention_mask"].astype(bool)  # cache slots of real tokens (a padded slot stays masked out)
+    for g, r in zip(got[1:], ref[1:], strict=True):
+        assert g.shape == (2, cfg.kv_heads, past + sequence, cfg.head_dim)
+        assert np.abs(g - r.numpy()).transpose(0, 2, 1, 3)[real].max() < 1e-5
+
+
+def test_greedy_generation_equals_transformers(exported, tmp_path):
+    """Our loop over the ONNX model (cache fed back) generates exactly transformers' greedy tokens
+    from a left-padded batch of three prompts, logits within tolerance at every step."""
+    import onnx
+
+    _, model, cfg, ir, _ = exported
+    path = tmp_path / "model.onnx"
+    onnx.save(ir.model, str(path))
+    prompts = generation.fixed_prompts(cfg.vocab_size, avoid=(cfg.safe_pad,))
+    assert len({len(p) for p in prompts}) == len(prompts) > 1
+    ref = generation.generate_transformers(model, prompts, 32, cfg.safe_pad)
+    got = generation.generate_onnx(path, prompts, 32, cfg.safe_pad)
+    result = generation.compare_generation(ref, got, hop="test")
+    assert result.ok, result.reason
+    assert result.tokens == 1.0 and result.max_abs < 1e-4
+    assert got.tokens.shape == (3, 32)
+
+
+def test_unsupported_family_is_refused_before_loading(tmp_path):
+    folder = tmp_path / "gpt2"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2"}))
+    with pytest.raises(UnsupportedError) as e:
+        hf_decoder.read_decoder_config(folder)
+    assert e.value.exit_code == 2 and "GPT2LMHeadModel" in str(e.value) and "\n" not in str(e.value)
+    assert not hf_decoder.sniff(folder)
+
+
+def test_sliding_window_layers_are_refused(tmp_path):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["Qwen2ForCausalLM"], "num_attention_heads": 4, "hidden_size": 64, "num_hidden_layers": 2,
+        "vocab_size": 128, "layer_types": ["sliding_attention", "full_attention"]}))
+    (folder / "model.safetensors").write_bytes(b"x")
+    with pytest.raises(UnsupportedError, match="sliding"):
+        hf_decoder.read_decoder_config(folder)
+
+
+def test_a_folder_without_safetensors_is_refused(tmp_path):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"]}))
+    (folder / "pytorch_model.bin").write_bytes(b"x")
+    assert hf_decoder.sniff(folder)
+    with pytest.raises(BadInputError, match="safetensors"):
+        hf_decoder.read_decoder_config(folder)
+
+
+def test_tied_embeddings_follow_the_config(exported):
+    folder, _, cfg, _, _ = exported
+    config = json.loads((Path(folder) / "config.json").read_text())
+    assert cfg.tied_embeddings == bool(config.get("tie_word_embeddings"))
