@@ -71,6 +71,7 @@ CHOICES = [  # command, option, a bad value, the words of the message
     ("convert", "--tflite-layout", "nchw", "unknown --tflite-layout 'nchw'; known: source, nhwc"),
     ("convert", "--tflite-io-dtype", "int4", "unknown --tflite-io-dtype 'int4'; known: float32, int8, uint8"),
     ("convert", "--package", "tritonx", "unknown serving system 'tritonx'; known:"),
+    ("convert", "--task", "summarise", "unknown task 'summarise'; known: feature-extraction, text-classification"),
     ("convert", "--layout", "XYZ", "unknown --layout 'XYZ'; known:"),
     ("convert", "--channel-order", "GBR", "bad --channel-order 'GBR'"),
     ("optimize", "--level", "max", "unknown optimisation level 'max'; known:"),

@@ -49,11 +49,12 @@ def test_no_flag_or_help_is_cut_short_at_80_columns(command):
 def test_convert_groups_its_options_into_panels():
     text = help_text("convert")
     panels = [line.split("─ ", 1)[1].split(" ─")[0] for line in text.splitlines() if line.startswith("╭─ ")]
-    assert panels == ["Arguments", "Options", "Source", "Targets", "Validation", "Optimisation", "Output"]
+    assert panels == ["Arguments", "Options", "Source", "Targets", "Validation", "Optimisation", "FP16/INT8 details", "Output"]
 
 
 def test_shell_completion_installs_and_completes(tmp_path):
-    env = {**os.environ, "HOME": str(tmp_path), "SHELL": "/bin/bash"}
+    # the shell named on the command line, not detected from the process tree (pytest's parents vary: make, sh, nice)
+    env = {**os.environ, "HOME": str(tmp_path), "SHELL": "/bin/bash", "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
     p = subprocess.run([sys.executable, "-m", "modelport", "--install-completion", "bash"], capture_output=True, text=True,
                        env=env, timeout=60)
     assert p.returncode == 0, p.stderr

@@ -73,10 +73,12 @@ def test_task_names_and_aliases():
         hf.task_name("poetry")
 
 
-def test_cli_help_lists_the_supported_tasks():
-    from modelport.cli.options import HF_TASKS
+def test_cli_help_names_real_tasks(cli, tmp_path):
+    from modelport.cli.options import HF_TASK_EXAMPLES
 
-    assert HF_TASKS == tuple(name for name, t in hf.TASKS.items() if t.supported)
+    assert set(HF_TASK_EXAMPLES) <= {name for name, t in hf.TASKS.items() if t.supported}
+    r = cli("convert", tmp_path, "--task", "summarise", "-o", tmp_path / "out")
+    assert r.exit_code == 2 and f"known: {', '.join(hf.TASKS)}" in r.stderr
 
 
 # --- text models --------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from modelport.cli._common import console, run
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("batch", epilog="Example: modelport batch models.yaml -o nightly/ --jobs 2 --junit nightly.xml")
+    @app.command("batch")
     def batch_cmd(
         manifest: str = typer.Argument(..., help="YAML manifest: `models:` (source, name, to, input, ...) and `defaults:`."),
         output: str = typer.Option(..., "-o", "--output-dir", help="Batch folder: OUT/<model>/ per model and OUT/summary.json."),

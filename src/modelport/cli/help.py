@@ -24,10 +24,10 @@ PANELS = {
               "--max-batch-size", "--instances", "--image", "--cpu", "--memory", "--gpus", "--replicas"),
     VALIDATION: ("--seed", "--dim", "--data", "--inputs", "--value", "--atol", "--rtol", "--min-cosine", "--strict", "--localize",
                  "--match-by-position", "--max-size-growth", "--max-nodes-growth", "--max-error-growth", "--max-cosine-drop",
-                 "--max-latency-growth"),
+                 "--max-latency-growth", "--new-tokens"),
     OPTIMISATION: ("--optimize", "--level", "--passes", "--precision", "--calibration", "--accuracy-budget",
                    "--allow-precision-fallback"),
-    QUANTISATION: ("--int8-mode", "--calibration-method", "--per-channel", "--keep-io-types"),
+    QUANTISATION: ("--int8-mode", "--calibration-method", "--per-channel", "--keep-io-types", "--block-size", "--asymmetric"),
     BATCH: ("--jobs", "--executor", "--address", "--rerun-failed", "--only"),
     OUTPUT: ("-o", "--force", "--keep-failed", "--json", "--junit", "--quiet", "--cache-dir", "--all"),
 }
@@ -59,6 +59,9 @@ EXAMPLES = {
     "bench": "modelport bench out/model.onnx out/model.tflite --batch 1,8 --runs 200   |   "
              "modelport bench http://127.0.0.1:8080/v2/models/cnn/infer --concurrency 8 --duration 30",
     "doctor": "modelport doctor --json",
+    "batch": "modelport batch models.yaml -o nightly/ --jobs 2 --junit nightly.xml",
+    "report": "modelport report diff last-night/ tonight/",
+    "report diff": "modelport report diff last-night/summary.json tonight/summary.json --json",
     "zoo list": "modelport zoo list | grep keras",
     "zoo build": "modelport zoo build cnn_small -o src/",
     "zoo fetch": "modelport zoo fetch NAME --cache-dir ~/.cache/modelport",

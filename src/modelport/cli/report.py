@@ -12,7 +12,7 @@ def register(app: typer.Typer) -> None:
     report_app = typer.Typer(help="Work with reports: compare two runs.", no_args_is_help=True)
     app.add_typer(report_app, name="report")
 
-    @report_app.command("diff", epilog="Example: modelport report diff last-night/summary.json tonight/summary.json")
+    @report_app.command("diff")
     def diff_cmd(
         old: str = typer.Argument(..., help="The earlier report.json or summary.json (or its folder)."),
         new: str = typer.Argument(..., help="The later one."),
