@@ -60,7 +60,6 @@ EXAMPLES = {
              "modelport bench http://127.0.0.1:8080/v2/models/cnn/infer --concurrency 8 --duration 30",
     "doctor": "modelport doctor --json",
     "batch": "modelport batch models.yaml -o nightly/ --jobs 2 --junit nightly.xml",
-    "report": "modelport report diff last-night/ tonight/",
     "report diff": "modelport report diff last-night/summary.json tonight/summary.json --json",
     "zoo list": "modelport zoo list | grep keras",
     "zoo build": "modelport zoo build cnn_small -o src/",
