@@ -152,6 +152,18 @@ class Reference:
 
 
 @dataclass
+class SourceRef:
+    """The source an IR was parsed from, for the targets a source framework converts itself (the
+    native routes, `emitters/routes.py`): `kind` is the parser's name (keras, savedmodel, pytorch, …),
+    `source` the path, 'zoo:NAME' or object the parser read, `spec` its SourceSpec. Held in memory
+    only: an IR saved to a folder does not carry it."""
+
+    kind: str
+    source: Any
+    spec: Any
+
+
+@dataclass
 class IRModel:
     model: Any  # onnx.ModelProto
     inputs: list[TensorSpec]
@@ -159,6 +171,7 @@ class IRModel:
     provenance: dict[str, Any] = field(default_factory=dict)
     reference: Reference | None = None
     sample_dims: dict[str, int] = field(default_factory=dict)
+    source: SourceRef | None = None  # set by the convert pipeline after parsing
 
     def input(self, name: str) -> TensorSpec:
         for s in self.inputs:
@@ -180,6 +193,7 @@ class IRModel:
             provenance=copy.deepcopy(self.provenance),
             reference=self.reference,
             sample_dims=dict(self.sample_dims),
+            source=self.source,
         )
 
     def contract(self) -> dict[str, Any]:

@@ -24,7 +24,8 @@ EMITTERS = Registry("target", {
     "tflite": "modelport.emitters.tflite",
     "tensorrt": "modelport.emitters.tensorrt",
     "ort": "modelport.emitters.ort",
-})
+    "savedmodel": "modelport.emitters.savedmodel",
+}, aliases={"tensorflow": "savedmodel", "tf": "savedmodel", "saved_model": "savedmodel", "keras": "savedmodel"})
 register_emitter = EMITTERS.register
 
 

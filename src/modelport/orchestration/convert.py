@@ -17,10 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from modelport.emitters import EmitOptions
+from modelport.emitters.routes import kind_of
 from modelport.emitters.tensorrt import TensorRTOptions
 from modelport.emitters.tflite import TFLiteOptions
 from modelport.errors import BadInputError, ModelportError, ValidationError
-from modelport.ir import IRModel, TensorSpec
+from modelport.ir import IRModel, SourceRef, TensorSpec
 from modelport.optimize.pipeline import OptimizeOptions
 from modelport.parsers.tf_common import TFSourceOptions
 from modelport.serving import PackageOptions
@@ -40,6 +42,7 @@ class ConvertOptions:
     """
 
     targets: list[str] = field(default_factory=lambda: ["onnx"])
+    route: str = "auto"  # auto | native | onnx: how each target is reached (emitters/routes.py)
     framework: str | None = None
     inputs: list[TensorSpec] = field(default_factory=list)
     output_names: list[str] | None = None
@@ -78,6 +81,10 @@ class ConvertOptions:
             self.targets = [t.strip() for t in self.targets.split(",") if t.strip()]
         if isinstance(self.optimize, str):
             self.optimize = OptimizeOptions(level=self.optimize)
+        from modelport.emitters.routes import ROUTES
+        from modelport.registry import choice
+
+        self.route = choice(self.route or "auto", ROUTES, "route")
         o = self.optimize
         if o is not None and (o.precision != "fp32" or o.calibration or o.strict or o.allow_fallback):
             raise BadInputError("set precision, calibration, strict and allow_precision_fallback on ConvertOptions, "
@@ -194,20 +201,52 @@ def check_reference_varies(ir: IRModel, report: Report, *, strict: bool, path=No
 
 def emit_and_validate(emitter, target: str, ir: IRModel, stage: Path, eopts, options: ConvertOptions, report: Report,
                       zoo_tol, hop: str, *, on_stage: StageCallback | None = None, out: Path | None = None,
-                      requested: str | None = None) -> None:
+                      requested: str | None = None, route: dict | None = None, retry: bool = False) -> None:
     """Emit one target and validate it. When its precision cannot be delivered within tolerance
-    and the user allowed a fallback, the target is emitted again in FP32 and the report says so."""
+    and the user allowed a fallback, the target is emitted again in FP32 and the report says so.
+    `route` goes into the artifact's entry; with `retry` (another route follows) a failed
+    attempt's entries are dropped."""
     try:
         _emit_with_fallback(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop, on_stage=on_stage, out=out,
-                            requested=requested)
+                            requested=requested, route=route)
+    except ModelportError:
+        if retry:
+            report.discard_attempt(target)
+        raise
     finally:
         report.settle_attempt(target)
 
 
-def _emit_with_fallback(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop, *, on_stage, out, requested):
+def emit_by_routes(plan, ir: IRModel, stage: Path, eopts, options: ConvertOptions, report: Report, zoo_tol, fw: str, *,
+                   on_stage=None, out=None, requested=None) -> None:
+    """Emit `plan.target` by its first route; under `--route auto` a route that fails to convert or
+    to validate gives way to the next one, and the report says why (`route_notes`, a warning)."""
+    from modelport.errors import MissingDependencyError, StageError, UnsupportedError
+
+    notes = list(plan.notes)
+    for i, r in enumerate(plan.routes):
+        last = i == len(plan.routes) - 1
+        route = {"route": r.name, "route_asked": plan.asked, "route_converter": r.converter, "route_notes": list(notes)}
+        hop = f"{fw}→{plan.target} ({'native, ' if r.name == 'native' else ''}end to end)"
+        try:
+            emit_and_validate(r.emitter, plan.target, ir, stage, eopts, options, report, zoo_tol, hop, on_stage=on_stage,
+                              out=out, requested=requested, route=route, retry=not last)
+            if i:
+                report.warn(f"{plan.target}: {notes[-1]}; the artifact came by the {r.name} route")
+            return
+        except (UnsupportedError, ValidationError, MissingDependencyError, StageError) as e:
+            if last:
+                if notes[len(plan.notes):]:
+                    raise e.with_reason(f"{e.reason} (after: {'; '.join(notes[len(plan.notes):])})") from e
+                raise
+            notes.append(f"{r.name} route ({r.converter}) failed: {e.reason}")
+
+
+def _emit_with_fallback(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop, *, on_stage, out, requested,
+                        route=None):
     try:
         _emit_once(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop, on_stage=on_stage, out=out,
-                   requested=requested)
+                   requested=requested, route=route)
     except ValidationError as e:
         if eopts.precision in ("fp32", None) or not options.allow_precision_fallback:
             if eopts.precision not in ("fp32", None) and "--allow-precision-fallback" not in e.reason:
@@ -218,15 +257,19 @@ def _emit_with_fallback(emitter, target, ir, stage, eopts, options, report, zoo_
         requested = requested or eopts.precision
         fp32 = replace(eopts, precision="fp32")
         _emit_once(emitter, target, ir, stage, fp32, options, report, zoo_tol, hop, on_stage=on_stage, out=out,
-                   requested=requested)
+                   requested=requested, route=route)
         report.set_precision_fallback(requested, e.reason)
         report.warn(f"{target}: --precision {requested} could not be delivered ({e.reason}); the artifact is fp32")
 
 
-def _emit_once(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop, *, on_stage, out, requested=None):
-    with run_stage(report, f"emit:{target}", on_stage=on_stage):
+def _emit_once(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop, *, on_stage, out, requested=None, route=None):
+    with run_stage(report, f"emit:{target}", on_stage=on_stage) as emitted:
+        if route:
+            emitted.note(route=route["route"])
         artifact = emitter.emit(ir, stage, eopts)
     entry = artifact.to_dict(stage)
+    if route:
+        entry.update({k: v for k, v in route.items() if v or k != "route_notes"})
     entry["requested_precision"] = requested or eopts.precision
     if entry["requested_precision"] != artifact.precision and options.fallback_reason:
         entry["precision_fallback"] = {"requested": entry["requested_precision"], "reason": options.fallback_reason}
@@ -237,6 +280,30 @@ def _emit_once(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop,
             parity = validate_artifact(artifact, ir, ttol, hop)
         report.add_parity(parity, attempt=target)
         parity.raise_if_failed(path=out)
+
+
+def plan_routes(ir: IRModel, options: ConvertOptions, emit_options) -> dict:
+    """Each target's routes (`emitters/routes.py`), and the ONNX route's preflight for every target
+    that starts with it: a refusal fails the run (all targets' refusals in one error) unless a
+    native route can follow, which is then tried alone."""
+    from modelport.emitters import get_emitter
+    from modelport.emitters.preflight import check_targets
+    from modelport.emitters.routes import plan
+
+    plans = {t: plan(ir, t, options.route, emit_options(t), get_emitter(t)) for t in options.targets}
+    checked = []
+    for t, p in plans.items():
+        if p.routes[0].name != "onnx":
+            continue
+        if len(p.routes) == 1:
+            checked.append(t)
+            continue
+        pre = p.routes[0].emitter.preflight(ir, emit_options(t))
+        if not pre.ok:
+            p.notes.append(f"onnx route not taken: {pre.runtime} cannot convert {pre.op_counts()}")
+            p.routes.pop(0)
+    check_targets(ir, checked, EmitOptions(precision=options.precision, opset=options.opset, calibration=options.calibration))
+    return plans
 
 
 def validate_artifact(artifact, ir: IRModel, tol: Tolerance, hop: str):
@@ -253,7 +320,7 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
     Raises a ModelportError (with `.report` holding the failed run's report) on failure
     (`Run` ends the command).
     """
-    from modelport.emitters import EmitOptions, get_emitter
+    from modelport.emitters import get_emitter
     from modelport.parsers import parse
     from modelport.staging import staged_dir
 
@@ -275,6 +342,8 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
         with run_stage(report, "parse", on_stage=on_stage) as parsed:
             ir = parse(src, spec)
             parsed.note(nodes=len(ir.model.graph.node), exporter=ir.provenance.get("exporter"))
+        source_ref = SourceRef(kind_of(ir.provenance), src, spec)  # for the native routes
+        ir.source = source_ref
         report.set_source(describe_source(src, ir))
         report.set_contract(ir.contract(), reference_varies=ir.provenance.get("reference_varies"), given=list(spec.given))
         check_override_names(tol, [o.name for o in ir.outputs], path=spec.path)
@@ -292,19 +361,18 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
         if wanted(options):
             requested_precision = options.precision
             ir, options = optimize_stage(ir, options, report, zoo_tol, on_stage=on_stage)
+            ir.source = source_ref
 
-        from modelport.emitters.preflight import check_targets
+        def emit_options(target):
+            return EmitOptions(precision=options.precision, opset=options.opset, calibration=options.calibration,
+                               target=options.emitter_options(target))
 
         with run_stage(report, "preflight", on_stage=on_stage):  # every target's, before anything is emitted
-            check_targets(ir, options.targets, EmitOptions(precision=options.precision, opset=options.opset,
-                                                           calibration=options.calibration))
+            plans = plan_routes(ir, options, emit_options)
         with staged_dir(out, source_inputs(source, options), force=options.force) as stage:
             for target in options.targets:
-                emitter = get_emitter(target)
-                eopts = EmitOptions(precision=options.precision, opset=options.opset, calibration=options.calibration,
-                                    target=options.emitter_options(target))
-                emit_and_validate(emitter, target, ir, stage, eopts, options, report, zoo_tol, f"{fw}→{target} (end to end)",
-                                  on_stage=on_stage, out=out, requested=requested_precision)
+                emit_by_routes(plans[target], ir, stage, emit_options(target), options, report, zoo_tol, fw,
+                               on_stage=on_stage, out=out, requested=requested_precision)
             if options.packages:
                 from modelport.orchestration.package import package_converted
 
