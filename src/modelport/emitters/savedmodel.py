@@ -34,6 +34,7 @@ def check_precision(precision: str | None) -> None:
 def preflight(ir: IRModel, options: EmitOptions | None = None) -> Preflight:
     from modelport.emitters.tflite import check
 
+    check_precision(options.precision if options else None)
     pre = check(ir)[1]
     pre.target, pre.runtime = NAME, "onnx2tf"
     return pre

@@ -24,7 +24,7 @@ from modelport.errors import BadInputError, UnsupportedError
 from modelport.ir import IRModel
 
 NAME = "litert-torch"
-AUTO = "first"
+AUTO = "fallback"  # measured: the ONNX route keeps dynamic dims; this one fixes them, and serves transformers
 INSTALL = "pip install --no-deps litert-torch==0.10.0 with the packages of the Makefile's LITERT_TORCH (make setup does)"
 
 
