@@ -47,6 +47,7 @@ from modelport.ir import IRModel, Reference
 
 NAME = "tflite"
 RUNTIME = "tflite"
+CONVERTER = "onnx2tf"  # the ONNX route's converter, as the report names it
 DESCRIPTION = "TFLite flatbuffer via onnx2tf (fp32/fp16/int8), validated in the LiteRT interpreter"
 
 IO_DTYPES = ("float32", "int8", "uint8")

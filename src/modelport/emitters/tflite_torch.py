@@ -54,6 +54,25 @@ def require_litert():
                                      hint=f"{INSTALL}, or take the ONNX route with --route onnx") from None
 
 
+def _output_keys(data: bytes, outputs: list[Port]) -> list[Port]:
+    """The ports with litert-torch's signature keys for the outputs: `output_N` in flattening order,
+    or a dict output's own keys (a `transformers` ModelOutput's `last_hidden_state`, …)."""
+    import re
+    from dataclasses import replace
+
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.read_model_from_bytearray(bytearray(data))
+    keys = [m.name.decode() for m in model.signatureDefs[0].outputs] if model.signatureDefs else []
+    names = [p.name for p in outputs]
+    if sorted(keys) == sorted(names):
+        return [replace(p, key=p.name) for p in outputs]
+    if sorted(keys) == sorted(f"output_{j}" for j in range(len(outputs))):
+        return outputs
+    unnumbered = [k for k in keys if not re.fullmatch(r"output_\d+", k)]
+    raise UnsupportedError(f"{NAME} named the outputs {keys}; the contract's are {names} (unnumbered: {unnumbered})")
+
+
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.deps import version_of
     from modelport.emitters.routes import staged_source
@@ -64,7 +83,6 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     reason = refusal(model, options)
     if reason:
         raise BadInputError(f"{NAME} cannot convert to tflite: {reason}")
-    litert_torch = require_litert()
     import torch
 
     from modelport.parsers.pytorch import load_module
@@ -78,6 +96,8 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     with tempfile.TemporaryDirectory(prefix="modelport-litert-") as tmp:
         work = Path(tmp)
         log = work / "convert.log"
+        with captured_output(log, NAME):  # its import prints torchao and jax notices
+            litert_torch = require_litert()
         source, spec = staged_source(model, work)
         module, _, _ = load_module(source, spec)
         args = tuple(torch.from_numpy(model.reference.inputs[s.name].copy()) for s in model.inputs)
@@ -93,6 +113,7 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
             raise UnsupportedError(f"{NAME} could not convert the model: {type(e).__name__}: "
                                    f"{(str(e).strip().splitlines() or [''])[0][:300]} {log_tail(log, 2)}") from None
         data = (work / "model.tflite").read_bytes()
+    outputs = _output_keys(data, outputs)
     path = out_dir / "model.tflite"
     path.write_bytes(_name_io(data, inputs, outputs))
     ops = _check_ops(load_interpreter(path), path)

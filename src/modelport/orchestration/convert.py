@@ -237,8 +237,8 @@ def emit_by_routes(plan, ir: IRModel, stage: Path, eopts, options: ConvertOption
             return
         except (UnsupportedError, ValidationError, MissingDependencyError, StageError) as e:
             if last:
-                if notes[len(plan.notes):]:
-                    raise e.with_reason(f"{e.reason} (after: {'; '.join(notes[len(plan.notes):])})") from e
+                if notes:
+                    raise e.with_reason(f"{e.reason} (after: {'; '.join(notes)})") from e
                 raise
             notes.append(f"{r.name} route ({r.converter}) failed: {e.reason}")
 
