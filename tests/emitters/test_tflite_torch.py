@@ -85,8 +85,8 @@ def test_bert_pt2_native_through_the_cli(cli, bert_pt2, tmp_path):
 
 
 def test_neither_route_converts_names_both_reasons(tmp_path):
-    """Det: onnx2tf has no converter for it (the ONNX route is passed over at preflight) and
-    litert-torch has no lowering; the error gives both, exit 2, nothing written."""
+    """Det: the ONNX route is tried first and gives a file that needs a Flex (TensorFlow) op, then
+    litert-torch has no lowering for it; the error gives both reasons, exit 2, nothing written."""
     import torch
 
     class Det(torch.nn.Module):
@@ -96,7 +96,8 @@ def test_neither_route_converts_names_both_reasons(tmp_path):
     with pytest.raises(UnsupportedError) as e:
         convert(Det(), tmp_path / "out", ConvertOptions(targets=["tflite"], inputs=["x:2,3,3"]))
     assert e.value.exit_code == 2
-    assert "litert-torch could not convert" in e.value.message and "onnx route not taken: onnx2tf cannot convert Det" in e.value.message
+    assert e.value.message.startswith("litert-torch could not convert the model")
+    assert "after: onnx route (onnx2tf) failed" in e.value.message and "FlexMatrixDeterminant" in e.value.message
     assert not (tmp_path / "out").exists()
 
 

@@ -48,7 +48,7 @@ def _keras_export(tf, model, call, inputs, outputs, dest: Path) -> None:
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.deps import version_of
     from modelport.emitters.savedmodel import FOLDER, SIGNATURE, artifact
-    from modelport.emitters.tf_model import _stable_fingerprint
+    from modelport.emitters.tf_model import stable_saved_model
     from modelport.emitters.tflite_tf import contract_saver, ports, source_function
     from modelport.parsers.tf_common import import_tf
     from modelport.quiet_call import captured_output
@@ -67,7 +67,7 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
             holder, call = source_function(tf, model, work)
             if kind == "keras":
                 _keras_export(tf, holder, call, inputs, outputs, dest)
-                _stable_fingerprint(dest)
+                stable_saved_model(dest)
                 converter = f"Keras {version_of('keras')} export (ExportArchive)"
             else:
                 contract_saver(holder, call, inputs, outputs, by_name=True, signature=SIGNATURE)(tf, dest)

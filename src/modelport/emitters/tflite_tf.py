@@ -117,7 +117,7 @@ def contract_saver(holder, call, inputs: list[Port], outputs: list[Port], *, by_
     """save(tf, dest): the source behind the contract (keys or, with `by_name`, the contract's names),
     saved as a SavedModel whose one signature is `signature`."""
     def save(tf, dest: Path) -> None:
-        from modelport.emitters.tf_model import _stable_fingerprint
+        from modelport.emitters.tf_model import stable_saved_model
 
         def serve(*xs):
             got = call(*xs)
@@ -134,7 +134,7 @@ def contract_saver(holder, call, inputs: list[Port], outputs: list[Port], *, by_
         fn = module.serve.get_concrete_function()
         module.captured = list(fn.variables)
         tf.saved_model.save(module, str(dest), signatures={signature: fn})
-        _stable_fingerprint(Path(dest))
+        stable_saved_model(Path(dest))
 
     return save
 
