@@ -257,6 +257,9 @@ def stable_saved_model(dest: Path) -> None:
     ids = {v: str(i).encode() for i, v in enumerate(sorted({a.s for a in attrs}, key=int))}
     for a in attrs:
         a.s = ids[a.s]
+    for meta in model.meta_graphs:
+        for f in meta.graph_def.library.function:
+            _number_captures(f)
     for meta in model.meta_graphs:  # and the library in the order of the new names
         functions = sorted(meta.graph_def.library.function, key=lambda f: f.signature.name)
         copies = [type(f)() for f in functions]
@@ -267,10 +270,40 @@ def stable_saved_model(dest: Path) -> None:
     pb.write_bytes(model.SerializeToString(deterministic=True))
     fingerprint = dest / "fingerprint.pb"
     if fingerprint.is_file():
+        from tensorflow.core.protobuf import fingerprint_pb2
         from tensorflow.python.saved_model.pywrap_saved_model import fingerprinting
 
-        fingerprint.write_bytes(fingerprinting.CreateFingerprintDef(str(dest)))
+        fp = fingerprint_pb2.FingerprintDef()
+        fp.ParseFromString(fingerprinting.CreateFingerprintDef(str(dest)))
+        # TensorFlow's hash of the object graph varies between processes for the same bytes
+        graphs = b"".join(m.object_graph_def.SerializeToString(deterministic=True) for m in model.meta_graphs)
+        fp.saved_object_graph_hash = int.from_bytes(hashlib.sha256(graphs).digest()[:8], "big")
+        fingerprint.write_bytes(fp.SerializeToString(deterministic=True))
     _stable_fingerprint(dest)
+
+
+def _number_captures(function) -> None:
+    """A function's arguments that stand for captured tensors are named after a per-process id
+    (`model_17_4244`): renamed `model_17_c0`, `model_17_c1`… in the ids' order, wherever the
+    function refers to them (the names are local to the function)."""
+    import re
+
+    found = [(m.group(1), int(m.group(2)), a.name) for a in function.signature.input_arg
+             if (m := re.fullmatch(r"(.*)_(\d{3,})", a.name))]
+    if not found:
+        return
+    mapping = {name: f"{base}_c{i}" for i, (base, _, name) in enumerate(sorted(found, key=lambda t: t[1]))}
+    for a in function.signature.input_arg:
+        a.name = mapping.get(a.name, a.name)
+    for node in function.node_def:
+        for i, ref in enumerate(node.input):
+            name, sep, rest = ref.partition(":")
+            if name in mapping:
+                node.input[i] = mapping[name] + sep + rest
+    for key in list(function.ret):
+        name, sep, rest = function.ret[key].partition(":")
+        if name in mapping:
+            function.ret[key] = mapping[name] + sep + rest
 
 
 def _rename_strings(message, mapping: dict[str, str]) -> None:
