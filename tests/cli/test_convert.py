@@ -308,6 +308,14 @@ def test_route_is_in_the_report_and_the_table(cli, keras_cnn_file, tmp_path):
         ("tflite", "native", "native"), ("savedmodel", "native", "native")]
     assert sorted(p.name for p in out.iterdir()) == ["model.tflite", "report.json", "saved_model"]
     assert "route" in r.stderr and "native" in r.stderr
+    import jsonschema
+
+    from modelport.validation.report import SCHEMA_FILE
+
+    jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text())).validate(report)
+    report["artifacts"][0]["route"] = "teleport"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text())).validate(report)
 
 
 def test_route_native_where_there_is_none_and_unknown_route_are_exit_2(cli, tiny_onnx, tmp_path):
