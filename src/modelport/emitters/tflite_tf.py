@@ -118,6 +118,7 @@ def contract_saver(holder, call, inputs: list[Port], outputs: list[Port], *, by_
     saved as a SavedModel whose one signature is `signature`."""
     def save(tf, dest: Path) -> None:
         from modelport.emitters.tf_model import stable_saved_model
+        from modelport.parsers.keras import is_keras_model
 
         def serve(*xs):
             got = call(*xs)
@@ -128,7 +129,8 @@ def contract_saver(holder, call, inputs: list[Port], outputs: list[Port], *, by_
             return out
 
         module = tf.Module()
-        module.source = holder
+        if not is_keras_model(holder):  # a loaded SavedModel keeps its resources; a Keras model's variables
+            module.source = holder      # are attached below (tracking the model itself saves every layer's functions)
         module.serve = tf.function(serve, input_signature=[
             tf.TensorSpec(p.shape, tf.as_dtype(p.dtype), name=p.name if by_name else p.key) for p in inputs])
         fn = module.serve.get_concrete_function()
