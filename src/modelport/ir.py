@@ -152,6 +152,18 @@ class Reference:
 
 
 @dataclass
+class SourceRef:
+    """The source an IR was parsed from, for the targets a source framework converts itself (the
+    native routes, `emitters/routes.py`): `kind` is the parser's name (keras, savedmodel, pytorch, …),
+    `source` the path, 'zoo:NAME' or object the parser read, `spec` its SourceSpec. Held in memory
+    only: an IR saved to a folder does not carry it."""
+
+    kind: str
+    source: Any
+    spec: Any
+
+
+@dataclass
 class IRModel:
     model: Any  # onnx.ModelProto
     inputs: list[TensorSpec]
@@ -162,6 +174,7 @@ class IRModel:
     # A source exported as several models (a seq2seq encoder and decoder): one full IR per part,
     # converted and validated one by one into OUT/<part>/; this IR then has no model of its own.
     parts: dict[str, IRModel] = field(default_factory=dict)
+    source: SourceRef | None = None  # set by the convert pipeline after parsing
 
     def input(self, name: str) -> TensorSpec:
         for s in self.inputs:
@@ -183,6 +196,7 @@ class IRModel:
             provenance=copy.deepcopy(self.provenance),
             reference=self.reference,
             sample_dims=dict(self.sample_dims),
+            source=self.source,
         )
 
     def contract(self) -> dict[str, Any]:

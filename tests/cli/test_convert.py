@@ -280,3 +280,49 @@ def test_rerun_is_byte_identical_for_every_target(cli, cnn_source, tiny_onnx, tm
     assert differ == []
     a, b = (json.loads((tmp_path / n / "report.json").read_text()) for n in ("a", "b"))
     assert without_timings(a) == without_timings(b)
+
+
+# --- routes (--route auto|native|onnx) ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def keras_cnn_file(tmp_path_factory) -> Path:
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((12, 12, 3), name="image")
+    y = keras.layers.Conv2D(4, 3, activation="relu")(inp)
+    model = keras.Model(inp, keras.layers.Dense(2, name="probs")(keras.layers.GlobalAveragePooling2D()(y)))
+    path = tmp_path_factory.mktemp("kcnn") / "cnn.keras"
+    model.save(path)
+    return path
+
+
+def test_route_is_in_the_report_and_the_table(cli, keras_cnn_file, tmp_path):
+    """MMdnn's `-df tensorflow` is the savedmodel target; each artifact's route is in report.json and
+    in the terminal's artifacts table."""
+    out = tmp_path / "out"
+    r = cli("convert", keras_cnn_file, "-df", "tflite,tensorflow", "--route", "native", "-o", out)
+    assert r.exit_code == 0, r
+    report = json.loads((out / "report.json").read_text())
+    assert [(a["target"], a["route"], a["route_asked"]) for a in report["artifacts"]] == [
+        ("tflite", "native", "native"), ("savedmodel", "native", "native")]
+    assert sorted(p.name for p in out.iterdir()) == ["model.tflite", "report.json", "saved_model"]
+    assert "route" in r.stderr and "native" in r.stderr
+    import jsonschema
+
+    from modelport.validation.report import SCHEMA_FILE
+
+    jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text())).validate(report)
+    report["artifacts"][0]["route"] = "teleport"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text())).validate(report)
+
+
+def test_route_native_where_there_is_none_and_unknown_route_are_exit_2(cli, tiny_onnx, tmp_path):
+    r = cli("convert", tiny_onnx, "--to", "tflite", "--route", "native", "-o", tmp_path / "a", "--json")
+    assert r.exit_code == 2, r
+    assert "no native route from a onnx source to tflite" in r.json()["error"]["message"]
+    r = cli("emit", tiny_onnx, "--to", "tflite", "--route", "fastest", "-o", tmp_path / "b")
+    assert r.exit_code == 2 and "unknown route 'fastest'; known: auto, native, onnx" in r.stderr, r
+    assert tree(tmp_path) == ["src", "src/tiny.onnx"]

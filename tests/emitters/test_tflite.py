@@ -242,7 +242,7 @@ def _keras_to_tflite(model, tmp_path):
     path.parent.mkdir()
     model.save(path)
     out = tmp_path / "out"
-    return out, convert(path, out, ConvertOptions(targets=["tflite"]))
+    return out, convert(path, out, ConvertOptions(targets=["tflite"], route="onnx"))
 
 
 def test_keras_model_to_tflite(tmp_path):
@@ -285,7 +285,7 @@ def test_keras_mobilenet_v2_file_carries_its_signature(tmp_path):
     with the wrapper all the same, so the file still has its signature (TensorFlow's converter
     would otherwise fall back, silently, to a file without one)."""
     out = tmp_path / "out"
-    report = convert("zoo:keras_mobilenet_v2", out, ConvertOptions(targets=["tflite"]))
+    report = convert("zoo:keras_mobilenet_v2", out, ConvertOptions(targets=["tflite"], route="onnx"))
     assert report["parity"][-1]["ok"]
     (spec_in,), (spec_out,) = report["contract"]["inputs"], report["contract"]["outputs"]
     it = load_interpreter(out / "model.tflite")
@@ -301,12 +301,17 @@ def test_unsupported_op_names_the_node_and_leaves_nothing(tmp_path):
     assert not out.exists() and tree(tmp_path) == ["src", "src/bits.onnx"]
 
 
-def test_transformer_is_refused_with_the_converters_reason(cli, tmp_path):
-    """A documented limit (docs/emitters.md): onnx2tf cannot convert a PyTorch BERT export.
-    The run must fail cleanly (exit 2, reason named, no output), not crash or half-write."""
-    r = cli("convert", "zoo:bert_tiny", "--to", "tflite", "-o", tmp_path / "o")
-    assert r.exit_code == 2 and "onnx2tf could not convert the model" in r.stderr
-    assert not (tmp_path / "o").exists()
+def test_transformer_falls_back_from_onnx2tf_to_litert_torch(cli, tmp_path):
+    """A documented limit (docs/emitters.md): onnx2tf cannot convert a PyTorch BERT export. Under
+    `--route auto` the run goes on by litert-torch, and the report and a warning say why."""
+    r = cli("convert", "zoo:bert_tiny", "--to", "tflite", "-o", tmp_path / "o", "--json")
+    assert r.exit_code == 0, r
+    report = r.json()
+    (art,) = report["artifacts"]
+    assert (art["route"], art["route_converter"]) == ("native", "litert-torch")
+    assert any(n.startswith("onnx route (onnx2tf) failed: onnx2tf could not convert the model") for n in art["route_notes"])
+    assert any("came by the native route" in w for w in report["warnings"])
+    assert all(p["ok"] for p in report["parity"]) and (tmp_path / "o" / "model.tflite").is_file()
 
 
 def test_options_are_checked_once_here():

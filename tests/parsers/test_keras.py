@@ -301,3 +301,63 @@ def test_normalization_layer_converts_with_parity(tmp_path):
     report = convert(tmp_path / "norm.keras", tmp_path / "out", ConvertOptions(targets=["onnx"]))
     assert len(report["contract"]["inputs"]) == 1
     assert all(p["ok"] for p in report["parity"]) and report["parity"]
+
+
+# --- MMdnn's Keras form: architecture JSON + weights -------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def json_pairs(tmp_path_factory):
+    """The same kind of CNN as an architecture JSON + weights from Keras 3 (`.weights.h5`
+    saved, handed over as `weights.h5`) and from Keras 2 (tf.keras: `save_weights("w.h5")`),
+    with each model's own prediction on one input."""
+    import shutil
+
+    import keras
+    import tf_keras
+
+    d = tmp_path_factory.mktemp("json")
+    x = np.random.default_rng(3).standard_normal((2, 16, 16, 3)).astype(np.float32)
+    pairs = {}
+    for name, lib in (("keras3", keras), ("keras2", tf_keras)):
+        inp = lib.Input((16, 16, 3), name="image")
+        y = lib.layers.Conv2D(8, 3, activation="relu")(inp)
+        y = lib.layers.Dense(4, name="probs")(lib.layers.GlobalAveragePooling2D()(y))
+        model = lib.Model(inp, y)
+        (d / f"{name}.json").write_text(model.to_json())
+        if lib is keras:
+            model.save_weights(d / "k3.weights.h5")
+            shutil.move(d / "k3.weights.h5", d / f"{name}_weights.h5")
+        else:
+            model.save_weights(str(d / f"{name}_weights.h5"))
+        pairs[name] = (d / f"{name}.json", d / f"{name}_weights.h5", model.predict(x, verbose=0))
+    return pairs, x
+
+
+@pytest.mark.parametrize("name", ["keras3", "keras2"])
+def test_json_and_weights_is_a_source(cli, json_pairs, tmp_path, name):
+    """`-in model.json -iw weights.h5`: the weights really load (the ONNX model gives the original
+    model's numbers, not a random init's)."""
+    pairs, x = json_pairs
+    arch, weights, want = pairs[name]
+    out = tmp_path / "out"
+    r = cli("convert", "-in", arch, "-iw", weights, "-df", "onnx", "-om", out, "--json")
+    assert r.exit_code == 0, r
+    assert r.json()["source"]["format"] == "keras json + weights"
+    got = OnnxRuntimeRunner(out / "model.onnx").run({"image": x})
+    np.testing.assert_allclose(next(iter(got.values())), want, atol=1e-5)
+
+
+def test_json_without_weights_and_json_with_a_lambda(cli, json_pairs, tmp_path):
+    pairs, _ = json_pairs
+    arch, weights, _ = pairs["keras3"]
+    r = cli("convert", arch, "-o", tmp_path / "a")
+    assert r.exit_code == 2 and "needs its weights" in r.stderr, r
+    config = json.loads(arch.read_text())
+    config["config"]["layers"].append({"module": "keras.layers", "class_name": "Lambda",
+                                       "config": {"name": "evil_lambda", "function": "x"}})
+    bad = tmp_path / "evil.json"
+    bad.write_text(json.dumps(config))
+    r = cli("convert", "-in", bad, "-iw", weights, "-o", tmp_path / "b")
+    assert r.exit_code == 3 and "evil_lambda" in r.stderr, r
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

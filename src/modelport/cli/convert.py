@@ -16,16 +16,19 @@ ConvertInputs = flags.aliased(flags.Inputs, "--inputs")
 
 
 def source_from_mmdnn(source: str | None, network: str | None, weights: str | None, arch: str | None):
-    """MMdnn passes the model as -in (network) and/or -iw (weights). Returns (source, arch)."""
+    """MMdnn passes the model as -in (network) and/or -iw (weights). Returns (source, arch); for a
+    Keras architecture JSON the source is the JSON and the weights travel as TFSourceOptions.weights."""
     if source:
         if network or weights:
             raise BadInputError("give the model either as SOURCE or with -in/-iw, not both")
         return source, arch
     if network and weights:
+        if network.lower().endswith(".json"):  # Keras: architecture JSON + weights (the caller passes -iw on)
+            return network, arch
         # -in names the architecture (zoo:NAME or package.module:Class), -iw the weights file
         if ":" in network and not network.endswith((".py",)) and (network.startswith("zoo:") or "." in network.split(":")[0]):
             return weights, arch or network
-        raise BadInputError("with both -in and -iw, -in must name the architecture (zoo:NAME or package.module:Class)")
+        raise BadInputError("with both -in and -iw, -in must name the architecture (zoo:NAME, package.module:Class or a Keras .json)")
     if network or weights:
         return network or weights, arch
     raise BadInputError("no source model given", hint="modelport convert SOURCE --to onnx -o OUT_DIR")
@@ -91,7 +94,9 @@ def register(app: typer.Typer) -> None:
                 optimize=OptimizeOptions(level=optimize, budget=budget),
                 precision=choice(precision, (*flags.EMIT_PRECISIONS, "int4"), "precision"), calibration=shared["calibration"],
                 strict=shared["strict"], allow_precision_fallback=shared["allow_fallback"],
-                tensorflow=TFSourceOptions(signature=signature, input_names=split_list(input_names)), **flags.emitter_kwargs(shared),
+                tensorflow=TFSourceOptions(signature=signature, input_names=split_list(input_names),
+                                           weights=weights if (network or "").lower().endswith(".json") else None),
+                **flags.emitter_kwargs(shared),
                 packages=[choice(p, PACKAGERS, "serving system") for p in split_list(package)],
             )
             with stage_status(shared["quiet"] or shared["json_out"]) as on_stage:

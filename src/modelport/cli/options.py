@@ -18,6 +18,7 @@ from typing import Annotated, get_args
 import typer
 
 from modelport.emitters import EMITTERS
+from modelport.emitters.routes import ROUTES
 from modelport.serving import PACKAGERS
 
 PRECISIONS = ("fp32", "fp16", "int8")
@@ -94,6 +95,8 @@ TFLiteIODtype = Annotated[str, typer.Option("--tflite-io-dtype", help="Full-inte
                                                                       f"{', '.join(TFLITE_IO_DTYPES)}.")]
 TRTShapes = Annotated[list[str], typer.Option("--trt-shapes", help="TensorRT profile of an input: its min, opt and max "
                                                                    "shapes, e.g. ids:1x16:8x128:32x512 (repeatable).")]
+Route = Annotated[str, typer.Option("--route", help=f"How tflite and savedmodel are reached: {', '.join(ROUTES)} (auto: the source "
+                                                     "framework's own converter where there is one, else or on failure ONNX).")]
 Workspace = Annotated[int | None, typer.Option("--workspace", help="TensorRT builder workspace limit in MiB (default 4096).")]
 
 # --- serving -------------------------------------------------------------------------------------
@@ -109,7 +112,8 @@ PRECISION = (("calibration", Calibration, None), ("strict", Strict, False), ("al
 PREPROCESSING = (("layout", Layout, []), ("mean", Mean, []), ("std", Std, []), ("scale", Scale, []),
                  ("channel_order", ChannelOrder, None))
 EMITTER_OPTIONS = (("plan_only", PlanOnly, False), ("tflite_layout", TFLiteLayout, "source"),
-                   ("tflite_io_dtype", TFLiteIODtype, "float32"), ("trt_shapes", TRTShapes, []), ("workspace", Workspace, None))
+                   ("tflite_io_dtype", TFLiteIODtype, "float32"), ("trt_shapes", TRTShapes, []), ("workspace", Workspace, None),
+                   ("route", Route, "auto"))
 
 
 def taking(*groups):
@@ -155,9 +159,9 @@ def preprocessing_kwargs(shared: dict) -> dict:
 
 
 def emitter_kwargs(shared: dict) -> dict:
-    """ConvertOptions keywords from EMITTER_OPTIONS: each emitter's options object, checked by its class."""
+    """ConvertOptions keywords from EMITTER_OPTIONS: each emitter's options object, checked by its class, and the route."""
     from modelport.emitters.tensorrt import TensorRTOptions
     from modelport.emitters.tflite import TFLiteOptions
 
-    return {"tflite": TFLiteOptions(layout=shared["tflite_layout"], io_dtype=shared["tflite_io_dtype"]),
+    return {"route": shared["route"], "tflite": TFLiteOptions(layout=shared["tflite_layout"], io_dtype=shared["tflite_io_dtype"]),
             "tensorrt": TensorRTOptions(plan_only=shared["plan_only"], shapes=shared["trt_shapes"], workspace=shared["workspace"])}

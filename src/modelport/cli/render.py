@@ -35,13 +35,13 @@ def stages_table(report: dict, *, passes: bool = True) -> Table:
 
 def artifacts_table(report: dict) -> Table:
     t = Table(title="artifacts", title_justify="left")
-    for col in ("target", "runtime", "precision", "path", "size"):
+    for col in ("target", "route", "runtime", "precision", "path", "size"):
         t.add_column(col)
     for a in report.get("artifacts", []):
         precision = a.get("precision", "")
         if a.get("requested_precision") and a["requested_precision"] != precision:
             precision = f"[yellow]{precision}[/] ({a['requested_precision']} requested)"
-        t.add_row(a["target"], a["runtime"], precision, a["path"], fmt_size(a.get("size", 0)))
+        t.add_row(a["target"], a.get("route", "onnx"), a["runtime"], precision, a["path"], fmt_size(a.get("size", 0)))
     return t
 
 

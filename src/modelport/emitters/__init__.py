@@ -25,7 +25,8 @@ EMITTERS = Registry("target", {
     "tensorrt": "modelport.emitters.tensorrt",
     "ort": "modelport.emitters.ort",
     "ort-genai": "modelport.emitters.ort_genai",
-})
+    "savedmodel": "modelport.emitters.savedmodel",
+}, aliases={"tensorflow": "savedmodel", "tf": "savedmodel", "saved_model": "savedmodel", "keras": "savedmodel"})
 register_emitter = EMITTERS.register
 
 

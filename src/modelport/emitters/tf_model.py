@@ -228,7 +228,118 @@ def save_contract_model(tf, keras_model, inputs: list[Port], outputs: list[Port]
     fn = module.serve.get_concrete_function()
     module.captured = list(fn.variables)
     tf.saved_model.save(module, str(dest), signatures={signature: fn})
-    _stable_fingerprint(Path(dest))
+    stable_saved_model(Path(dest))
+
+
+def stable_saved_model(dest: Path) -> None:
+    """The same model saved twice, in one process or two, gives the same bytes: TensorFlow names
+    each traced function after a per-process counter (`__inference_serve_1204`), so the functions
+    are renamed by their order in the library (`__inference_serve_0`) wherever the SavedModel names
+    them, and the fingerprint is made again from the result (`_stable_fingerprint`)."""
+    import re
+
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    pb = dest / "saved_model.pb"
+    model = saved_model_pb2.SavedModel()
+    model.ParseFromString(pb.read_bytes())
+    mapping: dict[str, str] = {}
+    seen: dict[str, int] = {}
+    names = [f.signature.name for meta in model.meta_graphs for f in meta.graph_def.library.function]
+    for name in sorted(names, key=lambda n: (int(m.group(1)) if (m := re.search(r"_(\d+)$", n)) else -1, n)):
+        base = re.sub(r"_\d+$", "", name)  # creation order: the counters' order is the same in every process
+        mapping[name] = f"{base}_{seen.get(base, 0)}"
+        seen[base] = seen.get(base, 0) + 1
+    _rename_strings(model, mapping)
+    # a captured tensor's argument is named after its per-process id: number those in creation order
+    attrs = [a.attr["_user_specified_name"] for meta in model.meta_graphs for f in meta.graph_def.library.function
+             for a in f.arg_attr.values() if "_user_specified_name" in a.attr and a.attr["_user_specified_name"].s.isdigit()]
+    ids = {v: str(i).encode() for i, v in enumerate(sorted({a.s for a in attrs}, key=int))}
+    for a in attrs:
+        a.s = ids[a.s]
+    for meta in model.meta_graphs:
+        for f in meta.graph_def.library.function:
+            _number_captures(f)
+    for meta in model.meta_graphs:  # and the library in the order of the new names
+        functions = sorted(meta.graph_def.library.function, key=lambda f: f.signature.name)
+        copies = [type(f)() for f in functions]
+        for c, f in zip(copies, functions, strict=True):
+            c.CopyFrom(f)
+        del meta.graph_def.library.function[:]
+        meta.graph_def.library.function.extend(copies)
+    pb.write_bytes(model.SerializeToString(deterministic=True))
+    fingerprint = dest / "fingerprint.pb"
+    if fingerprint.is_file():
+        from tensorflow.core.protobuf import fingerprint_pb2
+        from tensorflow.python.saved_model.pywrap_saved_model import fingerprinting
+
+        fp = fingerprint_pb2.FingerprintDef()
+        fp.ParseFromString(fingerprinting.CreateFingerprintDef(str(dest)))
+        # TensorFlow's hash of the object graph varies between processes for the same bytes
+        graphs = b"".join(m.object_graph_def.SerializeToString(deterministic=True) for m in model.meta_graphs)
+        fp.saved_object_graph_hash = int.from_bytes(hashlib.sha256(graphs).digest()[:8], "big")
+        fingerprint.write_bytes(fp.SerializeToString(deterministic=True))
+    _stable_fingerprint(dest)
+
+
+def _number_captures(function) -> None:
+    """A function's arguments that stand for captured tensors are named after a per-process id
+    (`model_17_4244`): renamed `model_17_c0`, `model_17_c1`… in the ids' order, wherever the
+    function refers to them (the names are local to the function)."""
+    import re
+
+    found = [(m.group(1), int(m.group(2)), a.name) for a in function.signature.input_arg
+             if (m := re.fullmatch(r"(.*)_(\d{3,})", a.name))]
+    if not found:
+        return
+    mapping = {name: f"{base}_c{i}" for i, (base, _, name) in enumerate(sorted(found, key=lambda t: t[1]))}
+    for a in function.signature.input_arg:
+        a.name = mapping.get(a.name, a.name)
+    for node in function.node_def:
+        for i, ref in enumerate(node.input):
+            name, sep, rest = ref.partition(":")
+            if name in mapping:
+                node.input[i] = mapping[name] + sep + rest
+    for key in list(function.ret):
+        name, sep, rest = function.ret[key].partition(":")
+        if name in mapping:
+            function.ret[key] = mapping[name] + sep + rest
+
+
+def _rename_strings(message, mapping: dict[str, str]) -> None:
+    """Every string field and string map key of a protobuf message equal to a key of `mapping`,
+    replaced by its value (in place, recursively)."""
+    for field, value in message.ListFields():
+        if field.type == field.TYPE_MESSAGE:
+            if field.message_type.GetOptions().map_entry:
+                value_field = field.message_type.fields_by_name["value"]
+                for key in list(value.keys()):
+                    item = value[key]
+                    if value_field.type == value_field.TYPE_MESSAGE:
+                        _rename_strings(item, mapping)
+                        if isinstance(key, str) and key in mapping:
+                            kept = type(item)()
+                            kept.CopyFrom(item)
+                            del value[key]
+                            value[mapping[key]].CopyFrom(kept)
+                    else:
+                        new_key = mapping.get(key, key) if isinstance(key, str) else key
+                        new_item = mapping.get(item, item) if isinstance(item, str) else item
+                        if new_key != key:
+                            del value[key]
+                        value[new_key] = new_item
+            elif field.label == field.LABEL_REPEATED:
+                for item in value:
+                    _rename_strings(item, mapping)
+            else:
+                _rename_strings(value, mapping)
+        elif field.type == field.TYPE_STRING:
+            if field.label == field.LABEL_REPEATED:
+                for i, item in enumerate(value):
+                    if item in mapping:
+                        value[i] = mapping[item]
+            elif value in mapping:
+                setattr(message, field.name, mapping[value])
 
 
 def _stable_fingerprint(dest: Path) -> None:

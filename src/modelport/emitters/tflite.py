@@ -47,6 +47,7 @@ from modelport.ir import IRModel, Reference
 
 NAME = "tflite"
 RUNTIME = "tflite"
+CONVERTER = "onnx2tf"  # the ONNX route's converter, as the report names it
 DESCRIPTION = "TFLite flatbuffer via onnx2tf (fp32/fp16/int8), validated in the LiteRT interpreter"
 
 IO_DTYPES = ("float32", "int8", "uint8")
@@ -82,11 +83,12 @@ def load_calibration(path: str | Path, ir: IRModel) -> dict[str, np.ndarray]:
 
 
 def _to_tflite(keras_model, inputs: list[Port], outputs: list[Port], mode: str, calib: dict[str, np.ndarray] | None,
-               io_dtype: str, work: Path, log: Path) -> bytes:
+               io_dtype: str, work: Path, log: Path, *, save=None, what: str = "onnx2tf's TensorFlow model") -> bytes:
     """TensorFlow's converter on the wrapped model, with the precision's settings.
 
     The wrapper is saved as a SavedModel with its one signature first (the converter would do the
-    same, but on a failure silently write a file without a signature).
+    same, but on a failure silently write a file without a signature). `save(tf, dest)` writes it
+    (default: onnx2tf's `keras_model` behind the contract, `tf_model.save_contract_model`).
     """
     from modelport.quiet_call import captured_output, log_tail
 
@@ -94,9 +96,12 @@ def _to_tflite(keras_model, inputs: list[Port], outputs: list[Port], mode: str, 
         import tensorflow as tf
 
         try:
-            save_contract_model(tf, keras_model, inputs, outputs, work / "wrapped", SIGNATURE)
+            if save is None:
+                save_contract_model(tf, keras_model, inputs, outputs, work / "wrapped", SIGNATURE)
+            else:
+                save(tf, work / "wrapped")
         except Exception as e:
-            raise UnsupportedError(f"onnx2tf's TensorFlow model could not be wrapped for TFLite: {type(e).__name__}: "
+            raise UnsupportedError(f"{what} could not be wrapped for TFLite: {type(e).__name__}: "
                                    f"{(str(e).strip().splitlines() or [''])[0][:300]}") from None
         conv = tf.lite.TFLiteConverter.from_saved_model(str(work / "wrapped"), signature_keys=[SIGNATURE])
         conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.OpsSet.SELECT_TF_OPS]
@@ -123,6 +128,14 @@ def _to_tflite(keras_model, inputs: list[Port], outputs: list[Port], mode: str, 
         except Exception as e:
             raise UnsupportedError(f"TensorFlow's TFLite converter failed: {type(e).__name__}: "
                                    f"{(str(e).strip().splitlines() or [''])[0][:300]} {log_tail(log, 2)}") from None
+
+
+def quantization(mode: str, io_dtype: str) -> str:
+    """The report's words for a converter mode (`fp32`, `fp16`, `int8`, `int8-full`, `int8-full-io`)."""
+    return {"fp32": "none", "fp16": "float16 weights", "int8": "dynamic range (int8 weights, float activations)",
+            "int8-full": "integer (int8 weights and activations, float I/O), calibrated",
+            "int8-full-io": f"full integer (int8 weights and activations, {io_dtype} I/O), calibrated; validated by "
+                            f"quantising float inputs and dequantising outputs with each tensor's scale and zero point"}[mode]
 
 
 def _name_io(data: bytes, inputs: list[Port], outputs: list[Port]) -> bytes:
@@ -207,10 +220,7 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     ops = _check_ops(load_interpreter(path), path)
     reference = _reference_in_layout(model, inputs, outputs)
     moved = [p.name for p in inputs + outputs if p.change]
-    quant = {"fp32": "none", "fp16": "float16 weights", "int8": "dynamic range (int8 weights, float activations)",
-             "int8-full": "integer (int8 weights and activations, float I/O), calibrated",
-             "int8-full-io": f"full integer (int8 weights and activations, {io_dtype} I/O), calibrated; validated by "
-                             f"quantising float inputs and dequantising outputs with each tensor's scale and zero point"}[mode]
+    quant = quantization(mode, io_dtype)
     validation = (f"signature '{SIGNATURE}' fed and read by the contract's names, as the file is"
                   + (f"; the reference was transposed into the file's layout for {', '.join(moved)}" if moved else
                      ", with no transpose"))

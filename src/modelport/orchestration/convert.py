@@ -19,10 +19,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from modelport.emitters import EmitOptions
+from modelport.emitters.routes import kind_of
 from modelport.emitters.tensorrt import TensorRTOptions
 from modelport.emitters.tflite import TFLiteOptions
 from modelport.errors import BadInputError, ModelportError, ValidationError
-from modelport.ir import IRModel, TensorSpec
+from modelport.ir import IRModel, SourceRef, TensorSpec
 from modelport.optimize.pipeline import OptimizeOptions
 from modelport.parsers.tf_common import TFSourceOptions
 from modelport.serving import PackageOptions
@@ -42,6 +44,7 @@ class ConvertOptions:
     """
 
     targets: list[str] = field(default_factory=lambda: ["onnx"])
+    route: str = "auto"  # auto | native | onnx: how each target is reached (emitters/routes.py)
     framework: str | None = None
     inputs: list[TensorSpec] = field(default_factory=list)
     output_names: list[str] | None = None
@@ -94,6 +97,10 @@ class ConvertOptions:
             self.text_generation = self.text_generation or TextGenerationOptions()
         elif self.precision == "int4":
             raise BadInputError("--precision int4 (weight-only) is for --task text-generation")
+        from modelport.emitters.routes import ROUTES
+        from modelport.registry import choice
+
+        self.route = choice(self.route or "auto", ROUTES, "route")
         o = self.optimize
         if o is not None and (o.precision != "fp32" or o.calibration or o.strict or o.allow_fallback):
             raise BadInputError("set precision, calibration, strict and allow_precision_fallback on ConvertOptions, "
@@ -116,6 +123,7 @@ def source_inputs(source, options: ConvertOptions | None = None) -> list[Path]:
     """The input paths an output must not overwrite (model file, its folder's data files, calibration data)."""
     paths = [Path(options.calibration)] if options and options.calibration else []
     paths += [Path(options.data)] if options and options.data else []
+    paths += [Path(options.tensorflow.weights)] if options and options.tensorflow.weights else []
     if not isinstance(source, (str, Path)) or str(source).startswith("zoo:"):
         return paths
     p = Path(source)
@@ -217,21 +225,55 @@ def check_reference_varies(ir: IRModel, report: Report, *, strict: bool, path=No
 
 def emit_and_validate(emitter, target: str, ir: IRModel, stage: Path, eopts, options: ConvertOptions, report: Report,
                       zoo_tol, hop: str, *, on_stage: StageCallback | None = None, out: Path | None = None,
-                      requested: str | None = None, part: str | None = None) -> None:
+                      requested: str | None = None, part: str | None = None, route: dict | None = None,
+                      retry: bool = False) -> None:
     """Emit one target and validate it. When its precision cannot be delivered within tolerance
     and the user allowed a fallback, the target is emitted again in FP32 and the report says so.
-    A `part` of a source exported as several models is emitted into `stage/<part>/`."""
+    A `part` of a source exported as several models is emitted into `stage/<part>/`. `route` goes
+    into the artifact's entry; with `retry` (another route follows) a failed attempt's entries are
+    dropped."""
     try:
         _emit_with_fallback(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop, on_stage=on_stage, out=out,
-                            requested=requested, part=part)
+                            requested=requested, part=part, route=route)
+    except ModelportError:
+        if retry:
+            report.discard_attempt(target)
+        raise
     finally:
         report.settle_attempt(target)
 
 
-def _emit_with_fallback(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop, *, on_stage, out, requested, part):
+def emit_by_routes(plan, ir: IRModel, stage: Path, eopts, options: ConvertOptions, report: Report, zoo_tol, fw: str, *,
+                   on_stage=None, out=None, requested=None, part: str | None = None) -> None:
+    """Emit `plan.target` by its first route; under `--route auto` a route that fails to convert or
+    to validate gives way to the next one, and the report says why (`route_notes`, a warning)."""
+    from modelport.errors import MissingDependencyError, StageError, UnsupportedError
+
+    notes = list(plan.notes)
+    label = f"{part}: " if part else ""
+    for i, r in enumerate(plan.routes):
+        last = i == len(plan.routes) - 1
+        route = {"route": r.name, "route_asked": plan.asked, "route_converter": r.converter, "route_notes": list(notes)}
+        hop = f"{label}{fw}→{plan.target} ({'native, ' if r.name == 'native' else ''}end to end)"
+        try:
+            emit_and_validate(r.emitter, plan.target, ir, stage, eopts, options, report, zoo_tol, hop, on_stage=on_stage,
+                              out=out, requested=requested, part=part, route=route, retry=not last)
+            if i:
+                report.warn(f"{plan.target}: {notes[-1]}; the artifact came by the {r.name} route")
+            return
+        except (UnsupportedError, ValidationError, MissingDependencyError, StageError) as e:
+            if last:
+                if notes:
+                    raise e.with_reason(f"{e.reason} (after: {'; '.join(notes)})") from e
+                raise
+            notes.append(f"{r.name} route ({r.converter}) failed: {e.reason}")
+
+
+def _emit_with_fallback(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop, *, on_stage, out, requested, part,
+                        route=None):
     try:
         _emit_once(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop, on_stage=on_stage, out=out,
-                   requested=requested, part=part)
+                   requested=requested, part=part, route=route)
     except ValidationError as e:
         if eopts.precision in ("fp32", None) or not options.allow_precision_fallback:
             if eopts.precision not in ("fp32", None) and "--allow-precision-fallback" not in e.reason:
@@ -242,19 +284,24 @@ def _emit_with_fallback(emitter, target, ir, stage, eopts, options, report, zoo_
         requested = requested or eopts.precision
         fp32 = replace(eopts, precision="fp32")
         _emit_once(emitter, target, ir, stage, fp32, options, report, zoo_tol, hop, on_stage=on_stage, out=out,
-                   requested=requested, part=part)
+                   requested=requested, part=part, route=route)
         report.set_precision_fallback(requested, e.reason)
         report.warn(f"{target}: --precision {requested} could not be delivered ({e.reason}); the artifact is fp32")
 
 
-def _emit_once(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop, *, on_stage, out, requested=None, part=None):
+def _emit_once(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop, *, on_stage, out, requested=None, part=None,
+               route=None):
     folder = stage / part if part else stage
     folder.mkdir(exist_ok=True)
-    with run_stage(report, f"emit:{target}" + (f":{part}" if part else ""), on_stage=on_stage):
+    with run_stage(report, f"emit:{target}" + (f":{part}" if part else ""), on_stage=on_stage) as emitted:
+        if route:
+            emitted.note(route=route["route"])
         artifact = emitter.emit(ir, folder, eopts)
     entry = artifact.to_dict(stage)
     if part:
         entry["part"] = part
+    if route:
+        entry.update({k: v for k, v in route.items() if v or k != "route_notes"})
     entry["requested_precision"] = requested or eopts.precision
     if entry["requested_precision"] != artifact.precision and options.fallback_reason:
         entry["precision_fallback"] = {"requested": entry["requested_precision"], "reason": options.fallback_reason}
@@ -265,6 +312,35 @@ def _emit_once(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop,
             parity = validate_artifact(artifact, ir, ttol, hop)
         report.add_parity(parity, attempt=target)
         parity.raise_if_failed(path=out)
+        checked = artifact.details.get("contract_check")
+        if checked:
+            entry["contract_check"] = checked
+            if checked["fixed_dims"]:
+                report.warn(f"{target}: the artifact fixes dynamic dims at their sample sizes: {checked['fixed_dims']}")
+
+
+def plan_routes(ir: IRModel, options: ConvertOptions, emit_options) -> dict:
+    """Each target's routes (`emitters/routes.py`), and the ONNX route's preflight for every target
+    that starts with it: a refusal fails the run (all targets' refusals in one error) unless a
+    native route can follow, which is then tried alone."""
+    from modelport.emitters import get_emitter
+    from modelport.emitters.preflight import check_targets
+    from modelport.emitters.routes import plan
+
+    plans = {t: plan(ir, t, options.route, emit_options(t), get_emitter(t)) for t in options.targets}
+    checked = []
+    for t, p in plans.items():
+        if p.routes[0].name != "onnx":
+            continue
+        if len(p.routes) == 1:
+            checked.append(t)
+            continue
+        pre = p.routes[0].emitter.preflight(ir, emit_options(t))
+        if not pre.ok:
+            p.notes.append(f"onnx route not taken: {pre.runtime} cannot convert {pre.op_counts()}")
+            p.routes.pop(0)
+    check_targets(ir, checked, EmitOptions(precision=options.precision, opset=options.opset, calibration=options.calibration))
+    return plans
 
 
 def copy_companion_files(ir: IRModel, stage: Path, report: Report) -> None:
@@ -321,6 +397,9 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
             ir = parse(src, spec)
             parts = ir.parts or {"": ir}  # a model exported as several (an encoder and a decoder) goes to OUT/<part>/
             parsed.note(nodes=sum(len(p.model.graph.node) for p in parts.values()), exporter=ir.provenance.get("exporter"))
+        source_ref = SourceRef(kind_of(ir.provenance), src, spec)  # for the native routes
+        for pir in parts.values():
+            pir.source = source_ref
         report.set_source(describe_source(src, ir))
         for part, pir in parts.items():
             record = functools.partial(report.add_part, part) if part else report.set_contract
@@ -329,12 +408,11 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
             raise BadInputError(f"--package takes one model; this source gives {len(parts)} ({', '.join(parts)})", path=spec.path)
         check_override_names(tol, [o.name for p in parts.values() for o in p.outputs], path=spec.path)
 
-        from modelport.emitters.preflight import check_targets
         from modelport.orchestration.optimize_stage import optimize_stage, wanted
 
         fw = ir.provenance.get("framework", "source")
         requested_precision = options.precision if wanted(options) else None
-        prepared = []  # (part, its IR, the run's options after its optimisation stage)
+        prepared = []  # (part, its IR, the run's options after its optimisation stage, each target's routes)
         for part, pir in parts.items():
             label, suffix = (f"{part}: ", f":{part}") if part else ("", "")
             check_reference_varies(pir, report, strict=options.strict, path=spec.path)
@@ -345,26 +423,28 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
             popts = options
             if requested_precision:
                 pir, popts = optimize_stage(pir, options, report, zoo_tol, on_stage=on_stage)
+                pir.source = source_ref
+
+            def emit_options(target, popts=popts):
+                return EmitOptions(precision=popts.precision, opset=popts.opset, calibration=popts.calibration,
+                                   target=popts.emitter_options(target))
+
             with run_stage(report, f"preflight{suffix}", on_stage=on_stage):  # every target's, before anything is emitted
-                check_targets(pir, popts.targets, EmitOptions(precision=popts.precision, opset=popts.opset,
-                                                              calibration=popts.calibration))
-            prepared.append((part, pir, popts))
-        runs = [(part, pir, popts, target) for part, pir, popts in prepared for target in popts.targets]
+                plans = plan_routes(pir, popts, emit_options)
+            prepared.append((part, pir, popts, emit_options, plans))
+        runs = [(part, pir, popts, emit_options, plans[target]) for part, pir, popts, emit_options, plans in prepared
+                for target in popts.targets]
         with staged_dir(out, source_inputs(source, options), force=options.force, keep_failed=options.keep_failed) as stage:
             try:
                 failures = {}
-                for part, pir, popts, target in runs:
-                    label = f"{part}: " if part else ""
-                    eopts = EmitOptions(precision=popts.precision, opset=popts.opset, calibration=popts.calibration,
-                                        target=popts.emitter_options(target))
+                for part, pir, popts, emit_options, plan in runs:
                     try:
-                        emit_and_validate(get_emitter(target), target, pir, stage, eopts, popts, report, zoo_tol,
-                                          f"{label}{fw}→{target} (end to end)", on_stage=on_stage, out=out,
-                                          requested=requested_precision, part=part or None)
+                        emit_by_routes(plan, pir, stage, emit_options(plan.target), popts, report, zoo_tol, fw,
+                                       on_stage=on_stage, out=out, requested=requested_precision, part=part or None)
                     except ModelportError as e:
                         if len(runs) == 1:
                             raise
-                        name = f"{part}:{target}" if part else target
+                        name = f"{part}:{plan.target}" if part else plan.target
                         failures[name] = e  # the other targets still run; every result is reported
                         report.add_target_failure(name, e.to_dict())
                 if failures:

@@ -19,7 +19,7 @@ from modelport.parsers.tf_common import first_line, import_tf, stdout_to_stderr
 
 NAME = "keras"
 DESCRIPTION = "Keras model (.keras archive, .h5) or a keras.Model object"
-SUFFIXES = {".keras", ".h5", ".hdf5"}
+SUFFIXES = {".keras", ".h5", ".hdf5", ".json"}  # .json: an architecture, its weights named by `-iw` (spec.options["weights"])
 
 
 def sniff(path: Path) -> bool:
@@ -48,6 +48,8 @@ def load(source, spec):
     from modelport.deps import require
 
     keras = require("keras", purpose="Keras sources")
+    if path.suffix.lower() == ".json":
+        return load_json(keras, path, spec), "keras json + weights"
     try:
         with stdout_to_stderr():
             model = keras.saving.load_model(str(path), compile=False, safe_mode=not spec.trust)
@@ -61,6 +63,53 @@ def load(source, spec):
         raise BadInputError(f"truncated or not a Keras model: {first_line(e)}", path=path) from None
     fmt = "keras archive" if path.suffix.lower() == ".keras" else "keras h5"
     return model, fmt
+
+
+def load_json(keras, path: Path, spec):
+    """MMdnn's Keras form: an architecture JSON (`model.to_json()`, Keras 3 or Keras 2 / tf.keras)
+    with its weights in an HDF5 file (`-iw`: Keras 2's `save_weights` layout, or Keras 3's
+    `.weights.h5`, whatever the file is called). The JSON was screened like any Keras config."""
+    import shutil
+    import tempfile
+
+    import h5py
+
+    weights = spec.options.get("weights")
+    if not weights:
+        raise BadInputError("a Keras architecture JSON needs its weights", path=path, hint="pass the weights file with -iw WEIGHTS.h5")
+    weights = check_model_file(weights, kind="Keras weights")
+    from keras.src.saving import serialization_lib
+
+    config = keras_safety.read_config(path)
+    try:
+        with stdout_to_stderr(), serialization_lib.SafeModeScope(not spec.trust):
+            try:
+                model = keras.models.model_from_json(path.read_text())
+            except (TypeError, ValueError):  # a Keras 2 config ('Functional', 'batch_input_shape'): Keras's legacy reader
+                from keras.src.legacy.saving import saving_utils
+
+                model = saving_utils.model_from_config(config)
+    except Exception as e:
+        raise BadInputError(f"cannot build the Keras model from its JSON: {first_line(e)}", path=path) from None
+    try:
+        with h5py.File(weights, "r") as f:
+            legacy = "layer_names" in f.attrs
+    except OSError as e:
+        raise BadInputError(f"truncated or not an HDF5 weights file: {first_line(e)}", path=weights) from None
+    try:
+        with stdout_to_stderr(), tempfile.TemporaryDirectory(prefix="modelport-weights-") as tmp:
+            # Keras picks the reader by the name: `.weights.h5` is its own layout, any other `.h5` Keras 2's
+            named = weights
+            if not legacy and not weights.name.endswith(".weights.h5"):
+                named = Path(tmp) / "model.weights.h5"
+                shutil.copyfile(weights, named)
+            elif legacy and not weights.name.endswith((".h5", ".hdf5")) or legacy and weights.name.endswith(".weights.h5"):
+                named = Path(tmp) / "model.h5"
+                shutil.copyfile(weights, named)
+            model.load_weights(str(named))
+    except Exception as e:
+        raise BadInputError(f"the weights do not fit the architecture {path.name}: {first_line(e)}", path=weights) from None
+    return model
 
 
 def _layer_name(tensor, default: str) -> str:

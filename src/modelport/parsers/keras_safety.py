@@ -31,13 +31,17 @@ H5_MAGIC = b"\x89HDF\r\n\x1a\n"
 
 
 def read_config(path: Path) -> dict:
-    """The model config of a `.keras` archive or a Keras `.h5` file, parsed as JSON only."""
+    """The model config of a `.keras` archive, a Keras `.h5` file or an architecture `.json`, parsed as JSON only."""
     with open(path, "rb") as f:
         head = f.read(8)
     if head.startswith(b"PK"):
         return _zip_config(path)
     if head == H5_MAGIC:
         return _h5_config(path)
+    if path.suffix.lower() == ".json":  # an architecture JSON (model.to_json()), weights in another file
+        if path.stat().st_size > MAX_CONFIG_BYTES:
+            raise BadInputError(f"architecture JSON of {path.stat().st_size} bytes is too large", path=path)
+        return _json(path.read_bytes(), path)
     raise BadInputError("truncated or not a Keras file (neither a .keras zip nor HDF5)", path=path)
 
 

@@ -27,14 +27,18 @@ class TFSourceOptions:
 
     signature: str | None = None  # SavedModel/TFLite signature (default serving_default)
     input_names: tuple[str, ...] = ()  # new names for the model's inputs, in order
+    weights: str | None = None  # the weights file of a Keras architecture JSON (MMdnn's -in model.json -iw weights.h5)
 
     def __post_init__(self):
         names = (self.input_names,) if isinstance(self.input_names, str) else tuple(self.input_names or ())
         object.__setattr__(self, "input_names", tuple(n.strip() for item in names for n in item.split(",") if n.strip()))
+        if self.weights is not None:
+            object.__setattr__(self, "weights", str(self.weights))
 
     def spec_options(self) -> dict:
         """The SourceSpec.options entries the parsers read (only those given)."""
-        return {k: v for k, v in (("signature", self.signature), ("input_names", list(self.input_names))) if v}
+        return {k: v for k, v in (("signature", self.signature), ("input_names", list(self.input_names)),
+                                  ("weights", self.weights)) if v}
 
 
 # Ops that touch the file system or run Python: a model that needs them is a program, not data.

@@ -1,0 +1,133 @@
+"""The native TFLite route for PyTorch sources: litert-torch (Google's `torch.export` → LiteRT
+converter), no ONNX in between (`emitters/routes.py`).
+
+The module is loaded again as the parser loaded it (`parsers.pytorch.load_module`, from a copy of
+the file: a `.pt2`'s program, a state dict on its `--arch`, a trusted TorchScript or pickle, an
+`nn.Module` object) and converted on the reference's sample inputs. 64-bit inputs and outputs
+(token ids) stay 64-bit (`enable_x64`), so the file takes what the contract says. The file is given
+the contract's names (`tflite._name_io`: signature `serving_default`, I/O tensors by name).
+
+litert-torch 0.10 converts with static shapes: a dynamic dim is fixed at its sample size, and the
+artifact's `fixed_dims` says so. It is an optional dependency, checked only when this route is
+taken (exit 5 naming the install when it is missing). What the route refuses before running: a
+precision other than fp32 and `--tflite-layout nhwc` (the ONNX route serves both).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from modelport.emitters import Artifact, EmitOptions
+from modelport.emitters.tf_model import Port
+from modelport.errors import BadInputError, UnsupportedError
+from modelport.ir import IRModel
+
+NAME = "litert-torch"
+AUTO = "fallback"  # measured: the ONNX route keeps dynamic dims; this one fixes them, and serves transformers
+INSTALL = "pip install --no-deps litert-torch==0.10.0 with the packages of the Makefile's LITERT_TORCH (make setup does)"
+
+
+def refusal(ir: IRModel, options: EmitOptions) -> str | None:
+    from modelport.emitters.tflite import TFLiteOptions
+
+    opts = options.target or TFLiteOptions()
+    if options.precision != "fp32":
+        return f"precision {options.precision} (this route converts fp32; the ONNX route quantises)"
+    if opts.layout != "source":
+        return f"--tflite-layout {opts.layout} (this route keeps the source's layouts)"
+    if ir.reference is None:
+        return "no sample inputs to convert on"
+    return None
+
+
+def require_litert():
+    """litert_torch, or exit 5 naming how to install it."""
+    import importlib
+
+    from modelport.errors import MissingDependencyError
+
+    try:
+        return importlib.import_module("litert_torch")
+    except ImportError as e:
+        raise MissingDependencyError(f"litert-torch is needed for the PyTorch → TFLite native route ({e})",
+                                     hint=f"{INSTALL}, or take the ONNX route with --route onnx") from None
+
+
+def _output_keys(data: bytes, outputs: list[Port]) -> list[Port]:
+    """The ports with litert-torch's signature keys for the outputs: `output_N` in flattening order,
+    or a dict output's own keys (a `transformers` ModelOutput's `last_hidden_state`, …)."""
+    import re
+    from dataclasses import replace
+
+    from tensorflow.lite.tools import flatbuffer_utils
+
+    model = flatbuffer_utils.read_model_from_bytearray(bytearray(data))
+    keys = [m.name.decode() for m in model.signatureDefs[0].outputs] if model.signatureDefs else []
+    names = [p.name for p in outputs]
+    if sorted(keys) == sorted(names):
+        return [replace(p, key=p.name) for p in outputs]
+    if sorted(keys) == sorted(f"output_{j}" for j in range(len(outputs))):
+        return outputs
+    unnumbered = [k for k in keys if not re.fullmatch(r"output_\d+", k)]
+    raise UnsupportedError(f"{NAME} named the outputs {keys}; the contract's are {names} (unnumbered: {unnumbered})")
+
+
+def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
+    from modelport.deps import version_of
+    from modelport.emitters.routes import staged_source
+    from modelport.emitters.tflite import SIGNATURE, _check_ops, _name_io
+    from modelport.quiet_call import captured_output, log_tail
+    from modelport.runtimes.tflite import load_interpreter
+
+    reason = refusal(model, options)
+    if reason:
+        raise BadInputError(f"{NAME} cannot convert to tflite: {reason}")
+    import torch
+
+    from modelport.parsers.pytorch import load_module
+
+    inputs = [Port(s.name, f"args_{i}", s.dtype, list(model.reference.inputs[s.name].shape),
+                   layout=f"{s.layout} (as source)" if s.layout else "as source") for i, s in enumerate(model.inputs)]
+    outputs = [Port(s.name, f"output_{j}", s.dtype, list(model.reference.outputs[s.name].shape),
+                    layout=f"{s.layout} (as source)" if s.layout else "as source") for j, s in enumerate(model.outputs)]
+    wide = any(p.dtype in ("int64", "float64", "uint64") for p in inputs + outputs)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="modelport-litert-") as tmp:
+        work = Path(tmp)
+        log = work / "convert.log"
+        with captured_output(log, NAME):  # its import prints torchao and jax notices
+            litert_torch = require_litert()
+        source, spec = staged_source(model, work)
+        module, _, _ = load_module(source, spec)
+        args = tuple(torch.from_numpy(model.reference.inputs[s.name].copy()) for s in model.inputs)
+        try:
+            with captured_output(log, NAME):
+                try:
+                    module.eval()
+                except Exception:
+                    pass  # an ExportedProgram's module is in inference mode already and refuses train()/eval()
+                edge = litert_torch.convert(module, args, enable_x64=wide)
+                edge.export(str(work / "model.tflite"))
+        except Exception as e:
+            raise UnsupportedError(f"{NAME} could not convert the model: {type(e).__name__}: "
+                                   f"{(str(e).strip().splitlines() or [''])[0][:300]} {log_tail(log, 2)}") from None
+        data = (work / "model.tflite").read_bytes()
+    outputs = _output_keys(data, outputs)
+    path = out_dir / "model.tflite"
+    path.write_bytes(_name_io(data, inputs, outputs))
+    ops = _check_ops(load_interpreter(path), path)
+    fixed = {s.name: p.shape for s, p in zip(model.inputs + model.outputs, inputs + outputs, strict=True)
+             if any(isinstance(d, str) for d in s.shape)}
+    return Artifact(
+        target="tflite", runtime="tflite", path=path, files=[path], precision="fp32",
+        details={"converter": f"litert-torch {version_of('litert-torch') or version_of('litert_torch')} (torch.export → LiteRT)",
+                 "layout": "source", "inputs_layout": {p.name: p.layout for p in inputs},
+                 "outputs_layout": {p.name: p.layout for p in outputs},
+                 "signature": {"key": SIGNATURE, "inputs": [p.name for p in inputs], "outputs": [p.name for p in outputs]},
+                 "fixed_dims": fixed,
+                 "validation": f"signature '{SIGNATURE}' fed and read by the contract's names, as the file is, with no transpose",
+                 "quantization": "none", "io_dtype": "as the contract (64-bit kept)" if wide else "float32",
+                 "tflite_ops": len(ops)},
+        runner="tflite", runner_options={"signature": SIGNATURE},
+    )
