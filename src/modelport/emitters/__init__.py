@@ -24,6 +24,7 @@ EMITTERS = Registry("target", {
     "tflite": "modelport.emitters.tflite",
     "tensorrt": "modelport.emitters.tensorrt",
     "ort": "modelport.emitters.ort",
+    "openvino": "modelport.emitters.openvino",
 })
 register_emitter = EMITTERS.register
 

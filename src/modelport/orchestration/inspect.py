@@ -50,10 +50,11 @@ INSPECTORS = Registry("inspector", {
     "graphdef": "modelport.parsers.graphdef:inspect",
     "tflite": "modelport.parsers.tflite:inspect",
     "tensorrt": "modelport.runtimes.tensorrt:engine_info",
+    "openvino": "modelport.runtimes.openvino:inspect_ir",
 }, suffixes={
     ".onnx": "onnx", ".pt": "pytorch", ".pth": "pytorch", ".pt2": "pytorch", ".safetensors": "pytorch",
     ".keras": "keras", ".h5": "keras", ".hdf5": "keras", "saved_model.pb": "savedmodel", ".pb": "graphdef",
-    ".tflite": "tflite", ".plan": "tensorrt", ".engine": "tensorrt", "/": "savedmodel",
+    ".tflite": "tflite", ".plan": "tensorrt", ".engine": "tensorrt", ".xml": "openvino", "/": "savedmodel",
 })
 register_inspector = INSPECTORS.register
 

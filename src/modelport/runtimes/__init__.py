@@ -31,6 +31,7 @@ RUNNERS = Registry("runtime", {
     "torch_source": "modelport.runtimes.torch_source:TorchSourceRunner",
     "tensorrt": "modelport.runtimes.tensorrt:TensorRTRunner",
     "savedmodel": "modelport.runtimes.savedmodel:SavedModelRunner",
+    "openvino": "modelport.runtimes.openvino:OpenVINORunner",
 })
 register_runner = RUNNERS.register
 
