@@ -53,6 +53,8 @@ def register(app: typer.Typer) -> None:
         optimize: str | None = typer.Option(None, "--optimize", "-O", help="Optimisation level: none, basic, extended, all or auto."),
         precision: flags.EmitPrecision = "fp32",
         accuracy_budget: flags.AccuracyBudget = None,
+        runtimes: str | None = typer.Option(None, "--runtimes", help="--optimize auto: CPU runtimes whose candidates compete, "
+                                            "e.g. onnxruntime,openvino (default: each installed one that writes a --to target)."),
         package: list[str] = typer.Option([], "--package", help="Also package for serving systems, e.g. triton,torchserve (OUT/packages/<system>/)."),
         **shared,
     ):
@@ -73,7 +75,7 @@ def register(app: typer.Typer) -> None:
                 targets=[choice(t, EMITTERS, "target") for t in split_list(to)] or ["onnx"],
                 framework=choice(framework, PARSERS, "source framework"), inputs=specs, output_names=split_list(outputs) or None,
                 arch=arch_, trust=trust, opset=opset, force=shared["force"], **flags.parity_kwargs(shared),
-                optimize=OptimizeOptions(level=optimize, budget=accuracy_budget),
+                optimize=OptimizeOptions(level=optimize, budget=accuracy_budget, runtimes=runtimes),
                 precision=choice(precision, flags.EMIT_PRECISIONS, "precision"), calibration=shared["calibration"],
                 strict=shared["strict"], allow_precision_fallback=shared["allow_fallback"],
                 tensorflow=TFSourceOptions(signature=signature, input_names=split_list(input_names)), **flags.emitter_kwargs(shared),

@@ -1,6 +1,7 @@
 """The OpenVINO target: OpenVINO IR (`model.xml` + `model.bin`), validated in OpenVINO on CPU.
 
-Route: the IR's ONNX model through `openvino.convert_model`, then `openvino.save_model`. Every
+Route: the IR's ONNX model through OpenVINO's ONNX front end (`Core.read_model`, the front end
+`openvino.convert_model` wraps, without its usage telemetry), then `openvino.save_model`. Every
 source framework reaches OpenVINO through the same ONNX model, which the run has already checked
 against the source; OpenVINO's own PyTorch and TensorFlow front ends would need the live source
 object and example inputs, and give the same graph for the models here.
@@ -114,8 +115,13 @@ def quantize(model, mode: str, calibration: list[dict] | None, *, budget=None) -
     """INT8 through NNCF: static quantisation (with accuracy control under a budget) or INT8 weights."""
     from modelport.deps import require
     from modelport.quiet_call import silenced_output
+    from modelport.runtimes.openvino import no_telemetry
 
+    no_telemetry()
     nncf = require("nncf", purpose="INT8 quantisation for OpenVINO")
+    import logging
+
+    logging.getLogger("nncf").setLevel(logging.ERROR)  # its INFO tables would reach the terminal
     try:
         if mode == "weights":
             with silenced_output():  # NNCF draws progress bars on the terminal
@@ -211,7 +217,7 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
         reference = calibration_reference(model, calibration)  # judged in distribution, as the ONNX INT8 models are
     return Artifact(
         target=NAME, runtime=RUNTIME, path=path, files=files, precision=precision,
-        details={"format": "openvino-ir", "openvino": ov.__version__, "route": "onnx -> openvino.convert_model",
+        details={"format": "openvino-ir", "openvino": ov.__version__, "route": "onnx -> OpenVINO ONNX front end (Core.read_model) -> save_model",
                  "weights": "fp16" if precision == "fp16" else ("int8" if precision == "int8" else "fp32"), **details},
         runner="openvino", runner_options={"precision": details["inference_precision"]}, reference=reference,
     )

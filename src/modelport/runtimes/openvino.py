@@ -27,9 +27,24 @@ CAPABILITY = {"fp32": "FP32", "bf16": "BF16", "fp16": "FP16", "int8": "INT8"}
 RT_KEY = "modelport"  # rt_info section of a modelport-written IR
 
 
+def no_telemetry() -> None:
+    """Keep OpenVINO and NNCF from phoning home.
+
+    `import openvino` sends a usage event to Google Analytics (through `openvino_telemetry`, unless
+    the user opted out or `CI` is set), and NNCF sends events per call; both fall back to a stub
+    when `openvino_telemetry` cannot be imported. modelport makes no network calls a user did not
+    ask for, so in its processes the package is made unimportable, unless something imported it
+    already (then the user's own setup decides).
+    """
+    import sys
+
+    sys.modules.setdefault("openvino_telemetry", None)
+
+
 def require_openvino(purpose: str = "OpenVINO"):
     from modelport.deps import require
 
+    no_telemetry()
     return require("openvino", purpose=purpose)
 
 
@@ -112,17 +127,21 @@ def read_ir(path: str | Path):
 
 def from_onnx(model):
     """An OpenVINO model from an in-memory ONNX ModelProto (written to a temporary file: OpenVINO
-    reads external data by path)."""
+    reads external data by path).
+
+    The model goes through OpenVINO's ONNX front end as the runtime reads it (`Core.read_model`),
+    the front end `openvino.convert_model` uses too: `convert_model` also sends usage telemetry to
+    Google Analytics unless the user opted out, and a conversion here makes no network calls.
+    """
     import tempfile
 
     from modelport.onnx_io import save_onnx
 
-    ov = require_openvino()
     with tempfile.TemporaryDirectory(prefix="modelport-ov-") as tmp:
         path = Path(tmp) / "model.onnx"
         save_onnx(model, path)
         try:
-            return ov.convert_model(str(path))
+            return core().read_model(str(path))
         except Exception as e:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise BadInputError(f"OpenVINO cannot convert the ONNX model: {first}") from None
