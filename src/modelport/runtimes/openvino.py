@@ -70,11 +70,13 @@ def supports(precision: str) -> bool:
     return cap is not None and cap in cpu_capabilities()
 
 
-def require_precision(precision: str) -> None:
-    """Exit 5 when this CPU cannot run `precision` natively (a hardware requirement, like a missing GPU)."""
-    if precision in ("bf16", "fp16") and not supports(precision):
+def require_precision(precision: str, capabilities: list[str] | None = None) -> None:
+    """Exit 5 when this CPU (whose OPTIMIZATION_CAPABILITIES are `capabilities`, else read from the
+    plugin) cannot run `precision` natively: a hardware requirement, like a missing GPU."""
+    caps = cpu_capabilities() if capabilities is None else list(capabilities)
+    if precision in ("bf16", "fp16") and CAPABILITY[precision] not in caps:
         raise MissingDependencyError(
-            f"this CPU cannot run {precision} natively in OpenVINO (OPTIMIZATION_CAPABILITIES: {', '.join(cpu_capabilities())})",
+            f"this CPU cannot run {precision} natively in OpenVINO (OPTIMIZATION_CAPABILITIES: {', '.join(caps)})",
             hint=f"{precision} inference needs a CPU with "
                  + ("AVX512-BF16 or AMX" if precision == "bf16" else "AMX-FP16 or AVX512-FP16") + "; use fp32 or int8 here")
 
