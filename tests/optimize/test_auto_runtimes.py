@@ -11,8 +11,9 @@ import json
 import numpy as np
 import pytest
 
-from modelport.optimize.auto import auto_select, check_runtimes, default_runtimes
+from modelport.optimize.auto import auto_select
 from modelport.optimize.pipeline import OptimizeOptions
+from modelport.runtimes import check_runtimes, default_runtimes
 from modelport.runtimes.openvino import supports
 from tests.optimize.conftest import make_ir
 

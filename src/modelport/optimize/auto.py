@@ -29,39 +29,8 @@ from modelport.errors import BadInputError, MissingDependencyError, ValidationEr
 from modelport.ir import IRModel
 from modelport.validation import Tolerance, check, tolerance_for
 
-# CPU runtime -> the targets whose artifacts it runs (the first is what it writes when it wins)
-CPU_RUNTIMES: dict[str, tuple[str, ...]] = {"onnxruntime": ("onnx", "ort"), "openvino": ("openvino",)}
 # timer(candidate row, run) -> milliseconds: `run()` runs the candidate once on the benchmark inputs
 Timer = Callable[[dict, Callable[[], object]], float]
-
-
-def installed_runtimes() -> list[str]:
-    """The CPU runtimes importable here (onnxruntime is a core dependency)."""
-    import importlib.util
-
-    return [r for r in CPU_RUNTIMES if r == "onnxruntime" or importlib.util.find_spec(r) is not None]
-
-
-def default_runtimes(targets) -> tuple[str, ...]:
-    """Every installed CPU runtime that writes one of `targets` (onnxruntime when none does)."""
-    found = tuple(r for r in installed_runtimes() if any(t in CPU_RUNTIMES[r] for t in targets))
-    return found or ("onnxruntime",)
-
-
-def check_runtimes(names) -> tuple[str, ...] | None:
-    """`--runtimes onnxruntime,openvino` as a tuple of known CPU runtimes (exit 2 naming the known ones)."""
-    if names is None:
-        return None
-    items = names.split(",") if isinstance(names, str) else [p for n in names for p in str(n).split(",")]
-    out = []
-    for item in (i.strip().lower() for i in items):
-        if not item:
-            continue
-        if item not in CPU_RUNTIMES:
-            raise BadInputError(f"unknown runtime '{item}' for --runtimes; known: {', '.join(CPU_RUNTIMES)}")
-        if item not in out:
-            out.append(item)
-    return tuple(out) or None
 
 
 def median_ms(run: Callable[[], object], *, runs: int = 20, warmup: int = 3) -> float:
@@ -167,7 +136,7 @@ def _openvino_candidates(ir: IRModel, opts, on_pass) -> list[dict]:
     import tempfile
     from pathlib import Path
 
-    from modelport.emitters import openvino as ove
+    from modelport.optimize import openvino_precision as ove
     from modelport.runtimes import openvino as ovr
 
     plans = [("openvino-fp32", "fp32", None)]

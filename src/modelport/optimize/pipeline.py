@@ -241,7 +241,7 @@ class OptimizeOptions:
         if isinstance(self.budget, str):
             put("budget", parse_budget(self.budget))
         if self.runtimes is not None:
-            from modelport.optimize.auto import check_runtimes
+            from modelport.runtimes import check_runtimes
 
             put("runtimes", check_runtimes(self.runtimes))
 

@@ -75,12 +75,13 @@ def _auto_stage(ir: IRModel, options, asked, report, zoo_tol, *, on_stage=None):
     losing runtime are not written (the report's `optimize.targets` and a warning say so)."""
     from modelport.emitters.openvino import OpenVINOOptions
     from modelport.errors import BadInputError, ValidationError
-    from modelport.optimize.auto import CPU_RUNTIMES, auto_select, default_runtimes
+    from modelport.optimize.auto import auto_select
+    from modelport.runtimes import CPU_RUNTIMES, default_runtimes
 
     allowed = {t for targets in CPU_RUNTIMES.values() for t in targets}
     others = [t for t in options.targets if t not in allowed]
     if others:
-        raise BadInputError(f"--optimize auto picks an onnxruntime or OpenVINO variant; it cannot feed {', '.join(others)}",
+        raise BadInputError(f"--optimize auto picks an onnxruntime variant or an OpenVINO one; it cannot feed {', '.join(others)}",
                             hint="use a named level (e.g. --optimize all) with those targets, or convert to onnx/ort/openvino only")
     runtimes = asked.runtimes or default_runtimes(options.targets)
     opts = replace(asked, precision="fp32", calibration=options.calibration, strict=options.strict,
