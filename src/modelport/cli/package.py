@@ -53,7 +53,7 @@ def register(app: typer.Typer) -> None:
         trt_accel: bool = typer.Option(False, "--trt-accel", help="Triton: TensorRT acceleration for ONNX on GPU."),
         postprocess: str = typer.Option("none", "--postprocess", help="TorchServe handler: none, softmax or topk=K."),
         no_preprocess: bool = typer.Option(False, "--no-preprocess", help="TorchServe handler: don't apply the contract's preprocessing."),
-        server: str = typer.Option("triton", "--server", help="k8s/kserve: the server inside: triton, torchserve, tfserving."),
+        server: str = typer.Option("triton", "--server", help="k8s/kserve: the server inside: triton, torchserve, tfserving, ovms."),
         image: str | None = typer.Option(None, "--image", help="k8s: the image name the manifests use."),
         replicas: int | None = typer.Option(None, "--replicas", help="k8s/KServe: a fixed number of replicas (no autoscaler)."),
         min_replicas: int | None = typer.Option(None, "--min-replicas", help="Autoscaling minimum (default 1)."),

@@ -23,12 +23,13 @@ PACKAGERS = Registry("serving system", {
     "tfserving": "modelport.serving.tfserving",
     "k8s": "modelport.serving.kubernetes",
     "kserve": "modelport.serving.kserve",
-}, aliases={"kubernetes": "k8s", "tf-serving": "tfserving", "tensorflow-serving": "tfserving"})
+    "ovms": "modelport.serving.ovms",
+}, aliases={"kubernetes": "k8s", "tf-serving": "tfserving", "tensorflow-serving": "tfserving", "openvino-model-server": "ovms"})
 register_packager = PACKAGERS.register
 canonical = PACKAGERS.canonical
 
 # servers a container bundle (k8s, kserve) can wrap
-SERVERS = ("triton", "torchserve", "tfserving")
+SERVERS = ("triton", "torchserve", "tfserving", "ovms")
 
 
 POSTPROCESS = ("none", "softmax", "topk=K")
