@@ -49,7 +49,13 @@ def installed_runtimes() -> list[str]:
     """The CPU runtimes importable here (onnxruntime is a core dependency)."""
     import importlib.util
 
-    return [r for r in CPU_RUNTIMES if r == "onnxruntime" or importlib.util.find_spec(r) is not None]
+    def importable(name: str) -> bool:
+        try:
+            return importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a module set to None in sys.modules (hidden) has no spec
+            return False
+
+    return [r for r in CPU_RUNTIMES if r == "onnxruntime" or importable(r)]
 
 
 def default_runtimes(targets) -> tuple[str, ...]:
