@@ -93,16 +93,28 @@ def quantize(model, mode: str, calibration: list[dict] | None, *, budget=None) -
         items = [{n: np.asarray(sample[n]) for n in names} for sample in calibration]
         dataset = nncf.Dataset(items)
         subset = len(items)
-        if budget is None:
-            with silenced_output():
-                out = nncf.quantize(model, dataset, subset_size=subset)
-            return out, {"int8_mode": "static", "quantizer": f"nncf {nncf.__version__} quantize", "calibration_samples": subset}
-        metric, max_drop = accuracy_metric(model, items, budget)
-        with silenced_output():
-            out = nncf.quantize_with_accuracy_control(model, dataset, dataset, validation_fn=metric, max_drop=max_drop,
-                                                      drop_type=nncf.DropType.ABSOLUTE, subset_size=subset)
-        return out, {"int8_mode": "static", "quantizer": f"nncf {nncf.__version__} quantize_with_accuracy_control",
-                     "calibration_samples": subset, "max_drop": max_drop}
+        info = {"int8_mode": "static", "calibration_samples": subset}
+        if budget is not None:
+            metric, max_drop = accuracy_metric(model, items, budget)
+            info["max_drop"] = max_drop
+        # NNCF's default scheme fails on some transformer graphs (an embedding table that is both a
+        # weight and an output); its transformer scheme, which also keeps softmax/layer norm in float, then runs
+        error = None
+        for model_type in (None, nncf.ModelType.TRANSFORMER):
+            extra = {"model_type": model_type} if model_type else {}
+            try:
+                with silenced_output():
+                    if budget is None:
+                        out = nncf.quantize(model, dataset, subset_size=subset, **extra)
+                    else:
+                        out = nncf.quantize_with_accuracy_control(model, dataset, dataset, validation_fn=metric, max_drop=max_drop,
+                                                                  drop_type=nncf.DropType.ABSOLUTE, subset_size=subset, **extra)
+            except Exception as e:  # NNCF raises plain KeyError/RuntimeError from its graph passes
+                error = error or e
+                continue
+            how = "quantize" if budget is None else "quantize_with_accuracy_control"
+            return out, {**info, "quantizer": f"nncf {nncf.__version__} {how}" + (" (transformer scheme)" if model_type else "")}
+        raise error
     except (BadInputError, ValidationError):
         raise
     except Exception as e:
