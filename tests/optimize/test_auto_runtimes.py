@@ -109,3 +109,19 @@ def test_convert_writes_the_openvino_winner_and_names_its_runtime(tmp_path):
     assert any("onnx not written" in w for w in report["warnings"])
     assert report["parity"][-1]["ok"] and report["parity"][-1]["hop"].endswith("openvino (end to end)")
     assert json.loads((tmp_path / "out" / "report.json").read_text())["optimize"]["runtime"] == "openvino"
+
+
+def test_convert_cli_shows_the_candidates_per_runtime(cli, tmp_path):
+    import onnx
+
+    onnx.save(small_mlp().model, str(tmp_path / "m.onnx"))
+    r = cli("convert", tmp_path / "m.onnx", "--optimize", "auto", "--runtimes", "onnxruntime,openvino",
+            "--accuracy-budget", "cosine>=0.999", "-o", tmp_path / "out")
+    assert r.exit_code == 0, r.stderr
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert f"auto: chose {report['optimize']['chosen']} ({report['optimize']['runtime']})" in r.stderr  # the table's title
+    assert {v["runtime"] for v in report["optimize"]["variants"]} == {"onnxruntime", "openvino"}
+    written = report["artifacts"][0]
+    assert written["runtime"] == report["optimize"]["runtime"]  # the winner's runtime wrote the artifact
+    r = cli("convert", tmp_path / "m.onnx", "--optimize", "auto", "--runtimes", "tensorflow", "-o", tmp_path / "x")
+    assert r.exit_code == 2 and "unknown runtime 'tensorflow'" in r.stderr

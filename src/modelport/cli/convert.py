@@ -86,4 +86,12 @@ def register(app: typer.Typer) -> None:
 
         from modelport.cli.render import render_report
 
-        run(body, command="convert", json_out=shared["json_out"], quiet=shared["quiet"], render=lambda r: render_report(r, output))
+        def render(report: dict) -> None:
+            if report.get("optimize"):  # --optimize auto: the candidates it chose from, per runtime
+                from modelport.cli._common import console
+                from modelport.cli.optimize import auto_table
+
+                console.print(auto_table(report["optimize"]))
+            render_report(report, output)
+
+        run(body, command="convert", json_out=shared["json_out"], quiet=shared["quiet"], render=render)

@@ -184,11 +184,11 @@ class OpenVINORunner:
 
     name = "openvino"
 
-    def __init__(self, model, *, precision: str | None = None, threads: int | None = None, path_check: bool = True):
+    def __init__(self, model, *, precision: str | None = None, threads: int | None = None):
         require_openvino("running OpenVINO models")
         self.path = Path(model) if isinstance(model, (str, Path)) else None
         if self.path is not None:
-            self.model = read_ir(self.path) if path_check else core().read_model(str(self.path))
+            self.model = read_ir(self.path)
         elif hasattr(model, "graph") and hasattr(model, "opset_import"):  # an ONNX ModelProto
             self.model = from_onnx(model)
         else:
