@@ -41,7 +41,7 @@ def register(app: typer.Typer) -> None:
         name: str | None = typer.Option(None, "--name", help="Model name in the server (default: the source's name)."),
         version: int | None = typer.Option(None, "--version", help="Model version (default 1, or the next with --add-version)."),
         add_version: bool = typer.Option(False, "--add-version", help="Add a version to an existing Triton/TF Serving bundle."),
-        backend: str | None = typer.Option(None, "--backend", help="Triton backend: onnx, tensorrt, savedmodel, torchscript."),
+        backend: str | None = typer.Option(None, "--backend", help="Triton backend: onnx, tensorrt, savedmodel, torchscript, openvino."),
         runtime: str | None = typer.Option(None, "--runtime", help="TorchServe handler: onnxruntime or torch (default: torch when the PyTorch code is there)."),
         trust: bool = typer.Option(False, "--trust", help="Triton torchscript: allow importing the emitted model.py to trace it."),
         max_batch: int = typer.Option(8, "--max-batch", help="Triton max_batch_size when the contract has a batch axis (0: off)."),

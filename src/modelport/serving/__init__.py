@@ -44,7 +44,7 @@ class PackageOptions:
     version: int | None = None  # default 1, or the next free version with add_version
     add_version: bool = False  # add a version to an existing Triton/TF Serving repository
     force: bool = False
-    backend: str | None = None  # triton: onnx|tensorrt|savedmodel|torchscript (default: first available)
+    backend: str | None = None  # triton: onnx|tensorrt|savedmodel|torchscript|openvino (default: first available)
     runtime: str | None = None  # torchserve handler: onnxruntime|torch (default: torch when the PyTorch code is there)
     trust: bool = False  # allow importing the emitted model.py to trace it into TorchScript (Triton)
     max_batch_size: int = 8  # triton, when the contract has a dynamic batch axis
