@@ -109,6 +109,11 @@ def test_convert_writes_the_openvino_winner_and_names_its_runtime(tmp_path):
     assert any("onnx not written" in w for w in report["warnings"])
     assert report["parity"][-1]["ok"] and report["parity"][-1]["hop"].endswith("openvino (end to end)")
     assert json.loads((tmp_path / "out" / "report.json").read_text())["optimize"]["runtime"] == "openvino"
+    import jsonschema
+
+    from modelport.validation.report import SCHEMA_FILE
+
+    jsonschema.validate(report, json.loads(SCHEMA_FILE.read_text()))
 
 
 def test_convert_cli_shows_the_candidates_per_runtime(cli, tmp_path):
