@@ -21,7 +21,7 @@ from modelport.emitters import EMITTERS
 from modelport.serving import PACKAGERS
 
 PRECISIONS = ("fp32", "fp16", "int8")
-EMIT_PRECISIONS = (*PRECISIONS, "bf16", "best")  # bf16: OpenVINO on BF16 CPUs; best: TensorRT picks per layer (others refuse them)
+EMIT_PRECISIONS = (*PRECISIONS, "best", "bf16")  # bf16: OpenVINO on BF16 CPUs; best: TensorRT picks per layer (others refuse them)
 TFLITE_LAYOUTS = ("source", "nhwc")  # emitters.tflite.LAYOUTS (tests/cli/test_options.py keeps them equal)
 TFLITE_IO_DTYPES = ("float32", "int8", "uint8")  # emitters.tflite.IO_DTYPES
 
