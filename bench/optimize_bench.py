@@ -3,7 +3,12 @@
 Models (built locally, random init): a ResNet-18-sized CNN at 1x3x224x224, a BERT-like encoder
 (4 layers, hidden 256, 4 heads) and a GPT-like decoder (4 layers, hidden 256), both at sequence
 128. Variants: the raw torch.onnx export, onnxsim alone, onnxruntime's own offline optimisation
-(ORT_ENABLE_EXTENDED, saved), modelport's levels, `auto`, FP16 and INT8 dynamic.
+(ORT_ENABLE_EXTENDED, saved), modelport's levels, `auto`, FP16 and INT8 dynamic; and, when OpenVINO
+is installed, OpenVINO on the raw export with the inference precision pinned to f32, in bf16 (where
+the CPU has it), INT8 static (NNCF, calibrated on 8 samples drawn like the references) and INT8
+weights, plus `auto` across both runtimes at a budget of cosine >= 0.999. OpenVINO and onnxruntime
+rows of one model are timed in the same interleaved rounds. The CPU's flags and OpenVINO's
+OPTIMIZATION_CAPABILITIES are printed first.
 
 Latencies are measured interleaved: every variant of a model gets one run per round, for `--runs`
 rounds after a warm-up, and the median is reported, so that a noisy machine slows every variant
@@ -111,14 +116,11 @@ def gemm_floor(model, feeds):
     return floor, floor_feeds, len(gemms)
 
 
-def interleaved_ms(models: dict, feeds: dict, *, runs: int, threads: int, warmup: int = 5) -> dict[str, float]:
-    """Median latency (ms) of each model, one run per model per round."""
+def interleaved_ms(runners: dict, feeds: dict, *, runs: int, warmup: int = 5) -> dict[str, float]:
+    """Median latency (ms) of each runner (onnxruntime or OpenVINO), one run per runner per round."""
     import statistics
     import time
 
-    from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
-
-    runners = {k: OnnxRuntimeRunner(m, threads=threads or None) for k, m in models.items()}
     for k, r in runners.items():
         for _ in range(warmup):
             r.run(feeds[k])
@@ -131,14 +133,78 @@ def interleaved_ms(models: dict, feeds: dict, *, runs: int, threads: int, warmup
     return {k: statistics.median(v) for k, v in times.items()}
 
 
+def cpu_features() -> str:
+    """The CPU model, its SIMD flags that matter here, and OpenVINO's view of them."""
+    import platform
+
+    flags, model = set(), platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    wanted = ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_bf16", "amx_int8", "amx_fp16"]
+    text = f"CPU: {model}; flags: {', '.join(f for f in wanted if f in flags) or 'none of ' + ', '.join(wanted)}"
+    try:
+        from modelport.runtimes.openvino import cpu_capabilities
+
+        text += f"; OpenVINO OPTIMIZATION_CAPABILITIES: {', '.join(cpu_capabilities())}"
+    except Exception as e:  # OpenVINO not installed
+        text += f"; OpenVINO: {type(e).__name__}"
+    return text
+
+
+def calibration_npz(ir, path: Path, samples: int = 8) -> Path:
+    """`samples` input sets drawn like the references (other seeds), stacked, as an .npz."""
+    import numpy as np
+
+    from modelport.samples import make_inputs
+
+    sets = [make_inputs(ir.inputs, {}, seed=100 + i) for i in range(samples)]
+    np.savez(path, **{s.name: np.stack([x[s.name] for x in sets]) for s in ir.inputs})
+    return path
+
+
+def openvino_variants(ir, calib: Path, threads: int) -> dict:
+    """label -> (runner, precision, nodes, size): OpenVINO on the raw export at each precision this CPU runs."""
+    from modelport.errors import ValidationError
+    from modelport.optimize import openvino_precision as ovp
+    from modelport.optimize.calibration import load_calibration
+    from modelport.runtimes import openvino as ovr
+
+    plans = [("openvino fp32 (f32 pinned)", "fp32", None)]
+    if ovr.supports("bf16"):
+        plans.append(("openvino bf16", "bf16", None))
+    plans += [("openvino int8 static (NNCF)", "int8", "static"), ("openvino int8 weights (NNCF)", "int8", "weights")]
+    data = load_calibration(calib, ir)
+    out = {}
+    for label, precision, mode in plans:
+        try:
+            model, details = ovp.build(ir, precision, calibration=data if mode == "static" else None, int8_mode=mode)
+        except ValidationError as e:
+            print(f"| | {label} | | | | not delivered | {e.reason[:80]} | |", flush=True)
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            size = sum(f.stat().st_size for f in ovp.save(model, Path(tmp) / "m.xml", compress_to_fp16=False))
+        runner = ovr.OpenVINORunner(model, precision=details["inference_precision"], threads=threads or None)
+        out[label] = (runner, "fp32" if precision == "int8" and mode == "weights" else precision, len(model.get_ordered_ops()), size)
+    return out
+
+
 def main(argv=None) -> int:
     import onnx
 
     from modelport.errors import ValidationError
+    from modelport.optimize import openvino_precision as ovp
     from modelport.optimize.auto import auto_select
+    from modelport.optimize.calibration import load_calibration
     from modelport.optimize.model_tools import model_size, with_model
     from modelport.optimize.pipeline import OptimizeOptions, optimize_ir
     from modelport.parsers import SourceSpec, parse
+    from modelport.runtimes import openvino as ovr
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
     from modelport.validation import check, tolerance_for
 
@@ -146,7 +212,12 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--threads", type=int, default=0, help="onnxruntime intra-op threads (0: its default)")
     ap.add_argument("--models", default="cnn,bert,gpt")
+    ap.add_argument("--no-openvino", action="store_true", help="onnxruntime rows only")
     a = ap.parse_args(argv)
+    import importlib.util
+
+    with_ov = not a.no_openvino and importlib.util.find_spec("openvino") is not None
+    print(cpu_features(), flush=True)
     print("| model | variant | nodes | size MiB | latency ms (median) | speed-up vs raw | max abs | cosine |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     with tempfile.TemporaryDirectory() as d:
@@ -169,13 +240,35 @@ def main(argv=None) -> int:
                     variants[label] = optimize_ir(ir, OptimizeOptions(level="extended", precision=precision))[0]
                 except ValidationError as e:  # not deliverable within its tolerance: say so, never time an FP32 model under its name
                     print(f"| {name} | {label} | | | | not delivered | {e.reason[:80]} | |", flush=True)
+            ov_rows: dict = {}
+            if with_ov:
+                calib = calibration_npz(ir, folder / f"{name}.calib.npz")
+                ov_rows = openvino_variants(ir, calib, a.threads)
+                both, _, sel2 = auto_select(ir, OptimizeOptions(level="auto", runtimes=("onnxruntime", "openvino"), budget="cosine>=0.999",
+                                                                calibration=str(calib), bench_runs=a.runs))
+                label = f"modelport auto, both runtimes, cosine>=0.999 ({sel2['chosen']})"
+                if sel2["runtime"] == "openvino":
+                    model, details = ovp.build(ir, sel2["precision"], int8_mode=sel2.get("int8_mode"),
+                                               calibration=load_calibration(str(calib), ir) if sel2.get("int8_mode") == "static" else None)
+                    ov_rows[label] = (ovr.OpenVINORunner(model, precision=details["inference_precision"], threads=a.threads or None),
+                                      sel2["precision"], len(model.get_ordered_ops()),
+                                      next(v["size"] for v in sel2["variants"] if v["chosen"]))
+                else:
+                    variants[label] = both
             models = {k: v.model for k, v in variants.items()}
             if not any(n.op_type.startswith("Conv") for n in ir.model.graph.node):  # a CNN's work is in Conv
                 floor, floor_feeds, n_gemms = gemm_floor(ir.model, feeds)
                 models[f"GEMM floor ({n_gemms} weight GEMMs only)"] = floor
-            run_feeds = {k: feeds if k in variants else floor_feeds for k in models}
-            ms = interleaved_ms(models, run_feeds, runs=a.runs, threads=a.threads)
+            runners = {k: OnnxRuntimeRunner(m, threads=a.threads or None) for k, m in models.items()}
+            runners.update({k: r[0] for k, r in ov_rows.items()})
+            run_feeds = {k: floor_feeds if k.startswith("GEMM floor") else feeds for k in runners}
+            ms = interleaved_ms(runners, run_feeds, runs=a.runs)
             raw_ms = ms["raw export"]
+            for label, (runner, prec, nodes, size) in ov_rows.items():
+                p = check(runner, ir.reference, tolerance_for(prec), label)
+                o = p.outputs[0]
+                print(f"| {name} | {label} (runs at {runner.inference_precision}) | {nodes} | {size / 2**20:.2f} | {ms[label]:.2f} | "
+                      f"{raw_ms / ms[label]:.2f}x | {o.max_abs:.2g} | {o.cosine:.6f} |", flush=True)
             for label, model in models.items():
                 v = variants.get(label)
                 if v is None:

@@ -80,6 +80,10 @@ CASES = [
     ("keras", "zoo build keras_cnn -o {out}", "tf"),
     ("torch", "inspect {root}/mlp/model.pt2", "torch"),
     (TFLITE, "inspect {root}/tflite/m.tflite", "tf"),
+    ("openvino", "convert {root}/onnx/m.onnx --to openvino -o {out}", "openvino"),
+    ("openvino", "emit {root}/onnx/m.onnx --to openvino --precision bf16 -o {out}", "openvino"),
+    ("nncf", "convert {root}/onnx/m.onnx --to openvino --precision int8 -o {out}", "openvino"),
+    ("openvino", "convert {root}/onnx/m.onnx --optimize auto --runtimes onnxruntime,openvino -o {out}", "openvino"),
 ]
 
 

@@ -29,6 +29,8 @@ EXTRAS = {
     "onnx_ir": "optimize",
     "PIL": "optimize",
     "onnxconverter_common": "optimize",
+    "openvino": "openvino",
+    "nncf": "openvino",
 }
 
 

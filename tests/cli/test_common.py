@@ -74,6 +74,7 @@ CHOICES = [  # command, option, a bad value, the words of the message
     ("convert", "--task", "summarise", "unknown task 'summarise'; known: feature-extraction, text-classification"),
     ("convert", "--layout", "XYZ", "unknown --layout 'XYZ'; known:"),
     ("convert", "--channel-order", "GBR", "bad --channel-order 'GBR'"),
+    ("convert", "--runtimes", "onnxruntime,tensorflow", "unknown runtime 'tensorflow' for --runtimes; known: onnxruntime, openvino"),
     ("optimize", "--level", "max", "unknown optimisation level 'max'; known:"),
     ("optimize", "--passes", "fold,foo", "unknown pass(es) 'foo'; known:"),
     ("optimize", "--precision", "int9", "unknown precision 'int9'; known: fp32, fp16, int8"),

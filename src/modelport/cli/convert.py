@@ -57,6 +57,8 @@ def register(app: typer.Typer) -> None:
         optimize: str | None = typer.Option(None, "--optimize", "-O", help="Optimisation level: none, basic, extended, all or auto."),
         precision: flags.EmitPrecision = "fp32",
         accuracy_budget: flags.AccuracyBudget = None,
+        runtimes: str | None = typer.Option(None, "--runtimes", help="--optimize auto: CPU runtimes whose candidates compete, "
+                                            "e.g. onnxruntime,openvino (default: each installed one that writes a --to target)."),
         package: list[str] = typer.Option([], "--package", help="Also package for serving systems, e.g. triton,torchserve (OUT/packages/<system>/)."),
         keep_failed: flags.KeepFailed = False,
         new_tokens: int = typer.Option(32, "--new-tokens", help="text-generation: tokens generated per prompt when validating."),
@@ -91,7 +93,7 @@ def register(app: typer.Typer) -> None:
                 framework=choice(framework, PARSERS, "source framework"), inputs=specs, output_names=split_list(outputs) or None,
                 arch=arch_, trust=trust, opset=opset, force=shared["force"], keep_failed=keep_failed,
                 **flags.parity_kwargs(shared),
-                optimize=OptimizeOptions(level=optimize, budget=budget),
+                optimize=OptimizeOptions(level=optimize, budget=budget, runtimes=runtimes),
                 precision=choice(precision, (*flags.EMIT_PRECISIONS, "int4"), "precision"), calibration=shared["calibration"],
                 strict=shared["strict"], allow_precision_fallback=shared["allow_fallback"],
                 tensorflow=TFSourceOptions(signature=signature, input_names=split_list(input_names),
@@ -104,4 +106,12 @@ def register(app: typer.Typer) -> None:
 
         from modelport.cli.render import render_report
 
-        run(body, command="convert", json_out=shared["json_out"], quiet=shared["quiet"], junit=shared["junit"], render=lambda r: render_report(r, output))
+        def render(report: dict) -> None:
+            if report.get("optimize"):  # --optimize auto: the candidates it chose from, per runtime
+                from modelport.cli._common import console
+                from modelport.cli.optimize import auto_table
+
+                console.print(auto_table(report["optimize"]))
+            render_report(report, output)
+
+        run(body, command="convert", json_out=shared["json_out"], quiet=shared["quiet"], junit=shared["junit"], render=render)

@@ -25,7 +25,7 @@ PANELS = {
     VALIDATION: ("--seed", "--dim", "--data", "--inputs", "--value", "--atol", "--rtol", "--min-cosine", "--strict", "--localize",
                  "--match-by-position", "--max-size-growth", "--max-nodes-growth", "--max-error-growth", "--max-cosine-drop",
                  "--max-latency-growth", "--new-tokens"),
-    OPTIMISATION: ("--optimize", "--level", "--passes", "--precision", "--calibration", "--accuracy-budget",
+    OPTIMISATION: ("--optimize", "--level", "--passes", "--precision", "--runtimes", "--calibration", "--accuracy-budget",
                    "--allow-precision-fallback"),
     QUANTISATION: ("--int8-mode", "--calibration-method", "--per-channel", "--keep-io-types", "--block-size", "--asymmetric"),
     BATCH: ("--jobs", "--executor", "--address", "--rerun-failed", "--only"),
@@ -44,7 +44,7 @@ METAVARS = {
     "--workspace": "MiB", "--int8-mode": "MODE", "--calibration-method": "METHOD", "--cache-dir": "DIR", "--runs": "N",
     "--duration": "SECONDS", "--warmup": "N", "--batch": "B1,B2", "--threads": "N", "--concurrency": "N", "--runtime": "RUNTIME",
     "--rate": "PER_SECOND", "--requests": "N", "--header": "'NAME: VALUE'", "--inputs": "FILE.npz",
-    "--task": "TASK", "--junit": "FILE.xml", "--jobs": "N", "--executor": "local|ray", "--address": "HOST:PORT", "--only": "NAMES",
+    "--task": "TASK", "--runtimes": "R1,R2", "--route": "ROUTE", "--junit": "FILE.xml", "--jobs": "N", "--executor": "local|ray", "--address": "HOST:PORT", "--only": "NAMES",
     "--max-size-growth": "FRACTION", "--max-nodes-growth": "FRACTION", "--max-error-growth": "FACTOR", "--max-cosine-drop": "X",
     "--max-latency-growth": "FRACTION",
 }

@@ -40,12 +40,15 @@ def auto_table(selection: dict):
 
     budget = selection.get("budget")
     note = f" within {budget}" + (" (the default budget; set --accuracy-budget)" if selection.get("budget_default") else "") if budget else ""
-    t = Table(title=f"auto: chose {selection['chosen']}{note}", title_justify="left")
-    for col in ("variant", "precision", "nodes", "size", "latency ms", "speed-up", "max abs", "cosine", "in budget"):
+    runtime = f" ({selection['runtime']})" if selection.get("runtime") else ""
+    t = Table(title=f"auto: chose {selection['chosen']}{runtime}{note}", title_justify="left")
+    for col in ("variant", "runtime", "precision", "nodes", "size", "latency ms", "speed-up", "max abs", "cosine", "in budget"):
         t.add_column(col)
     for r in selection["variants"]:
         mark = "[bold green]✓ chosen[/]" if r["chosen"] else ("yes" if r["within_budget"] else "[red]no[/]")
-        t.add_row(r["variant"], r["precision"], str(r["nodes"]), fmt_size(r["size"]), f"{r['latency_ms']:.3f}",
+        run_at = f" (runs {r['inference_precision']})" if r.get("inference_precision") not in (None, r["precision"]) else ""
+        t.add_row(r["variant"], r.get("runtime", "onnxruntime"), r["precision"] + run_at, str(r["nodes"]), fmt_size(r["size"]),
+                  f"{r['latency_ms']:.3f}",
                   f"{r['speedup']:.2f}x" if r.get("speedup") else "-", fmt_num(r["max_abs"]), f"{r['cosine']:.6f}", mark)
     return t
 

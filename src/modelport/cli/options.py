@@ -22,7 +22,7 @@ from modelport.emitters.routes import ROUTES
 from modelport.serving import PACKAGERS
 
 PRECISIONS = ("fp32", "fp16", "int8")
-EMIT_PRECISIONS = (*PRECISIONS, "best")  # best: TensorRT picks per layer (other targets refuse it)
+EMIT_PRECISIONS = (*PRECISIONS, "best", "bf16")  # bf16: OpenVINO on BF16 CPUs; best: TensorRT picks per layer (others refuse them)
 TFLITE_LAYOUTS = ("source", "nhwc")  # emitters.tflite.LAYOUTS (tests/cli/test_options.py keeps them equal)
 TFLITE_IO_DTYPES = ("float32", "int8", "uint8")  # emitters.tflite.IO_DTYPES
 HF_TASK_EXAMPLES = ("text-classification", "image-classification", "text2text-generation", "text-generation")  # in TASKS
@@ -75,7 +75,7 @@ Task = Annotated[str | None, typer.Option("--task", help=f"Hugging Face folders:
 
 # --- precision and optimisation ------------------------------------------------------------------
 Precision = Annotated[str, typer.Option("--precision", help=f"{', '.join(PRECISIONS)}.")]
-EmitPrecision = Annotated[str, typer.Option("--precision", help=f"{', '.join(EMIT_PRECISIONS)} (best: TensorRT only).")]
+EmitPrecision = Annotated[str, typer.Option("--precision", help=f"{', '.join(EMIT_PRECISIONS)} (bf16: OpenVINO only; best: TensorRT only).")]
 Calibration = Annotated[str | None, typer.Option("--calibration", help="INT8 calibration data: .npz of named inputs or a folder of images.")]
 AccuracyBudget = Annotated[str | None, typer.Option("--accuracy-budget", help="e.g. cosine>=0.999 or max_abs<=0.01 (precision passes and auto).")]
 

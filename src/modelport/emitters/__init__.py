@@ -26,6 +26,7 @@ EMITTERS = Registry("target", {
     "ort": "modelport.emitters.ort",
     "ort-genai": "modelport.emitters.ort_genai",
     "savedmodel": "modelport.emitters.savedmodel",
+    "openvino": "modelport.emitters.openvino",
 }, aliases={"tensorflow": "savedmodel", "tf": "savedmodel", "saved_model": "savedmodel", "keras": "savedmodel"})
 register_emitter = EMITTERS.register
 

@@ -1,40 +1,98 @@
-"""`--optimize auto`: build the candidate variants, benchmark each on onnxruntime CPU with the same
+"""`--optimize auto`: build the candidate variants, benchmark each on this machine's CPU with the same
 inputs, and keep the fastest whose accuracy stays within the budget.
 
-Candidates: the model as given (`raw`), FP32 `extended` and `all` (with onnxruntime contrib
-fusions), FP16, INT8 dynamic, and INT8 static when calibration data is given; the precision
-variants start from the `extended` model. Accuracy is judged against the reference outputs with
-the user's budget (default: each precision's default tolerance). The table every choice was made
-from is returned for the report.
+Candidates are (runtime, precision) pairs of the runtimes asked for (`OptimizeOptions.runtimes`;
+`convert` defaults to every installed CPU runtime that writes one of its `--to` targets):
+
+- onnxruntime: the model as given (`raw`), FP32 `extended` and `all` (with onnxruntime contrib
+  fusions), FP16, INT8 dynamic, and INT8 static when calibration data is given; the precision
+  variants start from the `extended` model.
+- openvino: the model as given, compiled at an explicit inference precision: `fp32`, `bf16` where
+  the CPU has it, `fp16` where it has native FP16, INT8 weights (data-free) and INT8 static (NNCF)
+  when calibration data is given. OpenVINO runs its own graph transformations at compile time, so
+  it starts from the unoptimised model.
+
+Accuracy is judged against the reference outputs with the user's budget (default: each
+precision's default tolerance). The table every choice was made from is returned for the report,
+with each row's runtime; `selection["runtime"]` names the winner's. Timing goes through one
+function (`timer`), so a test can make the choice deterministic.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
-from modelport.errors import ValidationError
+from modelport.errors import BadInputError, MissingDependencyError, ValidationError
 from modelport.ir import IRModel
+from modelport.runtimes.timing import median_ms
 from modelport.validation import Tolerance, check, tolerance_for
+
+# timer(candidate row, run) -> milliseconds: `run()` runs the candidate once on the benchmark inputs
+Timer = Callable[[dict, Callable[[], object]], float]
 
 
 def latency_ms(model, feeds, *, runs: int = 20, warmup: int = 3) -> float:
     """Median wall time of one onnxruntime CPU run, in milliseconds (bench's timing engine)."""
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
-    from modelport.runtimes.timing import median_ms
 
     runner = OnnxRuntimeRunner(model)
     return median_ms(lambda: runner.run(feeds), runs=runs, warmup=warmup)
 
 
-def auto_select(ir: IRModel, opts, *, tolerance=None, on_pass=None):
-    """(chosen IR, its pass rows, the selection table)."""
-    from modelport.optimize.model_tools import model_size, node_count
-    from modelport.optimize.pipeline import budgeted, optimize_ir
-    from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
+def auto_select(ir: IRModel, opts, *, tolerance=None, on_pass=None, timer: Timer | None = None):
+    """(chosen IR, its pass rows, the selection table).
+
+    When an OpenVINO candidate wins, the IR returned is `ir` itself (OpenVINO compiles the model as
+    given) and `selection` names the runtime, precision and INT8 mode the OpenVINO target must be
+    written with.
+    """
+    from modelport.optimize.pipeline import budgeted
 
     if opts.budget is not None:
         tolerance = budgeted(tolerance, opts.budget)
+    runtimes = opts.runtimes or ("onnxruntime",)
+    timer = timer or getattr(opts, "timer", None) or (lambda row, run: median_ms(run, runs=opts.bench_runs))
+    candidates: list[dict] = []  # {variant, runtime, precision, ir, rows, runner(), reference, size, nodes, extra}
+    if "onnxruntime" in runtimes:
+        candidates += _onnxruntime_candidates(ir, opts, tolerance, on_pass)
+    if "openvino" in runtimes:
+        candidates += _openvino_candidates(ir, opts, on_pass)
     feeds = ir.reference.inputs
+    table = []
+    for c in candidates:
+        if on_pass:
+            on_pass(f"auto:bench:{c['variant']}")
+        precision = c["precision"]
+        budget = opts.budget or tolerance_for(precision)
+        runner = c["runner"]()
+        parity = check(runner, c["reference"] or ir.reference, budget, f"auto:{c['variant']}")
+        worst = min(parity.outputs, key=lambda o: o.cosine) if parity.outputs else None
+        row = {"variant": c["variant"], "runtime": c["runtime"], "precision": precision, "nodes": c["nodes"],
+               "size": c["size"], **c.get("extra", {})}
+        row["latency_ms"] = round(float(timer(dict(row), lambda r=runner: r.run(feeds))), 3)
+        row.update(max_abs=max((o.max_abs for o in parity.outputs), default=0.0), cosine=worst.cosine if worst else 1.0,
+                   within_budget=parity.ok, budget=_budget_text(budget))
+        table.append(row)
+    ok = [r for r in table if r["within_budget"]]
+    chosen = min(ok, key=lambda r: r["latency_ms"]) if ok else table[0]
+    raw_ms = table[0]["latency_ms"]
+    for r in table:
+        r["speedup"] = round(raw_ms / r["latency_ms"], 3) if r["latency_ms"] else None
+        r["chosen"] = r is chosen
+    picked = next(c for c in candidates if c["variant"] == chosen["variant"])
+    selection = {"chosen": chosen["variant"], "runtime": chosen["runtime"], "precision": chosen["precision"],
+                 "runtimes": list(runtimes), "variants": table}
+    if chosen.get("int8_mode"):
+        selection["int8_mode"] = chosen["int8_mode"]
+    return picked["ir"], picked["rows"], selection
+
+
+def _onnxruntime_candidates(ir: IRModel, opts, tolerance, on_pass) -> list[dict]:
+    from modelport.optimize.model_tools import model_size, node_count
+    from modelport.optimize.pipeline import optimize_ir
+    from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
+
     plans = [("raw", "none", "fp32"), ("fp32-extended", "extended", "fp32"), ("fp32-all", "all", "fp32")]
     variants: dict[str, tuple[IRModel, list[dict]]] = {}
     for label, level, _ in plans:
@@ -53,30 +111,57 @@ def auto_select(ir: IRModel, opts, *, tolerance=None, on_pass=None):
             continue  # the precision could not be built on this model (NaN/Inf, or the converter failed): no candidate
         if out is not base:
             variants[label] = (out, base_rows + rows)
-    table = []
-    for label, (model_ir, _rows) in variants.items():
+    return [{"variant": label, "runtime": "onnxruntime", "precision": m.provenance.get("precision", "fp32"), "ir": m, "rows": rows,
+             "runner": (lambda m=m: OnnxRuntimeRunner(m.model)),
+             # a calibrated variant carries its own in-distribution reference (see quantize.calibration_reference)
+             "reference": m.reference, "size": model_size(m.model), "nodes": node_count(m.model)}
+            for label, (m, rows) in variants.items()]
+
+
+def _openvino_candidates(ir: IRModel, opts, on_pass) -> list[dict]:
+    """OpenVINO at each precision this CPU runs; a precision OpenVINO or NNCF cannot build is no candidate."""
+    import tempfile
+    from pathlib import Path
+
+    from modelport.optimize import openvino_precision as ove
+    from modelport.runtimes import openvino as ovr
+
+    plans = [("openvino-fp32", "fp32", None)]
+    if ovr.supports("bf16"):
+        plans.append(("openvino-bf16", "bf16", None))
+    if ovr.supports("fp16"):
+        plans.append(("openvino-fp16", "fp16", None))
+    plans.append(("openvino-int8-weights", "int8", "weights"))
+    calibration = None
+    if opts.calibration:
+        from modelport.optimize.calibration import load_calibration
+
+        calibration = load_calibration(opts.calibration, ir)
+        plans.append(("openvino-int8-static", "int8", "static"))
+    out = []
+    for label, precision, mode in plans:
         if on_pass:
-            on_pass(f"auto:bench:{label}")
-        precision = model_ir.provenance.get("precision", "fp32")
-        budget = opts.budget or tolerance_for(precision)
-        # a calibrated variant carries its own in-distribution reference (see quantize.calibration_reference)
-        ref = model_ir.reference or ir.reference
-        parity = check(OnnxRuntimeRunner(model_ir.model), ref, budget, f"auto:{label}")
-        worst = min(parity.outputs, key=lambda o: o.cosine) if parity.outputs else None
-        table.append({
-            "variant": label, "precision": precision, "nodes": node_count(model_ir.model),
-            "size": model_size(model_ir.model), "latency_ms": round(latency_ms(model_ir.model, feeds, runs=opts.bench_runs), 3),
-            "max_abs": max((o.max_abs for o in parity.outputs), default=0.0), "cosine": worst.cosine if worst else 1.0,
-            "within_budget": parity.ok, "budget": _budget_text(budget),
-        })
-    ok = [r for r in table if r["within_budget"]]
-    chosen = min(ok, key=lambda r: r["latency_ms"]) if ok else table[0]
-    raw_ms = table[0]["latency_ms"]
-    for r in table:
-        r["speedup"] = round(raw_ms / r["latency_ms"], 3) if r["latency_ms"] else None
-        r["chosen"] = r is chosen
-    model_ir, rows = variants[chosen["variant"]]
-    return model_ir, rows, {"chosen": chosen["variant"], "variants": table}
+            on_pass(f"auto:build:{label}")
+        try:
+            model, details = ove.build(ir, precision, calibration=calibration if mode == "static" else None, int8_mode=mode)
+        except MissingDependencyError:
+            raise
+        except (BadInputError, ValidationError):
+            continue
+        with tempfile.TemporaryDirectory(prefix="modelport-auto-ov-") as tmp:
+            files = ove.save(model, Path(tmp) / "model.xml", compress_to_fp16=precision == "fp16")
+            size = sum(f.stat().st_size for f in files)
+        reference = None
+        if mode == "static":
+            from modelport.optimize.quantize import calibration_reference
+
+            reference = calibration_reference(ir, calibration)
+        run_at = details["inference_precision"]
+        extra = {"inference_precision": run_at, **({"int8_mode": mode} if mode else {})}
+        out.append({"variant": label, "runtime": "openvino", "precision": precision, "ir": ir, "rows": [],
+                    "runner": (lambda m=model, p=run_at: ovr.OpenVINORunner(m, precision=p)),
+                    "reference": reference, "size": size, "nodes": len(model.get_ordered_ops()), "extra": extra})
+    return out
 
 
 _OPEN = Tolerance(float("inf"), float("inf"), -1.0)

@@ -216,6 +216,8 @@ class OptimizeOptions:
     strict: bool = False
     allow_fallback: bool = False  # accept FP32 when the requested precision cannot hold parity
     bench_runs: int = 20
+    runtimes: tuple[str, ...] | None = None  # auto: the CPU runtimes whose candidates compete (default: onnxruntime)
+    timer: Callable | None = None  # auto: timer(candidate row, run) -> ms; default: median wall time of bench_runs runs
 
     def __post_init__(self):
         from modelport.optimize import LEVEL_NAMES, PRECISIONS
@@ -238,6 +240,10 @@ class OptimizeOptions:
         put("calibration_method", choice(self.calibration_method, CALIBRATION_METHODS, "calibration method"))
         if isinstance(self.budget, str):
             put("budget", parse_budget(self.budget))
+        if self.runtimes is not None:
+            from modelport.runtimes import check_runtimes
+
+            put("runtimes", check_runtimes(self.runtimes))
 
 
 def parse_budget(text: str) -> Tolerance:

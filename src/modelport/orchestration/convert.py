@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from modelport.emitters import EmitOptions
+from modelport.emitters.openvino import OpenVINOOptions
 from modelport.emitters.routes import kind_of
 from modelport.emitters.tensorrt import TensorRTOptions
 from modelport.emitters.tflite import TFLiteOptions
@@ -71,6 +72,7 @@ class ConvertOptions:
     tflite: TFLiteOptions = field(default_factory=TFLiteOptions)
     tensorrt: TensorRTOptions = field(default_factory=TensorRTOptions)
     task: str | None = None  # Hugging Face folders: what to export (parsers.huggingface.TASKS); else inferred from config.json
+    openvino: OpenVINOOptions | None = None  # None: the defaults, with the optimisation stage's accuracy budget
     packages: list[str] = field(default_factory=list)  # serving systems to package for (OUT/packages/<system>/)
     package: PackageOptions = field(default_factory=lambda: PackageOptions(trust=True))  # may trace the code it emitted
     fallback_reason: str | None = None  # set by the optimisation stage when it delivered FP32 instead
@@ -108,7 +110,9 @@ class ConvertOptions:
 
     def emitter_options(self, target: str):
         """The options object of `target`'s emitter (None: it has none)."""
-        return {"tflite": self.tflite, "tensorrt": self.tensorrt}.get(target)
+        if target == "openvino" and self.openvino is None:
+            return OpenVINOOptions(budget=self.optimize.budget if isinstance(self.optimize, OptimizeOptions) else None)
+        return {"tflite": self.tflite, "tensorrt": self.tensorrt, "openvino": self.openvino}.get(target)
 
     def tolerance(self, precision: str | None = None, zoo_tol: dict | None = None) -> Tolerance:
         return tolerance_for(precision or self.precision, zoo=zoo_tol,

@@ -51,10 +51,11 @@ INSPECTORS = Registry("inspector", {
     "tflite": "modelport.parsers.tflite:inspect",
     "tensorrt": "modelport.runtimes.tensorrt:engine_info",
     "huggingface": "modelport.parsers.huggingface:inspect",
+    "openvino": "modelport.runtimes.openvino:inspect_ir",
 }, suffixes={
     ".onnx": "onnx", ".pt": "pytorch", ".pth": "pytorch", ".pt2": "pytorch", ".safetensors": "pytorch",
     ".keras": "keras", ".h5": "keras", ".hdf5": "keras", "saved_model.pb": "savedmodel", ".pb": "graphdef",
-    ".tflite": "tflite", ".plan": "tensorrt", ".engine": "tensorrt", "/config.json": "huggingface", "/": "savedmodel",
+    ".tflite": "tflite", ".plan": "tensorrt", ".engine": "tensorrt", ".xml": "openvino", "/config.json": "huggingface", "/": "savedmodel",
 })
 register_inspector = INSPECTORS.register
 

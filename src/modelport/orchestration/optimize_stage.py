@@ -49,14 +49,14 @@ def asked_budget_text(opts) -> str | None:
 def optimize_stage(ir: IRModel, options, report, zoo_tol=None, *, on_stage=None):
     """(optimised IR, options with the resulting precision and tolerances)."""
     from modelport.errors import BadInputError, ValidationError
-    from modelport.optimize.auto import auto_select
     from modelport.optimize.pipeline import OptimizeOptions, optimize_ir
 
     others = [t for t in options.targets if t not in ONNX_FAMILY]
     asked = options.optimize or OptimizeOptions(level=None)
-    if others and asked.level == "auto":
-        raise BadInputError(f"--optimize auto picks an onnxruntime variant; it cannot feed {', '.join(others)}",
-                            hint="use a named level (e.g. --optimize all) with those targets, or convert to onnx/ort only")
+    if asked.level == "auto" and not asked.passes:
+        return _auto_stage(ir, options, asked, report, zoo_tol, on_stage=on_stage)
+    if asked.runtimes:
+        raise BadInputError("--runtimes names the runtimes --optimize auto compares", hint="add --optimize auto")
     # the run's own options apply to this stage too; without a level or passes only the precision passes run
     opts = replace(asked, level=asked.level or (None if asked.passes else "none"),
                    precision="fp32" if others else (options.precision or "fp32"), calibration=options.calibration,
@@ -67,8 +67,7 @@ def optimize_stage(ir: IRModel, options, report, zoo_tol=None, *, on_stage=None)
 
         opts = replace(opts, budget=parse_budget(DEFAULT_AUTO_BUDGET))
     try:
-        run = auto_select if opts.level == "auto" and not opts.passes else optimize_ir
-        out, rows, selection = run(ir, opts, tolerance=lambda p: options.tolerance(p, zoo_tol), on_pass=on_stage)
+        out, rows, selection = optimize_ir(ir, opts, tolerance=lambda p: options.tolerance(p, zoo_tol), on_pass=on_stage)
     except ValidationError as e:
         report.add_stage_rows(e.rows)
         raise
@@ -87,6 +86,48 @@ def optimize_stage(ir: IRModel, options, report, zoo_tol=None, *, on_stage=None)
     if fallback and precision != fallback["requested"]:
         changes["fallback_reason"] = fallback["reason"]
         report.warn(f"--precision {fallback['requested']} could not be delivered ({fallback['reason']}); the model is {precision}")
+    if opts.budget is not None and precision != "fp32":
+        changes.update(atol=opts.budget.atol, rtol=opts.budget.rtol, min_cosine=opts.budget.min_cosine,
+                       scaled_atol=opts.budget.scaled)
+    return out, replace(options, **changes)
+
+
+def _auto_stage(ir: IRModel, options, asked, report, zoo_tol, *, on_stage=None):
+    """`--optimize auto`: candidates of every runtime asked for compete; the winner's runtime decides
+    what is written. An onnxruntime winner feeds the ONNX-family targets (`onnx` when none was
+    asked), an OpenVINO winner the `openvino` target at the precision it won with; targets of the
+    losing runtime are not written (the report's `optimize.targets` and a warning say so)."""
+    from modelport.emitters.openvino import OpenVINOOptions
+    from modelport.errors import BadInputError, ValidationError
+    from modelport.optimize.auto import auto_select
+    from modelport.runtimes import CPU_RUNTIMES, default_runtimes
+
+    allowed = {t for targets in CPU_RUNTIMES.values() for t in targets}
+    others = [t for t in options.targets if t not in allowed]
+    if others:
+        raise BadInputError(f"--optimize auto picks an onnxruntime variant or an OpenVINO one; it cannot feed {', '.join(others)}",
+                            hint="use a named level (e.g. --optimize all) with those targets, or convert to onnx/ort/openvino only")
+    runtimes = asked.runtimes or default_runtimes(options.targets)
+    opts = replace(asked, precision="fp32", calibration=options.calibration, strict=options.strict,
+                   allow_fallback=options.allow_precision_fallback, runtimes=runtimes)
+    try:
+        out, rows, selection = auto_select(ir, opts, tolerance=lambda p: options.tolerance(p, zoo_tol), on_pass=on_stage)
+    except ValidationError as e:
+        report.add_stage_rows(e.rows)
+        raise
+    report.add_stage_rows(rows)
+    warn_round_limits(report, rows)
+    runtime = selection["runtime"]
+    targets = [t for t in options.targets if t in CPU_RUNTIMES[runtime]] or [CPU_RUNTIMES[runtime][0]]
+    dropped = [t for t in options.targets if t not in targets]
+    selection["targets"] = targets
+    report.set_optimize(selection)
+    if dropped:
+        report.warn(f"--optimize auto chose {selection['chosen']} ({runtime}): {', '.join(dropped)} not written")
+    precision = out.provenance.get("precision", "fp32") if runtime == "onnxruntime" else selection["precision"]
+    changes = {"precision": precision, "targets": targets}
+    if runtime == "openvino":
+        changes["openvino"] = OpenVINOOptions(int8_mode=selection.get("int8_mode"))
     if opts.budget is not None and precision != "fp32":
         changes.update(atol=opts.budget.atol, rtol=opts.budget.rtol, min_cosine=opts.budget.min_cosine,
                        scaled_atol=opts.budget.scaled)

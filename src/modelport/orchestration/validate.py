@@ -39,7 +39,8 @@ KINDS = Registry("model kind", {
     "ort": "modelport.runtimes.onnxruntime:OnnxRuntimeRunner",
     "tflite": "modelport.runtimes.tflite:open_untrusted",
     "tensorrt": "modelport.runtimes.tensorrt:open_engine",
-}, suffixes={".onnx": "onnx", ".ort": "ort", ".tflite": "tflite", ".plan": "tensorrt", ".engine": "tensorrt"})
+    "openvino": "modelport.runtimes.openvino:open_ir",
+}, suffixes={".onnx": "onnx", ".ort": "ort", ".tflite": "tflite", ".plan": "tensorrt", ".engine": "tensorrt", ".xml": "openvino"})
 register_kind = KINDS.register
 
 
@@ -174,5 +175,51 @@ def localize_divergence(pa: Path, ka: str, pb: Path, kb: str, feeds: dict) -> di
         if div is None:
             return {"node": None, "note": "no shared intermediate tensor diverges; the difference is in the outputs only"}
         return div.to_dict()
+    if {ka, kb} <= {"onnx", "openvino"}:
+        return _localize_openvino(pa, ka, pb, kb, feeds)
     return {"node": None, "note": f"localisation needs intermediate tensors under the same names on both sides; "
-                                  f"{ka} vs {kb} does not provide that (supported: ONNX vs ONNX)"}
+                                  f"{ka} vs {kb} does not provide that (supported: ONNX and OpenVINO IR, in any pairing)"}
+
+
+def _tensors(path: Path, kind: str, feeds: dict) -> tuple[list[tuple[str, str, str]], dict]:
+    """([(tensor, node, op)] in execution order, {tensor: value}) of one side. OpenVINO keeps the
+    ONNX tensor names of the graph it converted, so an IR and its ONNX source share them."""
+    if kind == "openvino":
+        from modelport.runtimes.openvino import OpenVINORunner, intermediate_tensors
+
+        runner = OpenVINORunner(path)
+        names, values = intermediate_tensors(runner.model, feeds, precision=runner.precision)
+        producers = {}
+        for op in runner.model.get_ordered_ops():
+            for out in op.outputs():
+                for n in out.get_names():
+                    producers.setdefault(n, (op.get_friendly_name(), op.get_type_name()))
+        return [(n, *producers.get(n, (n, "?"))) for n in names], values
+    from modelport.onnx_io import fit_ir_version, load_onnx
+    from modelport.validation.localize import float_tensors, run_tensors
+
+    model = load_onnx(path)
+    fit_ir_version(model)
+    order = float_tensors(model)
+    values: dict = {}
+    for chunk in run_tensors(model, feeds, [t for t, _, _ in order]):
+        values.update(chunk)
+    return order, values
+
+
+def _localize_openvino(pa: Path, ka: str, pb: Path, kb: str, feeds: dict, threshold: float = 0.05) -> dict:
+    """The first tensor (in A's order) both sides compute that differs by more than `threshold` (relative to its scale)."""
+    from modelport.validation.localize import Divergence, tensor_error
+
+    order, va = _tensors(pa, ka, feeds)
+    _, vb = _tensors(pb, kb, feeds)
+    checked = 0
+    for tensor, node, op in order:
+        if tensor not in va or tensor not in vb:
+            continue
+        checked += 1
+        err = tensor_error(va[tensor], vb[tensor])
+        if err > threshold:
+            return Divergence(node, op, tensor, err, checked).to_dict()
+    return {"node": None, "note": f"none of the {checked} intermediate tensors both sides compute diverges; "
+                                  "the difference is in the outputs only"}

@@ -11,6 +11,7 @@ from typing import Protocol
 
 import numpy as np
 
+from modelport.errors import BadInputError
 from modelport.ir import TensorSpec
 from modelport.registry import Registry
 
@@ -31,9 +32,49 @@ RUNNERS = Registry("runtime", {
     "torch_source": "modelport.runtimes.torch_source:TorchSourceRunner",
     "tensorrt": "modelport.runtimes.tensorrt:TensorRTRunner",
     "savedmodel": "modelport.runtimes.savedmodel:SavedModelRunner",
+    "openvino": "modelport.runtimes.openvino:OpenVINORunner",
 })
 register_runner = RUNNERS.register
 
 
 def get_runner(name: str, model, **options) -> Runner:
     return RUNNERS.load(name)(model, **options)
+
+
+# CPU runtime -> the targets whose artifacts it runs (the first is what it writes when it wins `--optimize auto`)
+CPU_RUNTIMES: dict[str, tuple[str, ...]] = {"onnxruntime": ("onnx", "ort"), "openvino": ("openvino",)}
+
+
+def installed_runtimes() -> list[str]:
+    """The CPU runtimes importable here (onnxruntime is a core dependency)."""
+    import importlib.util
+
+    def importable(name: str) -> bool:
+        try:
+            return importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a module set to None in sys.modules (hidden) has no spec
+            return False
+
+    return [r for r in CPU_RUNTIMES if r == "onnxruntime" or importable(r)]
+
+
+def default_runtimes(targets) -> tuple[str, ...]:
+    """Every installed CPU runtime that writes one of `targets` (onnxruntime when none does)."""
+    found = tuple(r for r in installed_runtimes() if any(t in CPU_RUNTIMES[r] for t in targets))
+    return found or ("onnxruntime",)
+
+
+def check_runtimes(names) -> tuple[str, ...] | None:
+    """`--runtimes onnxruntime,openvino` as a tuple of known CPU runtimes (exit 2 naming the known ones)."""
+    if names is None:
+        return None
+    items = names.split(",") if isinstance(names, str) else [p for n in names for p in str(n).split(",")]
+    out = []
+    for item in (i.strip().lower() for i in items):
+        if not item:
+            continue
+        if item not in CPU_RUNTIMES:
+            raise BadInputError(f"unknown runtime '{item}' for --runtimes; known: {', '.join(CPU_RUNTIMES)}")
+        if item not in out:
+            out.append(item)
+    return tuple(out) or None

@@ -23,12 +23,13 @@ PACKAGERS = Registry("serving system", {
     "tfserving": "modelport.serving.tfserving",
     "k8s": "modelport.serving.kubernetes",
     "kserve": "modelport.serving.kserve",
-}, aliases={"kubernetes": "k8s", "tf-serving": "tfserving", "tensorflow-serving": "tfserving"})
+    "ovms": "modelport.serving.ovms",
+}, aliases={"kubernetes": "k8s", "tf-serving": "tfserving", "tensorflow-serving": "tfserving", "openvino-model-server": "ovms"})
 register_packager = PACKAGERS.register
 canonical = PACKAGERS.canonical
 
 # servers a container bundle (k8s, kserve) can wrap
-SERVERS = ("triton", "torchserve", "tfserving")
+SERVERS = ("triton", "torchserve", "tfserving", "ovms")
 
 
 POSTPROCESS = ("none", "softmax", "topk=K")
@@ -43,7 +44,7 @@ class PackageOptions:
     version: int | None = None  # default 1, or the next free version with add_version
     add_version: bool = False  # add a version to an existing Triton/TF Serving repository
     force: bool = False
-    backend: str | None = None  # triton: onnx|tensorrt|savedmodel|torchscript (default: first available)
+    backend: str | None = None  # triton: onnx|tensorrt|savedmodel|torchscript|openvino (default: first available)
     runtime: str | None = None  # torchserve handler: onnxruntime|torch (default: torch when the PyTorch code is there)
     trust: bool = False  # allow importing the emitted model.py to trace it into TorchScript (Triton)
     max_batch_size: int = 8  # triton, when the contract has a dynamic batch axis

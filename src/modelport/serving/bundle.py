@@ -22,10 +22,11 @@ from modelport.ir import TensorSpec, contract_from_onnx
 
 # report artifact target -> artifact kind packagers ask for
 TARGET_KINDS = {"onnx": "onnx", "tensorrt": "tensorrt", "trt": "tensorrt", "tflite": "tflite", "ort": "ort",
-                "pytorch": "pytorch", "torchscript": "torchscript", "savedmodel": "savedmodel", "tf": "savedmodel"}
+                "pytorch": "pytorch", "torchscript": "torchscript", "savedmodel": "savedmodel", "tf": "savedmodel",
+                "openvino": "openvino"}
 # conventional file names in a convert output folder, for folders whose report lists fewer artifacts
 CONVENTIONAL = {"onnx": "model.onnx", "tensorrt": "model.plan", "tflite": "model.tflite", "ort": "model.ort",
-                "torchscript": "model.pt", "savedmodel": "saved_model", "pytorch": "pytorch/model.py"}
+                "torchscript": "model.pt", "savedmodel": "saved_model", "pytorch": "pytorch/model.py", "openvino": "model.xml"}
 
 
 def safe_name(text: str) -> str:
@@ -47,6 +48,11 @@ class Artifacts:
     precision: str = "fp32"
     framework: str | None = None  # the framework the artifacts came from (a convert folder's source framework)
     format: str | None = None  # what `source` is: "convert output folder", "onnx", "saved_model"
+    entries: dict[str, dict] = field(default_factory=dict)  # kind -> its report.json artifact entry (precision, details)
+
+    def precision_of(self, kind: str) -> str:
+        """The precision of the `kind` artifact as its report entry gives it (the ONNX one's for ONNX)."""
+        return str(self.entries.get(kind, {}).get("precision") or (self.precision if kind == "onnx" else "fp32"))
 
     def source_info(self) -> dict[str, Any]:
         """The report's `source` entry: path, framework, format, and for a file its size and sha256."""
@@ -114,7 +120,7 @@ def served_name(artifacts: Artifacts, options) -> str:
 
 
 # artifact kinds a serving system cannot load as they are, and why (docs/serving.md has the full matrix)
-UNSERVED = {"tflite": "a TFLite flatbuffer (.tflite)",
+UNSERVED = {"tflite": "a TFLite flatbuffer (.tflite)", "openvino": "OpenVINO IR (model.xml + model.bin)",
             "tensorrt": "a TensorRT engine", "ort": "an ORT-format model (.ort)", "pytorch": "PyTorch code",
             "torchscript": "a TorchScript model.pt", "savedmodel": "a SavedModel"}
 
@@ -160,6 +166,7 @@ def from_report(root: Path, report: dict) -> Artifacts:
     if not contract.get("inputs") or not contract.get("outputs"):
         raise BadInputError("report.json holds no I/O contract", path=report_file)
     files: dict[str, Path] = {}
+    entries: dict[str, dict] = {}
     precision = "fp32"
     for a in report.get("artifacts", []):
         kind = TARGET_KINDS.get(str(a.get("target", "")).lower(), str(a.get("target", "")).lower())
@@ -167,6 +174,7 @@ def from_report(root: Path, report: dict) -> Artifacts:
             p = _report_path(root, a["path"])
             if p.exists():
                 files.setdefault(kind, p)
+                entries.setdefault(kind, dict(a))
                 if kind == "onnx":
                     precision = a.get("precision", precision)
     for kind, rel in CONVENTIONAL.items():
@@ -181,7 +189,7 @@ def from_report(root: Path, report: dict) -> Artifacts:
         source=root, inputs=[TensorSpec.from_dict(d) for d in contract["inputs"]],
         outputs=[TensorSpec.from_dict(d) for d in contract["outputs"]], name=safe_name(name), files=files,
         sample_dims=dict(contract.get("sample_dims") or {}), precision=precision,
-        framework=(report.get("source") or {}).get("framework"), format="convert output folder",
+        framework=(report.get("source") or {}).get("framework"), format="convert output folder", entries=entries,
     )
 
 

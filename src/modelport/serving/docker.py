@@ -65,6 +65,17 @@ SERVERS: dict[str, Server] = {
                  "--model_config_file=/models/models.config"),
         kserve_format="tensorflow", kserve_runtime="kserve-tensorflow-serving", kserve_protocol="v1",
     ),
+    # OpenVINO Model Server: KServe v2 REST on 8000, gRPC on 9000; the image's entrypoint is the server.
+    # KServe has no built-in OVMS runtime: `kserve-ovms` is the ServingRuntime OpenShift AI ships
+    # (and the bundle's README shows), serving the model's version folders under the storage URI.
+    "ovms": Server(
+        name="ovms", image_cpu="openvino/model_server:2025.2", image_gpu="openvino/model_server:2025.2-gpu",
+        bundle_dir="ovms", mount="/models",
+        ports={"http": 8000, "grpc": 9000}, http_port="http",
+        readiness="/v2/models/{name}/ready", liveness="/v2/health/live",
+        command=("/ovms/bin/ovms", "--config_path=/models/config.json", "--port=9000", "--rest_port=8000"),
+        kserve_format="openvino_ir", kserve_runtime="kserve-ovms", kserve_protocol="v2",
+    ),
 }
 
 

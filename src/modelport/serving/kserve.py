@@ -85,7 +85,7 @@ def inference_service(options: PackageOptions, model_name: str, gpu: bool) -> di
     s = server(options.server)
     name = k8s_name(model_name)
     base = (options.storage_uri or f"pvc://modelport-models/{name}").rstrip("/")
-    uri = f"{base}/{model_name}" if s.name == "tfserving" else base
+    uri = f"{base}/{model_name}" if s.name in ("tfserving", "ovms") else base  # the runtime wants the model's version folders
     resources: dict = {"requests": {"cpu": options.cpu, "memory": options.memory}, "limits": {"memory": options.memory}}
     if gpu:
         resources["limits"]["nvidia.com/gpu"] = options.gpus or 1
@@ -177,13 +177,17 @@ def _readme(model_name: str, doc: dict, bundle_dir: str, server_name: str, pvc: 
     name = doc["metadata"]["name"]
     uri = doc["spec"]["predictor"]["model"]["storageUri"]
     path = {"triton": f"/v2/models/{model_name}/infer", "torchserve": f"/v1/models/{model_name}:predict",
-            "tfserving": f"/v1/models/{model_name}:predict"}[server_name]
+            "tfserving": f"/v1/models/{model_name}:predict", "ovms": f"/v2/models/{model_name}/infer"}[server_name]
     predictor = doc["spec"]["predictor"]
     scale = (f"{predictor['minReplicas']}..{predictor['maxReplicas']} replicas on {predictor['scaleMetric']} "
              f"(target {predictor['scaleTarget']})" if "scaleMetric" in predictor else f"{predictor['minReplicas']} replica(s), fixed")
     note = ("\nA GPU predictor scales on concurrency (requests in flight per pod), which KServe's serverless\n"
             "mode provides; in RawDeployment mode pass `--replicas N` for a fixed scale instead.\n"
             if predictor.get("scaleMetric") == "concurrency" else "")
+    if server_name == "ovms":
+        note += ("\nUpstream KServe ships no OpenVINO Model Server runtime: `kserve-ovms` is the ServingRuntime OpenShift AI\n"
+                 "provides (OVMS reading `<storageUri>/<version>/model.xml`); on plain KServe install an OVMS ServingRuntime\n"
+                 "under that name, or use the k8s bundle, which runs the OVMS image with this bundle's config.json.\n")
     if server_name == "torchserve":
         note += ("\nInside the pod, KServe's wrapper calls TorchServe on 127.0.0.1 only (inference, management and\n"
                  "metrics are bound there; registering models is off), without a token: TorchServe's token check is\n"

@@ -207,6 +207,7 @@ def _readme(model_name: str, options: PackageOptions, image: str, docs: dict, in
         "torchserve": (f"curl -s -X POST localhost:{port}/predictions/{model_name} -H \"Authorization: Bearer $KEY\" "
                        f"-d @{s.bundle_dir}/{model_name}.request.json"),
         "tfserving": f"curl -s -X POST localhost:{port}/v1/models/{model_name}:predict -d @{s.bundle_dir}/{model_name}.request.json",
+        "ovms": f"curl -s -X POST localhost:{port}/v2/models/{model_name}/infer -d @{s.bundle_dir}/{model_name}.request.json",
     }[s.name]
     return f"""# Kubernetes bundle: {model_name} on {s.name}
 

@@ -34,10 +34,11 @@ BACKENDS: dict[str, tuple[str, str, str]] = {
     "tensorrt": ("tensorrt", "tensorrt_plan", "model.plan"),
     "savedmodel": ("savedmodel", "tensorflow_savedmodel", "model.savedmodel"),
     "torchscript": ("torchscript", "pytorch_libtorch", "model.pt"),
+    "openvino": ("openvino", "", "model.xml"),  # a backend, not a platform: config names `backend: "openvino"`
 }
 GPU_ONLY = {"tensorrt"}
 BACKEND_ALIASES = {"pytorch": "torchscript", "libtorch": "torchscript", "trt": "tensorrt", "onnxruntime": "onnx"}
-ACCEPTS = "ONNX, a TensorRT engine or build plan, a SavedModel, TorchScript or the emitted PyTorch code"
+ACCEPTS = "ONNX, a TensorRT engine or build plan, a SavedModel, TorchScript, OpenVINO IR or the emitted PyTorch code"
 
 
 def tensor_names(backend: str, artifacts: Artifacts) -> tuple[list[str], list[str]]:
@@ -90,7 +91,10 @@ def build_config(artifacts: Artifacts, options: PackageOptions, backend: str, na
     _, platform, filename = BACKENDS[backend]
     names_in, names_out = tensor_names(backend, artifacts)
     gpu = options.device == "gpu" or backend in GPU_ONLY
-    config = pb.ModelConfig(name=name, platform=platform, default_model_filename=filename)
+    config = pb.ModelConfig(name=name, default_model_filename=filename,
+                            **({"platform": platform} if platform else {"backend": backend}))
+    if backend == "openvino":
+        openvino_parameters(config, artifacts)
     batch_axis = artifacts.batch_axis() if options.max_batch_size > 0 else None
     config.max_batch_size = options.max_batch_size if batch_axis else 0
     if backend == "tensorrt" and batch_axis:
@@ -123,6 +127,15 @@ def build_config(artifacts: Artifacts, options: PackageOptions, backend: str, na
         acc.parameters["precision_mode"] = options.trt_precision.upper()
         acc.parameters["max_workspace_size_bytes"] = str(1 << 30)
     return config
+
+
+def openvino_parameters(config, artifacts: Artifacts) -> None:
+    """Triton's OpenVINO backend takes OpenVINO settings as parameters. Its only precision switch
+    is `HINT_BF16`: a bf16 artifact sets it; for any other the backend leaves the device default,
+    which on a BF16 CPU is bf16 too (the README says so; the OVMS bundle pins f32 explicitly)."""
+    config.parameters["PERFORMANCE_HINT"].string_value = "LATENCY"
+    if artifacts.entries.get("openvino", {}).get("inference_precision") == "bf16":
+        config.parameters["HINT_BF16"].string_value = "YES"
 
 
 def _check_profile_batch(artifacts: Artifacts, max_batch: int) -> None:
@@ -174,6 +187,14 @@ def _place_model(artifacts: Artifacts, backend: str, version_dir: Path, options:
         shutil.copytree(plan_only(artifacts), build, symlinks=False)
         details["engine"] = f"not built: run {build.relative_to(version_dir.parent.parent)}/trtexec.sh on the serving GPU"
         return [p for p in build.rglob("*") if p.is_file()]
+    if backend == "openvino":
+        xml = artifacts.get("openvino", "the Triton openvino backend")
+        out = []
+        for src in (xml, xml.with_suffix(".bin")):
+            dst = version_dir / ("model" + src.suffix)
+            shutil.copyfile(src, dst)
+            out.append(dst)
+        return out
     if backend == "onnx":
         src_files = artifacts.onnx_files()
         main = version_dir / filename
@@ -215,9 +236,9 @@ def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bun
     old_config = model_dir / "config.pbtxt"
     if existing and old_config.is_file():
         old = parse_config(old_config.read_text())
-        if old.platform and old.platform != config.platform:
-            raise BadInputError(f"the repository serves '{name}' with {old.platform}; version {version} would need {config.platform}",
-                                path=old_config)
+        if (old.platform or old.backend) and (old.platform, old.backend) != (config.platform, config.backend):
+            raise BadInputError(f"the repository serves '{name}' with {old.platform or old.backend}; version {version} would need "
+                                f"{config.platform or config.backend}", path=old_config)
     details: dict = {}
     files = _place_model(artifacts, backend, model_dir / str(version), options, details)
     text = config_text(config)
@@ -240,7 +261,7 @@ def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bun
     readme.write_text(_readme(name, version, backend, config, request, artifacts, details))
     files.append(readme)
     return Bundle(NAME, out_dir, files, {"model_name": name, "version": version, "versions": [*existing, version],
-                                         "platform": config.platform, "max_batch_size": config.max_batch_size,
+                                         "platform": config.platform or config.backend, "max_batch_size": config.max_batch_size,
                                          "gpu": options.device == "gpu" or backend in GPU_ONLY, **details})
 
 
@@ -259,6 +280,13 @@ def _readme(name: str, version: int, backend: str, config, request: Path | None,
         notes += ("\nTorchScript keeps no tensor names: Triton's PyTorch backend takes them by position, so the\n"
                   "config names them `INPUT__i`/`OUTPUT__i`. Contract names:\n"
                   + "\n".join(f"- `{t.name}` is `{s.name}`" for t, s in pairs) + "\n")
+    if backend == "openvino":
+        bf16 = "HINT_BF16" in config.parameters
+        notes += ("\nServed by Triton's OpenVINO backend (`backend: \"openvino\"`, `model.xml` + `model.bin`). "
+                  + ("The artifact was validated at bf16\n(`HINT_BF16`).\n" if bf16 else
+                     "Its only precision parameter is\n`HINT_BF16`: it cannot pin f32, and on a CPU with BF16 OpenVINO's "
+                     "default is bf16. For f32 as validated,\nserve the OVMS bundle (`--for ovms`), which sets "
+                     "INFERENCE_PRECISION_HINT.\n"))
     if "engine" in details:
         notes += (f"\nThe TensorRT engine is not built yet (the conversion wrote its build plan only). On the GPU\n"
                   f"machine that will serve it, with the Triton image's TensorRT version, build it first:\n\n"
@@ -266,7 +294,7 @@ def _readme(name: str, version: int, backend: str, config, request: Path | None,
                   f"It writes `{name}/{version}/model.plan`; Triton ignores the `build/` folder.\n")
     return f"""# Triton model repository: {name}
 
-Version {version} of `{name}` ({config.platform}); max_batch_size {config.max_batch_size}.
+Version {version} of `{name}` ({config.platform or config.backend}); max_batch_size {config.max_batch_size}.
 
 Start the server on this folder:
 

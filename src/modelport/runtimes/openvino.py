@@ -1,0 +1,296 @@
+"""OpenVINO runner (CPU): OpenVINO IR (`model.xml` + `model.bin`), ONNX files, and in-memory models.
+
+The inference precision is always set explicitly (`INFERENCE_PRECISION_HINT`): OpenVINO's CPU
+plugin runs f32 models in bf16 by default on CPUs with BF16 support, so an unpinned "fp32" run
+would silently be a bf16 one. The runner asks the compiled model which precision it actually
+runs at (`inference_precision`) and reports it.
+
+A modelport-written IR carries its I/O contract and the inference precision it was validated at
+in the model's `rt_info` (under `modelport`); a runner given no precision uses that one, and f32
+for any other file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from modelport.errors import BadInputError, MissingDependencyError
+from modelport.ir import TensorSpec
+
+# modelport precision -> OpenVINO element type name of INFERENCE_PRECISION_HINT
+HINTS = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}
+# OPTIMIZATION_CAPABILITIES entry that says the CPU executes the precision natively
+CAPABILITY = {"fp32": "FP32", "bf16": "BF16", "fp16": "FP16", "int8": "INT8"}
+RT_KEY = "modelport"  # rt_info section of a modelport-written IR
+
+
+def no_telemetry() -> None:
+    """Keep OpenVINO and NNCF from phoning home.
+
+    `import openvino` sends a usage event to Google Analytics (through `openvino_telemetry`, unless
+    the user opted out or `CI` is set), and NNCF sends events per call; both fall back to a stub
+    when `openvino_telemetry` cannot be imported. modelport makes no network calls a user did not
+    ask for, so in its processes the package is made unimportable, unless something imported it
+    already (then the user's own setup decides).
+    """
+    import sys
+
+    sys.modules.setdefault("openvino_telemetry", None)
+
+
+def require_openvino(purpose: str = "OpenVINO"):
+    from modelport.deps import require
+
+    no_telemetry()
+    return require("openvino", purpose=purpose)
+
+
+_CORE = None
+
+
+def core():
+    """One openvino.Core per process (creating one loads the plugins)."""
+    global _CORE
+    if _CORE is None:
+        _CORE = require_openvino().Core()
+    return _CORE
+
+
+def cpu_capabilities() -> list[str]:
+    """The CPU plugin's OPTIMIZATION_CAPABILITIES, e.g. ['BF16', 'FP32', 'INT8', ...]."""
+    return [str(c) for c in core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")]
+
+
+def supports(precision: str) -> bool:
+    """Whether this CPU executes `precision` natively (bf16 needs AVX512-BF16 or AMX, f16 AMX-FP16 or AVX512-FP16)."""
+    cap = CAPABILITY.get(precision)
+    return cap is not None and cap in cpu_capabilities()
+
+
+def require_precision(precision: str, capabilities: list[str] | None = None) -> None:
+    """Exit 5 when this CPU (whose OPTIMIZATION_CAPABILITIES are `capabilities`, else read from the
+    plugin) cannot run `precision` natively: a hardware requirement, like a missing GPU."""
+    caps = cpu_capabilities() if capabilities is None else list(capabilities)
+    if precision in ("bf16", "fp16") and CAPABILITY[precision] not in caps:
+        raise MissingDependencyError(
+            f"this CPU cannot run {precision} natively in OpenVINO (OPTIMIZATION_CAPABILITIES: {', '.join(caps)})",
+            hint=f"{precision} inference needs a CPU with "
+                 + ("AVX512-BF16 or AMX" if precision == "bf16" else "AMX-FP16 or AVX512-FP16") + "; use fp32 or int8 here")
+
+
+def _element_type_name(value) -> str:
+    text = str(value)
+    for name, hint in (("bfloat16", "bf16"), ("float16", "f16"), ("float32", "f32")):
+        if name in text:
+            return hint
+    return text.replace("<Type: '", "").replace("'>", "")
+
+
+def read_rt(model, key: str):
+    """A value modelport stored in the model's rt_info (a JSON string), or None."""
+    try:
+        if not model.has_rt_info([RT_KEY, key]):
+            return None
+        return json.loads(model.get_rt_info([RT_KEY, key]).astype(str))
+    except Exception:  # rt_info of another producer: not ours
+        return None
+
+
+def write_rt(model, key: str, value) -> None:
+    model.set_rt_info(json.dumps(value, sort_keys=True), [RT_KEY, key])
+
+
+def read_ir(path: str | Path):
+    """An OpenVINO model from an IR `.xml` (its `.bin` beside it) or an ONNX file, with file errors as exit 2."""
+    path = Path(path)
+    if path.suffix.lower() == ".xml":
+        weights = path.with_suffix(".bin")
+        if not weights.is_file():
+            raise BadInputError(f"the IR's weights file {weights.name} is missing beside it", path=path)
+        if weights.is_symlink():
+            from modelport.errors import UnsafeInputError
+
+            raise UnsafeInputError(f"the IR's weights file {weights.name} is a symbolic link", path=path)
+    elif path.suffix.lower() == ".onnx":
+        from modelport.onnx_io import load_onnx
+
+        load_onnx(path, load_external=False)  # external data checked to stay inside the folder
+    try:
+        return core().read_model(str(path))
+    except MissingDependencyError:
+        raise
+    except Exception as e:
+        raise BadInputError(f"OpenVINO cannot read the model: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}",
+                            path=path) from None
+
+
+def from_onnx(model):
+    """An OpenVINO model from an in-memory ONNX ModelProto (written to a temporary file: OpenVINO
+    reads external data by path).
+
+    The model goes through OpenVINO's ONNX front end as the runtime reads it (`Core.read_model`),
+    the front end `openvino.convert_model` uses too: `convert_model` also sends usage telemetry to
+    Google Analytics unless the user opted out, and a conversion here makes no network calls.
+    """
+    import tempfile
+
+    from modelport.onnx_io import save_onnx
+
+    with tempfile.TemporaryDirectory(prefix="modelport-ov-") as tmp:
+        path = Path(tmp) / "model.onnx"
+        save_onnx(model, path)
+        try:
+            return core().read_model(str(path))
+        except Exception as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise BadInputError(f"OpenVINO cannot convert the ONNX model: {first}") from None
+
+
+def port_name(port, wanted: set[str] | None = None) -> str:
+    """A port's tensor name: the one the contract knows when it has several."""
+    names = port.get_names()
+    if wanted:
+        for n in sorted(names):
+            if n in wanted:
+                return n
+    return port.get_any_name()
+
+
+def specs_of(model) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    """(inputs, outputs) of an OpenVINO model: the contract modelport stored, else the ports
+    (a dynamic dim becomes `<name>_dim<axis>`)."""
+    contract = read_rt(model, "contract") or {}
+
+    def from_ports(ports, key):
+        saved = {d["name"]: TensorSpec.from_dict(d) for d in contract.get(key) or [] if isinstance(d, dict) and d.get("name")}
+        specs = []
+        for p in ports:
+            name = port_name(p, set(saved))
+            if name in saved:
+                specs.append(saved[name])
+                continue
+            shape = [d.get_length() if d.is_static else f"{name}_dim{k}" for k, d in enumerate(p.get_partial_shape())]
+            specs.append(TensorSpec(name, np.dtype(p.get_element_type().to_dtype()).name, shape))
+        return specs
+
+    return from_ports(model.inputs, "inputs"), from_ports(model.outputs, "outputs")
+
+
+class OpenVINORunner:
+    """Compile a model on CPU at an explicit inference precision and run it by tensor name."""
+
+    name = "openvino"
+
+    def __init__(self, model, *, precision: str | None = None, threads: int | None = None):
+        require_openvino("running OpenVINO models")
+        self.path = Path(model) if isinstance(model, (str, Path)) else None
+        if self.path is not None:
+            self.model = read_ir(self.path)
+        elif hasattr(model, "graph") and hasattr(model, "opset_import"):  # an ONNX ModelProto
+            self.model = from_onnx(model)
+        else:
+            self.model = model
+        precision = precision or read_rt(self.model, "inference_precision") or "fp32"
+        if precision not in HINTS:
+            raise BadInputError(f"unknown OpenVINO inference precision '{precision}'; known: {', '.join(HINTS)}")
+        self.precision = precision
+        config = {"INFERENCE_PRECISION_HINT": HINTS[precision], "PERFORMANCE_HINT": "LATENCY"}
+        if threads:
+            config["INFERENCE_NUM_THREADS"] = int(threads)
+        self._inputs, self._outputs = specs_of(self.model)
+        try:
+            self.compiled = core().compile_model(self.model, "CPU", config)
+        except Exception as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise BadInputError(f"OpenVINO cannot compile the model for CPU: {first}", path=self.path) from None
+        # what the plugin settled on: f16 asked on a CPU without FP16 runs in f32, for one
+        self.inference_precision = _element_type_name(self.compiled.get_property("INFERENCE_PRECISION_HINT"))
+        self.request = self.compiled.create_infer_request()
+        wanted_in, wanted_out = {s.name for s in self._inputs}, {s.name for s in self._outputs}
+        self.input_names = [port_name(p, wanted_in) for p in self.compiled.inputs]
+        self.output_names = [port_name(p, wanted_out) for p in self.compiled.outputs]
+
+    def input_specs(self) -> list[TensorSpec]:
+        return list(self._inputs)
+
+    def output_specs(self) -> list[TensorSpec]:
+        return list(self._outputs)
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        missing = [n for n in self.input_names if n not in feeds]
+        if missing:
+            raise BadInputError(f"missing inputs {missing}; the model expects {self.input_names}")
+        result = self.request.infer({i: np.ascontiguousarray(feeds[n]) for i, n in enumerate(self.input_names)})
+        return {n: np.array(result[self.compiled.outputs[i]]) for i, n in enumerate(self.output_names)}
+
+    def io_note(self) -> str:
+        return f"OpenVINO CPU, inference precision {self.inference_precision} (asked {HINTS[self.precision]})"
+
+
+def open_ir(path: str | Path, **options) -> OpenVINORunner:
+    """A user's `.xml` (or `.onnx`) file, as `validate` opens it."""
+    return OpenVINORunner(path, **options)
+
+
+def inspect_ir(path: str | Path) -> dict:
+    """What `inspect` shows for an OpenVINO IR: I/O, op histogram, parameters, size, stored precision."""
+    from collections import Counter
+
+    path = Path(path)
+    model = read_ir(path)
+    inputs, outputs = specs_of(model)
+    ops = Counter(op.get_type_name() for op in model.get_ordered_ops())
+    params = sum(int(np.prod(op.get_output_shape(0))) for op in model.get_ordered_ops()
+                 if op.get_type_name() == "Constant" and op.get_output_partial_shape(0).is_static)
+    files = [path, path.with_suffix(".bin")]
+    ov = require_openvino()
+    return {
+        "format": "openvino-ir",
+        "openvino": ov.__version__ if hasattr(ov, "__version__") else None,
+        "inputs": [s.to_dict() for s in inputs],
+        "outputs": [s.to_dict() for s in outputs],
+        "nodes": sum(ops.values()),
+        "ops": dict(ops.most_common()),
+        "parameters": int(params),
+        "inference_precision": read_rt(model, "inference_precision"),
+        "weights": sorted({str(op.get_element_type()) for op in model.get_ordered_ops() if op.get_type_name() == "Constant"}),
+        "files": [str(f) for f in files],
+        "size": sum(f.stat().st_size for f in files if f.exists()),
+    }
+
+
+def intermediate_tensors(model, feeds: dict[str, np.ndarray], *, precision: str = "fp32") -> tuple[list[str], dict[str, np.ndarray]]:
+    """Every named float tensor an OpenVINO model computes on `feeds`, in execution order.
+
+    Each op output that carries a tensor name (OpenVINO keeps the ONNX names of the tensors it
+    converted) is made a model output, so the plugin must materialise it; fusions that would
+    hide it are then not applied, which is what a divergence search wants.
+    """
+    model = model.clone()
+    ports, names = [], []
+    params = {p.get_any_name() for p in model.inputs}
+    for op in model.get_ordered_ops():
+        if op.get_type_name() in ("Parameter", "Constant", "Result"):
+            continue
+        for out in op.outputs():
+            if not out.get_names() or not out.get_element_type().is_real():
+                continue
+            name = sorted(out.get_names())[0]
+            if name in params or name in names:
+                continue
+            ports.append(out)
+            names.append(name)
+    if ports:
+        model.add_outputs(ports)
+    compiled = core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": HINTS[precision]})
+    request = compiled.create_infer_request()
+    inputs = [port_name(p) for p in compiled.inputs]
+    result = request.infer({i: np.ascontiguousarray(feeds[n]) for i, n in enumerate(inputs)})
+    values: dict[str, np.ndarray] = {}
+    for port in compiled.outputs:
+        for n in port.get_names():
+            values.setdefault(n, np.array(result[port]))
+    return [n for n in names if n in values], values
