@@ -19,7 +19,7 @@ BATCH = "Batch"
 PANELS = {
     SOURCE: ("--from", "--task", "-in", "-iw", "--input", "--inputShape", "--output", "--arch", "--opset", "--trust", "--signature",
              "--input-names", "--layout", "--mean", "--std", "--scale", "--channel-order"),
-    TARGETS: ("--to", "--plan-only", "--tflite-layout", "--tflite-io-dtype", "--trt-shapes", "--workspace", "--package", "--for",
+    TARGETS: ("--to", "--route", "--plan-only", "--tflite-layout", "--tflite-io-dtype", "--trt-shapes", "--workspace", "--package", "--for",
               "--name", "--version", "--add-version", "--runtime", "--backend", "--device", "--postprocess", "--server",
               "--max-batch-size", "--instances", "--image", "--cpu", "--memory", "--gpus", "--replicas"),
     VALIDATION: ("--seed", "--dim", "--data", "--inputs", "--value", "--atol", "--rtol", "--min-cosine", "--strict", "--localize",
