@@ -102,6 +102,15 @@ def _loads_context(text: str):
         return text
 
 
+def _keys(context, n: int) -> list[str] | None:
+    """Field names from a tree spec context: a list of keys (transformers' ModelOutput, dicts) or
+    `[field names, None-valued field names]` (`torch.utils._pytree.register_dataclass`)."""
+    for keys in (context, context[0] if isinstance(context, list) and len(context) == 2 else None):
+        if isinstance(keys, list) and len(keys) == n and all(isinstance(k, str) for k in keys):
+            return keys
+    return None
+
+
 def _flatten_mapping(d):
     return list(d.values()), list(d.keys())
 
@@ -111,8 +120,7 @@ def _unflatten(mapping: type):
 
     def unflatten(values, context):
         values = list(values)
-        if isinstance(context, list) and len(context) == len(values) and all(isinstance(k, str) for k in context):
-            return mapping(zip(context, values, strict=True))
-        return sequence(values)
+        keys = _keys(context, len(values))
+        return mapping(zip(keys, values, strict=True)) if keys else sequence(values)
 
     return unflatten

@@ -95,6 +95,7 @@ def positional_program(ep):
         def __init__(self):
             super().__init__()
             self.program = inner
+            self.training = False
 
         def forward(self, *flat):
             args, kwargs = pytree.tree_unflatten(list(flat), spec)
