@@ -64,6 +64,15 @@ def test_t5_pt2_converts_through_decompositions(cli, pt2s, tmp_path, name):
     assert [i["name"] for i in r.json()["contract"]["inputs"]] == inputs
 
 
+def test_pt2_whose_shapes_the_user_changed_is_traced_again_then_decomposed(pt2s):
+    """--input fixing the batch: the saved program no longer fits the contract, so its module is
+    exported again with the user's shapes, lowered to core ATen, then to ONNX."""
+    path = pt2s["t5_encoder"]
+    ir = parse(path, SourceSpec(path=path, inputs=[parse_input_spec("input_ids:3,8")]))
+    assert [(a["route"], a["ok"]) for a in ir.provenance["export_attempts"]] == [("dynamo", False), ("dynamo-decomposed", True)]
+    assert [[d.dim_value for d in i.type.tensor_type.shape.dim] for i in ir.model.graph.input] == [[3, 8]]
+
+
 def test_live_t5_module_falls_back_to_decompositions():
     """An nn.Module (not a file) takes the same class of fix: torch.export, core ATen, then ONNX."""
     model, _ = build("t5_encoder")

@@ -345,6 +345,7 @@ def parse(source, spec) -> IRModel:
     from modelport.samples import make_inputs, reference_varies
 
     module, how, carried = load_module(source, spec)
+    own_shapes = [(c.dtype, list(c.shape)) for c in carried[0]] if carried is not None else None
     specs, ranges = _input_specs(source, spec, carried)
     sample = make_inputs(specs, spec.sample_dims, seed=spec.seed, given=spec.given, path=spec.path)
     args = [torch.from_numpy(sample[s.name]) for s in specs]
@@ -364,7 +365,7 @@ def parse(source, spec) -> IRModel:
     varies = reference_varies(runner.run, specs, ref, spec.sample_dims, seed=spec.seed, given=spec.given)
 
     program = getattr(module, "exported_program", None)
-    kept = carried is not None and [(s.dtype, list(s.shape)) for s in specs] == [(c.dtype, list(c.shape)) for c in carried[0]]
+    kept = own_shapes == [(s.dtype, list(s.shape)) for s in specs]  # the saved program fits the contract as it is
     exported = export_model(module, args, specs, names, opset=spec.opset, ranges=ranges, program=program,
                             program_shapes_kept=kept, path=spec.path)
     model = exported.model
