@@ -49,3 +49,17 @@ def test_unregistered_output_container_loads_as_named_outputs(tmp_path):
         want = model(torch.from_numpy(x))
     np.testing.assert_allclose(ir.reference.outputs["embedding"], want.embedding.numpy(), rtol=1e-6)
     assert Heads not in pytree.SUPPORTED_NODES  # nothing from the file was imported or registered as Heads
+
+
+def test_inspect_names_outputs_as_convert_does(cli, tmp_path):
+    name = f"{__name__}.Heads"
+    pytree.register_dataclass(Heads, serialized_type_name=name)
+    try:
+        ep = torch.export.export(TwoHeads().eval(), (torch.randn(2, 4),))
+        path = tmp_path / "heads.pt2"
+        torch.export.save(ep, str(path))
+    finally:
+        pytree._deregister_pytree_node(Heads)
+    r = cli("inspect", path, "--json")
+    assert r.exit_code == 0, r
+    assert [(o["name"], o["shape"]) for o in r.json()["outputs"]] == [("logits", [2, 2]), ("embedding", [2, 3])]

@@ -296,13 +296,27 @@ def _exported_outputs(ep) -> list[dict]:
     user = [s.arg.name for s in ep.graph_signature.output_specs if s.kind.name == "USER_OUTPUT"]
     out_node = next(n for n in ep.graph.nodes if n.op == "output")
     vals = {getattr(a, "name", None): a.meta.get("val") for a in out_node.args[0] if hasattr(a, "meta")}
+    shown = _output_names_of_program(ep, len(user)) or user
     rows = []
-    for name in user:
+    for name, label in zip(user, shown, strict=True):
         val = vals.get(name)
         shape = [d if isinstance(d, int) else names.get(str(d), str(d)) for d in val.shape] if hasattr(val, "shape") else None
-        rows.append({"name": name, "dtype": str(val.dtype).replace("torch.", "") if hasattr(val, "dtype") else None,
+        rows.append({"name": label, "dtype": str(val.dtype).replace("torch.", "") if hasattr(val, "dtype") else None,
                      "shape": shape})
     return rows
+
+
+def _output_names_of_program(ep, count: int) -> list[str] | None:
+    """The names `convert` gives the program's outputs (the keys of a dict or ModelOutput result)."""
+    torch = _torch()
+    from torch.utils import _pytree as pytree
+
+    try:
+        structure = pytree.tree_unflatten([torch.empty(0)] * count, ep.call_spec.out_spec)
+    except Exception:
+        return None
+    names = output_names_of(structure)
+    return names if len(names) == count else None
 
 
 def zoo_specs(source, spec) -> list[TensorSpec]:
