@@ -359,6 +359,27 @@ def copy_companion_files(ir: IRModel, stage: Path, report: Report) -> None:
         report.set_files(names)
 
 
+def parse_noting_attempts(parse, src, spec, parsed, report):
+    """Parse; the export routes a PyTorch parse tried go in the parse stage row (`attempts`), and
+    those that failed before one worked become warnings."""
+    from modelport.parsers.pytorch_export import ExportFailedError
+
+    try:
+        ir = parse(src, spec)
+    except ExportFailedError as e:
+        parsed.note(attempts=[a.to_dict() for a in e.attempts])
+        raise
+    attempts = ir.provenance.get("export_attempts")
+    if attempts:
+        parsed.note(attempts=attempts)
+        for a in attempts:
+            if not a["ok"]:
+                report.warn(f"export route {a['route']} failed: {a['reason']}")
+        if ir.provenance.get("fixed_dims"):
+            report.warn(f"export route {attempts[-1]['route']} fixed dynamic dims to their sample sizes: {ir.provenance['fixed_dims']}")
+    return ir
+
+
 def validate_artifact(artifact, ir: IRModel, tol: Tolerance, hop: str):
     from modelport.runtimes import get_runner
 
@@ -398,7 +419,7 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
         tol = options.tolerance("fp32", zoo_tol)
 
         with run_stage(report, "parse", on_stage=on_stage) as parsed:
-            ir = parse(src, spec)
+            ir = parse_noting_attempts(parse, src, spec, parsed, report)
             parts = ir.parts or {"": ir}  # a model exported as several (an encoder and a decoder) goes to OUT/<part>/
             parsed.note(nodes=sum(len(p.model.graph.node) for p in parts.values()), exporter=ir.provenance.get("exporter"))
         source_ref = SourceRef(kind_of(ir.provenance), src, spec)  # for the native routes

@@ -14,8 +14,6 @@ exporter produced the model. The exporter's progress lines are kept off stdout.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import logging
 import pickle
@@ -162,6 +160,9 @@ def build_arch(arch: str, *, trust: bool):
 
 
 def load_exported(path: Path):
+    from modelport.parsers.pytorch_containers import register_unknown_containers
+
+    register_unknown_containers(path)
     try:
         return _torch().export.load(str(path))
     except Exception as e:
@@ -183,8 +184,12 @@ def load_module(source, spec):
     if fmt == "exported_program":
         ep = load_exported(path)
         carried = exported_program_specs(ep)
+        from modelport.parsers.pytorch_export import positional_program
+
         try:
-            return ep.module(), fmt, carried
+            module = positional_program(ep)
+            module.exported_program = ep
+            return module, fmt, carried
         except Exception as e:
             raise BadInputError(f"cannot load ExportedProgram: {_first_line(e)}", path=path) from None
     if fmt == "torchscript":
@@ -291,13 +296,27 @@ def _exported_outputs(ep) -> list[dict]:
     user = [s.arg.name for s in ep.graph_signature.output_specs if s.kind.name == "USER_OUTPUT"]
     out_node = next(n for n in ep.graph.nodes if n.op == "output")
     vals = {getattr(a, "name", None): a.meta.get("val") for a in out_node.args[0] if hasattr(a, "meta")}
+    shown = _output_names_of_program(ep, len(user)) or user
     rows = []
-    for name in user:
+    for name, label in zip(user, shown, strict=True):
         val = vals.get(name)
         shape = [d if isinstance(d, int) else names.get(str(d), str(d)) for d in val.shape] if hasattr(val, "shape") else None
-        rows.append({"name": name, "dtype": str(val.dtype).replace("torch.", "") if hasattr(val, "dtype") else None,
+        rows.append({"name": label, "dtype": str(val.dtype).replace("torch.", "") if hasattr(val, "dtype") else None,
                      "shape": shape})
     return rows
+
+
+def _output_names_of_program(ep, count: int) -> list[str] | None:
+    """The names `convert` gives the program's outputs (the keys of a dict or ModelOutput result)."""
+    torch = _torch()
+    from torch.utils import _pytree as pytree
+
+    try:
+        structure = pytree.tree_unflatten([torch.empty(0)] * count, ep.call_spec.out_spec)
+    except Exception:
+        return None
+    names = output_names_of(structure)
+    return names if len(names) == count else None
 
 
 def zoo_specs(source, spec) -> list[TensorSpec]:
@@ -330,65 +349,17 @@ def output_names_of(out, prefix: str = "") -> list[str]:
     return []
 
 
-def _export(module, args, input_names, output_names, specs, opset, dynamo: bool,
-            ranges: dict[str, tuple[int, int | None]] | None = None):
-    torch = _torch()
-
-    logging.getLogger("torch.onnx").setLevel(logging.ERROR)
-    logging.getLogger("torch.export").setLevel(logging.ERROR)
-    from modelport.progress import doing
-
-    captured = io.StringIO()
-    with doing(f"torch.onnx.export, {'dynamo' if dynamo else 'TorchScript'}"), contextlib.redirect_stdout(captured), \
-            contextlib.redirect_stderr(io.StringIO()):
-        if dynamo:
-            dims: dict[str, object] = {}
-            shapes = []
-            for s in specs:
-                shapes.append({i: dims.setdefault(d, _export_dim(torch, d, (ranges or {}).get(d))) for i, d in s.dynamic_dims.items()}
-                              or None)
-            kwargs = {"dynamic_shapes": tuple(shapes)} if any(shapes) else {}
-            prog = torch.onnx.export(
-                module, tuple(args), dynamo=True, input_names=input_names, output_names=output_names,
-                opset_version=opset, external_data=False, optimize=True, **kwargs,
-            )
-            model = prog.model_proto
-        else:
-            f = io.BytesIO()
-            axes = {s.name: {i: d for i, d in s.dynamic_dims.items()} for s in specs if s.dynamic_dims}
-            torch.onnx.export(
-                module, tuple(args), f, dynamo=False, input_names=input_names, output_names=output_names,
-                opset_version=opset or 17, dynamic_axes=axes or None,
-            )
-            import onnx
-
-            model = onnx.load_from_string(f.getvalue())
-    if captured.getvalue():
-        log.debug("exporter output:\n%s", captured.getvalue())
-    return model
-
-
-def _export_dim(torch, name: str, bounds: tuple[int, int | None] | None):
-    """A torch.export.Dim for a named dim, within the range the source program declared for it."""
-    lo, hi = bounds or (0, None)
-    kwargs = {k: v for k, v in (("min", lo if lo > 0 else None), ("max", hi)) if v is not None}
-    return torch.export.Dim(_dim_ident(name), **kwargs)
-
-
-def _dim_ident(name: str) -> str:
-    ident = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
-    return ident if ident and not ident[0].isdigit() else f"d_{ident}"
-
-
 def parse(source, spec) -> IRModel:
     import numpy as np
     torch = _torch()
 
     from modelport.parsers.onnx import convert_opset, infer_and_check
+    from modelport.parsers.pytorch_export import export_model
     from modelport.runtimes.torch import TorchRunner, flatten_outputs
     from modelport.samples import make_inputs, reference_varies
 
     module, how, carried = load_module(source, spec)
+    own_shapes = [(c.dtype, list(c.shape)) for c in carried[0]] if carried is not None else None
     specs, ranges = _input_specs(source, spec, carried)
     sample = make_inputs(specs, spec.sample_dims, seed=spec.seed, given=spec.given, path=spec.path)
     args = [torch.from_numpy(sample[s.name]) for s in specs]
@@ -407,17 +378,17 @@ def parse(source, spec) -> IRModel:
     ref = runner.run(sample)
     varies = reference_varies(runner.run, specs, ref, spec.sample_dims, seed=spec.seed, given=spec.given)
 
-    errors = []
-    model = exporter = None
-    for dynamo in (True, False):
-        try:
-            model = _export(module, args, [s.name for s in specs], names, specs, spec.opset, dynamo, ranges)
-            exporter = "torch.onnx dynamo" if dynamo else "torch.onnx torchscript"
-            break
-        except Exception as e:
-            errors.append(f"{'dynamo' if dynamo else 'torchscript'} exporter: {_first_line(e)}")
-    if model is None:
-        raise BadInputError("torch.onnx.export failed: " + " | ".join(errors), path=spec.path)
+    program = getattr(module, "exported_program", None)
+    kept = own_shapes == [(s.dtype, list(s.shape)) for s in specs]  # the saved program fits the contract as it is
+    exported = export_model(module, args, specs, names, opset=spec.opset, ranges=ranges, program=program,
+                            program_shapes_kept=kept, path=spec.path)
+    model = exported.model
+    fixed: dict[str, int] = {}
+    for s in specs:  # a route that traced the sizes as constants fixed these dims to the sample's
+        for i, d in enumerate(s.shape):
+            if d in exported.fixed_dims:
+                fixed[d] = int(sample[s.name].shape[i])
+        s.shape = [fixed.get(d, d) if isinstance(d, str) else d for d in s.shape]
     if spec.opset:
         model = convert_opset(model, spec.opset, spec.path)
     model = infer_and_check(model, spec.path)
@@ -435,8 +406,10 @@ def parse(source, spec) -> IRModel:
         inputs=specs,
         outputs=outputs,
         provenance={
-            "framework": "pytorch", "format": how, "path": src, "exporter": exporter,
-            "exporter_fallback_reason": errors[0] if errors and exporter.endswith("torchscript") else None,
+            "framework": "pytorch", "format": how, "path": src, "exporter": exported.exporter,
+            "exporter_fallback_reason": next((a.reason for a in exported.attempts if not a.ok), None),
+            "export_attempts": [a.to_dict() for a in exported.attempts],
+            "fixed_dims": fixed or None,
             "opset": next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None),
             "reference_varies": varies,
         },

@@ -48,8 +48,21 @@ class GenerationFailed(Exception):
 def _infer(model):
     import onnx
 
+    if any(node.domain == "com.microsoft" for node in model.graph.node):
+        model = _infer_contrib(model)
     try:
         return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception:
+        return model
+
+
+def _infer_contrib(model):
+    """Shapes through onnxruntime's contrib ops (`--optimize all` writes them), which ONNX's own
+    inference does not know: onnxruntime's symbolic shape inference, when it copes."""
+    try:
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+        return SymbolicShapeInference.infer_shapes(model, auto_merge=True, guess_output_rank=True) or model
     except Exception:
         return model
 

@@ -361,6 +361,21 @@ def onnx_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torc
     return y, present_key, present_value, qk
 '''
 
+ORT_ATTENTION = '''
+def ort_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, num_heads: int, scale: float | None = None,
+                  bias: torch.Tensor | None = None, causal: bool = False) -> torch.Tensor:
+    """onnxruntime's fused attention: [B, S, N*H] query, key and value split into heads, softmax(q @ k^T
+    * scale + bias) @ v (causal: each position sees itself and those before), heads merged again."""
+    q, k, v = (t.unflatten(-1, (num_heads, -1)).transpose(1, 2) for t in (q, k, v))
+    if causal:
+        rows, cols = q.shape[2], k.shape[2]
+        future = torch.ones(rows, cols, dtype=torch.bool, device=q.device).triu(cols - rows + 1)
+        mask = torch.zeros(rows, cols, dtype=q.dtype, device=q.device).masked_fill(future, float("-inf"))
+        bias = mask if bias is None else bias + mask
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=None if bias is None else bias.to(q.dtype), scale=scale)
+    return y.transpose(1, 2).flatten(2)
+'''
+
 HELPERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "onnx_reshape": (ONNX_RESHAPE, ()),
     "onnx_slice": (ONNX_SLICE, ()),
@@ -373,5 +388,6 @@ HELPERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "onnx_avg_pool": (ONNX_AVG_POOL, ()),
     "onnx_resize": (ONNX_RESIZE, ()),
     "onnx_attention": (ONNX_ATTENTION, ()),
+    "ort_attention": (ORT_ATTENTION, ()),
     "onnx_max_pool_indices": (ONNX_MAX_POOL_INDICES, ()),
 }

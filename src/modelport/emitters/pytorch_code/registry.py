@@ -16,7 +16,7 @@ from functools import lru_cache
 
 FAMILIES = (
     "activation", "elementwise", "linear", "conv", "pooling", "normalization", "shape", "indexing",
-    "reduce", "rnn", "resize", "control",
+    "reduce", "rnn", "resize", "control", "contrib",
 )
 MAX_OPSET = 10_000
 
