@@ -193,3 +193,21 @@ def test_mediapipe_tflite_specific_ops_convert_with_parity(cli, tmp_path, name, 
     assert r.exit_code == 0, r.stderr
     report = r.json()
     assert report["parity"] and all(p["ok"] for p in report["parity"])
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_keras_recurrent_tflite_converts_with_parity(cli, tmp_path, kind):
+    """A Keras LSTM becomes TFLite's fused UNIDIRECTIONAL_SEQUENCE_LSTM with variable (dataless)
+    state tensors; a GRU becomes a WHILE loop."""
+    import tensorflow as tf
+    import tf_keras
+
+    tf.random.set_seed(0)
+    x = tf_keras.Input((7, 4), batch_size=1, name="x")
+    model = tf_keras.Model(x, tf_keras.layers.Dense(3)(getattr(tf_keras.layers, kind)(6)(x)))
+    path = tmp_path / f"{kind}.tflite"
+    path.write_bytes(tf.lite.TFLiteConverter.from_keras_model(model).convert())
+    r = cli("convert", path, "--to", "onnx", "-o", tmp_path / "out", "--json")
+    assert r.exit_code == 0, r.stderr
+    report = r.json()
+    assert report["parity"] and all(p["ok"] for p in report["parity"])

@@ -157,7 +157,7 @@ def _convert_here(path: Path, spec, probed: dict, sample: dict, reference: dict)
     try:
         with tf_common.stdout_to_stderr(), warnings.catch_warnings(), tempfile.TemporaryDirectory(prefix="modelport-tfl-") as tmp:
             warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated.*")
-            readable = tflite_ops.densified_copy(path, Path(tmp))
+            readable = tflite_ops.readable_copy(path, Path(tmp))
             model, _ = tf2onnx.convert.from_tflite(str(readable), opset=spec.opset, custom_op_handlers=tflite_ops.handlers(path))
     except Exception as e:
         raise UnsupportedError(f"tf2onnx failed on the TFLite model: {tf_common.first_line(e)}", path=path) from None

@@ -5,10 +5,16 @@ Runs inside the TFLite parser's child process (parsers/tflite.py), on the user's
 - **Sparse weights** (mediapipe's `*_sparse.tflite`): a constant stored in TFLite's sparse format
   (per-dimension DENSE / SPARSE_CSR metadata, optional blocks) feeding a `DENSIFY` op. tf2onnx
   reads the compressed buffer as if it were dense ("cannot reshape array of size 77 into shape
-  (8,1,1,32)"). `densified_copy` writes a copy of the file whose sparse constants are expanded to
+  (8,1,1,32)"). `readable_copy` writes a copy of the file whose sparse constants are expanded to
   dense buffers and whose `DENSIFY` ops are bypassed; the user's file is never changed.
+- **Recurrent state** (Keras' `LSTM` as the fused `UNIDIRECTIONAL_SEQUENCE_LSTM`): its initial
+  hidden and cell states are variable tensors with no data, which tf2onnx cannot find a producer
+  for ("Cannot find node with output 'arith.constant14'"). One inference starts from zeros, so
+  the copy holds them as zero constants.
 - **`Convolution2DTransposeBias`** (mediapipe's custom op: transposed convolution plus bias, its
   options a raw `{padding, stride_w, stride_h}` int32 struct) becomes ONNX `ConvTranspose`.
+- **`UNIDIRECTIONAL_SEQUENCE_LSTM`** (a Keras LSTM through TFLite's converter), which tf2onnx
+  1.17 lacks, becomes ONNX `LSTM` (the plain form; peepholes, projection, layer norm are named).
 - **`GELU`** (a TFLite builtin tf2onnx 1.17 lacks) becomes ONNX `Gelu` from opset 20, else its
   formula (erf, or tanh when the op's `approximate` flag is set).
 
@@ -75,8 +81,9 @@ def densify(values: np.ndarray, shape: list[int], sparsity) -> np.ndarray:
     return dense
 
 
-def densified_copy(path: Path, work: Path) -> Path:
-    """`path` itself when it holds no sparse constant, else a copy in `work` with dense constants."""
+def readable_copy(path: Path, work: Path) -> Path:
+    """`path` itself when tf2onnx reads it as it is, else a copy in `work` with sparse constants made
+    dense and the zero initial state of stateful ops (variable tensors without data) made constant."""
     from tensorflow.lite.tools import flatbuffer_utils
 
     model = flatbuffer_utils.read_model(str(path))
@@ -92,6 +99,17 @@ def densified_copy(path: Path, work: Path) -> Path:
             buffer.data = np.frombuffer(dense.tobytes(), dtype=np.uint8)
             tensor.sparsity = None
             changed = True
+        produced = {int(o) for op in graph.operators for o in op.outputs}
+        for tensor_index, tensor in enumerate(graph.tensors):
+            data = model.buffers[tensor.buffer].data if tensor.buffer < len(model.buffers) else None
+            if tensor.isVariable and tensor_index not in produced and (data is None or len(data) == 0):
+                buffer = type(model.buffers[0])()
+                zeros = np.zeros([int(d) for d in tensor.shape], dtype=TENSOR_DTYPES[int(tensor.type)])
+                buffer.data = np.frombuffer(zeros.tobytes(), dtype=np.uint8)
+                model.buffers.append(buffer)
+                tensor.buffer = len(model.buffers) - 1
+                tensor.isVariable = False
+                changed = True
         bypass = {}
         kept = []
         for op in graph.operators:
@@ -192,7 +210,58 @@ def _gelu(ctx, node, name, args):
     ctx.replace_inputs(node, [half, op("Add", core, const(1.0))])
 
 
+def _sequence_lstm(ctx, node, name, args):
+    """TFLite's fused `UNIDIRECTIONAL_SEQUENCE_LSTM` (Keras' LSTM) -> ONNX `LSTM`.
+
+    tf2onnx drops the op's absent optional inputs, so the plain LSTM (no CIFG, peepholes,
+    projection or layer norm) arrives with 15: x, 4 input weights (i, f, c, o), 4 recurrent
+    weights, 4 biases, h0, c0. ONNX stacks the gates as i, o, f, c in W [1,4H,I], R [1,4H,H] and
+    B [1,8H] (input biases, then recurrent ones: zero), and runs time-major: Y [T,1,B,H].
+    """
+    from tf2onnx import utils
+    from tf2onnx.graph_builder import GraphBuilder
+
+    if len(node.input) != 15:
+        raise ValueError(f"UNIDIRECTIONAL_SEQUENCE_LSTM '{node.output[0]}' with {len(node.input)} inputs (peepholes, CIFG, "
+                         "projection or layer norm) has no ONNX translation here")
+    if node.get_attr_value("fused_activation_function", "TANH") not in ("TANH", b"TANH"):
+        raise ValueError(f"UNIDIRECTIONAL_SEQUENCE_LSTM '{node.output[0]}' with a non-tanh activation")
+
+    def value(k):
+        producer = ctx.get_node_by_output(node.input[k])
+        if producer is None or not producer.is_const():
+            raise ValueError(f"UNIDIRECTIONAL_SEQUENCE_LSTM '{node.output[0]}': input {k} is not a constant")
+        return producer.get_tensor_value(as_list=False)
+
+    order = [0, 3, 1, 2]  # TFLite i, f, c, o -> ONNX i, o, f, c
+    w = np.concatenate([value(1 + g) for g in order])[None]
+    r = np.concatenate([value(5 + g) for g in order])[None]
+    b = np.concatenate([np.concatenate([value(9 + g) for g in order]), np.zeros(4 * r.shape[2], w.dtype)])[None]
+    hidden = int(r.shape[2])
+    states = [np.asarray(value(k))[None] for k in (13, 14)]  # [B,H] -> [1,B,H]
+    time_major = bool(node.get_attr_value("time_major", 0))
+    x = node.input[0]
+    if not time_major:
+        x = ctx.make_node("Transpose", [x], attr={"perm": [1, 0, 2]}, op_name_scope=name).output[0]
+
+    def const(array):
+        return ctx.make_const(utils.make_name(f"{name}_c"), np.ascontiguousarray(array)).output[0]
+
+    attr = {"hidden_size": hidden}
+    clip = float(node.get_attr_value("cell_clip", 0.0) or 0.0)
+    if clip > 0:
+        attr["clip"] = clip
+    lstm = ctx.make_node("LSTM", [x, const(w), const(r), const(b), "", const(states[0]), const(states[1])],
+                         attr=attr, output_count=3, op_name_scope=name)
+    y = GraphBuilder(ctx).make_squeeze({"data": lstm.output[0], "axes": [1]}, op_name_scope=name)
+    node.type = "Transpose" if not time_major else "Identity"
+    node.attr.clear()
+    if not time_major:
+        node.set_attr("perm", [1, 0, 2])
+    ctx.replace_inputs(node, [y])
+
+
 def handlers(path: Path) -> dict:
     """tf2onnx custom op handlers for the file: {TFLite op as tf2onnx names it: (handler, args)}."""
     return {f"TFL_{TRANSPOSE_CONV_BIAS}": (partial(_transpose_conv_bias, custom_op_params(path)), []),
-            "TFL_GELU": (_gelu, [])}
+            "TFL_GELU": (_gelu, []), "TFL_UNIDIRECTIONAL_SEQUENCE_LSTM": (_sequence_lstm, [])}
