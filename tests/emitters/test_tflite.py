@@ -359,3 +359,16 @@ def test_keras_inception_blocks_at_1x1_concat_in_tflite(tmp_path):
     model = keras.Model(inp, keras.layers.Dense(3)(keras.layers.GlobalAveragePooling2D()(x)))
     out, report = _keras_to_tflite(model, tmp_path)
     assert report["parity"][-1]["ok"] and "tflite" in report["parity"][-1]["hop"]
+
+
+@pytest.mark.slow
+def test_ocr_detector_with_dynamic_height_and_width_names_the_dims(cli, tmp_path):
+    """PP-OCRv4's detector takes x[N,3,H,W] with H and W dynamic; where onnx2tf fails on it the
+    error names each dynamic dim and the size it was sampled at (exit 2)."""
+    from tests.wheel_models import wheel_model
+
+    path = wheel_model("rapidocr/det", tmp_path / "src")
+    r = cli("convert", path, "--to", "tflite", "-o", tmp_path / "out")
+    assert r.exit_code == 2, r.stderr
+    assert "input 'x' axis 2 'p2o.DynamicDimension.1' (sampled at 2)" in r.stderr and "--dim NAME=N" in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists()

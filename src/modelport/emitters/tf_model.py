@@ -310,6 +310,25 @@ def _stable_fingerprint(dest: Path) -> None:
 def build(ir: IRModel, work: Path, log: Path, *, layout: str = "source") -> tuple[object, list[Port], list[Port]]:
     """(onnx2tf's model, the file's input ports, its output ports) for `ir` in `layout`."""
     keep_first, keep_last, changes, described = input_layouts(ir, layout)
-    keras_model = onnx2tf_model(ir, work, keep_first, keep_last, log)
-    inputs, outputs = plan_ports(ir, keras_model, changes, described, layout == "nhwc", log)
+    try:
+        keras_model = onnx2tf_model(ir, work, keep_first, keep_last, log)
+        inputs, outputs = plan_ports(ir, keras_model, changes, described, layout == "nhwc", log)
+    except UnsupportedError as e:
+        dims = dynamic_dims(ir)
+        if not dims:
+            raise
+        raise e.with_reason(f"{e.reason}; dynamic dims onnx2tf may not convert: {dims}; give each a size "
+                            f"the model takes with --dim NAME=N (an image size the network divides evenly)") from e
     return keras_model, inputs, outputs
+
+
+def dynamic_dims(ir: IRModel) -> str:
+    """'input x axis 2 'h' (sampled at 2), …' for every named dim past axis 0 (a batch is no trouble)."""
+    sizes = {s.name: np.shape(ir.reference.inputs[s.name]) for s in ir.inputs} if ir.reference is not None else {}
+    found = []
+    for spec in ir.inputs:
+        for axis, d in enumerate(spec.shape):
+            if axis and isinstance(d, str):
+                at = sizes.get(spec.name)
+                found.append(f"input '{spec.name}' axis {axis} '{d}'" + (f" (sampled at {at[axis]})" if at and len(at) > axis else ""))
+    return ", ".join(found)
