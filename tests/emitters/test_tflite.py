@@ -347,3 +347,33 @@ def test_scalar_inputs_float_and_int64_convert_and_validate(tmp_path):
     back = convert(out / "model.tflite", tmp_path / "back", ConvertOptions(targets=["onnx"]))
     assert all(p["ok"] for p in back["parity"])
     assert {s["name"]: s["shape"] for s in back["contract"]["inputs"]} == {"x": [2, 5], "s": [], "n": []}
+
+
+def test_keras_inception_blocks_at_1x1_concat_in_tflite(tmp_path):
+    """Inception blocks whose maps are 1x1 (InceptionV3's last blocks at 75x75): tf2onnx leaves
+    Reshapes there that onnx2tf took for channels-last, so it concatenated along the wrong axis."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((5, 5, 3), name="image")
+    x = keras.layers.Conv2D(8, 5, activation="relu")(inp)
+    x = keras.layers.BatchNormalization()(x)
+    branches = [keras.layers.Conv2D(c, 1, activation="relu")(keras.layers.BatchNormalization()(x)) for c in (4, 6)]
+    x = keras.layers.Concatenate()([*branches, keras.layers.AveragePooling2D(3, 1, "same")(x)])
+    x = keras.layers.Concatenate()([keras.layers.Conv2D(5, 1)(x), x])
+    model = keras.Model(inp, keras.layers.Dense(3)(keras.layers.GlobalAveragePooling2D()(x)))
+    out, report = _keras_to_tflite(model, tmp_path)
+    assert report["parity"][-1]["ok"] and "tflite" in report["parity"][-1]["hop"]
+
+
+@pytest.mark.slow
+def test_ocr_detector_with_dynamic_height_and_width_names_the_dims(cli, tmp_path):
+    """PP-OCRv4's detector takes x[N,3,H,W] with H and W dynamic; where onnx2tf fails on it the
+    error names each dynamic dim and the size it was sampled at (exit 2)."""
+    from tests.wheel_models import wheel_model
+
+    path = wheel_model("rapidocr/det", tmp_path / "src")
+    r = cli("convert", path, "--to", "tflite", "-o", tmp_path / "out")
+    assert r.exit_code == 2, r.stderr
+    assert "input 'x' axis 2 'p2o.DynamicDimension.1' (sampled at 2)" in r.stderr and "--dim NAME=N" in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists()

@@ -361,3 +361,27 @@ def test_json_without_weights_and_json_with_a_lambda(cli, json_pairs, tmp_path):
     r = cli("convert", "-in", bad, "-iw", weights, "-o", tmp_path / "b")
     assert r.exit_code == 3 and "evil_lambda" in r.stderr, r
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+@pytest.fixture(scope="module")
+def applications_h5(tmp_path_factory):
+    """keras.applications models saved as legacy .h5: a small ConvNeXt (its `LayerScale` layer) and
+    MobileNetV3Small (`x + 3.0` recorded as operations named like the merge layers)."""
+    import keras
+    from keras.src.applications.convnext import ConvNeXt
+
+    d = tmp_path_factory.mktemp("applications_h5")
+    keras.utils.set_random_seed(0)
+    ConvNeXt(depths=[1, 1, 1, 1], projection_dims=[8, 16, 24, 32], layer_scale_init_value=0.5, weights=None,
+             input_shape=(32, 32, 3), classes=5, name="convnext_small_test").save(d / "convnext.h5")
+    keras.applications.MobileNetV3Small(weights=None, input_shape=(32, 32, 3), classes=5).save(d / "mobilenet_v3.h5")
+    return d
+
+
+@pytest.mark.parametrize("name", ["convnext.h5", "mobilenet_v3.h5"])
+def test_keras_applications_h5_convert_with_parity(cli, applications_h5, tmp_path, name):
+    r = cli("convert", applications_h5 / name, "--to", "onnx", "-o", tmp_path / "out", "--json")
+    assert r.exit_code == 0, r.stderr
+    report = r.json()
+    assert report["source"]["format"] == "keras h5"
+    assert all(p["ok"] for p in report["parity"]) and max(_parity(report)) < 1e-4

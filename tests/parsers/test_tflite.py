@@ -10,7 +10,7 @@ import pytest
 
 from modelport.errors import BadInputError
 from modelport.parsers import SourceSpec, detect, parse
-from modelport.parsers.tflite import run_isolated
+from modelport.parsers.tflite import probe, run_isolated
 from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 from modelport.zoo_builders import keras as builders
 from tests.conftest import tree
@@ -157,3 +157,57 @@ def test_given_inputs_reach_the_child_reference_run(tflites):
     assert ir.provenance["reference_varies"] == {"output_0": True, "output_1": True}  # the image stays random
     with pytest.raises(BadInputError, match=r"'rate'.*\['image', 'meta'\]|'rate'.*\['meta', 'image'\]"):
         parse(path, SourceSpec(path=path, given={"rate": np.asarray(1)}))
+
+
+def _gelu_tflite(path, *, approximate: bool):
+    import tensorflow as tf
+
+    @tf.function(input_signature=[tf.TensorSpec([1, 6], tf.float32, name="x")])
+    def f(x):
+        return {"y": tf.nn.gelu(x * 3.0, approximate=approximate)}
+
+    path.write_bytes(tf.lite.TFLiteConverter.from_concrete_functions([f.get_concrete_function()]).convert())
+    return path
+
+
+@pytest.mark.parametrize("approximate", [False, True])
+def test_gelu_builtin_converts_with_parity(tmp_path, approximate):
+    path = _gelu_tflite(tmp_path / "gelu.tflite", approximate=approximate)
+    assert "GELU" in probe(path, SourceSpec(path=path))["ops"]
+    ir = parse(path, SourceSpec(path=path))
+    assert not [n.op_type for n in ir.model.graph.node if n.op_type.startswith("TFL_")]
+    got = OnnxRuntimeRunner(ir.model).run(ir.reference.inputs)
+    (name,) = ir.reference.outputs
+    np.testing.assert_allclose(got[name], ir.reference.outputs[name], atol=1e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, op", [("mediapipe/selfie_segmentation", "Convolution2DTransposeBias"),
+                                      ("mediapipe/face_detection_full_range_sparse", "DENSIFY")])
+def test_mediapipe_tflite_specific_ops_convert_with_parity(cli, tmp_path, name, op):
+    """A mediapipe custom op (transposed convolution with bias) and sparse weights behind DENSIFY ops."""
+    from tests.wheel_models import wheel_model
+
+    path = wheel_model(name, tmp_path / "src")
+    r = cli("convert", path, "--to", "onnx", "-o", tmp_path / "out", "--json")
+    assert r.exit_code == 0, r.stderr
+    report = r.json()
+    assert report["parity"] and all(p["ok"] for p in report["parity"])
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_keras_recurrent_tflite_converts_with_parity(cli, tmp_path, kind):
+    """A Keras LSTM becomes TFLite's fused UNIDIRECTIONAL_SEQUENCE_LSTM with variable (dataless)
+    state tensors; a GRU becomes a WHILE loop."""
+    import tensorflow as tf
+    import tf_keras
+
+    tf.random.set_seed(0)
+    x = tf_keras.Input((7, 4), batch_size=1, name="x")
+    model = tf_keras.Model(x, tf_keras.layers.Dense(3)(getattr(tf_keras.layers, kind)(6)(x)))
+    path = tmp_path / f"{kind}.tflite"
+    path.write_bytes(tf.lite.TFLiteConverter.from_keras_model(model).convert())
+    r = cli("convert", path, "--to", "onnx", "-o", tmp_path / "out", "--json")
+    assert r.exit_code == 0, r.stderr
+    report = r.json()
+    assert report["parity"] and all(p["ok"] for p in report["parity"])

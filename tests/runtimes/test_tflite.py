@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from modelport.errors import BadInputError
+from modelport.runtimes.tflite import TFLiteRunner
 from tests.tflite_models import write_int8_io_tflite, write_two_input_tflite
 
 
@@ -72,3 +75,27 @@ def test_signature_runner_returns_the_signatures_output_names(signed_tflite):
         get_runner("tflite", signed_tflite, signature="serve")
     with pytest.raises(BadInputError, match="signature 'serving_default' takes"):
         get_runner("tflite", signed_tflite, signature="serving_default").run({"a": a, "c": b})
+
+
+def _batch_one_graph(path: Path) -> Path:
+    """A file whose signature takes x[-1,8] while a Reshape inside fixes the batch at 1 (XNNPack
+    cannot reshape it for batch 2: 'XNNPack delegate failed to reshape runtime')."""
+    import tensorflow as tf
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 8], tf.float32, name="x")])
+    def f(x):
+        return {"y": tf.reshape(tf.nn.relu(x), [1, 2, 4]) * 2.0}
+
+    path.write_bytes(tf.lite.TFLiteConverter.from_concrete_functions([f.get_concrete_function()]).convert())
+    return path
+
+
+def test_graph_fixed_at_batch_one_is_exit_2_naming_the_input(cli, tmp_path):
+    path = _batch_one_graph(tmp_path / "b1.tflite")
+    runner = TFLiteRunner(path)
+    assert runner.run({"x": np.ones((1, 8), np.float32)})
+    with pytest.raises(BadInputError, match=r"'x' at \[2, 8\] \(the file's graph is built for \[1, 8\]\).*RESHAPE"):
+        runner.run({"x": np.ones((2, 8), np.float32)})
+    np.savez(tmp_path / "x.npz", x=np.ones((2, 8), np.float32))
+    r = cli("validate", path, path, "--data", tmp_path / "x.npz")
+    assert r.exit_code == 2 and "the file's graph is built for [1, 8]" in r.stderr, r.stderr

@@ -87,7 +87,7 @@ def onnx2tf_model(ir: IRModel, work: Path, keep_first, keep_last, log: Path):
         onnx2tf = require("onnx2tf", purpose="converting ONNX to TensorFlow")
         fresh_keras_names()
         kwargs = dict(
-            onnx_graph=ir.clone().model, output_folder_path=str(work / "tf"), non_verbose=True, verbosity="error",
+            onnx_graph=reshapes_as_transposes(ir.clone().model), output_folder_path=str(work / "tf"), non_verbose=True, verbosity="error",
             keep_ncw_or_nchw_or_ncdhw_input_names=keep_first or None,
             keep_nwc_or_nhwc_or_ndhwc_input_names=keep_last or None, disable_model_save=True,
         )
@@ -99,6 +99,67 @@ def onnx2tf_model(ir: IRModel, work: Path, keep_first, keep_last, log: Path):
             raise
         except Exception as e:
             raise UnsupportedError(f"onnx2tf could not convert the model: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} {log_tail(log, 2)}") from None
+
+
+def _transpose_perm(shape_in: list, shape_out: list[int]) -> list[int] | None:
+    """The permutation a Reshape from `shape_in` to `shape_out` amounts to, if it only moves size-1
+    axes (dims: ints, or None for unknown; axis 0 may be unknown only where `shape_out` says -1 or 0)."""
+    if len(shape_in) != len(shape_out) or len(shape_in) < 3 or any(d is None for d in shape_in[1:]):
+        return None
+    if shape_in[0] is None and shape_out[0] not in (-1, 0):
+        return None
+    sizes_out = [shape_in[0] if k == 0 and d in (-1, 0) else d for k, d in enumerate(shape_out)]
+    big_in = [k for k, d in enumerate(shape_in) if d != 1]
+    ones_in = [k for k, d in enumerate(shape_in) if d == 1]
+    big_out = [k for k, d in enumerate(sizes_out) if d != 1]
+    if len(big_in) != len(big_out) or any(shape_in[a] != sizes_out[b] for a, b in zip(big_in, big_out, strict=True)):
+        return None
+    perm, big, ones = [], iter(big_in), iter(ones_in)
+    for d in sizes_out:
+        perm.append(next(big) if d != 1 else next(ones))
+    return perm
+
+
+def reshapes_as_transposes(model):
+    """The model with each Reshape that only moves size-1 axes written as the Transpose it is
+    (an Identity where it moves none).
+
+    tf2onnx writes the NHWC->NCHW transpose of a tensor whose H and W are 1 as a Reshape
+    ([N,1,1,C] -> [N,C,1,1]) and, once its optimiser has cancelled the transposes around it, leaves
+    it as a no-op Reshape ([N,C,1,1] -> [-1,C,1,1]: Keras InceptionV3 at 75x75, its last blocks).
+    onnx2tf tracks channels-first/last through a Transpose or an Identity but not through such a
+    Reshape: it takes the 1x1 tensor for channels-last and concatenates it along the wrong axis.
+    """
+    import onnx
+    from onnx import helper, numpy_helper
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:
+        return model
+    shapes = {}
+    for v in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
+        t = v.type.tensor_type
+        if t.HasField("shape"):
+            shapes[v.name] = [d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim]
+    consts = {i.name: i for i in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            consts[node.output[0]] = node.attribute[0].t
+    for k, node in enumerate(model.graph.node):
+        if node.op_type != "Reshape" or len(node.input) != 2 or node.input[1] not in consts or node.input[0] not in shapes:
+            continue
+        if any(a.name == "allowzero" and a.i for a in node.attribute):
+            continue
+        perm = _transpose_perm(shapes[node.input[0]], [int(d) for d in numpy_helper.to_array(consts[node.input[1]]).ravel()])
+        if perm is None:
+            continue
+        if perm == sorted(perm):
+            model.graph.node[k].CopyFrom(helper.make_node("Identity", [node.input[0]], list(node.output), name=node.name))
+        else:
+            model.graph.node[k].CopyFrom(helper.make_node("Transpose", [node.input[0]], list(node.output), name=node.name,
+                                                          perm=perm))
+    return model
 
 
 def fresh_keras_names() -> None:
@@ -360,6 +421,25 @@ def _stable_fingerprint(dest: Path) -> None:
 def build(ir: IRModel, work: Path, log: Path, *, layout: str = "source") -> tuple[object, list[Port], list[Port]]:
     """(onnx2tf's model, the file's input ports, its output ports) for `ir` in `layout`."""
     keep_first, keep_last, changes, described = input_layouts(ir, layout)
-    keras_model = onnx2tf_model(ir, work, keep_first, keep_last, log)
-    inputs, outputs = plan_ports(ir, keras_model, changes, described, layout == "nhwc", log)
+    try:
+        keras_model = onnx2tf_model(ir, work, keep_first, keep_last, log)
+        inputs, outputs = plan_ports(ir, keras_model, changes, described, layout == "nhwc", log)
+    except UnsupportedError as e:
+        dims = dynamic_dims(ir)
+        if not dims:
+            raise
+        raise e.with_reason(f"{e.reason}; dynamic dims onnx2tf may not convert: {dims}; give each a size "
+                            f"the model takes with --dim NAME=N (an image size the network divides evenly)") from e
     return keras_model, inputs, outputs
+
+
+def dynamic_dims(ir: IRModel) -> str:
+    """'input x axis 2 'h' (sampled at 2), …' for every named dim past axis 0 (a batch is no trouble)."""
+    sizes = {s.name: np.shape(ir.reference.inputs[s.name]) for s in ir.inputs} if ir.reference is not None else {}
+    found = []
+    for spec in ir.inputs:
+        for axis, d in enumerate(spec.shape):
+            if axis and isinstance(d, str):
+                at = sizes.get(spec.name)
+                found.append(f"input '{spec.name}' axis {axis} '{d}'" + (f" (sampled at {at[axis]})" if at and len(at) > axis else ""))
+    return ", ".join(found)

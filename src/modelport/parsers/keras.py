@@ -50,9 +50,11 @@ def load(source, spec):
     keras = require("keras", purpose="Keras sources")
     if path.suffix.lower() == ".json":
         return load_json(keras, path, spec), "keras json + weights"
+    legacy_h5 = path.suffix.lower() in (".h5", ".hdf5")
     try:
         with stdout_to_stderr():
-            model = keras.saving.load_model(str(path), compile=False, safe_mode=not spec.trust)
+            model = keras.saving.load_model(str(path), compile=False, safe_mode=not spec.trust,
+                                            custom_objects=h5_custom_objects(keras) if legacy_h5 else None)
     except ValueError as e:
         text = str(e)
         if "safe_mode" in text or "unsafe" in text.lower() or "Lambda" in text:
@@ -110,6 +112,58 @@ def load_json(keras, path: Path, spec):
     except Exception as e:
         raise BadInputError(f"the weights do not fit the architecture {path.name}: {first_line(e)}", path=weights) from None
     return model
+def h5_custom_objects(keras) -> dict:
+    """Keras' own classes that a legacy `.h5` config names without the module they come from.
+
+    An `.h5` config records only class names, looked up among `keras.layers`, so two kinds of
+    Keras' own objects do not load back: layers defined inside `keras.applications` (ConvNeXt's
+    `LayerScale`, Inception-ResNet's `CustomScaleLayer`) and graph operations (`x + 3.0` in
+    MobileNetV3 is recorded as class `Add` called on a tensor and a float, which `keras.layers.Add`
+    refuses). The first are mapped to their classes; an operation whose name is also a layer's
+    is told apart by its config, which lacks the `trainable`/`dtype` entries every layer writes.
+    All of these are Keras' own code, so this widens nothing the safety screen allows.
+    """
+    import importlib
+    import inspect
+    import pkgutil
+
+    import keras.src.applications as apps
+    from keras.src import ops
+    from keras.src.ops.operation import Operation
+
+    found: dict = {}
+    for mod in pkgutil.iter_modules(apps.__path__):
+        if mod.name.endswith("_test"):
+            continue
+        module = importlib.import_module(f"{apps.__name__}.{mod.name}")
+        for name, cls in vars(module).items():
+            if (inspect.isclass(cls) and cls.__module__ == module.__name__ and issubclass(cls, keras.layers.Layer)
+                    and not issubclass(cls, keras.Model)):
+                found[name] = cls
+    for module in (ops.numpy, ops.nn, ops.math, ops.core, ops.image, ops.linalg):
+        for name, cls in vars(module).items():
+            if not (inspect.isclass(cls) and issubclass(cls, Operation) and cls.__module__ == module.__name__):
+                continue
+            layer = getattr(keras.layers, name, None)
+            if layer is None:
+                found.setdefault(name, cls)
+            elif inspect.isclass(layer) and name not in found:
+                found[name] = _layer_or_operation(layer, cls)
+    return found
+
+
+def _layer_or_operation(layer, operation):
+    """A stand-in for a class name shared by a layer and an operation: builds whichever the config is."""
+
+    class LayerOrOperation:
+        @classmethod
+        def from_config(cls, config):
+            if "trainable" in config or "dtype" in config:
+                return layer.from_config(config)
+            return operation.from_config(config)
+
+    LayerOrOperation.__name__ = layer.__name__
+    return LayerOrOperation
 
 
 def _layer_name(tensor, default: str) -> str:

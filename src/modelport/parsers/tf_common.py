@@ -186,9 +186,38 @@ def freeze(concrete_func, path=None):
     try:
         with stdout_to_stderr():
             graph_def = tf_loader.from_function(concrete_func, in_names, out_names)
+            graph_def = inline_compiled_functions(graph_def, in_names, out_names)
     except Exception as e:
         raise BadInputError(f"cannot freeze the TensorFlow graph: {first_line(e)}", path=path) from None
     return graph_def, in_names, out_names
+
+
+CALL_OPS = ("PartitionedCall", "StatefulPartitionedCall")
+NO_INLINE_ATTRS = ("_XlaMustCompile", "_noinline")
+
+
+def inline_compiled_functions(graph_def, in_names: list[str], out_names: list[str]):
+    """The graph with calls to XLA-compiled functions inlined, which freezing leaves as calls.
+
+    Keras' TensorFlow backend runs a grouped convolution (ConvNeXt's depthwise `Conv2D(groups=C)`)
+    in a `tf.function(jit_compile=True)`, because TensorFlow's CPU kernels lack it; grappler never
+    inlines a function marked for XLA, and tf2onnx cannot convert the call. Without the marks the
+    body inlines into a plain `Conv2D` over grouped filters, which tf2onnx converts.
+    """
+    tf = import_tf()
+    from tf2onnx import tf_loader
+
+    calls = [n for n in graph_def.node if n.op in CALL_OPS and any(a in n.attr for a in NO_INLINE_ATTRS)]
+    if not calls:
+        return graph_def
+    for node in calls:
+        for attr in NO_INLINE_ATTRS:
+            node.attr.pop(attr, None)
+    for fn in graph_def.library.function:
+        for attr in NO_INLINE_ATTRS:
+            fn.attr.pop(attr, None)
+    with tf.Graph().as_default():
+        return tf_loader.tf_optimize(in_names, out_names, graph_def)
 
 
 def graphdef_to_onnx(graph_def, in_names: list[str], out_names: list[str], renames: dict[str, str], *,

@@ -142,11 +142,12 @@ def probe_in_child(work: Path, request: dict) -> dict:
 
 def _convert_here(path: Path, spec, probed: dict, sample: dict, reference: dict) -> IRModel:
     """tf2onnx on the flatbuffer (in the child), names mapped onto the probe's, IR assembled."""
+    import tempfile
     import warnings
 
     from modelport.deps import version_of
     from modelport.errors import UnsupportedError
-    from modelport.parsers import tf_common
+    from modelport.parsers import tf_common, tflite_ops
 
     specs = [TensorSpec.from_dict(d) for d in probed["inputs"]]
     names = tf_common.rename_outputs(probed["outputs"], spec, path)
@@ -154,9 +155,10 @@ def _convert_here(path: Path, spec, probed: dict, sample: dict, reference: dict)
     tf = tf_common.import_tf()
     tf2onnx = tf_common.import_tf2onnx()
     try:
-        with tf_common.stdout_to_stderr(), warnings.catch_warnings():
+        with tf_common.stdout_to_stderr(), warnings.catch_warnings(), tempfile.TemporaryDirectory(prefix="modelport-tfl-") as tmp:
             warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated.*")
-            model, _ = tf2onnx.convert.from_tflite(str(path), opset=spec.opset)
+            readable = tflite_ops.readable_copy(path, Path(tmp))
+            model, _ = tf2onnx.convert.from_tflite(str(readable), opset=spec.opset, custom_op_handlers=tflite_ops.handlers(path))
     except Exception as e:
         raise UnsupportedError(f"tf2onnx failed on the TFLite model: {tf_common.first_line(e)}", path=path) from None
     tf_common.check_converted(model, path)

@@ -34,15 +34,19 @@ from modelport.ir import TensorSpec
 IDENTIFIER = b"TFL3"
 
 
-def load_interpreter(path: str | Path, threads: int | None = None):
+def load_interpreter(path: str | Path, threads: int | None = None, *, delegates: bool = True):
+    """The LiteRT interpreter for `path`; `delegates=False` leaves out the default delegate (XNNPack)."""
     from modelport.deps import require
 
     try:
-        Interpreter = require("ai_edge_litert.interpreter", purpose="running TFLite models").Interpreter
+        module = require("ai_edge_litert.interpreter", purpose="running TFLite models")
+        Interpreter, resolvers = module.Interpreter, module.OpResolverType
     except Exception:
-        Interpreter = require("tensorflow", purpose="running TFLite models").lite.Interpreter
+        tf = require("tensorflow", purpose="running TFLite models")
+        Interpreter, resolvers = tf.lite.Interpreter, tf.lite.experimental.OpResolverType
+    extra = {} if delegates else {"experimental_op_resolver_type": resolvers.BUILTIN_WITHOUT_DEFAULT_DELEGATES}
     try:
-        return Interpreter(model_path=str(path), num_threads=threads)
+        return Interpreter(model_path=str(path), num_threads=threads, **extra)
     except ValueError as e:
         raise BadInputError(f"not a valid TFLite model: {str(e).splitlines()[0]}", path=path) from None
 
@@ -122,13 +126,9 @@ class TFLiteRunner:
                  input_transpose: dict[str, list[int]] | None = None, dequantize_outputs: bool = True,
                  fit_layout: bool = False):
         self.path = Path(model)
-        self.interpreter = load_interpreter(self.path, threads)
-        from modelport.quiet_call import silenced_output
-
-        with silenced_output():  # the first allocation logs the XNNPACK delegate at INFO level on stderr
-            self.interpreter.allocate_tensors()
-        self.inputs = self.interpreter.get_input_details()
-        self.outputs = self.interpreter.get_output_details()
+        self.threads = threads
+        self.delegates = True
+        self._load()
         self.signatures = self.interpreter.get_signature_list() or {}
         if signature is not None and signature not in self.signatures:
             raise BadInputError(f"the TFLite model has no signature '{signature}' (it has {sorted(self.signatures) or 'none'})",
@@ -139,6 +139,15 @@ class TFLiteRunner:
         self.input_transpose = input_transpose or {}  # for a user's file fed another layout (`validate`)
         self.dequantize_outputs = dequantize_outputs  # False: int8/uint8 outputs as stored (a source's own values)
         self.fit_layout = fit_layout
+
+    def _load(self) -> None:
+        from modelport.quiet_call import silenced_output
+
+        self.interpreter = load_interpreter(self.path, self.threads, delegates=self.delegates)
+        with silenced_output():  # the first allocation logs the XNNPACK delegate at INFO level on stderr
+            self.interpreter.allocate_tensors()
+        self.inputs = self.interpreter.get_input_details()
+        self.outputs = self.interpreter.get_output_details()
 
     def describe(self) -> dict:
         """Inputs and outputs in the interpreter's order (see `io_detail`)."""
@@ -207,6 +216,38 @@ class TFLiteRunner:
         return {n: self._dequantised(np.asarray(v), out_details[n]) for n, v in got.items()}
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One inference. A graph the interpreter cannot prepare for these feeds (typically a file
+        whose signature says a dim is dynamic while a Reshape inside fixes it) is tried once more
+        without XNNPack, which refuses some reshapes the builtin kernels take, then is exit 2 naming
+        the inputs whose shapes differ from the file's, never an unexpected crash."""
+        try:
+            return self._run(feeds)
+        except RuntimeError as e:
+            first = e
+        if self.delegates:
+            self.delegates = False
+            self._load()
+            try:
+                return self._run(feeds)
+            except RuntimeError as e:
+                first = e
+        raise self._cannot_run(feeds, first)
+
+    def _cannot_run(self, feeds: dict[str, np.ndarray], error: Exception) -> BadInputError:
+        reason = " ".join(str(error).split())[:300] or type(error).__name__
+        built = {tflite_name(d["name"]): [int(x) for x in d["shape"]] for d in self.inputs}
+        for key in self.signatures:
+            for name, d in self.interpreter.get_signature_runner(key).get_input_details().items():
+                built.setdefault(name, [int(x) for x in d["shape"]])
+        moved = [f"'{n}' at {list(np.shape(a))} (the file's graph is built for {built[n]})"
+                 for n, a in feeds.items() if n in built and list(np.shape(a)) != built[n]]
+        if moved:
+            return BadInputError(f"the TFLite model cannot run input {', '.join(moved)}: {reason}", path=self.path,
+                                 hint="its graph fixes a size its signature leaves dynamic; feed that size "
+                                      "(--dim NAME=N or --data)")
+        return BadInputError(f"the TFLite interpreter failed: {reason}", path=self.path)
+
+    def _run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self.fit_layout:
             self.input_names, self.input_transpose = self._fit(feeds)
         key = self._signature_for(feeds)
