@@ -377,3 +377,15 @@ def test_ocr_detector_with_dynamic_height_and_width_names_the_dims(cli, tmp_path
     assert r.exit_code == 2, r.stderr
     assert "input 'x' axis 2 'p2o.DynamicDimension.1' (sampled at 2)" in r.stderr and "--dim NAME=N" in r.stderr, r.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_image_models_reach_tflite_without_the_network(cli, tmp_path):
+    """onnx2tf fetches sample images from github.com when every input is a small-batch 3-channel
+    NHWC image (mediapipe's face detector: 1x128x128x3); it gets local ones, and the suite's
+    network guard fails the test on any attempt."""
+    from tests.wheel_models import wheel_model
+
+    model = wheel_model("mediapipe/face_detection_short_range", tmp_path / "src")
+    r = cli("convert", model, "--to", "tflite", "-o", tmp_path / "out", "--json")
+    assert r.exit_code == 0, r
+    assert [a["target"] for a in r.json()["artifacts"]] == ["tflite"]

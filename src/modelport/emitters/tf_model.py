@@ -12,6 +12,7 @@ inputs are taken channels-last, and outputs onnx2tf computes channels-last stay 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from dataclasses import dataclass
@@ -92,13 +93,32 @@ def onnx2tf_model(ir: IRModel, work: Path, keep_first, keep_last, log: Path):
             keep_nwc_or_nhwc_or_ndhwc_input_names=keep_last or None, disable_model_save=True,
         )
         try:
-            return onnx2tf.convert(**kwargs)
+            with local_sample_images():
+                return onnx2tf.convert(**kwargs)
         except SystemExit as e:  # onnx2tf exits on conversion errors
             raise UnsupportedError(f"onnx2tf could not convert the model (exit {e.code}): {log_tail(log)}") from None
         except ModelportError:
             raise
         except Exception as e:
             raise UnsupportedError(f"onnx2tf could not convert the model: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} {log_tail(log, 2)}") from None
+
+
+@contextlib.contextmanager
+def local_sample_images():
+    """onnx2tf fetches sample images from github.com for its own check run whenever every input is
+    a small-batch NHWC image with 3 channels (`download_test_image_data`); it gets local ones
+    instead (seeded uniform noise in [0, 1), the shape it expects), so no conversion reaches the network."""
+    import onnx2tf.onnx2tf as entry
+
+    def sample_images() -> np.ndarray:
+        return np.random.default_rng(0).random((20, 128, 128, 3), dtype=np.float32)
+
+    saved = entry.download_test_image_data
+    entry.download_test_image_data = sample_images
+    try:
+        yield
+    finally:
+        entry.download_test_image_data = saved
 
 
 def _transpose_perm(shape_in: list, shape_out: list[int]) -> list[int] | None:
