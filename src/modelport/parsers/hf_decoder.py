@@ -26,7 +26,6 @@ import contextlib
 import io
 import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,21 +154,6 @@ def read_decoder_config(folder: str | Path) -> DecoderConfig:
     )
 
 
-@contextlib.contextmanager
-def offline():
-    """Hugging Face libraries never reach the network inside the block."""
-    saved = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
-    os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def load_model(folder: str | Path):
     """The folder's model in fp32, eval mode, loaded offline from safetensors only."""
     folder = Path(folder)
@@ -180,6 +164,8 @@ def load_model(folder: str | Path):
         logging.getLogger(name).setLevel(logging.ERROR)
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
+    from modelport.parsers.huggingface import offline
+
     with offline(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         try:
             model = transformers.AutoModelForCausalLM.from_pretrained(

@@ -29,6 +29,40 @@ CONVENTIONAL = {"onnx": "model.onnx", "tensorrt": "model.plan", "tflite": "model
                 "torchscript": "model.pt", "savedmodel": "saved_model", "pytorch": "pytorch/model.py", "openvino": "model.xml"}
 
 
+def load_schema(name: str) -> dict:
+    """A JSON Schema shipped in `modelport/serving/schemas/`."""
+    import importlib.resources
+
+    return json.loads(importlib.resources.files("modelport.serving").joinpath(name).read_text())
+
+
+def check_schema(doc: dict, name: str, what: str) -> None:
+    """Validate `doc` against the shipped schema `name` (needs jsonschema; skipped when absent);
+    the first error is exit 2 naming `what` and where in the document."""
+    try:
+        import jsonschema
+    except ImportError:
+        return
+    errors = sorted(jsonschema.Draft202012Validator(load_schema(name)).iter_errors(doc), key=lambda e: list(e.path))
+    if errors:
+        e = errors[0]
+        where = "/".join(map(str, e.path)) or "(root)"
+        raise BadInputError(f"{what} invalid at {where}: {e.message}")
+
+
+def place_openvino_ir(artifacts: Artifacts, version_dir: Path, server: str) -> list[Path]:
+    """The OpenVINO IR (model.xml + model.bin) copied into a server's version folder."""
+    import shutil
+
+    xml = artifacts.get("openvino", server)
+    out = []
+    for src in (xml, xml.with_suffix(".bin")):
+        dst = version_dir / ("model" + src.suffix)
+        shutil.copyfile(src, dst)
+        out.append(dst)
+    return out
+
+
 def safe_name(text: str) -> str:
     """A model name every server accepts: letters, digits, '_' and '-', starting with a letter."""
     name = re.sub(r"[^A-Za-z0-9_-]+", "_", text).strip("_-") or "model"

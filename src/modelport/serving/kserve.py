@@ -8,13 +8,12 @@ write, derived from KServe's InferenceService CRD (unknown keys are rejected).
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from modelport.errors import BadInputError
 from modelport.serving import Bundle, PackageOptions
-from modelport.serving.bundle import Artifacts
+from modelport.serving.bundle import Artifacts, check_schema, load_schema
 from modelport.serving.docker import server
 from modelport.serving.kubernetes import k8s_name, needs_gpu, server_bundle, write_yaml
 
@@ -24,22 +23,12 @@ SCHEMA = "schemas/inferenceservice.schema.json"
 
 
 def schema() -> dict:
-    import importlib.resources
-
-    return json.loads(importlib.resources.files("modelport.serving").joinpath(SCHEMA).read_text())
+    return load_schema(SCHEMA)
 
 
 def check(doc: dict) -> None:
     """Validate an InferenceService against our schema (needs jsonschema; skipped when absent)."""
-    try:
-        import jsonschema
-    except ImportError:
-        return
-    errors = sorted(jsonschema.Draft202012Validator(schema()).iter_errors(doc), key=lambda e: list(e.path))
-    if errors:
-        e = errors[0]
-        where = "/".join(map(str, e.path)) or "(root)"
-        raise BadInputError(f"InferenceService invalid at {where}: {e.message}")
+    check_schema(doc, SCHEMA, "InferenceService")
 
 
 def scaling(options: PackageOptions, gpu: bool) -> dict:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from modelport.errors import BadInputError
 from modelport.serving import Bundle, PackageOptions
-from modelport.serving.bundle import Artifacts, served_name, unservable
+from modelport.serving.bundle import Artifacts, check_schema, load_schema, place_openvino_ir, served_name, unservable
 
 NAME = "ovms"
 DESCRIPTION = "OpenVINO Model Server repository (<name>/<version>/model.xml + config.json), config checked against its schema"
@@ -29,22 +29,12 @@ HINTS = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}
 
 
 def schema() -> dict:
-    import importlib.resources
-
-    return json.loads(importlib.resources.files("modelport.serving").joinpath(SCHEMA).read_text())
+    return load_schema(SCHEMA)
 
 
 def check(doc: dict) -> None:
     """Validate a config.json document against the schema (needs jsonschema; skipped when absent)."""
-    try:
-        import jsonschema
-    except ImportError:
-        return
-    errors = sorted(jsonschema.Draft202012Validator(schema()).iter_errors(doc), key=lambda e: list(e.path))
-    if errors:
-        e = errors[0]
-        where = "/".join(map(str, e.path)) or "(root)"
-        raise BadInputError(f"OVMS config.json invalid at {where}: {e.message}")
+    check_schema(doc, SCHEMA, "OVMS config.json")
 
 
 def model_kind(artifacts: Artifacts) -> str:
@@ -64,13 +54,7 @@ def plugin_config(artifacts: Artifacts, kind: str) -> dict:
 def _place(artifacts: Artifacts, kind: str, version_dir: Path) -> list[Path]:
     version_dir.mkdir(parents=True)
     if kind == "openvino":
-        xml = artifacts.get("openvino", "OpenVINO Model Server")
-        out = []
-        for src in (xml, xml.with_suffix(".bin")):
-            dst = version_dir / ("model" + src.suffix)
-            shutil.copyfile(src, dst)
-            out.append(dst)
-        return out
+        return place_openvino_ir(artifacts, version_dir, "OpenVINO Model Server")
     files = artifacts.onnx_files()
     out = []
     for src in files:

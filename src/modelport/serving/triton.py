@@ -23,7 +23,7 @@ from pathlib import Path
 
 from modelport.errors import BadInputError
 from modelport.serving import Bundle, PackageOptions
-from modelport.serving.bundle import Artifacts, served_name, unservable
+from modelport.serving.bundle import Artifacts, place_openvino_ir, served_name, unservable
 
 NAME = "triton"
 DESCRIPTION = "Triton model repository (config.pbtxt + versions), validated with Triton's config schema"
@@ -188,13 +188,7 @@ def _place_model(artifacts: Artifacts, backend: str, version_dir: Path, options:
         details["engine"] = f"not built: run {build.relative_to(version_dir.parent.parent)}/trtexec.sh on the serving GPU"
         return [p for p in build.rglob("*") if p.is_file()]
     if backend == "openvino":
-        xml = artifacts.get("openvino", "the Triton openvino backend")
-        out = []
-        for src in (xml, xml.with_suffix(".bin")):
-            dst = version_dir / ("model" + src.suffix)
-            shutil.copyfile(src, dst)
-            out.append(dst)
-        return out
+        return place_openvino_ir(artifacts, version_dir, "the Triton openvino backend")
     if backend == "onnx":
         src_files = artifacts.onnx_files()
         main = version_dir / filename
