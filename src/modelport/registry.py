@@ -95,3 +95,23 @@ def choice(value: str | None, known, what: str) -> str | None:
     if key not in names:
         raise BadInputError(f"unknown {what} '{value}'; known: {', '.join(names)}")
     return key
+
+
+# The registries whose names the CLI's help lists are declared here, in the base layer, so that
+# building the command line imports neither `modelport.emitters` nor `modelport.serving`; those
+# packages re-export them (and their `register_*` functions) as before.
+EMITTERS = Registry("target", {
+    "onnx": "modelport.emitters.onnx",
+    "pytorch": "modelport.emitters.pytorch_code",
+    "tflite": "modelport.emitters.tflite",
+    "tensorrt": "modelport.emitters.tensorrt",
+    "ort": "modelport.emitters.ort",
+})
+
+PACKAGERS = Registry("serving system", {
+    "triton": "modelport.serving.triton",
+    "torchserve": "modelport.serving.torchserve",
+    "tfserving": "modelport.serving.tfserving",
+    "k8s": "modelport.serving.kubernetes",
+    "kserve": "modelport.serving.kserve",
+}, aliases={"kubernetes": "k8s", "tf-serving": "tfserving", "tensorflow-serving": "tfserving"})

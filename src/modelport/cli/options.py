@@ -17,8 +17,7 @@ from typing import Annotated, get_args
 
 import typer
 
-from modelport.emitters import EMITTERS
-from modelport.serving import PACKAGERS
+from modelport.registry import EMITTERS, PACKAGERS
 
 PRECISIONS = ("fp32", "fp16", "int8")
 EMIT_PRECISIONS = (*PRECISIONS, "best")  # best: TensorRT picks per layer (other targets refuse it)
