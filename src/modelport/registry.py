@@ -95,3 +95,27 @@ def choice(value: str | None, known, what: str) -> str | None:
     if key not in names:
         raise BadInputError(f"unknown {what} '{value}'; known: {', '.join(names)}")
     return key
+
+
+# The registries whose names the CLI's help lists are declared here, in the base layer, so that
+# building the command line imports neither `modelport.emitters` nor `modelport.serving`; those
+# packages re-export them (and their `register_*` functions) as before.
+EMITTERS = Registry("target", {
+    "onnx": "modelport.emitters.onnx",
+    "pytorch": "modelport.emitters.pytorch_code",
+    "tflite": "modelport.emitters.tflite",
+    "tensorrt": "modelport.emitters.tensorrt",
+    "ort": "modelport.emitters.ort",
+    "ort-genai": "modelport.emitters.ort_genai",
+    "savedmodel": "modelport.emitters.savedmodel",
+    "openvino": "modelport.emitters.openvino",
+}, aliases={"tensorflow": "savedmodel", "tf": "savedmodel", "saved_model": "savedmodel", "keras": "savedmodel"})
+
+PACKAGERS = Registry("serving system", {
+    "triton": "modelport.serving.triton",
+    "torchserve": "modelport.serving.torchserve",
+    "tfserving": "modelport.serving.tfserving",
+    "k8s": "modelport.serving.kubernetes",
+    "kserve": "modelport.serving.kserve",
+    "ovms": "modelport.serving.ovms",
+}, aliases={"kubernetes": "k8s", "tf-serving": "tfserving", "tensorflow-serving": "tfserving", "openvino-model-server": "ovms"})

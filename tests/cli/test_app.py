@@ -18,6 +18,28 @@ def test_cli_import_loads_no_framework():
     assert json.loads(out.stdout) == []
 
 
+# Not needed to build the command line or print its help: typer's markdown and traceback renderers
+# (markdown-it, pygments, attrs via rich.pretty), the stages' packages and everything they import.
+NOT_AT_START_UP = ("rich.markdown", "markdown_it", "rich.traceback", "rich.pretty", "rich.syntax", "pygments", "attr", "yaml",
+                   "numpy", "modelport.emitters", "modelport.serving", "modelport.staging", "modelport.validation",
+                   "modelport.orchestration", "modelport.parsers", "modelport.zoo")
+
+
+def imported_by(*argv: str) -> set[str]:
+    """Every module a fresh `python -m modelport ARGV` imports (`-X importtime` names each one on stderr)."""
+    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "modelport", *argv], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return {line.rpartition("|")[2].strip() for line in p.stderr.splitlines() if line.startswith("import time:")}
+
+
+@pytest.mark.parametrize("argv", [("--help",), ("convert", "--help"), ("--version",)])
+def test_help_imports_nothing_it_does_not_need(argv):
+    modules = imported_by(*argv)
+    assert "typer" in modules and "modelport.cli.convert" in modules  # the listing is real
+    assert sorted(m for m in modules if m.split(".")[0] in {n.split(".")[0] for n in NOT_AT_START_UP}
+                  and any(m == n or m.startswith(n + ".") for n in NOT_AT_START_UP)) == []
+
+
 def test_help_and_version(cli_proc):
     r = cli_proc("--help")
     assert r.exit_code == 0 and "convert" in r.stdout and "inspect" in r.stdout and "zoo" in r.stdout

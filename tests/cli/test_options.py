@@ -42,6 +42,9 @@ def test_choice_lists_in_help_equal_their_owners():
     from modelport.serving import PACKAGERS
 
     assert options.TFLITE_LAYOUTS == tflite.LAYOUTS and options.TFLITE_IO_DTYPES == tflite.IO_DTYPES
+    from modelport.emitters.routes import ROUTES
+
+    assert options.ROUTES == ROUTES
     for command in ("convert", "emit"):
         assert ", ".join(EMITTERS) in _help_of(command, "--to")
         assert ", ".join(tflite.IO_DTYPES) in _help_of(command, "--tflite-io-dtype")

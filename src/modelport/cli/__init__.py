@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import typer
 
+from modelport.cli import lean_rich
 from modelport.version import __version__
+
+lean_rich.load()  # before typer imports it itself
 
 app = typer.Typer(
     name="modelport",

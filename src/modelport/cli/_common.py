@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import time
@@ -20,6 +19,8 @@ console = Console(stderr=True, highlight=False)
 
 
 def emit_json(data) -> None:
+    import json
+
     from modelport.validation.report import json_default
 
     sys.stdout.write(json.dumps(data, indent=2, default=json_default) + "\n")

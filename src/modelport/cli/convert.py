@@ -6,9 +6,8 @@ import typer
 
 from modelport.cli import options as flags
 from modelport.cli._common import choice, run, split_list, stage_status
-from modelport.emitters import EMITTERS
 from modelport.errors import BadInputError
-from modelport.serving import PACKAGERS
+from modelport.registry import EMITTERS, PACKAGERS
 
 ConvertTargets = flags.aliased(flags.Targets, "-df", "--dstFramework")
 ConvertOutputDir = flags.aliased(flags.OutputDir, "-om", "--outputModel")

@@ -10,8 +10,8 @@ import typer
 
 from modelport.cli import options as flags
 from modelport.cli._common import choice, run, split_list, stage_status
-from modelport.emitters import EMITTERS
 from modelport.errors import BadInputError
+from modelport.registry import EMITTERS
 
 
 def register(app: typer.Typer) -> None:

@@ -17,14 +17,13 @@ from typing import Annotated, get_args
 
 import typer
 
-from modelport.emitters import EMITTERS
-from modelport.emitters.routes import ROUTES
-from modelport.serving import PACKAGERS
+from modelport.registry import EMITTERS, PACKAGERS
 
 PRECISIONS = ("fp32", "fp16", "int8")
 EMIT_PRECISIONS = (*PRECISIONS, "best", "bf16")  # bf16: OpenVINO on BF16 CPUs; best: TensorRT picks per layer (others refuse them)
 TFLITE_LAYOUTS = ("source", "nhwc")  # emitters.tflite.LAYOUTS (tests/cli/test_options.py keeps them equal)
 TFLITE_IO_DTYPES = ("float32", "int8", "uint8")  # emitters.tflite.IO_DTYPES
+ROUTES = ("auto", "native", "onnx")  # emitters.routes.ROUTES
 HF_TASK_EXAMPLES = ("text-classification", "image-classification", "text2text-generation", "text-generation")  # in TASKS
 
 

@@ -6,7 +6,7 @@ import typer
 
 from modelport.cli import options as flags
 from modelport.cli._common import choice, console, run, split_list, stage_status
-from modelport.serving import PACKAGERS
+from modelport.registry import PACKAGERS
 
 
 def parse_sizes(text: str | None) -> list[int]:

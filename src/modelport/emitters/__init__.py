@@ -5,7 +5,7 @@ self-validating class of its own options),
 `preflight(model: IRModel, options: EmitOptions) -> Preflight` (what the target cannot represent;
 `emitters/preflight.py`) and `emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact`;
 the pipeline runs every target's preflight first, then validates each artifact through `runtimes/`
-against the IR's reference outputs. Adding a target is one module plus one line in EMITTERS.
+against the IR's reference outputs. Adding a target is one module plus one line in EMITTERS (declared in `modelport/registry.py`).
 """
 
 from __future__ import annotations
@@ -15,19 +15,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from modelport.registry import Registry
-from modelport.staging import describe_files
+from modelport.registry import EMITTERS
 
-EMITTERS = Registry("target", {
-    "onnx": "modelport.emitters.onnx",
-    "pytorch": "modelport.emitters.pytorch_code",
-    "tflite": "modelport.emitters.tflite",
-    "tensorrt": "modelport.emitters.tensorrt",
-    "ort": "modelport.emitters.ort",
-    "ort-genai": "modelport.emitters.ort_genai",
-    "savedmodel": "modelport.emitters.savedmodel",
-    "openvino": "modelport.emitters.openvino",
-}, aliases={"tensorflow": "savedmodel", "tf": "savedmodel", "saved_model": "savedmodel", "keras": "savedmodel"})
 register_emitter = EMITTERS.register
 
 
@@ -60,6 +49,8 @@ class Artifact:
     reference: Any = None
 
     def to_dict(self, root: Path | None = None) -> dict[str, Any]:
+        from modelport.staging import describe_files  # shutil, tempfile: not at CLI start-up
+
         return {"target": self.target, "runtime": self.runtime, "precision": self.precision,
                 **describe_files(self.path, self.files, root), **self.details}
 

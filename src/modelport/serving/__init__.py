@@ -3,7 +3,7 @@
 A registry keyed by the `--for` name. Each packager module has `NAME`, `DESCRIPTION` and
 `package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bundle`; it writes into
 `out_dir` (a staging folder the caller renames into place) and takes every name, dtype and dim
-from the artifacts' I/O contract. Adding a server is one module plus one line in PACKAGERS.
+from the artifacts' I/O contract. Adding a server is one module plus one line in PACKAGERS (declared in `modelport/registry.py`).
 """
 
 from __future__ import annotations
@@ -14,17 +14,8 @@ from types import ModuleType
 from typing import Any
 
 from modelport.errors import BadInputError
-from modelport.registry import Registry
-from modelport.staging import describe_files
+from modelport.registry import PACKAGERS
 
-PACKAGERS = Registry("serving system", {
-    "triton": "modelport.serving.triton",
-    "torchserve": "modelport.serving.torchserve",
-    "tfserving": "modelport.serving.tfserving",
-    "k8s": "modelport.serving.kubernetes",
-    "kserve": "modelport.serving.kserve",
-    "ovms": "modelport.serving.ovms",
-}, aliases={"kubernetes": "k8s", "tf-serving": "tfserving", "tensorflow-serving": "tfserving", "openvino-model-server": "ovms"})
 register_packager = PACKAGERS.register
 canonical = PACKAGERS.canonical
 
@@ -121,6 +112,8 @@ class Bundle:
     details: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self, root: Path | None = None) -> dict[str, Any]:
+        from modelport.staging import describe_files  # shutil, tempfile: not at CLI start-up
+
         return {"system": self.system, **describe_files(self.path, self.files, root), **self.details}
 
 
