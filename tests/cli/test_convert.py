@@ -307,7 +307,7 @@ def test_route_is_in_the_report_and_the_table(cli, keras_cnn_file, tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert [(a["target"], a["route"], a["route_asked"]) for a in report["artifacts"]] == [
         ("tflite", "native", "native"), ("savedmodel", "native", "native")]
-    assert sorted(p.name for p in out.iterdir()) == ["model.tflite", "report.json", "saved_model"]
+    assert sorted(p.name for p in out.iterdir()) == ["model.tflite", "report.html", "report.json", "saved_model"]
     assert "route" in r.stderr and "native" in r.stderr
     import jsonschema
 

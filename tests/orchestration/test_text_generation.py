@@ -140,9 +140,16 @@ def test_unsupported_family_is_exit_2_with_one_line(cli, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_int4_needs_the_text_generation_task(cli, llama, tmp_path):
-    r = cli("convert", llama, "-o", tmp_path / "out", "--precision", "int4")
+def test_int4_needs_the_text_generation_task(cli, tiny_onnx, tmp_path):
+    r = cli("convert", tiny_onnx, "-o", tmp_path / "out", "--precision", "int4")
     assert r.exit_code == 2 and "--task text-generation" in r.stderr
+
+
+def test_a_decoder_folder_takes_the_generation_route_without_task(cli, llama, tmp_path):
+    """A `...ForCausalLM` folder is text generation by its config: no --task needed."""
+    r = cli("convert", llama, "-o", tmp_path / "out", "--new-tokens", "4", "--json")
+    assert r.exit_code == 0, r
+    assert r.json()["generation"] and {"past_key_values.0.key", "input_ids"} <= {i["name"] for i in r.json()["contract"]["inputs"]}
 
 
 def test_python_api(llama, tmp_path):

@@ -15,6 +15,7 @@ so a candidate that wins is written exactly as it was measured.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -164,5 +165,21 @@ def save(model, path: Path, *, compress_to_fp16: bool) -> list[Path]:
     from modelport.runtimes.openvino import require_openvino
 
     ov = require_openvino("writing OpenVINO IR")
+    stable_names(model)
     ov.save_model(model, str(path), compress_to_fp16=compress_to_fp16)
     return [path, path.with_suffix(".bin")]
+
+
+_GENERATED = re.compile(r"(.+)_(\d+)$")
+
+
+def stable_names(model) -> None:
+    """OpenVINO names the nodes it creates `<Type>_<N>` from a process-wide counter, so the same
+    conversion done twice in one process writes different `model.xml` files. Those names are
+    renumbered in graph order (names taken from the ONNX model are kept)."""
+    seen = 0
+    for op in model.get_ordered_ops():
+        m = _GENERATED.match(op.get_friendly_name())
+        if m and m.group(1) == op.get_type_name():
+            op.set_friendly_name(f"{m.group(1)}_{seen}")
+            seen += 1

@@ -384,7 +384,40 @@ def validate_artifact(artifact, ir: IRModel, tol: Tolerance, hop: str):
     from modelport.runtimes import get_runner
 
     runner = get_runner(artifact.runner, artifact.path, **artifact.runner_options)
+    if artifact.target in ROUTED_TARGETS:
+        artifact.details["contract_check"] = check_inputs(runner, ir, artifact)
     return check(runner, artifact.reference or ir.reference, tol, hop)
+
+
+ROUTED_TARGETS = ("tflite", "savedmodel")  # the targets with more than one route: their inputs are checked too
+
+
+def check_inputs(runner, ir: IRModel, artifact) -> dict:
+    """The artifact's inputs against the contract, as its runtime describes them: the same names,
+    dtypes (unless integer I/O was asked for) and ranks, every fixed dim kept (a transposed layout
+    permuted first). A dynamic dim the file fixes is allowed and returned (`fixed_dims`); anything
+    else is exit 4. Outputs are held to names and shapes by the parity check."""
+    specs = {s.name: s for s in runner.input_specs()}
+    path = artifact.path
+    if set(specs) != {s.name for s in ir.inputs}:
+        raise ValidationError(f"the {artifact.target} artifact takes inputs {sorted(specs)}; the contract's are "
+                              f"{sorted(s.name for s in ir.inputs)}", path=path)
+    changes = artifact.details.get("layout_changes") or {}
+    integer_io = artifact.details.get("io_dtype") in ("int8", "uint8")
+    fixed = {}
+    for want in ir.inputs:
+        got = specs[want.name]
+        shape = [want.shape[k] for k in changes[want.name]] if want.name in changes else list(want.shape)
+        if got.dtype != want.dtype and not integer_io:
+            raise ValidationError(f"the {artifact.target} artifact's input '{want.name}' is {got.dtype}; the contract's "
+                                  f"is {want.dtype}", path=path)
+        if len(got.shape) != len(shape) or any(isinstance(w, int) and g != w for g, w in zip(got.shape, shape, strict=False)):
+            raise ValidationError(f"the {artifact.target} artifact's input '{want.name}' has the shape {got.shape}; the "
+                                  f"contract's is {shape}", path=path)
+        pinned = {w: g for g, w in zip(got.shape, shape, strict=True) if isinstance(w, str) and isinstance(g, int)}
+        if pinned:
+            fixed[want.name] = pinned
+    return {"inputs": "names, dtypes and ranks as the contract's", "fixed_dims": fixed}
 
 
 def convert(source, output_dir: str | Path, options: ConvertOptions | None = None, *,

@@ -46,6 +46,24 @@ def asked_budget_text(opts) -> str | None:
     return ",".join(parts) or None
 
 
+def with_auto_budget(opts):
+    """(options, whether the budget is the default): `auto` always judges its variants against a
+    stated budget, DEFAULT_AUTO_BUDGET when the user gave none."""
+    default = opts.level == "auto" and not opts.passes and opts.budget is None
+    if default:
+        from modelport.optimize.pipeline import parse_budget
+
+        opts = replace(opts, budget=parse_budget(DEFAULT_AUTO_BUDGET))
+    return opts, default
+
+
+def stated_budget(selection: dict, opts, asked, default: bool) -> dict:
+    """The auto selection with the budget it was judged by (`budget`, `budget_default`) for the report."""
+    if opts.budget is None:
+        return selection
+    return {**selection, "budget": DEFAULT_AUTO_BUDGET if default else asked_budget_text(asked), "budget_default": default}
+
+
 def optimize_stage(ir: IRModel, options, report, zoo_tol=None, *, on_stage=None):
     """(optimised IR, options with the resulting precision and tolerances)."""
     from modelport.errors import BadInputError, ValidationError
@@ -61,11 +79,7 @@ def optimize_stage(ir: IRModel, options, report, zoo_tol=None, *, on_stage=None)
     opts = replace(asked, level=asked.level or (None if asked.passes else "none"),
                    precision="fp32" if others else (options.precision or "fp32"), calibration=options.calibration,
                    strict=options.strict, allow_fallback=options.allow_precision_fallback)
-    default_budget = opts.level == "auto" and not opts.passes and opts.budget is None
-    if default_budget:  # auto always judges its variants against a stated budget
-        from modelport.optimize.pipeline import parse_budget
-
-        opts = replace(opts, budget=parse_budget(DEFAULT_AUTO_BUDGET))
+    opts, default_budget = with_auto_budget(opts)
     try:
         out, rows, selection = optimize_ir(ir, opts, tolerance=lambda p: options.tolerance(p, zoo_tol), on_pass=on_stage)
     except ValidationError as e:
@@ -74,10 +88,7 @@ def optimize_stage(ir: IRModel, options, report, zoo_tol=None, *, on_stage=None)
     report.add_stage_rows(rows)
     warn_round_limits(report, rows)
     if selection:
-        if opts.budget is not None:
-            selection = {**selection, "budget": DEFAULT_AUTO_BUDGET if default_budget else asked_budget_text(asked),
-                         "budget_default": default_budget}
-        report.set_optimize(selection)
+        report.set_optimize(stated_budget(selection, opts, asked, default_budget))
     if others:
         return out, options  # the emitters apply the precision
     precision = out.provenance.get("precision", "fp32")
@@ -110,6 +121,7 @@ def _auto_stage(ir: IRModel, options, asked, report, zoo_tol, *, on_stage=None):
     runtimes = asked.runtimes or default_runtimes(options.targets)
     opts = replace(asked, precision="fp32", calibration=options.calibration, strict=options.strict,
                    allow_fallback=options.allow_precision_fallback, runtimes=runtimes)
+    opts, default_budget = with_auto_budget(opts)
     try:
         out, rows, selection = auto_select(ir, opts, tolerance=lambda p: options.tolerance(p, zoo_tol), on_pass=on_stage)
     except ValidationError as e:
@@ -121,7 +133,7 @@ def _auto_stage(ir: IRModel, options, asked, report, zoo_tol, *, on_stage=None):
     targets = [t for t in options.targets if t in CPU_RUNTIMES[runtime]] or [CPU_RUNTIMES[runtime][0]]
     dropped = [t for t in options.targets if t not in targets]
     selection["targets"] = targets
-    report.set_optimize(selection)
+    report.set_optimize(stated_budget(selection, opts, asked, default_budget))
     if dropped:
         report.warn(f"--optimize auto chose {selection['chosen']} ({runtime}): {', '.join(dropped)} not written")
     precision = out.provenance.get("precision", "fp32") if runtime == "onnxruntime" else selection["precision"]

@@ -119,8 +119,10 @@ def convert_text_generation(folder, output_dir, options, *, on_stage=None) -> di
                                 f"not {type(folder).__name__ if not isinstance(folder, str) else folder}")
         out, folder = Path(output_dir), Path(folder)
         check_output(out, [folder], force=options.force)
+        from modelport.parsers import hf_decoder
         from modelport.parsers.huggingface import check_safety, companion_files, read_config, sniff
 
+        hf_decoder.read_decoder_config(folder)  # an unsupported family is named first
         if sniff(folder):  # the Hugging Face folder rules: remote code, pickled weights, links leading outside
             check_safety(folder, read_config(folder), trust=options.trust)
             companion_files(folder)

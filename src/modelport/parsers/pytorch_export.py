@@ -151,12 +151,35 @@ def export_model(module, args, specs, output_names, *, opset=None, ranges=None, 
             attempts.append(Attempt(route, False, reason_of(e), round(time.perf_counter() - t, 3)))
             log.info("export route %s failed: %s", route, attempts[-1].reason)
             continue
-        model = _name_dims(model, specs)
+        model = _without_stack_traces(_name_dims(model, specs))
         fixed = {d for s in specs for d in s.dynamic_dims.values()} if route == "torchscript" and from_program else set()
         attempts.append(Attempt(route, True, None, round(time.perf_counter() - t, 3)))
         return Exported(model, route, attempts, fixed)
     last = "; ".join(f"{a.route}: {a.reason}" for a in attempts)
     raise ExportFailedError(f"every export route failed: {last}", attempts=attempts, path=path)
+
+
+def _without_stack_traces(model):
+    """The exporter records each node's Python stack trace (`pkg.torch.onnx.stack_trace`): local
+    file paths and per-process counters (`<eval_with_key>.N`) that would make the artifact differ
+    from one run to the next and leak the converting machine's paths. They are dropped."""
+    for graph in _graphs(model.graph):
+        for node in graph.node:
+            kept = [p for p in node.metadata_props if p.key != "pkg.torch.onnx.stack_trace"]
+            if len(kept) != len(node.metadata_props):
+                del node.metadata_props[:]
+                node.metadata_props.extend(kept)
+    return model
+
+
+def _graphs(graph):
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.g.node:
+                yield from _graphs(attr.g)
+            for g in attr.graphs:
+                yield from _graphs(g)
 
 
 def _torch():
