@@ -69,6 +69,8 @@ CORPUS: list[Model] = [
     # its TorchScript forward(x, sr: int): a 512-sample chunk and the rate as a scalar int64 input
     _wheel("silero_vad/jit", "silero_vad.jit", "--trust", "--input", "x:1,512", "--input", "sr:int64", "--value", "sr=16000"),
     *[Model(f"hf/{a}", f"hf:{a}", "model.pt2") for a in HF_ARCHS],
+    # exported as most users first do: torch.export.export(model, (), {"input_ids": ..., ...}), outputs a ModelOutput
+    Model("hf/bert_kwargs", "hf:bert_kwargs", "model.pt2"),
     *[Model(f"keras/{app}.{fmt}", f"keras:{app}", file) for app in KERAS_APPS for fmt, file in KERAS_FORMATS.items()],
 ]
 CORPUS = [Model(f"wheel/{m.name}", m.build, m.file, m.args) if m.build.startswith("wheel:") else m for m in CORPUS]
@@ -107,6 +109,9 @@ def _tuple_out(model):
 
 def _export_hf(arch: str, path: Path) -> None:
     import torch
+
+    as_kwargs = arch.endswith("_kwargs")
+    arch = arch.removesuffix("_kwargs")
     import transformers as tr
 
     torch.manual_seed(0)
@@ -167,12 +172,17 @@ def _export_hf(arch: str, path: Path) -> None:
     else:
         model.config.return_dict = False
     model.eval()
+    if as_kwargs:  # the way a Hugging Face user calls the model: keyword inputs, a ModelOutput back
+        model.config.return_dict = True
+        args, kwargs, dims = (), kwargs, dims
+    else:  # positional inputs, in forward's order
+        args, kwargs, dims = tuple(kwargs.values()), {}, tuple(dims.get(k) for k in kwargs)
     with torch.no_grad():
         try:
-            program = torch.export.export(model, (), kwargs, dynamic_shapes=dims)
+            program = torch.export.export(model, args, kwargs, dynamic_shapes=dims)
         except Exception as e:  # a model whose code pins a dim: export it with static shapes, as a user would next
             print(f"{arch}: dynamic export failed ({type(e).__name__}); exporting static shapes", file=sys.stderr)
-            program = torch.export.export(model, (), kwargs)
+            program = torch.export.export(model, args, kwargs)
     torch.export.save(program, str(path))
 
 
