@@ -24,9 +24,11 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import zip_longest
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,12 +62,15 @@ CORPUS: list[Model] = [
     _wheel("mediapipe/hand_recrop", "hand_recrop.tflite"),
     _wheel("mediapipe/face_landmark", "face_landmark.tflite"),
     _wheel("mediapipe/palm_detection_lite", "palm_detection_lite.tflite"),
-    _wheel("rapidocr/det", "ch_PP-OCRv4_det_infer.onnx"),
-    _wheel("rapidocr/rec", "ch_PP-OCRv4_rec_infer.onnx"),
-    _wheel("rapidocr/cls", "ch_ppocr_mobile_v2.0_cls_infer.onnx"),
-    # silero-vad takes (input, state, sr): the sample rate is a control input, 16000 or 8000
-    _wheel("silero_vad/onnx", "silero_vad.onnx", "--value", "sr=16000"),
-    _wheel("silero_vad/onnx_op15", "silero_vad_16k_op15.onnx", "--value", "sr=16000"),
+    # PaddleOCR's inputs are (batch, 3, H, W) with H and W dynamic: sampled at the sizes RapidOCR feeds them
+    _wheel("rapidocr/det", "ch_PP-OCRv4_det_infer.onnx", "--dim", "p2o.DynamicDimension.1=320",
+           "--dim", "p2o.DynamicDimension.2=320"),
+    _wheel("rapidocr/rec", "ch_PP-OCRv4_rec_infer.onnx", "--dim", "x_dim2=48", "--dim", "p2o.DynamicDimension.1=320"),
+    _wheel("rapidocr/cls", "ch_ppocr_mobile_v2.0_cls_infer.onnx", "--dim", "x_dim2=48", "--dim", "x_dim3=192"),
+    # silero-vad takes (input, state, sr): the sample rate is a control input (16000 or 8000) and a
+    # chunk is 512 samples at 16 kHz
+    _wheel("silero_vad/onnx", "silero_vad.onnx", "--value", "sr=16000", "--dim", "input_dim1=512"),
+    _wheel("silero_vad/onnx_op15", "silero_vad_16k_op15.onnx", "--value", "sr=16000", "--dim", "sequence=512"),
     # its TorchScript forward(x, sr: int): a 512-sample chunk and the rate as a scalar int64 input
     _wheel("silero_vad/jit", "silero_vad.jit", "--trust", "--input", "x:1,512", "--input", "sr:int64", "--value", "sr=16000"),
     *[Model(f"hf/{a}", f"hf:{a}", "model.pt2") for a in HF_ARCHS],
@@ -77,15 +82,16 @@ CORPUS = [Model(f"wheel/{m.name}", m.build, m.file, m.args) if m.build.startswit
 CORPUS = [Model(m.name, m.build, m.file, m.args, m.name in QUICK) for m in CORPUS]
 
 
-def routes() -> dict[str, tuple[str, ...]]:
-    """Every registered target that runs on this machine: route label -> `convert` arguments.
-    TensorRT builds engines on a GPU only; without one its route is the checked build plan."""
+def routes(extra: bool = False) -> dict[str, tuple[str, ...]]:
+    """Every registered target that runs on a CPU: route label -> `convert` arguments. TensorRT
+    builds engines on a GPU only; its checked build plan (`tensorrt-plan`, as costly as the ONNX
+    route and validating nothing more) runs only when asked for (`extra`)."""
     sys.path.insert(0, str(ROOT / "src"))
     from modelport.emitters import EMITTERS
 
-    out = {}
-    for name in EMITTERS:
-        out["tensorrt-plan" if name == "tensorrt" else name] = ("--to", name, *(("--plan-only",) if name == "tensorrt" else ()))
+    out = {name: ("--to", name) for name in EMITTERS if name != "tensorrt"}
+    if extra and "tensorrt" in EMITTERS:
+        out["tensorrt-plan"] = ("--to", "tensorrt", "--plan-only")
     return out
 
 
@@ -300,11 +306,29 @@ def select(models: list[Model], only: str | None, quick: bool) -> list[Model]:
     return models
 
 
+def order(models: list[Model]) -> list[Model]:
+    """The quick set first, then the families in turn, so a run cut short still covers each family."""
+    families: dict[str, list[Model]] = {}
+    for m in models:
+        if not m.quick:
+            families.setdefault(m.build.partition(":")[0], []).append(m)
+    interleaved = [m for group in zip_longest(*families.values()) for m in group if m is not None]
+    return [m for m in models if m.quick] + interleaved
+
+
 def run_all(models: list[Model], route_args: dict[str, tuple[str, ...]], corpus: Path, jobs: int, timeout: float,
-            log=None) -> list[dict]:
-    build_errors = build_corpus(models, corpus, jobs=jobs)
-    pairs = [(m, r) for m in models for r in route_args]
-    rows: list[dict] = []
+            log=None, results: Path | None = None) -> list[dict]:
+    """Every (model, route), `jobs` at a time. With `results` (JSON lines), each row is appended as it
+    ends and the rows already there are kept rather than run again (to resume a cut-short run)."""
+    done: dict[tuple[str, str], dict] = {}
+    if results and results.exists():
+        for line in results.read_text().splitlines():
+            row = json.loads(line)
+            done[(row["model"], row["route"])] = row
+    models = order(models)
+    pairs = [(m, r) for m in models for r in route_args if (m.name, r) not in done]
+    build_errors = build_corpus(list({m.name: m for m, _ in pairs}.values()), corpus, jobs=jobs)
+    lock = threading.Lock()
     with tempfile.TemporaryDirectory(prefix="modelport-coverage-") as tmp:
         def one(pair):
             m, r = pair
@@ -312,13 +336,18 @@ def run_all(models: list[Model], route_args: dict[str, tuple[str, ...]], corpus:
                 row = {"model": m.name, "route": r, "exit": "build", "cause": build_errors[m.name], "seconds": 0.0}
             else:
                 row = run_one(m, r, route_args[r], corpus, Path(tmp), timeout)
-            if log:
-                log(row)
+            with lock:
+                if results:
+                    with results.open("a") as f:
+                        f.write(json.dumps(row) + "\n")
+                if log:
+                    log(row)
             return row
 
         with ThreadPoolExecutor(max(1, jobs)) as pool:
-            rows = list(pool.map(one, pairs))
-    return rows
+            new = {(row["model"], row["route"]): row for row in pool.map(one, pairs)}
+    every = {**done, **new}
+    return [every[(m.name, r)] for m in models for r in route_args if (m.name, r) in every]
 
 
 # ---------------------------------------------------------------- report
@@ -329,8 +358,8 @@ def _cell(row: dict) -> str:
     return f"**{row['exit']}** {row['seconds']:.0f}s"
 
 
-def markdown(rows: list[dict], route_names: list[str], seconds: float, command: str) -> str:
-    models = list(dict.fromkeys(r["model"] for r in rows))
+def markdown(rows: list[dict], route_names: list[str], seconds: float, command: str, models: list[str] | None = None) -> str:
+    models = models or list(dict.fromkeys(r["model"] for r in rows))
     by = {(r["model"], r["route"]): r for r in rows}
     lines = [
         "# Model × route coverage",
@@ -345,7 +374,10 @@ def markdown(rows: list[dict], route_names: list[str], seconds: float, command: 
         "`tests/test_coverage_corpus.py` re-runs the quick set (models marked *) and checks each outcome",
         "against `docs/coverage.json`.",
         "",
-        f"Total wall time: {seconds:.0f} s for {len(rows)} runs.",
+        f"Wall time: {seconds:.0f} s for {len(rows)} runs; the runs took {sum(r['seconds'] for r in rows):.0f} s together"
+        f" (on a shared 2-core machine, so times are upper bounds)."
+        + (f" {len(models) * len(route_names) - len(rows)} runs were not done in this regeneration (`–`)."
+           if len(rows) < len(models) * len(route_names) else ""),
         "",
         "## Summary per route",
         "",
@@ -359,7 +391,7 @@ def markdown(rows: list[dict], route_names: list[str], seconds: float, command: 
     lines += ["", "## Results", "", "| model | " + " | ".join(route_names) + " |", "| --- |" + " --- |" * len(route_names)]
     for m in models:
         star = "*" if m in quick else ""
-        lines.append(f"| {m}{star} | " + " | ".join(_cell(by[(m, r)]) if (m, r) in by else "" for r in route_names) + " |")
+        lines.append(f"| {m}{star} | " + " | ".join(_cell(by[(m, r)]) if (m, r) in by else "–" for r in route_names) + " |")
     failures = [r for r in rows if r["exit"] != 0]
     lines += ["", "## Failures", "", "| model | route | exit | cause |", "| --- | --- | --- | --- |"]
     for r in failures:
@@ -392,23 +424,32 @@ def main() -> int:
     ap.add_argument("--corpus", default=str(ROOT / "bench" / ".coverage-corpus"), help="where the built models are kept")
     ap.add_argument("--markdown", help="write the table here (default docs/coverage.md for the full set, else stdout)")
     ap.add_argument("--json", help="write the rows here (default docs/coverage.json for the full set)")
+    ap.add_argument("--results", help="append each row here (JSON lines) as it ends; rows already there are not run again")
+    ap.add_argument("--report-only", action="store_true", help="write the table from --results without running anything")
     ap.add_argument("--build-one", nargs=3, metavar=("BUILDER", "FOLDER", "FILE"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.build_one:
         _build(a.build_one[0], Path(a.build_one[1]), a.build_one[2])
         return 0
-    route_args = routes()
-    if a.routes:
-        route_args = {r: route_args[r] for r in a.routes.split(",")}
+    route_args = routes(extra=True)
+    route_args = {r: route_args[r] for r in a.routes.split(",")} if a.routes else routes()
     models = select(CORPUS, a.only, a.quick)
     full = not (a.only or a.quick or a.routes)
     start = time.perf_counter()
-    rows = run_all(models, route_args, Path(a.corpus).resolve(), a.jobs, a.timeout,
-                   log=lambda r: print(f"{r['model']:45s} {r['route']:14s} {r['exit']!s:8s} {r['seconds']:6.1f}s {r['cause'][:100]}",
-                                       file=sys.stderr, flush=True))
-    seconds = time.perf_counter() - start
+    results = Path(a.results).resolve() if a.results else None
+    if a.report_only and not (results and results.exists()):
+        ap.error("--report-only needs --results FILE")
+    if a.report_only:
+        rows = [json.loads(line) for line in results.read_text().splitlines()]
+        names = {m.name for m in models}
+        rows = [r for r in rows if r["model"] in names and r["route"] in route_args]
+    else:
+        rows = run_all(models, route_args, Path(a.corpus).resolve(), a.jobs, a.timeout, results=results,
+                       log=lambda r: print(f"{r['model']:45s} {r['route']:14s} {r['exit']!s:8s} {r['seconds']:6.1f}s {r['cause'][:100]}",
+                                           file=sys.stderr, flush=True))
+    seconds = time.perf_counter() - start if not a.report_only else sum(r["seconds"] for r in rows) / max(1, a.jobs)
     command = "python bench/model_coverage.py" + (f" --jobs {a.jobs}" if a.jobs > 1 else "")
-    text = markdown(rows, list(route_args), seconds, command)
+    text = markdown(rows, list(route_args), seconds, command, [m.name for m in models])
     doc = {"schema": "modelport.coverage/1", "seconds": round(seconds, 1), "jobs": a.jobs, "routes": list(route_args),
            "quick": sorted(m.name for m in CORPUS if m.quick), "rows": rows}
     md_path = a.markdown or (DOCS_MD if full else None)
