@@ -249,8 +249,12 @@ def _slug(text: str) -> str:
 
 
 def _env() -> dict[str, str]:
+    """This checkout's modelport, under the test suite's network guard: a run never leaves the
+    loopback here either, so a model whose conversion tries to is recorded failing as in the tests."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys([str(ROOT / "src"), str(ROOT / "tests" / "netguard"),
+                                                       *filter(None, [env.get("PYTHONPATH")])]))
+    env.setdefault("MODELPORT_TEST_NET_LOG", str(Path(tempfile.gettempdir()) / "modelport-coverage-net.log"))
     env.pop("MODELPORT_DEBUG", None)
     return env
 
