@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("modelport_bench_coverage", REPO / "bench" / "model_coverage.py")
-coverage = importlib.util.module_from_spec(_spec)
+coverage = sys.modules.setdefault(_spec.name, importlib.util.module_from_spec(_spec))
 _spec.loader.exec_module(coverage)
 
 RECORDED = json.loads((REPO / "docs" / "coverage.json").read_text())
