@@ -245,18 +245,3 @@ def test_pt2_inputs_renamed_in_order_when_every_name_is_new(masked_pt2):
     ir = parse(masked_pt2, SourceSpec(path=masked_pt2, inputs=[parse_input_spec("ids:batch,4,8"), parse_input_spec("attn:batch,4")]))
     assert [(s.name, s.dtype, s.shape) for s in ir.inputs] == [("ids", "float32", ["batch", 4, 8]), ("attn", "int64", ["batch", 4])]
     assert [i.name for i in ir.model.graph.input] == ["ids", "attn"]
-
-
-def test_exported_program_returning_a_hugging_face_model_output(tmp_path, cli_proc):
-    """A Hugging Face model exported as is returns a ModelOutput; torch.export.load only knows that
-    class once transformers is imported, and said only "We ran into an error when deserializing"."""
-    import transformers
-    config = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
-    model = transformers.BertModel(config).eval()
-    program = torch.export.export(model, (torch.randint(0, 100, (1, 8)),))
-    torch.export.save(program, tmp_path / "bert.pt2")
-    r = cli_proc("convert", str(tmp_path / "bert.pt2"), "--to", "onnx", "-o", str(tmp_path / "out"), "--json")
-    assert r.exit_code == 0, r
-    report = r.json()
-    assert [o["name"] for o in report["contract"]["outputs"]] == ["last_hidden_state", "pooler_output"]
-    assert all(hop["ok"] for hop in report["parity"])

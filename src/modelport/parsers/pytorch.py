@@ -161,54 +161,11 @@ def build_arch(arch: str, *, trust: bool):
         raise BadInputError(f"cannot build --arch '{arch}': {e}") from None
 
 
-# Packages whose output classes a program may name in its output spec (e.g. a Hugging Face model's
-# ModelOutput): imported to register them with torch's pytree, never a module the file names otherwise.
-PYTREE_PACKAGES = ("transformers",)
-
-
 def load_exported(path: Path):
-    """torch.export.load, which logs the real cause and raises a generic one: an output class of a
-    known package not yet imported (a Hugging Face ModelOutput) is imported and the load retried;
-    any other unregistered class is named in the error."""
-    import importlib
-    import re
-
-    torch = _torch()
-    seen: list[str] = []
-    for attempt in range(2):
-        records = _LogCapture()
-        logger = logging.getLogger("torch.export")
-        logger.addHandler(records)
-        try:
-            return torch.export.load(str(path))
-        except Exception as e:
-            cause = _first_line(e)
-        finally:
-            logger.removeHandler(records)
-        found = re.search(r"Deserializing ([\w.]+) in pytree is not registered", records.text)
-        if not found:
-            break
-        cls = found.group(1)
-        module, package = cls.rpartition(".")[0], cls.split(".")[0]
-        if attempt or package not in PYTREE_PACKAGES or module in seen:
-            raise BadInputError(f"cannot load ExportedProgram: its outputs are a {cls}, a type torch's pytree does not know here "
-                                f"(modelport imports only {', '.join(PYTREE_PACKAGES)} for it)", path=path) from None
-        try:
-            importlib.import_module(module)
-        except ImportError:
-            raise BadInputError(f"cannot load ExportedProgram: its outputs are a {cls}; install {package} to load it",
-                                path=path) from None
-        seen.append(module)
-    raise BadInputError(f"cannot load ExportedProgram: {cause}", path=path) from None
-
-
-class _LogCapture(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.text = ""
-
-    def emit(self, record):
-        self.text += record.getMessage() + "\n" + (logging.Formatter().formatException(record.exc_info) if record.exc_info else "")
+    try:
+        return _torch().export.load(str(path))
+    except Exception as e:
+        raise BadInputError(f"cannot load ExportedProgram: {_first_line(e)}", path=path) from None
 
 
 def load_module(source, spec):
