@@ -414,8 +414,9 @@ def markdown(rows: list[dict], route_names: list[str], seconds: float | None, co
 
 def _cause_class(cause: str) -> str:
     """A cause without the model-specific parts (names, numbers), to count runs failing alike."""
-    text = re.sub(r"'[^']*'", "'…'", cause)
-    text = re.sub(r"\d+(\.\d+)?(e-?\d+)?", "N", text)
+    text = re.sub(r"^[^\s:]+/[^\s:]+: ", "", cause)  # the model's file
+    text = re.sub(r"'[^']*'", "'…'", text)
+    text = re.sub(r"(?<![\w.])-?\d+(\.\d+)?(e-?\d+)?\b", "N", text)
     return text[:160]
 
 
