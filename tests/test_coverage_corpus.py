@@ -1,0 +1,57 @@
+"""The quick set of docs/coverage.md, run again: every (model, route) must end the way the table says.
+
+`bench/model_coverage.py` (`make coverage`) runs the whole corpus and writes docs/coverage.md and
+docs/coverage.json; this module rebuilds the quick set's models in a temporary folder and runs each
+through each route by the real CLI. A run recorded `ok` must stay ok; a recorded failure must keep
+its exit code and its cause line, so a change of behaviour shows here and the table is regenerated
+with it. Exit 1 (an unexpected error) is never an accepted outcome.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("modelport_bench_coverage", REPO / "bench" / "model_coverage.py")
+coverage = sys.modules.setdefault(_spec.name, importlib.util.module_from_spec(_spec))
+_spec.loader.exec_module(coverage)
+
+RECORDED = json.loads((REPO / "docs" / "coverage.json").read_text())
+EXPECTED = {(r["model"], r["route"]): r for r in RECORDED["rows"]}
+QUICK = [m for m in coverage.CORPUS if m.quick]
+ROUTES = coverage.routes()
+
+pytestmark = pytest.mark.slow
+
+
+def test_the_recorded_table_covers_the_quick_set_on_every_route():
+    assert RECORDED["quick"] == sorted(m.name for m in QUICK)
+    assert set(RECORDED["routes"]) == set(ROUTES), "routes changed: regenerate docs/coverage.md with `make coverage`"
+    missing = [(m.name, r) for m in QUICK for r in ROUTES if (m.name, r) not in EXPECTED]
+    assert not missing, f"not in docs/coverage.json (run `make coverage`): {missing}"
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("coverage-corpus")
+    errors = coverage.build_corpus(QUICK, folder)
+    assert not errors, errors
+    return folder
+
+
+@pytest.mark.parametrize(("model", "route"), [(m.name, r) for m in QUICK for r in ROUTES])
+def test_quick_set_outcome_is_the_recorded_one(model, route, corpus, tmp_path):
+    want = EXPECTED[(model, route)]
+    m = next(m for m in QUICK if m.name == model)
+    got = coverage.run_one(m, route, ROUTES[route], corpus, tmp_path, timeout=300)
+    assert got["exit"] != 1, f"{model} → {route}: exit 1 (an unexpected error) is a bug: {got['cause']}"
+    if want["exit"] == 0:
+        assert got["exit"] == 0, f"{model} → {route} was ok and now fails: exit {got['exit']}: {got['cause']}"
+    else:
+        assert (got["exit"], got["cause"]) == (want["exit"], want["cause"]), (
+            f"{model} → {route} changed (regenerate docs/coverage.md with `make coverage` if intended)")
