@@ -82,14 +82,19 @@ CORPUS = [Model(f"wheel/{m.name}", m.build, m.file, m.args) if m.build.startswit
 CORPUS = [Model(m.name, m.build, m.file, m.args, m.name in QUICK) for m in CORPUS]
 
 
+TABLE_ROUTES = ("onnx", "pytorch", "tflite", "ort")  # the table's columns; `--routes` runs others too
+
+
 def routes(extra: bool = False) -> dict[str, tuple[str, ...]]:
-    """Every registered target that runs on a CPU: route label -> `convert` arguments. TensorRT
-    builds engines on a GPU only; its checked build plan (`tensorrt-plan`, as costly as the ONNX
-    route and validating nothing more) runs only when asked for (`extra`)."""
+    """The table's routes (TABLE_ROUTES) -> `convert` arguments; with `extra` every other registered
+    target that runs on a CPU as well (savedmodel, openvino; not ort-genai, which takes decoder LM
+    folders only), and TensorRT's checked build plan (`tensorrt-plan`, as costly as the ONNX route
+    and validating nothing more: TensorRT builds engines on a GPU only)."""
     sys.path.insert(0, str(ROOT / "src"))
     from modelport.emitters import EMITTERS
 
-    out = {name: ("--to", name) for name in EMITTERS if name != "tensorrt"}
+    names = list(EMITTERS) if extra else [t for t in EMITTERS if t in TABLE_ROUTES]
+    out = {name: ("--to", name) for name in names if name not in ("tensorrt", "ort-genai")}
     if extra and "tensorrt" in EMITTERS:
         out["tensorrt-plan"] = ("--to", "tensorrt", "--plan-only")
     return out
