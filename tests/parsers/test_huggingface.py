@@ -11,11 +11,10 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
+import transformers
 
 from modelport.errors import BadInputError
 from modelport.parsers import huggingface as hf
-
-transformers = pytest.importorskip("transformers")
 
 BERT = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37,
             max_position_embeddings=64)
