@@ -369,6 +369,8 @@ def parse_noting_attempts(parse, src, spec, parsed, report):
     except ExportFailedError as e:
         parsed.note(attempts=[a.to_dict() for a in e.attempts])
         raise
+    if ir.provenance.get("saved_on"):
+        report.warn(f"the file was saved on {', '.join(ir.provenance['saved_on'])}: read and converted on the CPU")
     attempts = ir.provenance.get("export_attempts")
     if attempts:
         parsed.note(attempts=attempts)

@@ -160,13 +160,36 @@ def build_arch(arch: str, *, trust: bool):
 
 
 def load_exported(path: Path):
+    """The ExportedProgram of a `.pt2`, on the CPU: a program saved on a GPU is read from a copy of
+    its archive with every device moved to the CPU (parsers/pytorch_devices.py); `saved_on` on the
+    program names the devices the file had."""
+    import tempfile
+
     from modelport.parsers.pytorch_containers import register_unknown_containers
+    from modelport.parsers.pytorch_devices import archive_devices, cpu_archive
 
     register_unknown_containers(path)
+    devices = sorted(d for d in archive_devices(path) if d != "cpu")
     try:
-        return _torch().export.load(str(path))
+        if not devices:
+            ep = _torch().export.load(str(path))
+        else:
+            with tempfile.TemporaryDirectory(prefix="modelport-pt2-") as tmp:
+                ep = _torch().export.load(str(cpu_archive(path, Path(tmp))))
     except Exception as e:
         raise BadInputError(f"cannot load ExportedProgram: {_first_line(e)}", path=path) from None
+    ep.saved_on = devices
+    return ep
+
+
+def _load_pickled_module(path: Path):
+    """A whole pickled object (`torch.save(model)`, --trust given): its classes must be importable
+    here, which a model saved from a script or notebook (`__main__`) never is."""
+    try:
+        return _torch().load(str(path), map_location="cpu", weights_only=False)
+    except (AttributeError, ModuleNotFoundError, ImportError) as e:
+        raise BadInputError(f"the pickled model's code cannot be imported here ({_first_line(e)})", path=path,
+                            hint="save a .pt2 (torch.export), TorchScript, or a state dict and pass --arch") from None
 
 
 def load_module(source, spec):
@@ -189,20 +212,25 @@ def load_module(source, spec):
         try:
             module = positional_program(ep)
             module.exported_program = ep
+            module.saved_on = ep.saved_on
             return module, fmt, carried
         except Exception as e:
             raise BadInputError(f"cannot load ExportedProgram: {_first_line(e)}", path=path) from None
     if fmt == "torchscript":
         if not spec.trust:
             raise UnsafeInputError("TorchScript runs code from the file", path=path, hint="pass --trust if you trust it")
-        return torch.jit.load(str(path), map_location="cpu").eval(), fmt, None
+        from modelport.parsers.pytorch_devices import move_constants_to_cpu
+
+        module = torch.jit.load(str(path), map_location="cpu").eval()
+        module.saved_on = sorted(set(move_constants_to_cpu(module)))
+        return module, fmt, None
     if fmt == "pickle" and not spec.arch:
         try:
             obj = torch.load(str(path), map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as e:
             if not spec.trust:
                 raise UnsafeInputError(f"unsafe pickle global, refusing to load: {_first_line(e)}", path=path, hint="pass --trust only if you trust the file") from None
-            obj = torch.load(str(path), map_location="cpu", weights_only=False)
+            obj = _load_pickled_module(path)
         except Exception as e:
             raise BadInputError(f"truncated or not a PyTorch file: {_first_line(e)}", path=path) from None
         if isinstance(obj, torch.nn.Module):
@@ -412,6 +440,7 @@ def parse(source, spec) -> IRModel:
             "fixed_dims": fixed or None,
             "opset": next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None),
             "reference_varies": varies,
+            "saved_on": getattr(module, "saved_on", None) or None,
         },
         reference=Reference(sample, {k: np.asarray(v) for k, v in ref.items()}, producer=f"torch {torch.__version__}"),
         sample_dims=dict(spec.sample_dims),

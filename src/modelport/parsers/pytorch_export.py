@@ -141,6 +141,8 @@ def export_model(module, args, specs, output_names, *, opset=None, ranges=None, 
             _export_program(torch, module, args, specs, ranges).run_decompositions(), input_names, output_names, opset)))
     routes.append(("torchscript", lambda: _onnx_torchscript(module, args, specs, input_names, output_names, opset,
                                                             static=from_program)))
+    if isinstance(module, torch.jit.ScriptModule):  # torch.export refuses ScriptModules: only the TorchScript exporter applies
+        routes = routes[-1:]
 
     attempts: list[Attempt] = []
     for route, run in routes:
