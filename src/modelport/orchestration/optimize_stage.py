@@ -66,7 +66,7 @@ def stated_budget(selection: dict, opts, asked, default: bool) -> dict:
 
 def optimize_stage(ir: IRModel, options, report, zoo_tol=None, *, on_stage=None):
     """(optimised IR, options with the resulting precision and tolerances)."""
-    from modelport.errors import BadInputError, ValidationError
+    from modelport.errors import BadInputError
     from modelport.optimize.pipeline import OptimizeOptions, optimize_ir
 
     others = [t for t in options.targets if t not in ONNX_FAMILY]
@@ -80,13 +80,7 @@ def optimize_stage(ir: IRModel, options, report, zoo_tol=None, *, on_stage=None)
                    precision="fp32" if others else (options.precision or "fp32"), calibration=options.calibration,
                    strict=options.strict, allow_fallback=options.allow_precision_fallback)
     opts, default_budget = with_auto_budget(opts)
-    try:
-        out, rows, selection = optimize_ir(ir, opts, tolerance=lambda p: options.tolerance(p, zoo_tol), on_pass=on_stage)
-    except ValidationError as e:
-        report.add_stage_rows(e.rows)
-        raise
-    report.add_stage_rows(rows)
-    warn_round_limits(report, rows)
+    out, rows, selection = _run_recorded(optimize_ir, ir, opts, options, zoo_tol, report, on_stage)
     if selection:
         report.set_optimize(stated_budget(selection, opts, asked, default_budget))
     if others:
@@ -109,7 +103,7 @@ def _auto_stage(ir: IRModel, options, asked, report, zoo_tol, *, on_stage=None):
     asked), an OpenVINO winner the `openvino` target at the precision it won with; targets of the
     losing runtime are not written (the report's `optimize.targets` and a warning say so)."""
     from modelport.emitters.openvino import OpenVINOOptions
-    from modelport.errors import BadInputError, ValidationError
+    from modelport.errors import BadInputError
     from modelport.optimize.auto import auto_select
     from modelport.runtimes import CPU_RUNTIMES, default_runtimes
 
@@ -122,13 +116,7 @@ def _auto_stage(ir: IRModel, options, asked, report, zoo_tol, *, on_stage=None):
     opts = replace(asked, precision="fp32", calibration=options.calibration, strict=options.strict,
                    allow_fallback=options.allow_precision_fallback, runtimes=runtimes)
     opts, default_budget = with_auto_budget(opts)
-    try:
-        out, rows, selection = auto_select(ir, opts, tolerance=lambda p: options.tolerance(p, zoo_tol), on_pass=on_stage)
-    except ValidationError as e:
-        report.add_stage_rows(e.rows)
-        raise
-    report.add_stage_rows(rows)
-    warn_round_limits(report, rows)
+    out, rows, selection = _run_recorded(auto_select, ir, opts, options, zoo_tol, report, on_stage)
     runtime = selection["runtime"]
     targets = [t for t in options.targets if t in CPU_RUNTIMES[runtime]] or [CPU_RUNTIMES[runtime][0]]
     dropped = [t for t in options.targets if t not in targets]
@@ -153,3 +141,17 @@ def warn_round_limits(report, rows: list[dict]) -> None:
         if limit:
             report.warn(f"pass '{row['pass']}' still rewrote the model in its last round: it stopped at its round limit "
                         f"({limit}), short of a fixed point")
+
+
+def _run_recorded(run, ir, opts, options, zoo_tol, report, on_stage):
+    """`run` (optimize_ir or auto_select) with its stage rows in the report, also when it fails."""
+    from modelport.errors import ValidationError
+
+    try:
+        out, rows, selection = run(ir, opts, tolerance=lambda p: options.tolerance(p, zoo_tol), on_pass=on_stage)
+    except ValidationError as e:
+        report.add_stage_rows(e.rows)
+        raise
+    report.add_stage_rows(rows)
+    warn_round_limits(report, rows)
+    return out, rows, selection
