@@ -328,3 +328,59 @@ def test_reshape_zero_keeps_the_input_dim_for_constant_and_computed_shapes(tmp_p
     flat, back = module(x)
     assert tuple(flat.shape) == (3, 24) and tuple(back.shape) == (3, 6, 4)
     torch.testing.assert_close(back, x * x)
+
+
+def _unknown_rank_model(nodes, inputs, opset: int = 17):
+    """One float input `x` of no declared shape, so shape inference leaves every rank unknown; int64
+    constants are passed as initializers (`inputs`: name -> values)."""
+    from onnx import numpy_helper
+
+    inits = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in inputs.items()]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _generated_matches_reference(model, x: np.ndarray) -> str:
+    """Runs the generated code on `x`; returns its source after checking it against ONNX's reference."""
+    import torch
+    from onnx.reference import ReferenceEvaluator
+
+    from modelport.emitters.pytorch_code import generate_source
+    from modelport.emitters.pytorch_code.conformance import load_source
+
+    text, state, _ = generate_source(model)
+    module = load_source(text)
+    m = module.Model()
+    m.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in state.items()})
+    got = m(torch.from_numpy(x)).numpy()
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    assert got.shape == want.shape, (got.shape, want.shape, text)
+    np.testing.assert_array_equal(got, want)
+    return text
+
+
+@pytest.mark.parametrize("starts,ends,axes,steps", [
+    ([1], [2], [0], [1]),             # the PP-OCR recogniser's q/k/v split: x[1:2] on axis 0
+    ([0, 1], [2, 3], [1, 2], [1, 1]),
+    ([1], [3], [-1], [1]),            # from the end, after an ellipsis
+    ([1, 0], [2, -1], [0, -1], [1, 1]),  # both ends: the run-time helper
+    ([-1], [-4], [1], [-1]),          # a negative step on an axis of unknown size: the run-time helper
+])
+def test_slice_on_a_value_of_unknown_rank(starts, ends, axes, steps):
+    """A Slice whose input has no inferred rank (a Reshape to a computed shape in Paddle exports) was
+    written as a no-op when its axes were non-negative: `x[...]` with nothing after the ellipsis."""
+    model = _unknown_rank_model([helper.make_node("Slice", ["x", "starts", "ends", "axes", "steps"], ["y"])],
+                                {"starts": starts, "ends": ends, "axes": axes, "steps": steps})
+    x = np.arange(3 * 4 * 5, dtype=np.float32).reshape(3, 4, 5)
+    _generated_matches_reference(model, x)
+
+
+@pytest.mark.parametrize("axes", [[-1], [0, -1], [-3, -1]])
+def test_unsqueeze_negative_axes_on_a_value_of_unknown_rank(axes):
+    """Negative Unsqueeze axes count from the output's end; with the rank unknown until run time the
+    code normalises them there (silero-vad's scripted LSTM squeezes a dim only when it is 1, so the
+    rank after its If depends on the input)."""
+    model = _unknown_rank_model([helper.make_node("Unsqueeze", ["x", "axes"], ["y"])], {"axes": axes})
+    text = _generated_matches_reference(model, np.ones((2, 3), np.float32))
+    assert ("onnx_unsqueeze(" in text) == (len(axes) > 1)

@@ -165,7 +165,13 @@ def unsqueeze(n):
     if out_rank is None and n.rank(0) is not None:
         out_rank = n.rank(0) + len(axes)
     if any(a < 0 for a in axes) and out_rank is None:
-        n.fail("negative axes on an input of unknown rank")
+        # the rank is known only at run time: torch counts one negative axis from the output's end as
+        # ONNX does; several go through the helper, which normalises them with x.dim()
+        if len(axes) == 1:
+            n.emit(f"{n.t(0)}.unsqueeze({axes[0]})")
+        else:
+            n.emit(f"{n.helper('onnx_unsqueeze')}({n.t(0)}, {literal(axes)})")
+        return
     axes = sorted(a + out_rank if a < 0 else a for a in axes)
     expr = n.t(0)
     for a in axes:
