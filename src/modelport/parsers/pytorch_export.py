@@ -22,7 +22,6 @@ each route's reason.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import logging
 import re
@@ -189,19 +188,25 @@ def _torch():
 
 
 def _quietly(route: str, run):
-    """Run an exporter with its progress lines off stdout and stderr (kept for the debug log)."""
-    from modelport.progress import doing
+    """Run an exporter with its progress lines off stdout and stderr (kept for the debug log), at
+    the file-descriptor level too: the TorchScript exporter prints the whole TorchScript graph from
+    C++ when it fails (56 KB for silero-vad), which the error message then sums up in one line."""
+    import tempfile
+    from pathlib import Path
+
+    from modelport.quiet_call import captured_output
 
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
     logging.getLogger("torch.export").setLevel(logging.ERROR)
-    captured = io.StringIO()
-    try:
-        with doing(f"torch.onnx.export, {route}"), contextlib.redirect_stdout(captured), \
-                contextlib.redirect_stderr(captured):
-            return run()
-    finally:
-        if captured.getvalue():
-            log.debug("exporter output (%s):\n%s", route, captured.getvalue())
+    with tempfile.TemporaryDirectory(prefix="modelport-export-") as tmp:
+        captured = Path(tmp) / "export.log"
+        try:
+            with captured_output(captured, f"torch.onnx.export, {route}"):
+                return run()
+        finally:
+            text = captured.read_text(errors="replace") if captured.exists() else ""
+            if text:
+                log.debug("exporter output (%s):\n%s", route, text)
 
 
 def _dynamic_shapes(torch, specs, ranges, *, varargs: bool):
