@@ -276,3 +276,5 @@ def test_torchscript_with_a_scalar_int_input(tmp_path, cli):
                                                                                          ("sr", "int64", [])]
     assert report["parity"] and all(p["ok"] for p in report["parity"])
     assert report["contract"]["given_inputs"] == ["sr"]
+    # torch.export takes no ScriptModule: the TorchScript exporter is the one route tried, with no failed-route warnings
+    assert [a["route"] for a in report["stages"][0]["attempts"]] == ["torchscript"] and not report["warnings"]
