@@ -331,11 +331,11 @@ def test_reshape_zero_keeps_the_input_dim_for_constant_and_computed_shapes(tmp_p
 
 
 def _unknown_rank_model(nodes, inputs, opset: int = 17):
-    """One float input `x` of no declared shape, so shape inference leaves every rank unknown; int64
-    constants are passed as initializers (`inputs`: name -> values)."""
+    """One float input `x` of no declared shape, so shape inference leaves every rank unknown; the
+    other inputs are initializers (`inputs`: name -> an array, or a list of int64 values)."""
     from onnx import numpy_helper
 
-    inits = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in inputs.items()]
+    inits = [numpy_helper.from_array(v if isinstance(v, np.ndarray) else np.array(v, np.int64), k) for k, v in inputs.items()]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
@@ -353,10 +353,11 @@ def _generated_matches_reference(model, x: np.ndarray) -> str:
     module = load_source(text)
     m = module.Model()
     m.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in state.items()})
-    got = m(torch.from_numpy(x)).numpy()
+    with torch.no_grad():
+        got = m(torch.from_numpy(x)).numpy()
     (want,) = ReferenceEvaluator(model).run(None, {"x": x})
     assert got.shape == want.shape, (got.shape, want.shape, text)
-    np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=text)
     return text
 
 
@@ -384,3 +385,29 @@ def test_unsqueeze_negative_axes_on_a_value_of_unknown_rank(axes):
     model = _unknown_rank_model([helper.make_node("Unsqueeze", ["x", "axes"], ["y"])], {"axes": axes})
     text = _generated_matches_reference(model, np.ones((2, 3), np.float32))
     assert ("onnx_unsqueeze(" in text) == (len(axes) > 1)
+
+
+_SCALE, _BIAS = np.linspace(0.5, 1.5, 5, dtype=np.float32), np.linspace(-1, 1, 5, dtype=np.float32)
+
+
+@pytest.mark.parametrize("node,inputs,opset", [
+    (helper.make_node("Gather", ["x", "i"], ["y"], axis=-2), {"i": [2, 0]}, 17),
+    (helper.make_node("Gather", ["x", "i"], ["y"], axis=-1), {"i": np.array(1, np.int64)}, 17),
+    (helper.make_node("Flatten", ["x"], ["y"], axis=-1), {}, 17),
+    (helper.make_node("Flatten", ["x"], ["y"], axis=-2), {}, 17),
+    (helper.make_node("Pad", ["x", "pads", "", "axes"], ["y"]), {"pads": [1, 2], "axes": [-1]}, 18),
+    (helper.make_node("Pad", ["x", "pads", "", "axes"], ["y"]), {"pads": [1, 1], "axes": [0]}, 18),
+    (helper.make_node("Pad", ["x", "pads", "", "axes"], ["y"], mode="reflect"), {"pads": [2, 1], "axes": [-2]}, 18),
+    (helper.make_node("LayerNormalization", ["x", "scale", "bias"], ["y"], axis=-1), {"scale": _SCALE, "bias": _BIAS}, 17),
+    (helper.make_node("LayerNormalization", ["x", "scale"], ["y"], axis=1), {"scale": np.ones((4, 5), np.float32)}, 17),
+    (helper.make_node("GlobalAveragePool", ["x"], ["y"]), {}, 17),
+    (helper.make_node("ReduceMean", ["x"], ["y"], keepdims=1), {}, 18),
+    (helper.make_node("ReduceSum", ["x"], ["y"], keepdims=0), {}, 18),
+], ids=["gather-neg", "gather-scalar-neg", "flatten-1", "flatten-2", "pad-neg", "pad-axis0", "pad-reflect-neg",
+        "layernorm-neg", "layernorm-pos", "global-avg-pool", "reduce-mean-all", "reduce-sum-all"])
+def test_axes_on_a_value_of_unknown_rank_are_resolved_at_run_time(node, inputs, opset):
+    """Where the rank is known only at run time, the code counts a negative axis from the back (an
+    ellipsis, a negative dim) or computes the dims from `x.dim()`, instead of refusing the node; a Pad
+    with explicit axes on such a value padded the last dims whatever the axes said."""
+    model = _unknown_rank_model([node], inputs, opset)
+    _generated_matches_reference(model, np.random.default_rng(0).standard_normal((3, 4, 5)).astype(np.float32))

@@ -150,17 +150,16 @@ def gather(n):
         return
     x = n.t(0)
     rank = n.rank(0)
-    if axis < 0:
-        if rank is None:
-            n.fail("negative axis on an input of unknown rank")
+    if axis < 0 and rank is not None:
         axis += rank
-    lead = ":, " * axis
+    # a negative axis on a rank known only at run time is counted from the back, after an ellipsis
+    lead, trail = (":, " * axis, "") if axis >= 0 else ("..., ", ", :" * (-axis - 1))
     if idx is not None and idx.ndim == 0:
-        n.emit(f"{x}[{lead}{int(idx)}]")
+        n.emit(f"{x}[{lead}{int(idx)}{trail}]")
     elif idx is not None and idx.ndim == 1 and idx.size <= 16:
-        n.emit(f"{x}[{lead}{literal(idx)}]")
+        n.emit(f"{x}[{lead}{literal(idx)}{trail}]")
     else:
-        n.emit(f"{x}[{lead}{n.t(1)}]")
+        n.emit(f"{x}[{lead}{n.t(1)}{trail}]")
 
 
 def _nonneg(n, i: int, data: str, axis) -> str:
