@@ -411,3 +411,14 @@ def test_axes_on_a_value_of_unknown_rank_are_resolved_at_run_time(node, inputs, 
     with explicit axes on such a value padded the last dims whatever the axes said."""
     model = _unknown_rank_model([node], inputs, opset)
     _generated_matches_reference(model, np.random.default_rng(0).standard_normal((3, 4, 5)).astype(np.float32))
+
+
+def test_a_node_a_converter_cannot_express_is_not_called_an_op_without_converter():
+    from modelport.emitters.pytorch_code import generate_source
+    from modelport.errors import UnsupportedError
+
+    model = _unknown_rank_model([helper.make_node("ReduceProd", ["x"], ["y"], keepdims=1)], {}, 18)
+    with pytest.raises(UnsupportedError) as e:
+        generate_source(model)
+    assert "ReduceProd over all axes of an input of unknown rank" in str(e.value)
+    assert "not for this configuration of the node" in str(e.value) and "no converter yet" not in str(e.value)
