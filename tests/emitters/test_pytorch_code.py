@@ -422,3 +422,26 @@ def test_a_node_a_converter_cannot_express_is_not_called_an_op_without_converter
         generate_source(model)
     assert "ReduceProd over all axes of an input of unknown rank" in str(e.value)
     assert "not for this configuration of the node" in str(e.value) and "no converter yet" not in str(e.value)
+
+
+def test_rank_of_a_reshape_to_a_computed_target_is_inferred():
+    """Before opset 18, ONNX shape inference gives `Reshape(x, [*x.shape[:2], -1])` no shape, and
+    every value after it an unknown rank (125 values of the PP-OCRv4 recogniser); the target's length
+    is the rank, so the emitter records it and infers again. Here a ReduceProd over every axis, which
+    needs the rank, then converts."""
+    from onnx import numpy_helper
+
+    from modelport.emitters.pytorch_code.generator import Generator
+
+    def const(name, values):
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(values, np.int64), name))
+
+    nodes = [helper.make_node("Shape", ["x"], ["sh"]), const("s0", [0]), const("s2", [2]),
+             helper.make_node("Slice", ["sh", "s0", "s2"], ["lead"]), const("m1", [-1]),
+             helper.make_node("Concat", ["lead", "m1"], ["target"], axis=0), helper.make_node("Reshape", ["x", "target"], ["r"]),
+             helper.make_node("ReduceProd", ["r"], ["p"], keepdims=1), helper.make_node("Mul", ["r", "p"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", "c", "h", "w"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    assert Generator(model).shapes["r"] == [None, None, None]
+    _generated_matches_reference(model, np.random.default_rng(0).uniform(0.9, 1.1, (2, 3, 4, 5)).astype(np.float32))
