@@ -71,8 +71,8 @@ CORPUS: list[Model] = [
     # chunk is 512 samples at 16 kHz
     _wheel("silero_vad/onnx", "silero_vad.onnx", "--value", "sr=16000", "--dim", "input_dim1=512"),
     _wheel("silero_vad/onnx_op15", "silero_vad_16k_op15.onnx", "--value", "sr=16000", "--dim", "sequence=512"),
-    # its TorchScript forward(x, sr: int): a 512-sample chunk and the rate as a scalar int64 input
-    _wheel("silero_vad/jit", "silero_vad.jit", "--trust", "--input", "x:1,512", "--input", "sr:int64", "--value", "sr=16000"),
+    # its TorchScript forward(x, sr: int): a 512-sample chunk and the rate as a 0-d int64 input (`sr:scalar`)
+    _wheel("silero_vad/jit", "silero_vad.jit", "--trust", "--input", "x:1,512", "--input", "sr:scalar:int64", "--value", "sr=16000"),
     *[Model(f"hf/{a}", f"hf:{a}", "model.pt2") for a in HF_ARCHS],
     # exported as most users first do: torch.export.export(model, (), {"input_ids": ..., ...}), outputs a ModelOutput
     Model("hf/bert_kwargs", "hf:bert_kwargs", "model.pt2"),

@@ -28,6 +28,14 @@ def test_input_spec_forms():
     assert parse_input_spec("x").shape == []
 
 
+@pytest.mark.parametrize("text", ["sr:scalar:int64", "sr:[]:int64", "sr:():int64", "sr:SCALAR:i64"])
+def test_a_scalar_input_is_declared_with_shape_scalar(text):
+    """A 0-d input (a sample rate that a TorchScript forward takes as an int): its empty shape is given, not missing."""
+    s = parse_input_spec(text)
+    assert (s.name, s.shape, s.dtype, s.scalar) == ("sr", [], "int64", True)
+    assert not parse_input_spec("sr:int64").scalar and not parse_input_spec("x:0").scalar
+
+
 def test_options_fold_into_specs():
     specs = apply_options([parse_input_spec("image:1x3x8x8")], layouts=["NCHW"], means=["0.5,0.5,0.5"], stds=["image=0.2,0.2,0.2"], channel_order="bgr")
     s = specs[0]

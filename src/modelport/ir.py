@@ -52,6 +52,7 @@ class TensorSpec:
     layout: str | None = None
     preprocess: Preprocess | None = None
     value_range: list[float] | None = None  # [low, high) for sample data, e.g. token ids
+    scalar: bool = False  # declared 0-d (`--input sr:scalar:int64`): an empty shape that is given, not missing
 
     @property
     def dynamic_dims(self) -> dict[int, str]:

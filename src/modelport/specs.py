@@ -23,6 +23,7 @@ _DIM = re.compile(r"^(\d+|[A-Za-z_][A-Za-z0-9_]*|\?|-1)$")
 # words that can only be meant as a dtype (a misspelt or unsupported one), never as a dim name
 _DTYPE_LIKE = re.compile(r"^(float|bfloat|double|half|long|bool|complex|string|fp|bf|int|uint|[ifu])\d+$|^(float|double|half|bool|bfloat)$",
                          re.IGNORECASE)
+SCALAR_SHAPES = ("scalar", "[]", "()")  # a 0-d input's SHAPE
 _SHAPE_TEXT = re.compile(r"[\[\(]?[\w?,\-]*[\]\)]?")
 
 
@@ -59,7 +60,8 @@ def parse_shape(text: str) -> list[int | str]:
 
 
 def parse_input_spec(text: str) -> TensorSpec:
-    """`NAME[:SHAPE[:DTYPE]]`; the name may itself hold ':' (TensorFlow's 'x:0')."""
+    """`NAME[:SHAPE[:DTYPE]]`; the name may itself hold ':' (TensorFlow's 'x:0'). SHAPE `scalar`
+    (or `[]`, `()`) declares a 0-d input, e.g. a sample rate: `sr:scalar:int64`."""
     pieces = text.split(":")
     dtype = "float32"
     if len(pieces) > 1 and pieces[-1].lower() in DTYPES:
@@ -67,12 +69,15 @@ def parse_input_spec(text: str) -> TensorSpec:
     elif len(pieces) > 1 and (_DTYPE_LIKE.match(pieces[-1]) or (len(pieces) > 2 and _looks_like_shape(pieces[-2]))):
         raise unknown_dtype(text, pieces[-1])  # NAME:SHAPE:WORD, or NAME:float99
     shape: list[int | str] = []
-    if len(pieces) > 1 and _looks_like_shape(pieces[-1]):
+    scalar = len(pieces) > 1 and pieces[-1].strip().lower() in SCALAR_SHAPES
+    if scalar:
+        pieces.pop()
+    elif len(pieces) > 1 and _looks_like_shape(pieces[-1]):
         shape = parse_shape(pieces.pop())
     name = ":".join(pieces)
     if not name:
         raise BadInputError(f"bad input spec '{text}': expected NAME:SHAPE[:DTYPE], e.g. input:1x3x224x224")
-    return TensorSpec(name=name, dtype=dtype, shape=shape)
+    return TensorSpec(name=name, dtype=dtype, shape=shape, scalar=scalar)
 
 
 def positional_name(i: int) -> str:

@@ -328,3 +328,120 @@ def test_reshape_zero_keeps_the_input_dim_for_constant_and_computed_shapes(tmp_p
     flat, back = module(x)
     assert tuple(flat.shape) == (3, 24) and tuple(back.shape) == (3, 6, 4)
     torch.testing.assert_close(back, x * x)
+
+
+def _unknown_rank_model(nodes, inputs, opset: int = 17):
+    """One float input `x` of no declared shape, so shape inference leaves every rank unknown; the
+    other inputs are initializers (`inputs`: name -> an array, or a list of int64 values)."""
+    from onnx import numpy_helper
+
+    inits = [numpy_helper.from_array(v if isinstance(v, np.ndarray) else np.array(v, np.int64), k) for k, v in inputs.items()]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _generated_matches_reference(model, x: np.ndarray) -> str:
+    """Runs the generated code on `x`; returns its source after checking it against ONNX's reference."""
+    import torch
+    from onnx.reference import ReferenceEvaluator
+
+    from modelport.emitters.pytorch_code import generate_source
+    from modelport.emitters.pytorch_code.conformance import load_source
+
+    text, state, _ = generate_source(model)
+    module = load_source(text)
+    m = module.Model()
+    m.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in state.items()})
+    with torch.no_grad():
+        got = m(torch.from_numpy(x)).numpy()
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    assert got.shape == want.shape, (got.shape, want.shape, text)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=text)
+    return text
+
+
+@pytest.mark.parametrize("starts,ends,axes,steps", [
+    ([1], [2], [0], [1]),             # the PP-OCR recogniser's q/k/v split: x[1:2] on axis 0
+    ([0, 1], [2, 3], [1, 2], [1, 1]),
+    ([1], [3], [-1], [1]),            # from the end, after an ellipsis
+    ([1, 0], [2, -1], [0, -1], [1, 1]),  # both ends: the run-time helper
+    ([-1], [-4], [1], [-1]),          # a negative step on an axis of unknown size: the run-time helper
+])
+def test_slice_on_a_value_of_unknown_rank(starts, ends, axes, steps):
+    """A Slice whose input has no inferred rank (a Reshape to a computed shape in Paddle exports) was
+    written as a no-op when its axes were non-negative: `x[...]` with nothing after the ellipsis."""
+    model = _unknown_rank_model([helper.make_node("Slice", ["x", "starts", "ends", "axes", "steps"], ["y"])],
+                                {"starts": starts, "ends": ends, "axes": axes, "steps": steps})
+    x = np.arange(3 * 4 * 5, dtype=np.float32).reshape(3, 4, 5)
+    _generated_matches_reference(model, x)
+
+
+@pytest.mark.parametrize("axes", [[-1], [0, -1], [-3, -1]])
+def test_unsqueeze_negative_axes_on_a_value_of_unknown_rank(axes):
+    """Negative Unsqueeze axes count from the output's end; with the rank unknown until run time the
+    code normalises them there (silero-vad's scripted LSTM squeezes a dim only when it is 1, so the
+    rank after its If depends on the input)."""
+    model = _unknown_rank_model([helper.make_node("Unsqueeze", ["x", "axes"], ["y"])], {"axes": axes})
+    text = _generated_matches_reference(model, np.ones((2, 3), np.float32))
+    assert ("onnx_unsqueeze(" in text) == (len(axes) > 1)
+
+
+_SCALE, _BIAS = np.linspace(0.5, 1.5, 5, dtype=np.float32), np.linspace(-1, 1, 5, dtype=np.float32)
+
+
+@pytest.mark.parametrize("node,inputs,opset", [
+    (helper.make_node("Gather", ["x", "i"], ["y"], axis=-2), {"i": [2, 0]}, 17),
+    (helper.make_node("Gather", ["x", "i"], ["y"], axis=-1), {"i": np.array(1, np.int64)}, 17),
+    (helper.make_node("Flatten", ["x"], ["y"], axis=-1), {}, 17),
+    (helper.make_node("Flatten", ["x"], ["y"], axis=-2), {}, 17),
+    (helper.make_node("Pad", ["x", "pads", "", "axes"], ["y"]), {"pads": [1, 2], "axes": [-1]}, 18),
+    (helper.make_node("Pad", ["x", "pads", "", "axes"], ["y"]), {"pads": [1, 1], "axes": [0]}, 18),
+    (helper.make_node("Pad", ["x", "pads", "", "axes"], ["y"], mode="reflect"), {"pads": [2, 1], "axes": [-2]}, 18),
+    (helper.make_node("LayerNormalization", ["x", "scale", "bias"], ["y"], axis=-1), {"scale": _SCALE, "bias": _BIAS}, 17),
+    (helper.make_node("LayerNormalization", ["x", "scale"], ["y"], axis=1), {"scale": np.ones((4, 5), np.float32)}, 17),
+    (helper.make_node("GlobalAveragePool", ["x"], ["y"]), {}, 17),
+    (helper.make_node("ReduceMean", ["x"], ["y"], keepdims=1), {}, 18),
+    (helper.make_node("ReduceSum", ["x"], ["y"], keepdims=0), {}, 18),
+], ids=["gather-neg", "gather-scalar-neg", "flatten-1", "flatten-2", "pad-neg", "pad-axis0", "pad-reflect-neg",
+        "layernorm-neg", "layernorm-pos", "global-avg-pool", "reduce-mean-all", "reduce-sum-all"])
+def test_axes_on_a_value_of_unknown_rank_are_resolved_at_run_time(node, inputs, opset):
+    """Where the rank is known only at run time, the code counts a negative axis from the back (an
+    ellipsis, a negative dim) or computes the dims from `x.dim()`, instead of refusing the node; a Pad
+    with explicit axes on such a value padded the last dims whatever the axes said."""
+    model = _unknown_rank_model([node], inputs, opset)
+    _generated_matches_reference(model, np.random.default_rng(0).standard_normal((3, 4, 5)).astype(np.float32))
+
+
+def test_a_node_a_converter_cannot_express_is_not_called_an_op_without_converter():
+    from modelport.emitters.pytorch_code import generate_source
+    from modelport.errors import UnsupportedError
+
+    model = _unknown_rank_model([helper.make_node("ReduceProd", ["x"], ["y"], keepdims=1)], {}, 18)
+    with pytest.raises(UnsupportedError) as e:
+        generate_source(model)
+    assert "ReduceProd over all axes of an input of unknown rank" in str(e.value)
+    assert "not for this configuration of the node" in str(e.value) and "no converter yet" not in str(e.value)
+
+
+def test_rank_of_a_reshape_to_a_computed_target_is_inferred():
+    """Before opset 18, ONNX shape inference gives `Reshape(x, [*x.shape[:2], -1])` no shape, and
+    every value after it an unknown rank (125 values of the PP-OCRv4 recogniser); the target's length
+    is the rank, so the emitter records it and infers again. Here a ReduceProd over every axis, which
+    needs the rank, then converts."""
+    from onnx import numpy_helper
+
+    from modelport.emitters.pytorch_code.generator import Generator
+
+    def const(name, values):
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(values, np.int64), name))
+
+    nodes = [helper.make_node("Shape", ["x"], ["sh"]), const("s0", [0]), const("s2", [2]),
+             helper.make_node("Slice", ["sh", "s0", "s2"], ["lead"]), const("m1", [-1]),
+             helper.make_node("Concat", ["lead", "m1"], ["target"], axis=0), helper.make_node("Reshape", ["x", "target"], ["r"]),
+             helper.make_node("ReduceProd", ["r"], ["p"], keepdims=1), helper.make_node("Mul", ["r", "p"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", "c", "h", "w"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    assert Generator(model).shapes["r"] == [None, None, None]
+    _generated_matches_reference(model, np.random.default_rng(0).uniform(0.9, 1.1, (2, 3, 4, 5)).astype(np.float32))

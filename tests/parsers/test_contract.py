@@ -59,3 +59,12 @@ def test_merge_specs_fixed_only_binds_graph_dims():
     assert merge_specs(graph, [TensorSpec(name="x", shape=[1, 16])])[0].shape == [1, 16]
     with pytest.raises(BadInputError, match="dim 1 is fixed at 8"):
         merge_specs([TensorSpec(name="x", shape=[1, 8])], [TensorSpec(name="x", shape=[1, 16])], fixed=True)
+
+
+def test_a_scalar_spec_on_an_input_with_dims_is_exit_2():
+    from modelport.specs import parse_input_spec
+
+    with pytest.raises(BadInputError, match=r"input 'x' has rank 2 \['batch', 8\], the spec gives a scalar"):
+        merge_specs([TensorSpec("x", shape=["batch", 8])], [parse_input_spec("x:scalar")])
+    (sr,) = merge_specs([TensorSpec("sr", dtype="int64", shape=[])], [parse_input_spec("sr:scalar:int64")])
+    assert (sr.shape, sr.dtype) == ([], "int64")

@@ -245,3 +245,36 @@ def test_pt2_inputs_renamed_in_order_when_every_name_is_new(masked_pt2):
     ir = parse(masked_pt2, SourceSpec(path=masked_pt2, inputs=[parse_input_spec("ids:batch,4,8"), parse_input_spec("attn:batch,4")]))
     assert [(s.name, s.dtype, s.shape) for s in ir.inputs] == [("ids", "float32", ["batch", 4, 8]), ("attn", "int64", ["batch", 4])]
     assert [i.name for i in ir.model.graph.input] == ["ids", "attn"]
+
+
+class SampleRateGate(torch.nn.Module):
+    """A forward that takes a Python int, as silero-vad's TorchScript model takes its sample rate."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 4)
+
+    def forward(self, x, sr: int):
+        if sr == 16000:
+            return self.lin(x)
+        return self.lin(x) * 2.0
+
+
+def test_torchscript_with_a_scalar_int_input(tmp_path, cli):
+    """`--input sr:scalar:int64` declares the 0-d input (without it: 'needs a shape', exit 2) and
+    `--value sr=16000` pins it; the ONNX and PyTorch-code artifacts keep `sr` as an input."""
+    path = tmp_path / "gate.pt"
+    torch.jit.save(torch.jit.script(SampleRateGate().eval()), str(path))
+    r = cli("convert", path, "--trust", "--input", "x:batch,8", "--input", "sr:int64", "--value", "sr=16000",
+            "--to", "onnx", "-o", tmp_path / "refused", "--json")
+    assert r.exit_code == 2 and "sr:scalar:int64" in r.json()["error"]["message"]
+    r = cli("convert", path, "--trust", "--input", "x:batch,8", "--input", "sr:scalar:int64", "--value", "sr=16000",
+            "--to", "onnx,pytorch", "-o", tmp_path / "out", "--json")
+    assert r.exit_code == 0, r
+    report = r.json()
+    assert [(i["name"], i["dtype"], i["shape"]) for i in report["contract"]["inputs"]] == [("x", "float32", ["batch", 8]),
+                                                                                         ("sr", "int64", [])]
+    assert report["parity"] and all(p["ok"] for p in report["parity"])
+    assert report["contract"]["given_inputs"] == ["sr"]
+    # torch.export takes no ScriptModule: the TorchScript exporter is the one route tried, with no failed-route warnings
+    assert [a["route"] for a in report["stages"][0]["attempts"]] == ["torchscript"] and not report["warnings"]

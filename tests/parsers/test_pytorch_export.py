@@ -120,3 +120,16 @@ def test_reason_is_one_line_with_the_underlying_error():
                        "<class 'ValueError'>: Cannot view a tensor with shape torch.Size([2, 8])!\n\nWhile executing %view")
     assert reason_of(err) == ("Failed to decompose the FX graph for ONNX compatibility "
                               "(ValueError: Cannot view a tensor with shape torch.Size([2, 8])!)")
+
+
+def test_torchscript_exporter_reason_names_the_source_line_not_the_graph_value():
+    """The TorchScript exporter's error (as silero-vad's .jit raises it) names an internal graph value;
+    the reason keeps the message and the source line it marks."""
+    err = RuntimeError(
+        "ONNX export does NOT support exporting bitwise Not for non-boolean input values  [Caused by the value '137 defined "
+        "in (%137 : Long(requires_grad=0, device=cpu) = onnx::Constant[value={0}](), scope: vad.VADRNNJITMerge:: # "
+        "/home/x/vad/model/vad_annotator.py:693:15\n)' (type 'Tensor') in the TorchScript graph. The containing node has "
+        "kind 'onnx::Constant'.] \n    (node defined in   File \"/home/x/vad/model/vad_annotator.py\", line 693\n"
+        "            self.reset_states()\n    \n        if not len(self._context):\n               ~~~ <--- HERE\n")
+    assert reason_of(err) == ("ONNX export does NOT support exporting bitwise Not for non-boolean input values "
+                              "(at vad_annotator.py:693: if not len(self._context):)")

@@ -26,6 +26,8 @@ def merge_specs(graph_specs: list[TensorSpec], user_specs: list[TensorSpec], *, 
         if u.name not in by_name:
             raise BadInputError(f"unknown {what} '{u.name}'; the model's {what}s are {list(by_name)}")
         g = by_name[u.name]
+        if u.scalar and g.shape:
+            raise BadInputError(f"{what} '{u.name}' has rank {len(g.shape)} {g.shape}, the spec gives a scalar (0-d)")
         if u.shape:
             if len(u.shape) != len(g.shape) and g.shape:
                 raise BadInputError(f"{what} '{u.name}' has rank {len(g.shape)} {g.shape}, the spec gives {u.shape}")

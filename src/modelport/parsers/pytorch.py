@@ -468,8 +468,9 @@ def _input_specs(source, spec, carried=None) -> tuple[list[TensorSpec], dict[str
             index = positional_index(s.name)
             if index is not None:
                 s.name = "input" if index == 0 else f"input_{index}"
-            if not s.shape:
-                raise BadInputError(f"input '{s.name}' needs a shape, e.g. {s.name}:1x3x224x224")
+            if not s.shape and not s.scalar:
+                raise BadInputError(f"input '{s.name}' needs a shape, e.g. {s.name}:1x3x224x224 "
+                                    f"(or {s.name}:scalar:int64 for a 0-d one)")
             s.layout = s.layout or guess_layout(s.shape)
         return spec.inputs, ranges
     from modelport.parsers.contract import merge_specs

@@ -14,7 +14,8 @@ Routes, in the order tried:
   (`dynamo-program`);
 - `torchscript`: the TorchScript exporter (`dynamo=False`, opset 17). On a program's module it
   traces Python ints where the program had symbolic sizes, so the model it gives is valid only at
-  the sample sizes: its dynamic dims are fixed to them, and the attempt says so.
+  the sample sizes: its dynamic dims are fixed to them, and the attempt says so. A TorchScript
+  module (`torch.jit.load`) goes this route only: torch.export takes no ScriptModule.
 
 Every attempt is recorded (route, ok, one-line reason, seconds); when all fail the error names
 each route's reason.
@@ -22,7 +23,6 @@ each route's reason.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import logging
 import re
@@ -120,6 +120,12 @@ def reason_of(e: BaseException) -> str:
     cause = re.search(r"<class '(?:[\w.]+\.)?(\w+)'>: (.+)", text)
     if cause and cause.group(2).strip() not in first:
         first = f"{first.rstrip('.')} ({cause.group(1)}: {cause.group(2).strip()})"
+    # the TorchScript exporter names an internal graph value; the source line it marks says more
+    first = re.sub(r"\s*\[Caused by the value .*$", "", first)
+    where = re.search(r'node defined in\s+File "([^"]+)", line (\d+)\n((?:.*\n)*?)\s*~+ <--- HERE', text)
+    if where:
+        code = [ln.strip() for ln in where.group(3).splitlines() if ln.strip()]
+        first += f" (at {where.group(1).rsplit('/', 1)[-1]}:{where.group(2)}{': ' + code[-1] if code else ''})"
     return first if len(first) <= 300 else first[:297] + "..."
 
 
@@ -158,6 +164,9 @@ def export_model(module, args, specs, output_names, *, opset=None, ranges=None, 
         attempts.append(Attempt(route, True, None, round(time.perf_counter() - t, 3)))
         return Exported(model, route, attempts, fixed)
     last = "; ".join(f"{a.route}: {a.reason}" for a in attempts)
+    if isinstance(module, torch.jit.ScriptModule):
+        raise ExportFailedError(f"the TorchScript exporter failed (a TorchScript module has no other route: torch.export "
+                                f"takes no ScriptModule): {last}", attempts=attempts, path=path)
     raise ExportFailedError(f"every export route failed: {last}", attempts=attempts, path=path)
 
 
@@ -191,19 +200,25 @@ def _torch():
 
 
 def _quietly(route: str, run):
-    """Run an exporter with its progress lines off stdout and stderr (kept for the debug log)."""
-    from modelport.progress import doing
+    """Run an exporter with its progress lines off stdout and stderr (kept for the debug log), at
+    the file-descriptor level too: the TorchScript exporter prints the whole TorchScript graph from
+    C++ when it fails (56 KB for silero-vad), which the error message then sums up in one line."""
+    import tempfile
+    from pathlib import Path
+
+    from modelport.quiet_call import captured_output
 
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
     logging.getLogger("torch.export").setLevel(logging.ERROR)
-    captured = io.StringIO()
-    try:
-        with doing(f"torch.onnx.export, {route}"), contextlib.redirect_stdout(captured), \
-                contextlib.redirect_stderr(captured):
-            return run()
-    finally:
-        if captured.getvalue():
-            log.debug("exporter output (%s):\n%s", route, captured.getvalue())
+    with tempfile.TemporaryDirectory(prefix="modelport-export-") as tmp:
+        captured = Path(tmp) / "export.log"
+        try:
+            with captured_output(captured, f"torch.onnx.export, {route}"):
+                return run()
+        finally:
+            text = captured.read_text(errors="replace") if captured.exists() else ""
+            if text:
+                log.debug("exporter output (%s):\n%s", route, text)
 
 
 def _dynamic_shapes(torch, specs, ranges, *, varargs: bool):

@@ -45,15 +45,53 @@ class GenerationFailed(Exception):
         super().__init__("; ".join(parts))
 
 
+RANK_ROUNDS = 8  # at most this many re-inferences for Reshape ranks (each resolves one chain link)
+
+
 def _infer(model):
     import onnx
 
     if any(node.domain == "com.microsoft" for node in model.graph.node):
         model = _infer_contrib(model)
     try:
-        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        model = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception:
         return model
+    return _reshape_ranks(model)
+
+
+def _reshape_ranks(model):
+    """ONNX shape inference gives a Reshape to a computed target no shape at all, even when the
+    target's length (the output's rank) is known, and every value after it then has an unknown rank
+    (125 of the PP-OCRv4 recogniser's 860). Each round records those ranks and infers again, so they
+    flow on; the rounds stop when nothing changes or after RANK_ROUNDS (the rest stays unknown and
+    the converters resolve it at run time)."""
+    import onnx
+    from onnx import helper
+
+    for _ in range(RANK_ROUNDS):
+        g = model.graph
+        known = {v.name: v.type.tensor_type for v in [*g.input, *g.value_info, *g.output] if v.type.HasField("tensor_type")}
+        added = []
+        for node in g.node:
+            if node.op_type != "Reshape" or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
+                continue
+            out, data, target = known.get(node.output[0]), known.get(node.input[0]), known.get(node.input[1])
+            if (out is not None and out.HasField("shape")) or data is None or not data.elem_type or target is None:
+                continue
+            dims = target.shape.dim if target.HasField("shape") else []
+            if len(dims) == 1 and dims[0].HasField("dim_value"):
+                added.append(helper.make_tensor_value_info(node.output[0], data.elem_type, [None] * dims[0].dim_value))
+        if not added:
+            break
+        kept = [v for v in g.value_info if v.name not in {a.name for a in added}]
+        del g.value_info[:]
+        g.value_info.extend(kept + added)
+        try:
+            model = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        except Exception:
+            break
+    return model
 
 
 def _infer_contrib(model):

@@ -62,13 +62,11 @@ def slice_(n):
         return
     x = n.t(0)
     rank = n.rank(0)
-    if any(a < 0 for a in axes):
-        if rank is None:
-            if all(a < 0 for a in axes):
-                return _emit_index(n, x, axes, starts, ends, steps, rank=None)
-            n.fail("negative axes on an input of unknown rank")
+    if any(a < 0 for a in axes) and rank is not None:
         axes = [a + rank if a < 0 else a for a in axes]
-    _emit_index(n, x, axes, starts, ends, steps, rank)
+    if any(a < 0 for a in axes) and not all(a < 0 for a in axes):
+        return _runtime_slice(n)  # axes counted from both ends of a tensor whose rank is known only at run time
+    _emit_index(n, x, axes, starts, ends, steps)
 
 
 def _clean(text: str) -> str:
@@ -79,7 +77,9 @@ def _clean(text: str) -> str:
     return text
 
 
-def _emit_index(n, x, axes, starts, ends, steps, rank):
+def _emit_index(n, x, axes, starts, ends, steps):
+    """`x[...]` for constant axes and steps: all axes non-negative (indexed from the front), or all
+    negative (indexed from the back after an ellipsis, which needs no rank)."""
     flips = []
     parts: dict[int, str] = {}
     shape = n.shape(0)
@@ -88,7 +88,7 @@ def _emit_index(n, x, axes, starts, ends, steps, rank):
         if st < 0:
             size = shape[a] if shape is not None and a >= 0 and a < len(shape) else None
             if not isinstance(size, int) or not (s.lstrip("-").isdigit() or s == "") or not (e.lstrip("-").isdigit() or e == ""):
-                n.fail("negative-step slice on a dynamic size")
+                return _runtime_slice(n)  # the flipped bounds need the axis's size: the helper computes them
             si = int(s) if s else None
             ei = int(e) if e else None
             if s and int(s) >= size:
@@ -109,7 +109,7 @@ def _emit_index(n, x, axes, starts, ends, steps, rank):
         parts[a] = f"{s}:{e}{step}"
     if flips:
         x = f"{x}.flip({literal(flips)[1:-1]})" if len(flips) > 1 else f"{x}.flip({flips[0]})"
-    if rank is None:  # all axes negative
+    if min(parts) < 0:
         last = min(parts)
         index = ["..."] + [parts.get(a, ":") for a in range(last, 0)]
     else:
@@ -122,9 +122,13 @@ def _emit_index(n, x, axes, starts, ends, steps, rank):
 
 
 def _runtime_slice(n):
-    args = [n.t(0), n.ints(1), n.ints(2)]
-    args.append(n.ints(3) if n.has(3) else "None")
-    args.append(n.ints(4) if n.has(4) else "None")
+    if n.opset < 10:  # starts, ends and axes are attributes
+        axes = n.attr("axes")
+        args = [n.t(0), literal(n.attr("starts")), literal(n.attr("ends")), "None" if axes is None else literal(axes), "None"]
+    else:
+        args = [n.t(0), n.ints(1), n.ints(2)]
+        args.append(n.ints(3) if n.has(3) else "None")
+        args.append(n.ints(4) if n.has(4) else "None")
     n.emit(f"{n.helper('onnx_slice')}({', '.join(args)})")
 
 
@@ -146,17 +150,16 @@ def gather(n):
         return
     x = n.t(0)
     rank = n.rank(0)
-    if axis < 0:
-        if rank is None:
-            n.fail("negative axis on an input of unknown rank")
+    if axis < 0 and rank is not None:
         axis += rank
-    lead = ":, " * axis
+    # a negative axis on a rank known only at run time is counted from the back, after an ellipsis
+    lead, trail = (":, " * axis, "") if axis >= 0 else ("..., ", ", :" * (-axis - 1))
     if idx is not None and idx.ndim == 0:
-        n.emit(f"{x}[{lead}{int(idx)}]")
+        n.emit(f"{x}[{lead}{int(idx)}{trail}]")
     elif idx is not None and idx.ndim == 1 and idx.size <= 16:
-        n.emit(f"{x}[{lead}{literal(idx)}]")
+        n.emit(f"{x}[{lead}{literal(idx)}{trail}]")
     else:
-        n.emit(f"{x}[{lead}{n.t(1)}]")
+        n.emit(f"{x}[{lead}{n.t(1)}{trail}]")
 
 
 def _nonneg(n, i: int, data: str, axis) -> str:

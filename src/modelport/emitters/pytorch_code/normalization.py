@@ -59,6 +59,15 @@ def _batch_norm_training(n):
         n.emit(f"{n.t(4)} * {keep} + {var} * {new}", 2)
 
 
+def _norm_dims(x: str, axis: int, rank: int | None) -> str:
+    """The dims normalised over, `axis` to the last: a literal tuple when the rank is known or the
+    axis counts from the back, else computed from `x.dim()` at run time."""
+    if rank is None and axis >= 0:
+        return f"tuple(range({axis}, {x}.dim()))"
+    dims = range(axis, rank) if rank is not None else range(axis, 0)
+    return "(" + ", ".join(str(d) for d in dims) + ("," if len(dims) == 1 else "") + ")"
+
+
 @converter("LayerNormalization")
 def layer_norm(n):
     axis = n.attr("axis", -1)
@@ -67,11 +76,9 @@ def layer_norm(n):
     shape = n.shape(0)
     x = n.t(0)
     scale, bias = n.const(1), n.const(2) if n.has(2) else None
-    if axis < 0:
-        if rank is None:
-            n.fail("negative axis on an input of unknown rank")
+    if axis < 0 and rank is not None:
         axis += rank
-    norm_shape = shape[axis:] if shape is not None else None
+    norm_shape = shape[axis:] if shape is not None and axis >= 0 else None
     static = norm_shape is not None and all(isinstance(d, int) and d > 0 for d in norm_shape)
     stats_used = n.used(1) or n.used(2)
     eps_arg = "" if abs(eps - 1e-5) < 1e-12 else f", eps={n.gen.literal(eps)}"
@@ -87,9 +94,7 @@ def layer_norm(n):
         mod = n.submodule(n.module_hint(1), f"nn.LayerNorm({shape_arg}{eps_arg}{extra})", state)
         n.emit(f"{mod}({x})")
         return
-    if rank is None:
-        n.fail("LayerNormalization on an input of unknown rank")
-    dims = "(" + ", ".join(str(d) for d in range(axis, rank)) + ("," if rank - axis == 1 else "") + ")"
+    dims = _norm_dims(x, axis, rank)
     mean = n.tmp("mean")
     inv_std = n.tmp("inv_std")
     xf = f"{x}.float()" if n.dtype(0) in ("float16", "bfloat16") else x
@@ -113,14 +118,10 @@ def rms_norm(n):
     axis = n.attr("axis", -1)
     eps = n.attr("epsilon", 1e-5)
     rank = n.rank(0)
-    if axis < 0:
-        if rank is None:
-            n.fail("negative axis on an input of unknown rank")
+    if axis < 0 and rank is not None:
         axis += rank
-    if rank is None:
-        n.fail("RMSNormalization on an input of unknown rank")
-    dims = "(" + ", ".join(str(d) for d in range(axis, rank)) + ("," if rank - axis == 1 else "") + ")"
     x = n.t(0)
+    dims = _norm_dims(x, axis, rank)
     xf = f"{x}.float()" if n.dtype(0) in ("float16", "bfloat16") else x
     expr = f"({xf} * torch.rsqrt({xf}.pow(2).mean(dim={dims}, keepdim=True) + {n.gen.literal(eps)}))"
     if n.dtype(0) in ("float16", "bfloat16"):

@@ -105,7 +105,7 @@ def avg_pool(n):
 def _spatial_dims(n) -> str:
     rank = n.rank(0)
     if rank is None:
-        n.fail("global pooling on an input of unknown rank")
+        return f"tuple(range(2, {n.t(0)}.dim()))"
     return "(" + ", ".join(str(d) for d in range(2, rank)) + ("," if rank == 3 else "") + ")"
 
 

@@ -55,8 +55,15 @@ def reduce(n):
                 n.alias(0)
                 return
         rank = n.rank(0)
+        if rank is None and method != "prod":  # every axis, however many there are at run time
+            keep_arg = ", keepdim=True" if keep else ""
+            base = pre.format(x=x)
+            dims = f"tuple(range({x}.dim()))"
+            call = f"torch.logsumexp({base}, dim={dims}{keep_arg})" if method == "logsumexp" else f"{base}.{method}(dim={dims}{keep_arg})"
+            n.emit(post.format(r=call))
+            return
         if rank is None:
-            n.fail("reduction over all axes of an input of unknown rank")
+            n.fail("ReduceProd over all axes of an input of unknown rank")
         axes = list(range(rank))
     if method == "prod" and len(axes) > 1:
         expr = pre.format(x=x)

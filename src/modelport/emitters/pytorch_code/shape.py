@@ -165,7 +165,13 @@ def unsqueeze(n):
     if out_rank is None and n.rank(0) is not None:
         out_rank = n.rank(0) + len(axes)
     if any(a < 0 for a in axes) and out_rank is None:
-        n.fail("negative axes on an input of unknown rank")
+        # the rank is known only at run time: torch counts one negative axis from the output's end as
+        # ONNX does; several go through the helper, which normalises them with x.dim()
+        if len(axes) == 1:
+            n.emit(f"{n.t(0)}.unsqueeze({axes[0]})")
+        else:
+            n.emit(f"{n.helper('onnx_unsqueeze')}({n.t(0)}, {literal(axes)})")
+        return
     axes = sorted(a + out_rank if a < 0 else a for a in axes)
     expr = n.t(0)
     for a in axes:
@@ -209,9 +215,11 @@ def flatten(n):
     x = n.t(0)
     axis = n.attr("axis", 1)
     rank = n.rank(0)
+    if axis < 0 and rank is None:  # the rank is known at run time only: both sides' sizes from the shape there
+        n.use("math")
+        n.emit(f"{x}.reshape(math.prod({x}.shape[:{axis}]), math.prod({x}.shape[{axis}:]))")
+        return
     if axis < 0:
-        if rank is None:
-            n.fail("negative axis on an input of unknown rank")
         axis += rank
     if axis == 0:
         n.emit(f"{x}.reshape(1, -1)")
@@ -283,16 +291,15 @@ def pad(n):
         n.emit(f'{n.helper("onnx_pad")}({x}, {n.ints(1)}, mode="{PAD_MODES[mode]}"{value_arg}{axes_arg})')
         return
     k = len(pads) // 2
+    if axes is not None and rank is None:
+        # which dims the axes name (counted from the front or the back) is known at run time only
+        value_arg = "" if value is None else f", value={value}"
+        n.emit(f'{n.helper("onnx_pad")}({x}, {literal(pads)}, mode="{PAD_MODES[mode]}"{value_arg}, axes={literal(axes)})')
+        return
     if axes is None:
-        axes = list(range(k))
-    if any(a < 0 for a in axes):
-        if rank is None:
-            n.fail("negative axes on an input of unknown rank")
-        axes = [a + rank if a < 0 else a for a in axes]
-    if rank is None:
-        rank = max(axes) + 1 if len(axes) == k else None
-    if rank is None:
-        n.fail("Pad on an input of unknown rank")
+        axes = list(range(k))  # pads covers every dim: the rank is k
+        rank = k if rank is None else rank
+    axes = [a + rank if a < 0 else a for a in axes]
     per_dim = {a: (pads[i], pads[k + i]) for i, a in enumerate(axes)}
     flat = []
     for d in reversed(range(rank)):
