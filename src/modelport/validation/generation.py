@@ -24,9 +24,11 @@ from pathlib import Path
 import numpy as np
 
 from modelport.errors import BadInputError, ValidationError
+from modelport.validation.budget import BudgetKey, parse_clauses
 
 DEFAULT_NEW_TOKENS = 32
 PROMPT_LENGTHS = (7, 4, 1)  # one left-padded batch: rows of different lengths, one a single token
+GENERATION_BUDGET_KEYS = (BudgetKey("tokens", ">=", ("token_agreement",), 0.0, 1.0), BudgetKey("max_abs", "<=", ("logits", "abs"), 0.0))
 
 
 @dataclass(frozen=True)
@@ -47,26 +49,9 @@ def parse_generation_budget(text: str | None) -> GenerationBudget | None:
     """`tokens>=0.95`, `max_abs<=2.0`, or both comma-separated."""
     if not text:
         return None
-    tokens, max_abs = 1.0, None
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        key, op, value = part, None, None
-        for sep in (">=", "<="):
-            if sep in part:
-                key, _, value = part.partition(sep)
-                op = sep
-                break
-        key = key.strip().lower().replace("-", "_")
-        try:
-            v = float(value) if value is not None else None
-        except ValueError:
-            v = None
-        if key in ("tokens", "token_agreement") and op == ">=" and v is not None and 0 <= v <= 1:
-            tokens = v
-        elif key in ("max_abs", "logits", "abs") and op == "<=" and v is not None and v >= 0:
-            max_abs = v
-        else:
-            raise BadInputError(f"bad --accuracy-budget '{text}' for text generation: use tokens>=0.95 and/or max_abs<=2.0")
-    return GenerationBudget(min_tokens=tokens, max_abs=max_abs)
+    values = parse_clauses(text, GENERATION_BUDGET_KEYS,
+                           f"bad --accuracy-budget '{text}' for text generation: use tokens>=0.95 and/or max_abs<=2.0")
+    return GenerationBudget(min_tokens=values.get("tokens", 1.0), max_abs=values.get("max_abs"))
 
 
 def fixed_prompts(vocab_size: int, *, seed: int = 0, lengths=PROMPT_LENGTHS, avoid: tuple[int, ...] = ()) -> list[list[int]]:
