@@ -18,7 +18,11 @@ Timing, per variant, in one onnxruntime CPU session each, on one fixed prompt (b
 the prefill (the first step of `validation.generation.generate_onnx`, empty cache) in ms, and
 decode tokens/s over the `decode_steps` steps after it (one token each, `present.*` fed back).
 Variants are interleaved round by round (after `warmup` untimed rounds), so a noisy stretch of
-the machine slows every variant alike, and each figure is the median over `rounds`. Decode
+the machine slows every variant alike, and each figure is the median over `rounds`. The sessions'
+threads do not spin-wait after a run: with onnxruntime's default spinning, the threads of the
+variant timed just before keep the cores busy while the next one runs (four sessions of one
+identical model, interleaved on a 2-core machine, decoded at 0.9k to 1.3k tokens/s with spinning,
+2.7k to 3.9k without). Decode
 tokens/s ranks the variants (a decoder's time is spent decoding); prefill is reported beside
 it. Every measurement goes through one function, `timer(row, run)`: `run()` generates once and
 returns `{"prefill_ms", "decode_tok_s"}` measured on the wall clock; a test passes a timer that
@@ -134,7 +138,7 @@ def select(variants: list[Variant], judge: Judge, *, pad: int, vocab_size: int, 
                 path.parent.mkdir()
                 save_onnx(v.model, path)
                 v.row["size"] = sum(f.stat().st_size for f in path.parent.iterdir())
-                session = onnx_session(path)
+                session = onnx_session(path, spinning=False)  # see the module docstring
             except MissingDependencyError:
                 raise
             except Exception as e:

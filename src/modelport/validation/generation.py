@@ -120,12 +120,17 @@ def _cache_shapes(session) -> tuple[list[str], list[str], dict[str, tuple[int, i
     return [i.name for i in past], presents, shapes, dtype
 
 
-def onnx_session(model_path: str | Path):
-    """An onnxruntime CPU session of a model file, with onnxruntime's default graph optimisations (as a user runs it)."""
+def onnx_session(model_path: str | Path, *, spinning: bool = True):
+    """An onnxruntime CPU session of a model file, with onnxruntime's default graph optimisations (as a user runs it).
+
+    `spinning=False`: the intra-op threads sleep as soon as a run ends instead of spinning for more
+    work; sessions timed in turn then do not take CPU from one another."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3
+    if not spinning:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
 
 
