@@ -123,8 +123,7 @@ def select(variants: list[Variant], judge: Judge, *, pad: int, vocab_size: int, 
     from modelport.onnx_io import save_onnx
     from modelport.validation.generation import fixed_prompts, onnx_session
 
-    steps = max(1, min(options.decode_steps, context_length - 2))
-    prompt_tokens = max(1, min(options.prompt_tokens, context_length - steps - 1))
+    prompt_tokens, steps = bench_lengths(options, context_length)
     (prompt,) = fixed_prompts(vocab_size, lengths=(prompt_tokens,), avoid=(pad,))
     sessions = {}
     with tempfile.TemporaryDirectory(prefix="modelport-decoder-auto-") as tmp:
@@ -173,6 +172,13 @@ def select(variants: list[Variant], judge: Judge, *, pad: int, vocab_size: int, 
         row.setdefault("reason", None)
     return {"chosen": chosen["variant"] if chosen else None, "ranked_by": "decode_tok_s", "prompt_tokens": prompt_tokens,
             "decode_steps": steps, "rounds": options.rounds, "variants": rows}
+
+
+def bench_lengths(options: DecoderAutoOptions, context_length: int) -> tuple[int, int]:
+    """(prompt tokens, decode steps) of the timed generation: as asked, cut so that the prompt, the
+    token the prefill yields and every decoded one fit the model's positions (decode first)."""
+    steps = max(1, min(options.decode_steps, context_length - 2))
+    return max(1, min(options.prompt_tokens, context_length - steps - 1)), steps
 
 
 def time_sessions(sessions: dict, prompt: list[int], steps: int, pad: int, options: DecoderAutoOptions, *,
