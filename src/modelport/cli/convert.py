@@ -93,7 +93,7 @@ def register(app: typer.Typer) -> None:
                 arch=arch_, trust=trust, opset=opset, force=shared["force"], keep_failed=keep_failed,
                 **flags.parity_kwargs(shared),
                 optimize=OptimizeOptions(level=optimize, budget=budget, runtimes=runtimes),
-                precision=choice(precision, (*flags.EMIT_PRECISIONS, "int4"), "precision"), calibration=shared["calibration"],
+                precision=choice(precision, (*flags.EMIT_PRECISIONS, "int4", "auto"), "precision"), calibration=shared["calibration"],
                 strict=shared["strict"], allow_precision_fallback=shared["allow_fallback"],
                 tensorflow=TFSourceOptions(signature=signature, input_names=split_list(input_names),
                                            weights=weights if (network or "").lower().endswith(".json") else None),
@@ -111,6 +111,12 @@ def register(app: typer.Typer) -> None:
                 from modelport.cli.optimize import auto_table
 
                 console.print(auto_table(report["optimize"]))
+            decoder_auto = next((s for s in report.get("stages", []) if s["name"] == "optimize:auto" and s.get("variants")), None)
+            if decoder_auto and decoder_auto.get("chosen"):  # text generation's --optimize auto
+                from modelport.cli._common import console
+                from modelport.cli.optimize import decoder_auto_table
+
+                console.print(decoder_auto_table(decoder_auto))
             render_report(report, output)
 
         run(body, command="convert", json_out=shared["json_out"], quiet=shared["quiet"], junit=shared["junit"], render=render)

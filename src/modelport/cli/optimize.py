@@ -53,6 +53,29 @@ def auto_table(selection: dict):
     return t
 
 
+def decoder_auto_table(stage: dict):
+    """The decoder variants of text generation's `--optimize auto` (its `optimize:auto` stage row)."""
+    from rich.table import Table
+
+    t = Table(title=f"auto: chose {stage['chosen']} (fastest decode within its check; median of {stage['rounds']} rounds)",
+              title_justify="left")
+    t.add_column("variant", no_wrap=True)
+    for col in ("prefill ms", "decode tok/s", "speed-up", "tokens", "max abs", "kept"):
+        t.add_column(col, justify="left" if col == "kept" else "right")
+    num = lambda v, f: "-" if v is None else format(v, f)  # noqa: E731 (None: not timed or not judged)
+    for r in stage["variants"]:
+        if r["chosen"]:
+            mark = "[bold green]✓ chosen[/]"
+        elif r["within_budget"]:
+            mark = "slower"
+        else:
+            mark = "[red]failed check[/]" if r.get("token_agreement") is not None else "[red]not built[/]"
+        t.add_row(r["variant"], num(r.get("prefill_ms"), ".2f"), num(r.get("decode_tok_s"), ".1f"),
+                  f"{r['decode_speedup']:.2f}x" if r.get("decode_speedup") else "-", num(r.get("token_agreement"), ".3f"),
+                  num(r.get("max_abs"), ".3g"), mark)
+    return t
+
+
 def render_optimize(report: dict, out_dir: str | None) -> None:
     from modelport.cli.render import render_report
 

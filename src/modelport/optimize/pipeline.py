@@ -21,6 +21,7 @@ from modelport.errors import BadInputError, MissingDependencyError, ModelportErr
 from modelport.ir import IRModel
 from modelport.optimize import Pass, get_pass, parse_pass_list, passes_for_level
 from modelport.validation import Tolerance, check, tolerance_for
+from modelport.validation.budget import BudgetKey, parse_clauses
 
 PassCallback = Callable[[str], None]
 
@@ -246,28 +247,15 @@ class OptimizeOptions:
             put("runtimes", check_runtimes(self.runtimes))
 
 
+PIPELINE_BUDGET_KEYS = (BudgetKey("cosine", ">=", ("cos",)), BudgetKey("max_abs", "<=", ("atol", "abs")))
+
+
 def parse_budget(text: str) -> Tolerance:
     """`cosine>=0.999`, `max_abs<=0.01`, or both comma-separated, as a Tolerance."""
-    atol, rtol, cos = float("inf"), float("inf"), 0.0
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        key, op, value = None, None, None
-        for sep in (">=", "<="):
-            if sep in part:
-                key, _, value = part.partition(sep)
-                op = sep
-                break
-        try:
-            v = float(value) if value is not None else None
-        except ValueError:
-            v = None
-        key = (key or "").strip().lower().replace("-", "_")
-        if key in ("cosine", "cos") and op == ">=" and v is not None:
-            cos = v
-        elif key in ("max_abs", "atol", "abs") and op == "<=" and v is not None:
-            atol, rtol = v, 0.0
-        else:
-            raise BadInputError(f"bad --accuracy-budget '{text}': use cosine>=0.999 and/or max_abs<=0.01")
-    return Tolerance(atol=atol, rtol=rtol, min_cosine=cos, scaled=False)
+    values = parse_clauses(text, PIPELINE_BUDGET_KEYS, f"bad --accuracy-budget '{text}': use cosine>=0.999 and/or max_abs<=0.01")
+    atol = values.get("max_abs", float("inf"))
+    return Tolerance(atol=atol, rtol=0.0 if "max_abs" in values else float("inf"), min_cosine=values.get("cosine", 0.0),
+                     scaled=False)
 
 
 def build_passes(opts: OptimizeOptions, *, with_precision: bool = True, calibration: list[dict] | None = None) -> list[Pass]:

@@ -99,6 +99,9 @@ class ConvertOptions:
             self.text_generation = self.text_generation or TextGenerationOptions()
         elif self.precision == "int4":
             raise BadInputError("--precision int4 (weight-only) is for --task text-generation")
+        elif self.precision == "auto":
+            raise BadInputError("--precision auto is for --task text-generation --optimize auto "
+                                "(for other models --optimize auto compares precisions itself)")
         from modelport.emitters.routes import ROUTES
         from modelport.registry import choice
 

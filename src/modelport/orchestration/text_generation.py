@@ -6,6 +6,11 @@ weight-only) and/or an onnxruntime-genai folder, each proven by generation.
     optimize   --optimize all: onnxruntime fusions (optimize/decoder_fusion.py), kept only when the
                fused model still generates the reference's tokens and logits
     quantize   MatMulNBits for --precision int4/int8 (optimize/weight_only.py)
+    auto       --optimize auto instead of the two above (optimize/decoder_auto.py): {unfused, fused}
+               variants at the --precision given (fp32 by default), or at fp32, int8 and int4 with
+               --precision auto, each judged by generation as below (a failing one is discarded)
+               and timed in onnxruntime (prefill ms, decode tokens/s); the fastest decode among those
+               that pass is emitted, and none passing is exit 4
     emit       `onnx` → model.onnx; `ort-genai` → ort-genai/ (emitters/ort_genai.py)
     validate   our greedy loop over each model in onnxruntime, compared token by token and logit by
                logit; the ort-genai folder generates with onnxruntime-genai itself
@@ -21,24 +26,28 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from modelport.errors import BadInputError
+from modelport.optimize.decoder_auto import DecoderAutoOptions
 from modelport.optimize.weight_only import BITS, WeightOnlyOptions
 from modelport.validation.generation import DEFAULT_NEW_TOKENS, GenerationBudget, parse_generation_budget
 
 TASK = "text-generation"
 TARGETS = ("onnx", "ort-genai")
 PRECISIONS = ("fp32", "int8", "int4")
+AUTO = "auto"  # --precision auto (with --optimize auto): every precision of PRECISIONS competes
 DEFAULT_QUANT_BUDGET = GenerationBudget(min_tokens=0.9)
 
 
 @dataclass(frozen=True)
 class TextGenerationOptions:
     """Options of the text-generation route: tokens generated per prompt, the weight-only
-    quantiser's block size and symmetry, and the accuracy budget of quantised artifacts."""
+    quantiser's block size and symmetry, the accuracy budget of quantised artifacts, and how
+    `--optimize auto` times its variants."""
 
     new_tokens: int = DEFAULT_NEW_TOKENS
     block_size: int = 32
     symmetric: bool = True
     budget: str | None = None  # "tokens>=0.95,max_abs<=2"
+    auto: DecoderAutoOptions = DecoderAutoOptions()
 
     def __post_init__(self):
         if self.new_tokens < 1:
@@ -73,10 +82,17 @@ def check_request(options) -> None:
     bad = [t for t in options.targets if t not in TARGETS]
     if bad:
         raise BadInputError(f"--task {TASK} writes {', '.join(TARGETS)}; not {', '.join(bad)}")
-    if options.precision not in PRECISIONS:
-        raise BadInputError(f"--task {TASK} takes --precision {', '.join(PRECISIONS)}; not {options.precision}")
-    if options.optimize is not None and options.optimize.level not in (None, "none", "all"):
-        raise BadInputError(f"--task {TASK} takes --optimize none or all; not {options.optimize.level}")
+    if options.precision not in (*PRECISIONS, AUTO):
+        raise BadInputError(f"--task {TASK} takes --precision {', '.join(PRECISIONS)} or {AUTO}; not {options.precision}")
+    level = options.optimize.level if options.optimize is not None else None
+    if level not in (None, "none", "all", "auto"):
+        raise BadInputError(f"--task {TASK} takes --optimize none, all or auto; not {level}")
+    if options.precision == AUTO and level != "auto":
+        raise BadInputError(f"--task {TASK}: --precision auto lets --optimize auto pick among {', '.join(PRECISIONS)}",
+                            hint="add --optimize auto, or name one precision")
+    runtimes = options.optimize.runtimes if options.optimize is not None else None
+    if runtimes and tuple(runtimes) != ("onnxruntime",):
+        raise BadInputError(f"--task {TASK} --optimize auto times onnxruntime variants; not --runtimes {','.join(runtimes)}")
 
 
 def export_and_reference(folder: Path, options, report, *, on_stage=None):
@@ -127,13 +143,18 @@ def convert_text_generation(folder, output_dir, options, *, on_stage=None) -> di
             check_safety(folder, read_config(folder), trust=options.trust)
             companion_files(folder)
         ir, cfg, ref, prompts = export_and_reference(folder, options, report, on_stage=on_stage)
-        if options.optimize is not None and options.optimize.level == "all":
-            ir = fused(ir, cfg, ref, prompts, options, report, on_stage=on_stage)
-        model, precision = quantized(ir, options, report, on_stage=on_stage)
+        level = options.optimize.level if options.optimize is not None else None
+        variant = None
+        if level == "auto":
+            model, precision, variant = auto_variant(ir, cfg, ref, prompts, options, report, on_stage=on_stage)
+        else:
+            if level == "all":
+                ir = fused(ir, cfg, ref, prompts, options, report, on_stage=on_stage)
+            model, precision = quantized(ir, options, report, on_stage=on_stage)
         with staged_dir(out, [folder], force=options.force) as stage:
             for target in options.targets:
                 emit_and_generate(target, ir, model, precision, cfg, ref, prompts, stage, options, report, out,
-                                  on_stage=on_stage)
+                                  on_stage=on_stage, variant=variant)
             report.write(stage)
     return report.to_dict()
 
@@ -157,8 +178,8 @@ def fused(ir, cfg, ref, prompts, options, report, *, on_stage=None):
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "fused.onnx"
             save_onnx(model, path)
-            got = generation.generate_onnx(path, prompts, tg.new_tokens, cfg.safe_pad)
-        result = generation.compare_generation(ref, got, hop="fused", atol=tol.atol, rtol=tol.rtol)
+            result, _ = generation.judge_onnx(path, ref, prompts, tg.new_tokens, cfg.safe_pad, hop="fused", atol=tol.atol,
+                                              rtol=tol.rtol)
         row.note(**details, kept=result.ok, token_agreement=round(result.tokens, 6), max_abs=result.max_abs)
         if not result.ok:
             row.note(reason=result.reason)
@@ -167,6 +188,41 @@ def fused(ir, cfg, ref, prompts, options, report, *, on_stage=None):
             report.warn(f"decoder fusion rolled back: {result.reason}")
             return ir
     return ir.clone(model)
+
+
+def auto_variant(ir, cfg, ref, prompts, options, report, *, on_stage=None):
+    """`--optimize auto`: (the chosen variant's ModelProto, its precision, its name). One
+    `optimize:auto` stage row holds the table every variant competed in; none passing is exit 4."""
+    from modelport.errors import ValidationError
+    from modelport.optimize import decoder_auto
+    from modelport.optimize.decoder_fusion import fuse_decoder
+    from modelport.optimize.weight_only import quantize_weight_only
+    from modelport.validation import generation
+    from modelport.validation.report import run_stage
+
+    tg = options.text_generation
+    tol = options.tolerance("fp32")
+    precisions = PRECISIONS if options.precision == AUTO else (options.precision,)
+
+    def quantize(model, precision):
+        return quantize_weight_only(model, WeightOnlyOptions(bits=BITS[precision], block_size=tg.block_size,
+                                                             symmetric=tg.symmetric))
+
+    def judge(name, precision, path, session):
+        budget = None if precision == "fp32" else tg.generation_budget(precision)  # fp32: identical tokens and logits
+        return generation.judge_onnx(path, ref, prompts, tg.new_tokens, cfg.safe_pad, hop=f"auto:{name}", precision=precision,
+                                     budget=budget, atol=tol.atol, rtol=tol.rtol, session=session)[0]
+
+    with run_stage(report, "optimize:auto", on_stage=on_stage, precisions=list(precisions)) as row:
+        variants, fusion = decoder_auto.build_variants(ir.model, precisions, quantize, fuse=fuse_decoder, on_stage=on_stage)
+        selection = decoder_auto.select(variants, judge, pad=cfg.safe_pad, vocab_size=cfg.vocab_size,
+                                        context_length=cfg.context_length, options=tg.auto, on_stage=on_stage)
+        row.note(**selection, fusion=fusion)
+        if selection["chosen"] is None:
+            why = "; ".join(f"{r['variant']}: {r['reason']}" for r in selection["variants"])
+            raise ValidationError(f"--optimize auto: no variant passes its generation check ({why})")
+    chosen = next(v for v in variants if v.name == selection["chosen"])
+    return chosen.model, chosen.precision, chosen.name
 
 
 def quantized(ir, options, report, *, on_stage=None):
@@ -184,7 +240,8 @@ def quantized(ir, options, report, *, on_stage=None):
     return model, options.precision
 
 
-def emit_and_generate(target, ir, model, precision, cfg, ref, prompts, stage: Path, options, report, out, *, on_stage=None):
+def emit_and_generate(target, ir, model, precision, cfg, ref, prompts, stage: Path, options, report, out, *, on_stage=None,
+                      variant: str | None = None):
     from modelport.emitters import ort_genai
     from modelport.onnx_io import save_onnx
     from modelport.staging import describe_files
@@ -202,23 +259,19 @@ def emit_and_generate(target, ir, model, precision, cfg, ref, prompts, stage: Pa
             path = stage / "ort-genai"
             files = ort_genai.write_folder(model, cfg.to_dict(), ir.provenance.get("path"), path)
     entry = {"target": target, "runtime": "onnxruntime" if target == "onnx" else ort_genai.RUNTIME, "precision": precision,
-             "requested_precision": options.precision, **describe_files(path, files, stage), "nodes": len(model.graph.node)}
+             "requested_precision": options.precision, **describe_files(path, files, stage), "nodes": len(model.graph.node),
+             **({"variant": variant} if variant else {})}
     report.add_artifact(entry)
     hop = f"transformers→{target} ({precision}, greedy {tg.new_tokens} tokens)"
     with run_stage(report, f"validate:{target}", on_stage=on_stage):
         model_file = path if target == "onnx" else path / "model.onnx"
-        ours = generation.generate_onnx(model_file, prompts, tg.new_tokens, cfg.safe_pad)
-        if precision == "fp32":
-            got = ours if target == "onnx" else generate_ort_genai(path, prompts, tg.new_tokens, cfg)
+        if precision == "fp32" and target == "ort-genai":
+            got = generate_ort_genai(path, prompts, tg.new_tokens, cfg)
             result = generation.compare_generation(ref, got, hop=hop, precision=precision, budget=budget,
                                                    atol=tol.atol, rtol=tol.rtol)
         else:
-            # quantised: top-1 agreement and logit error step by step on the reference's context, then
-            # how far free-running decoding follows the reference
-            forced = generation.generate_onnx(model_file, prompts, tg.new_tokens, cfg.safe_pad, forced=ref.tokens)
-            result = generation.compare_generation(ref, forced, hop=hop, precision=precision, budget=budget, forced=True)
-            free = generation.compare_generation(ref, ours, hop=hop, precision=precision, budget=generation.GenerationBudget(0.0))
-            result.details.update(free_running_agreement=round(free.tokens, 6), first_divergence_free_running=free.first_divergence)
+            result, ours = generation.judge_onnx(model_file, ref, prompts, tg.new_tokens, cfg.safe_pad, hop=hop,
+                                                 precision=precision, budget=budget, atol=tol.atol, rtol=tol.rtol)
             if target == "ort-genai":  # the runtime must generate what our loop generates on the same file
                 same = generation.compare_generation(ours, generate_ort_genai(path, prompts, tg.new_tokens, cfg),
                                                      hop=f"onnxruntime→{target} ({precision})", atol=tol.atol, rtol=tol.rtol)

@@ -24,9 +24,11 @@ from pathlib import Path
 import numpy as np
 
 from modelport.errors import BadInputError, ValidationError
+from modelport.validation.budget import BudgetKey, parse_clauses
 
 DEFAULT_NEW_TOKENS = 32
 PROMPT_LENGTHS = (7, 4, 1)  # one left-padded batch: rows of different lengths, one a single token
+GENERATION_BUDGET_KEYS = (BudgetKey("tokens", ">=", ("token_agreement",), 0.0, 1.0), BudgetKey("max_abs", "<=", ("logits", "abs"), 0.0))
 
 
 @dataclass(frozen=True)
@@ -47,26 +49,9 @@ def parse_generation_budget(text: str | None) -> GenerationBudget | None:
     """`tokens>=0.95`, `max_abs<=2.0`, or both comma-separated."""
     if not text:
         return None
-    tokens, max_abs = 1.0, None
-    for part in (p.strip() for p in text.split(",") if p.strip()):
-        key, op, value = part, None, None
-        for sep in (">=", "<="):
-            if sep in part:
-                key, _, value = part.partition(sep)
-                op = sep
-                break
-        key = key.strip().lower().replace("-", "_")
-        try:
-            v = float(value) if value is not None else None
-        except ValueError:
-            v = None
-        if key in ("tokens", "token_agreement") and op == ">=" and v is not None and 0 <= v <= 1:
-            tokens = v
-        elif key in ("max_abs", "logits", "abs") and op == "<=" and v is not None and v >= 0:
-            max_abs = v
-        else:
-            raise BadInputError(f"bad --accuracy-budget '{text}' for text generation: use tokens>=0.95 and/or max_abs<=2.0")
-    return GenerationBudget(min_tokens=tokens, max_abs=max_abs)
+    values = parse_clauses(text, GENERATION_BUDGET_KEYS,
+                           f"bad --accuracy-budget '{text}' for text generation: use tokens>=0.95 and/or max_abs<=2.0")
+    return GenerationBudget(min_tokens=values.get("tokens", 1.0), max_abs=values.get("max_abs"))
 
 
 def fixed_prompts(vocab_size: int, *, seed: int = 0, lengths=PROMPT_LENGTHS, avoid: tuple[int, ...] = ()) -> list[list[int]]:
@@ -135,19 +120,34 @@ def _cache_shapes(session) -> tuple[list[str], list[str], dict[str, tuple[int, i
     return [i.name for i in past], presents, shapes, dtype
 
 
-def generate_onnx(model_path: str | Path, prompts: list[list[int]], new_tokens: int, pad: int, *,
-                  session=None, forced: np.ndarray | None = None) -> Generation:
+def onnx_session(model_path: str | Path, *, spinning: bool = True):
+    """An onnxruntime CPU session of a model file, with onnxruntime's default graph optimisations (as a user runs it).
+
+    `spinning=False`: the intra-op threads sleep as soon as a run ends instead of spinning for more
+    work; sessions timed in turn then do not take CPU from one another."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    if not spinning:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
+
+
+def generate_onnx(model_path: str | Path | None, prompts: list[list[int]], new_tokens: int, pad: int, *,
+                  session=None, forced: np.ndarray | None = None, step_seconds: list[float] | None = None) -> Generation:
     """Greedy decoding with our own loop over a KV-cache ONNX model in onnxruntime: prefill the
     left-padded prompts with an empty past, then one token per step, feeding `present.*` back.
 
     `forced` [batch, steps] (teacher forcing): feed these tokens instead of our own choices, so
-    every step sees the reference's context; `tokens` are still what the model would choose."""
+    every step sees the reference's context; `tokens` are still what the model would choose.
+    `step_seconds`: the wall time of each step (the first is the prefill) is appended to it."""
+    import time
+
     import onnxruntime as ort
 
     if session is None:
-        opts = ort.SessionOptions()
-        opts.log_severity_level = 3
-        session = ort.InferenceSession(str(model_path), opts, providers=["CPUExecutionProvider"])
+        session = onnx_session(model_path)
     past_names, present_names, shapes, dtype = _cache_shapes(session)
     ids, mask = left_padded(prompts, pad)
     batch = ids.shape[0]
@@ -157,6 +157,7 @@ def generate_onnx(model_path: str | Path, prompts: list[list[int]], new_tokens: 
     tokens, step_logits = [], []
     outputs = ["logits", *present_names]
     for _ in range(new_tokens):
+        started = time.perf_counter()
         feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": positions.astype(np.int64), **past}
         got = session.run(outputs, feeds)
         last = got[0][:, -1, :].astype(np.float32)
@@ -167,6 +168,8 @@ def generate_onnx(model_path: str | Path, prompts: list[list[int]], new_tokens: 
         ids = (nxt if forced is None else forced[:, len(tokens) - 1].astype(np.int64))[:, None]
         positions = (mask.sum(axis=1, keepdims=True)).astype(np.int64)
         mask = np.concatenate([mask, np.ones((batch, 1), dtype=np.int64)], axis=1)
+        if step_seconds is not None:
+            step_seconds.append(time.perf_counter() - started)
     return Generation(tokens=np.stack(tokens, axis=1), logits=np.stack(step_logits, axis=1),
                       producer=f"onnxruntime {ort.__version__}")
 
@@ -239,3 +242,24 @@ def compare_generation(reference: Generation, got: Generation, *, hop: str, prec
         reason = None if ok else f"token agreement {agreement:.4f}, worst logit error {worst:.3g}; budget {budget_text}"
     return GenerationResult(hop, precision, int(ref_t.shape[1]), int(ref_t.shape[0]), agreement, worst, first, budget_text, ok,
                             reason)
+
+
+def judge_onnx(model_path: str | Path | None, reference: Generation, prompts: list[list[int]], new_tokens: int, pad: int, *,
+               hop: str, precision: str = "fp32", budget: GenerationBudget | None = None, atol: float = 1e-4,
+               rtol: float = 1e-3, session=None) -> tuple[GenerationResult, Generation]:
+    """The generation check of one KV-cache model in onnxruntime: (its result, the free-running generation).
+
+    FP32: free-running greedy decoding against the reference (identical tokens and logits within
+    tolerance, or `budget`). Quantised: top-1 agreement and logit error step by step on the
+    reference's context (teacher forcing) judged against `budget`, plus how far free-running
+    decoding follows the reference (`free_running_agreement`, `first_divergence_free_running`)."""
+    if session is None:
+        session = onnx_session(model_path)
+    ours = generate_onnx(model_path, prompts, new_tokens, pad, session=session)
+    if precision == "fp32":
+        return compare_generation(reference, ours, hop=hop, precision=precision, budget=budget, atol=atol, rtol=rtol), ours
+    forced = generate_onnx(model_path, prompts, new_tokens, pad, session=session, forced=reference.tokens)
+    result = compare_generation(reference, forced, hop=hop, precision=precision, budget=budget, forced=True)
+    free = compare_generation(reference, ours, hop=hop, precision=precision, budget=GenerationBudget(0.0))
+    result.details.update(free_running_agreement=round(free.tokens, 6), first_divergence_free_running=free.first_divergence)
+    return result, ours

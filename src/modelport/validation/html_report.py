@@ -101,7 +101,7 @@ def _passes(report: dict) -> str:
     return "<h2>Optimisation passes</h2>" + _table(["pass", "status", "nodes", "size", "seconds", "reason"], rows, {4}) if rows else ""
 
 
-def latency_accuracy_svg(variants: list[dict], width: int = 640, height: int = 320) -> str:
+def latency_accuracy_svg(variants: list[dict], width: int = 640, height: int = 320, *, x_label: str = "latency (ms)") -> str:
     """A scatter plot of the `auto` variants: latency (x) against parity error (y, log scale)."""
     pts = [v for v in variants if isinstance(v.get("latency_ms"), (int, float))]
     if not pts:
@@ -116,7 +116,7 @@ def latency_accuracy_svg(variants: list[dict], width: int = 640, height: int = 3
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" role="img" aria-label="latency versus accuracy" width="{width}" '
              f'height="{height}" viewBox="0 0 {width} {height}">',
              f'<rect x="{pad_l}" y="{pad_t}" width="{width - pad_l - pad_r}" height="{height - pad_t - pad_b}" fill="#fff" stroke="#d0d7de"/>',
-             f'<text x="{(width - pad_r + pad_l) / 2}" y="{height - 8}" text-anchor="middle">latency (ms)</text>',
+             f'<text x="{(width - pad_r + pad_l) / 2}" y="{height - 8}" text-anchor="middle">{_e(x_label)}</text>',
              f'<text x="14" y="{(height - pad_b) / 2}" transform="rotate(-90 14 {(height - pad_b) / 2})" text-anchor="middle">'
              "max abs error (log)</text>"]
     for i in range(5):
@@ -152,6 +152,24 @@ def _auto(report: dict) -> str:
             + _table(cols, rows, {first, first + 1, first + 3, first + 4}))
 
 
+def _decoder_auto(report: dict) -> str:
+    """The decoder variants `--optimize auto` timed (the `optimize:auto` stage of text generation)."""
+    stage = next((s for s in report.get("stages") or [] if s.get("name") == "optimize:auto" and s.get("variants")), None)
+    if stage is None:
+        return ""
+    variants = stage["variants"]
+    rows = [[_e(v.get("variant")), _e(v.get("precision")), "yes" if v.get("fused") else "no", _num(v.get("prefill_ms")),
+             _num(v.get("decode_tok_s"), 4), _num(v.get("decode_speedup")), _num(v.get("token_agreement"), 4), _num(v.get("max_abs")),
+             _status(bool(v.get("within_budget")), "within" if v.get("within_budget") else "outside"),
+             "<b>chosen</b>" if v.get("chosen") else _e(v.get("reason") or "")] for v in variants]
+    cols = ["variant", "precision", "fused", "prefill ms", "decode tok/s", "speed-up", "token agreement", "max abs", "budget", ""]
+    per_token = [{**v, "latency_ms": 1000.0 / v["decode_tok_s"]} for v in variants if v.get("decode_tok_s")]
+    return (f"<h2>auto: decode speed against accuracy</h2><p class=muted>prompt {_e(stage.get('prompt_tokens'))} tokens, "
+            f"{_e(stage.get('decode_steps'))} decode steps, median of {_e(stage.get('rounds'))} interleaved rounds; "
+            f"ranked by decode tokens/s</p>" + latency_accuracy_svg(per_token, x_label="ms per decoded token")
+            + _table(cols, rows, {3, 4, 5, 6, 7}))
+
+
 def render_report(report: dict) -> str:
     ok = report.get("status") == "ok"
     src = report.get("source") or {}
@@ -174,7 +192,7 @@ def render_report(report: dict) -> str:
     tools = ", ".join(f"{k} {v}" for k, v in (report.get("tool") or {}).items())
     body = (head + (f"<h2>Warnings</h2><ul>{warnings}</ul>" if warnings else "") + _contract(report)
             + ("<h2>Artifacts</h2>" + _table(art_cols, arts) if arts else "")
-            + _parity(report) + _passes(report) + _auto(report)
+            + _parity(report) + _passes(report) + _auto(report) + _decoder_auto(report)
             + ("<h2>Stages</h2>" + _table(["stage", "seconds"], stages, {1}) if stages else "")
             + f"<p class=muted>{_e(tools)}</p>")
     return _page(f"modelport {report.get('command')} report", body)
