@@ -1,5 +1,6 @@
-"""KV-cache export of decoder LM folders (Llama, Qwen2, Phi-3 layouts), checked against transformers:
-prefill with an empty past and decode at several past lengths, a left-padded batch, greedy generation."""
+"""KV-cache export of decoder LM folders (Llama, Qwen2, Phi-3, Mistral, Gemma, Gemma2, Qwen3 layouts;
+Llama with tied embeddings and with llama3 rope scaling), checked against transformers: prefill with
+an empty past and decode at several past lengths, a left-padded batch, greedy generation."""
 
 from __future__ import annotations
 
@@ -16,17 +17,29 @@ from modelport.validation import generation
 from tests.hf_folders import FAMILIES, build
 
 
-@pytest.fixture(scope="module", params=sorted(FAMILIES))
-def exported(request, tmp_path_factory):
-    """(folder, transformers model, IR, onnxruntime session) of one family, exported once."""
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+    """family -> (folder, transformers model, IR, onnxruntime session), each family exported once."""
     import onnxruntime as ort
 
-    folder = build(request.param, tmp_path_factory.mktemp(request.param) / "model")
-    model = hf_decoder.load_model(folder)
-    cfg = hf_decoder.read_decoder_config(folder)
-    ir = hf_decoder.parse_loaded(folder, SourceSpec(path=folder), model, cfg)
-    session = ort.InferenceSession(ir.model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return folder, model, cfg, ir, session
+    done = {}
+
+    def export(family: str):
+        if family not in done:
+            folder = build(family, tmp_path_factory.mktemp(family) / "model")
+            model = hf_decoder.load_model(folder)
+            cfg = hf_decoder.read_decoder_config(folder)
+            ir = hf_decoder.parse_loaded(folder, SourceSpec(path=folder), model, cfg)
+            session = ort.InferenceSession(ir.model.SerializeToString(), providers=["CPUExecutionProvider"])
+            done[family] = folder, model, cfg, ir, session
+        return done[family]
+
+    return export
+
+
+@pytest.fixture(params=sorted(FAMILIES))
+def exported(request, exports):
+    return exports(request.param)
 
 
 def test_signature_names_and_dims(exported):
@@ -39,8 +52,9 @@ def test_signature_names_and_dims(exported):
     assert ins["position_ids"].shape == ["batch", "sequence"]
     for i in range(cfg.num_layers):
         for kv in ("key", "value"):
-            assert ins[f"past_key_values.{i}.{kv}"].shape == ["batch", 2, "past_sequence", 16]
-            assert outs[f"present.{i}.{kv}"].shape == ["batch", 2, "total_sequence", 16]
+            assert ins[f"past_key_values.{i}.{kv}"].shape == ["batch", 2, "past_sequence", cfg.head_dim]
+            assert outs[f"present.{i}.{kv}"].shape == ["batch", 2, "total_sequence", cfg.head_dim]
+    assert cfg.head_dim == (24 if cfg.family.startswith("gemma") else 16)  # Gemma's is not hidden / heads
     assert outs["logits"].shape == ["batch", "sequence", 128]
     assert ir.provenance["task"] == "text-generation" and ir.provenance["decoder"]["family"] == cfg.family
 
@@ -97,15 +111,48 @@ def test_unsupported_family_is_refused_before_loading(tmp_path):
     assert not hf_decoder.sniff(folder)
 
 
-def test_sliding_window_layers_are_refused(tmp_path):
+@pytest.mark.parametrize("family", ["mistral", "gemma2"])
+def test_a_sliding_window_shorter_than_the_text_is_honoured(exports, family, tmp_path):
+    """Mistral (every layer) and Gemma2 (every other layer) with a window of 4 over prompts of up to
+    7 tokens and 32 generated: the export generates what transformers generates with its
+    sliding-window cache, and that differs from the same weights without a window (so the window
+    is really in play)."""
+    import onnx
+
+    folder, model, cfg, ir, _ = exports(family)
+    assert json.loads((Path(folder) / "config.json").read_text())["sliding_window"] == 4
+    path = tmp_path / "model.onnx"
+    onnx.save(ir.model, str(path))
+    prompts = generation.fixed_prompts(cfg.vocab_size, avoid=(cfg.safe_pad,))
+    ref = generation.generate_transformers(model, prompts, 32, cfg.safe_pad)
+    got = generation.generate_onnx(path, prompts, 32, cfg.safe_pad)
+    result = generation.compare_generation(ref, got, hop="test")
+    assert result.ok and result.tokens == 1.0, result.reason
+    full = {"sliding_window": None} if family == "mistral" else {"layer_types": ["full_attention"] * 2}
+    unwindowed = hf_decoder.load_model(build(family, tmp_path / "full", **full))
+    assert (generation.generate_transformers(unwindowed, prompts, 32, cfg.safe_pad).tokens != ref.tokens).mean() > 0.5
+
+
+def test_gemma_layout_is_what_the_tests_exercise(exports):
+    """The Gemma folder really has the traits the export must reproduce: head_dim apart from
+    hidden / heads, a GELU-tanh MLP, tied embeddings and sqrt(hidden)-scaled embeddings."""
+    folder, model, cfg, _, _ = exports("gemma")
+    assert cfg.head_dim * cfg.num_heads != cfg.hidden_size and cfg.tied_embeddings
+    assert model.config.hidden_act == "gelu_pytorch_tanh"
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    assert float(model.model.embed_tokens.embed_scale) == pytest.approx(cfg.hidden_size ** 0.5)
+
+
+def test_layer_types_other_than_full_and_sliding_are_refused(tmp_path):
     folder = tmp_path / "m"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({
         "architectures": ["Qwen2ForCausalLM"], "num_attention_heads": 4, "hidden_size": 64, "num_hidden_layers": 2,
-        "vocab_size": 128, "layer_types": ["sliding_attention", "full_attention"]}))
+        "vocab_size": 128, "layer_types": ["chunked_attention", "full_attention"]}))
     (folder / "model.safetensors").write_bytes(b"x")
-    with pytest.raises(UnsupportedError, match="sliding"):
+    with pytest.raises(UnsupportedError, match="layer types \\['chunked_attention'\\] is not supported") as e:
         hf_decoder.read_decoder_config(folder)
+    assert e.value.exit_code == 2
 
 
 def test_a_folder_without_safetensors_is_refused(tmp_path):

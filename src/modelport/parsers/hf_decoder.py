@@ -1,7 +1,7 @@
 """Decoder-only language models from a Hugging Face folder, exported with a KV cache.
 
 A `save_pretrained` folder (config.json + safetensors) of a family with rotary embeddings,
-grouped-query attention, RMSNorm and a gated MLP (Llama, Mistral, Qwen2, Phi-3, Gemma) becomes
+grouped-query attention, RMSNorm and a gated MLP (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma, Gemma2) becomes
 one ONNX model that serves both prefill (an empty past) and decode (one new token):
 
     inputs   input_ids [batch, sequence] int64, attention_mask [batch, total_sequence] int64,
@@ -44,7 +44,13 @@ FAMILIES = {
     "Qwen2ForCausalLM": "qwen2",
     "Phi3ForCausalLM": "phi3",
     "GemmaForCausalLM": "gemma",
+    "Gemma2ForCausalLM": "gemma2",
+    "Qwen3ForCausalLM": "qwen3",
 }
+# attention kinds the export reproduces exactly: a sliding window is applied by the model's own
+# attention mask over the full cache, so the exported graph carries it (a window shorter than the
+# sequence is honoured, as transformers' sliding-window cache does)
+LAYER_TYPES = ("full_attention", "sliding_attention")
 SAMPLE_PAST = 3  # the reference step: a decode with a cache of this length (left-padded batch of 2)
 SAMPLE_SEQUENCE = 2
 
@@ -135,15 +141,16 @@ def read_decoder_config(folder: str | Path) -> DecoderConfig:
     heads = int(text["num_attention_heads"])
     hidden = int(text["hidden_size"])
     layer_types = text.get("layer_types") or []
-    if any(t != "full_attention" for t in layer_types):
-        raise UnsupportedError(f"{arch} with layer types {sorted(set(layer_types))} (sliding or hybrid attention) "
-                               "is not supported; only full attention", path=folder)
+    other = sorted({str(t) for t in layer_types} - set(LAYER_TYPES))
+    if other:
+        raise UnsupportedError(f"{arch} with layer types {other} is not supported; only {' and '.join(LAYER_TYPES)}",
+                               path=folder)
     rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
     if rope.get("rope_type", "default") not in ("default", "linear", "llama3", "dynamic", "longrope"):
         raise UnsupportedError(f"rope type {rope.get('rope_type')!r} is not supported", path=folder)
     tied = text.get("tie_word_embeddings")
     if tied is None:
-        tied = arch == "GemmaForCausalLM"
+        tied = arch.startswith("Gemma")  # the Gemma configs tie them by default, the others do not
     return DecoderConfig(
         architecture=arch, family=FAMILIES[arch], num_layers=int(text["num_hidden_layers"]), num_heads=heads,
         kv_heads=int(_first(text.get("num_key_value_heads"), heads)),
