@@ -169,3 +169,58 @@ def test_tied_embeddings_follow_the_config(exported):
     folder, _, cfg, _, _ = exported
     config = json.loads((Path(folder) / "config.json").read_text())
     assert cfg.tied_embeddings == bool(config.get("tie_word_embeddings"))
+
+
+def _config_folder(tmp_path: Path, architecture: str, **extra) -> Path:
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": [architecture], "num_attention_heads": 4, "hidden_size": 64, "num_hidden_layers": 2,
+        "vocab_size": 128, "max_position_embeddings": 256, **extra}))
+    (folder / "model.safetensors").write_bytes(b"x")
+    return folder
+
+
+LONGROPE = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 8, "long_factor": [4.0] * 8}
+
+
+@pytest.mark.parametrize("architecture,extra,message", [
+    ("LlamaForCausalLM", {"rope_scaling": {"type": "yarn", "factor": 4.0}}, "rope type 'yarn' is not supported"),
+    ("LlamaForCausalLM", {"rope_parameters": {"rope_type": "dynamic", "factor": 4.0}},
+     "rope type 'dynamic' is not supported (its frequencies follow the longest sequence seen so far"),
+    ("Phi3ForCausalLM", {"rope_parameters": {**LONGROPE, "original_max_position_embeddings": 16}},
+     "longrope scaling switches to its long factors past 16 tokens, where transformers re-encodes the whole cache"),
+    ("Phi3ForCausalLM", {"original_max_position_embeddings": 4096, "max_position_embeddings": 131072,
+                         "rope_scaling": {**LONGROPE, "type": "longrope"}}, "past 4096 tokens"),
+])
+def test_rope_scalings_one_graph_cannot_reproduce_are_refused(tmp_path, architecture, extra, message):
+    """Read from config.json before anything is loaded: old-style `rope_scaling: {type: ...}` too."""
+    with pytest.raises(UnsupportedError) as e:
+        hf_decoder.read_decoder_config(_config_folder(tmp_path, architecture, **extra))
+    assert e.value.exit_code == 2 and message in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("architecture,extra", [
+    ("Phi3ForCausalLM", {"rope_parameters": {**LONGROPE, "original_max_position_embeddings": 256}}),  # never switches
+    ("LlamaForCausalLM", {"rope_parameters": {**LONGROPE, "original_max_position_embeddings": 16}}),  # generate keeps the cache
+    ("LlamaForCausalLM", {"rope_scaling": {"type": "linear", "factor": 2.0}}),
+])
+def test_rope_scalings_the_graph_reproduces_are_accepted(tmp_path, architecture, extra):
+    assert hf_decoder.read_decoder_config(_config_folder(tmp_path, architecture, **extra)).architecture == architecture
+
+
+def test_an_export_failure_is_one_line_naming_its_cause(tmp_path):
+    """A real torch.export failure (dynamic NTK rope branches on a tensor value): one line without
+    the exporter's colour codes and advice, naming the error and the source line that raised it."""
+    import torch
+    import transformers
+
+    plain = build("llama", tmp_path / "plain")
+    dynamic = build("llama", tmp_path / "dynamic", rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 4.0})
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(dynamic), dtype=torch.float32).eval()
+    with pytest.raises(UnsupportedError) as e:
+        hf_decoder.export_decoder(dynamic, model=model, cfg=hf_decoder.read_decoder_config(plain))
+    text = str(e.value)
+    assert e.value.exit_code == 2 and "\n" not in text and "\x1b" not in text
+    assert text.startswith(f"{dynamic}: LlamaForCausalLM cannot be exported with a KV cache: Could not guard on data-dependent")
+    assert "(at transformers/modeling_rope_utils.py:" in text and text.endswith(", in dynamic_frequency_update)")
