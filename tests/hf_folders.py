@@ -1,8 +1,11 @@
 """Tiny random-init Hugging Face decoder folders (`save_pretrained` output) for text-generation tests.
 
 Each family keeps its own layout (Qwen2's q/k/v biases, Phi-3's fused qkv and gate_up
-projections, tied embeddings where asked) at a size that exports in seconds: 2 layers, hidden 64,
-4 attention heads over 2 key/value heads, a vocabulary of 128. A small byte-level BPE
+projections, Qwen3's q/k norms, Gemma's head_dim apart from hidden/heads, sqrt(hidden)-scaled
+embeddings, GELU-tanh MLP and tied embeddings, Gemma2's logit soft-capping) at a size that exports
+in seconds: 2 layers, hidden 64, 4 attention heads over 2 key/value heads, a vocabulary of 128.
+Mistral and Gemma2 get a sliding window of 4, shorter than the sequences the tests run (Gemma2
+alternates sliding and full layers), so a window that is not honoured shows. A small byte-level BPE
 `tokenizer.json` (trained with `tokenizers`) lets onnxruntime-genai load a tokenizer too.
 """
 
@@ -17,6 +20,14 @@ FAMILIES = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {"tie_word_embeddings": True}),
     "phi3": ("Phi3Config", "Phi3ForCausalLM", {}),
+    "mistral": ("MistralConfig", "MistralForCausalLM", {"sliding_window": 4}),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", {"head_dim": 24}),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", {"head_dim": 24, "sliding_window": 4}),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"head_dim": 16}),
+    "llama-tied": ("LlamaConfig", "LlamaForCausalLM", {"tie_word_embeddings": True}),
+    "llama3-rope": ("LlamaConfig", "LlamaForCausalLM", {"rope_parameters": {
+        "rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16}}),
 }
 
 
@@ -41,7 +52,7 @@ def write_tokenizer(folder: Path) -> None:
 
 
 def build(family: str, folder: Path, *, seed: int = 0, **overrides) -> Path:
-    """Write a random-init `family` model (llama, qwen2, phi3) into `folder`; returns it."""
+    """Write a random-init `family` model (a key of FAMILIES) into `folder`; returns it."""
     import torch
     import transformers
 

@@ -270,3 +270,147 @@ def test_auto_with_no_variant_within_its_check_is_exit_4_and_leaves_nothing(cli,
     assert r.exit_code == 4, r
     assert "no variant passes its generation check" in r.stderr and "int4-fused: token agreement" in r.stderr
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("family", ["mistral", "gemma", "gemma2", "qwen3"])
+def test_each_family_generates_through_convert_and_onnxruntime_genai(cli, family, tmp_path):
+    """Mistral and Gemma2 with a sliding window of 4 (shorter than prompt + 16 tokens), Gemma with
+    head_dim 24 over hidden 64 / 4 heads and tied embeddings, Qwen3 with q/k norms: the KV-cache
+    model and onnxruntime-genai's own search both generate transformers' tokens."""
+    from modelport.parsers.hf_decoder import FAMILIES
+
+    src = build(family, tmp_path / "src" / family)
+    out = tmp_path / "out"
+    r = cli("convert", src, "--task", "text-generation", "--to", "onnx,ort-genai", "-o", out, "--json", "--new-tokens", "16")
+    assert r.exit_code == 0, r
+    report = r.json()
+    _schema_ok(report)
+    assert report["stages"][0]["family"] == family
+    gens = {g["hop"].split("→")[1].split(" ")[0]: g for g in report["generation"]}
+    assert set(gens) == {"onnx", "ort-genai"}
+    for g in gens.values():
+        assert g["ok"] and g["token_agreement"] == 1.0 and g["max_abs"] < 1e-4, g
+    model = json.loads((out / "ort-genai" / "genai_config.json").read_text())["model"]
+    source = json.loads((src / "config.json").read_text())
+    assert model["type"] == FAMILIES[source["architectures"][0]] == family  # a type onnxruntime-genai knows
+    assert model["decoder"]["head_size"] == source.get("head_dim", 16) == (24 if family.startswith("gemma") else 16)
+    assert model["decoder"]["num_key_value_heads"] == 2 and model["vocab_size"] == 128
+
+
+def _perturbed_fusion(monkeypatch):
+    """Replace the fusion by the real one with noise (std 0.05) added to its largest weight: a real
+    fused model that onnxruntime runs, which generates differently from the source."""
+    from onnx import numpy_helper
+
+    from modelport.optimize import decoder_fusion
+
+    real = decoder_fusion.fuse_decoder
+
+    def fuse_and_perturb(model):
+        fused, details = real(model)
+        init = max(fused.graph.initializer, key=lambda t: np.prod(t.dims) if t.data_type == 1 else 0)
+        w = numpy_helper.to_array(init)
+        noise = np.random.default_rng(0).normal(0, 0.05, w.shape).astype(np.float32)
+        init.CopyFrom(numpy_helper.from_array(w + noise, init.name))
+        return fused, details
+
+    monkeypatch.setattr(decoder_fusion, "fuse_decoder", fuse_and_perturb)
+
+
+def test_a_fusion_that_changes_generation_is_rolled_back(cli, llama, tmp_path, monkeypatch):
+    _perturbed_fusion(monkeypatch)
+    out = tmp_path / "out"
+    r = cli("convert", llama, "--task", "text-generation", "-o", out, "--json", "--new-tokens", "8", "--optimize", "all")
+    assert r.exit_code == 0, r
+    report = r.json()
+    _schema_ok(report)
+    row = next(s for s in report["stages"] if s["name"] == "optimize:decoder-fusion")
+    assert row["kept"] is False and row["reason"] and row["max_abs"] > 1e-3
+    assert row["fused"]["MultiHeadAttention"] == 2 and row["nodes"] < row["nodes_before"]  # the fusion did happen
+    assert f"decoder fusion rolled back: {row['reason']}" in report["warnings"]
+    import onnx
+
+    artifact = onnx.load(str(out / "model.onnx"))
+    ops = {n.op_type for n in artifact.graph.node}
+    assert len(artifact.graph.node) == row["nodes_before"]  # the unfused IR, as exported
+    assert not ops & {"MultiHeadAttention", "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization"}
+    assert all(n.domain in ("", "ai.onnx") for n in artifact.graph.node)
+    (g,) = report["generation"]
+    assert g["ok"] and g["token_agreement"] == 1.0 and g["max_abs"] < 1e-4
+
+
+def test_a_fusion_that_changes_generation_fails_under_strict(cli, llama, tmp_path, monkeypatch):
+    _perturbed_fusion(monkeypatch)
+    out = tmp_path / "out"
+    r = cli("convert", llama, "--task", "text-generation", "-o", out, "--new-tokens", "8", "--optimize", "all", "--strict")
+    assert r.exit_code == 4, r
+    assert "decoder fusion breaks generation: " in r.stderr and "(--strict)" in r.stderr
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def _tree_digest(folder: Path) -> dict:
+    import hashlib
+
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _gpt_neox(folder: Path) -> None:
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    config = transformers.GPTNeoXConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                        num_attention_heads=4, max_position_embeddings=256)
+    transformers.GPTNeoXForCausalLM(config).save_pretrained(str(folder))
+
+
+def _edit_config(folder: Path, **changes) -> None:
+    config = json.loads((folder / "config.json").read_text())
+    config.update(changes)
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+def _broken(case: str, folder: Path) -> None:
+    """A folder modelport cannot export faithfully, as users meet them."""
+    if case == "gpt-neox":
+        _gpt_neox(folder)
+    elif case == "made-up":
+        build("llama", folder)
+        _edit_config(folder, architectures=["ZebraForCausalLM"], model_type="zebra")
+    elif case == "untied-without-lm-head":  # a tied checkpoint whose config was edited to untie: lm_head would be random
+        build("llama-tied", folder)
+        _edit_config(folder, tie_word_embeddings=False)
+    elif case == "config-of-another-size":
+        build("llama", folder)
+        _edit_config(folder, intermediate_size=96)
+    elif case == "dynamic-rope":
+        build("llama", folder, rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 4.0})
+    elif case == "phi3-longrope":
+        build("phi3", folder, original_max_position_embeddings=16, rope_parameters={
+            "rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 8, "long_factor": [4.0] * 8,
+            "original_max_position_embeddings": 16})
+
+
+@pytest.mark.parametrize("case,reason", [
+    ("gpt-neox", "architecture 'GPTNeoXForCausalLM' is not a supported text-generation family"),
+    ("made-up", "architecture 'ZebraForCausalLM' is not a supported text-generation family"),
+    ("untied-without-lm-head", "the weights do not fit config.json: no lm_head.weight in the weights"),
+    ("config-of-another-size", "the weights do not fit config.json: model.layers.0.mlp.down_proj.weight is [64, 128] in the "
+                               "weights but [64, 96] by the config (6 tensors differ)"),
+    ("dynamic-rope", "rope type 'dynamic' is not supported"),
+    ("phi3-longrope", "switches to its long factors past 16 tokens"),
+])
+def test_a_folder_that_cannot_be_exported_is_exit_2_with_one_line_and_no_output(cli_proc, case, reason, tmp_path):
+    """Through the real CLI process: one line on stderr naming the folder and the reason, exit 2,
+    no output folder (nor anything else beside it), the input folder byte-identical."""
+    src = tmp_path / "src" / case
+    _broken(case, src)
+    before = _tree_digest(src)
+    out = tmp_path / "out"
+    r = cli_proc("convert", src, "--task", "text-generation", "--to", "onnx,ort-genai", "-o", out)
+    assert r.exit_code == 2, r
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and str(src) in lines[0] and reason in lines[0], r.stderr
+    assert r.stdout == ""
+    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["src"]
+    assert _tree_digest(src) == before

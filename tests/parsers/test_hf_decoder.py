@@ -1,5 +1,6 @@
-"""KV-cache export of decoder LM folders (Llama, Qwen2, Phi-3 layouts), checked against transformers:
-prefill with an empty past and decode at several past lengths, a left-padded batch, greedy generation."""
+"""KV-cache export of decoder LM folders (Llama, Qwen2, Phi-3, Mistral, Gemma, Gemma2, Qwen3 layouts;
+Llama with tied embeddings and with llama3 rope scaling), checked against transformers: prefill with
+an empty past and decode at several past lengths, a left-padded batch, greedy generation."""
 
 from __future__ import annotations
 
@@ -16,17 +17,29 @@ from modelport.validation import generation
 from tests.hf_folders import FAMILIES, build
 
 
-@pytest.fixture(scope="module", params=sorted(FAMILIES))
-def exported(request, tmp_path_factory):
-    """(folder, transformers model, IR, onnxruntime session) of one family, exported once."""
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+    """family -> (folder, transformers model, IR, onnxruntime session), each family exported once."""
     import onnxruntime as ort
 
-    folder = build(request.param, tmp_path_factory.mktemp(request.param) / "model")
-    model = hf_decoder.load_model(folder)
-    cfg = hf_decoder.read_decoder_config(folder)
-    ir = hf_decoder.parse_loaded(folder, SourceSpec(path=folder), model, cfg)
-    session = ort.InferenceSession(ir.model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return folder, model, cfg, ir, session
+    done = {}
+
+    def export(family: str):
+        if family not in done:
+            folder = build(family, tmp_path_factory.mktemp(family) / "model")
+            model = hf_decoder.load_model(folder)
+            cfg = hf_decoder.read_decoder_config(folder)
+            ir = hf_decoder.parse_loaded(folder, SourceSpec(path=folder), model, cfg)
+            session = ort.InferenceSession(ir.model.SerializeToString(), providers=["CPUExecutionProvider"])
+            done[family] = folder, model, cfg, ir, session
+        return done[family]
+
+    return export
+
+
+@pytest.fixture(params=sorted(FAMILIES))
+def exported(request, exports):
+    return exports(request.param)
 
 
 def test_signature_names_and_dims(exported):
@@ -39,8 +52,9 @@ def test_signature_names_and_dims(exported):
     assert ins["position_ids"].shape == ["batch", "sequence"]
     for i in range(cfg.num_layers):
         for kv in ("key", "value"):
-            assert ins[f"past_key_values.{i}.{kv}"].shape == ["batch", 2, "past_sequence", 16]
-            assert outs[f"present.{i}.{kv}"].shape == ["batch", 2, "total_sequence", 16]
+            assert ins[f"past_key_values.{i}.{kv}"].shape == ["batch", 2, "past_sequence", cfg.head_dim]
+            assert outs[f"present.{i}.{kv}"].shape == ["batch", 2, "total_sequence", cfg.head_dim]
+    assert cfg.head_dim == (24 if cfg.family.startswith("gemma") else 16)  # Gemma's is not hidden / heads
     assert outs["logits"].shape == ["batch", "sequence", 128]
     assert ir.provenance["task"] == "text-generation" and ir.provenance["decoder"]["family"] == cfg.family
 
@@ -97,15 +111,48 @@ def test_unsupported_family_is_refused_before_loading(tmp_path):
     assert not hf_decoder.sniff(folder)
 
 
-def test_sliding_window_layers_are_refused(tmp_path):
+@pytest.mark.parametrize("family", ["mistral", "gemma2"])
+def test_a_sliding_window_shorter_than_the_text_is_honoured(exports, family, tmp_path):
+    """Mistral (every layer) and Gemma2 (every other layer) with a window of 4 over prompts of up to
+    7 tokens and 32 generated: the export generates what transformers generates with its
+    sliding-window cache, and that differs from the same weights without a window (so the window
+    is really in play)."""
+    import onnx
+
+    folder, model, cfg, ir, _ = exports(family)
+    assert json.loads((Path(folder) / "config.json").read_text())["sliding_window"] == 4
+    path = tmp_path / "model.onnx"
+    onnx.save(ir.model, str(path))
+    prompts = generation.fixed_prompts(cfg.vocab_size, avoid=(cfg.safe_pad,))
+    ref = generation.generate_transformers(model, prompts, 32, cfg.safe_pad)
+    got = generation.generate_onnx(path, prompts, 32, cfg.safe_pad)
+    result = generation.compare_generation(ref, got, hop="test")
+    assert result.ok and result.tokens == 1.0, result.reason
+    full = {"sliding_window": None} if family == "mistral" else {"layer_types": ["full_attention"] * 2}
+    unwindowed = hf_decoder.load_model(build(family, tmp_path / "full", **full))
+    assert (generation.generate_transformers(unwindowed, prompts, 32, cfg.safe_pad).tokens != ref.tokens).mean() > 0.5
+
+
+def test_gemma_layout_is_what_the_tests_exercise(exports):
+    """The Gemma folder really has the traits the export must reproduce: head_dim apart from
+    hidden / heads, a GELU-tanh MLP, tied embeddings and sqrt(hidden)-scaled embeddings."""
+    folder, model, cfg, _, _ = exports("gemma")
+    assert cfg.head_dim * cfg.num_heads != cfg.hidden_size and cfg.tied_embeddings
+    assert model.config.hidden_act == "gelu_pytorch_tanh"
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    assert float(model.model.embed_tokens.embed_scale) == pytest.approx(cfg.hidden_size ** 0.5)
+
+
+def test_layer_types_other_than_full_and_sliding_are_refused(tmp_path):
     folder = tmp_path / "m"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({
         "architectures": ["Qwen2ForCausalLM"], "num_attention_heads": 4, "hidden_size": 64, "num_hidden_layers": 2,
-        "vocab_size": 128, "layer_types": ["sliding_attention", "full_attention"]}))
+        "vocab_size": 128, "layer_types": ["chunked_attention", "full_attention"]}))
     (folder / "model.safetensors").write_bytes(b"x")
-    with pytest.raises(UnsupportedError, match="sliding"):
+    with pytest.raises(UnsupportedError, match="layer types \\['chunked_attention'\\] is not supported") as e:
         hf_decoder.read_decoder_config(folder)
+    assert e.value.exit_code == 2
 
 
 def test_a_folder_without_safetensors_is_refused(tmp_path):
@@ -122,3 +169,58 @@ def test_tied_embeddings_follow_the_config(exported):
     folder, _, cfg, _, _ = exported
     config = json.loads((Path(folder) / "config.json").read_text())
     assert cfg.tied_embeddings == bool(config.get("tie_word_embeddings"))
+
+
+def _config_folder(tmp_path: Path, architecture: str, **extra) -> Path:
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": [architecture], "num_attention_heads": 4, "hidden_size": 64, "num_hidden_layers": 2,
+        "vocab_size": 128, "max_position_embeddings": 256, **extra}))
+    (folder / "model.safetensors").write_bytes(b"x")
+    return folder
+
+
+LONGROPE = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 8, "long_factor": [4.0] * 8}
+
+
+@pytest.mark.parametrize("architecture,extra,message", [
+    ("LlamaForCausalLM", {"rope_scaling": {"type": "yarn", "factor": 4.0}}, "rope type 'yarn' is not supported"),
+    ("LlamaForCausalLM", {"rope_parameters": {"rope_type": "dynamic", "factor": 4.0}},
+     "rope type 'dynamic' is not supported (its frequencies follow the longest sequence seen so far"),
+    ("Phi3ForCausalLM", {"rope_parameters": {**LONGROPE, "original_max_position_embeddings": 16}},
+     "longrope scaling switches to its long factors past 16 tokens, where transformers re-encodes the whole cache"),
+    ("Phi3ForCausalLM", {"original_max_position_embeddings": 4096, "max_position_embeddings": 131072,
+                         "rope_scaling": {**LONGROPE, "type": "longrope"}}, "past 4096 tokens"),
+])
+def test_rope_scalings_one_graph_cannot_reproduce_are_refused(tmp_path, architecture, extra, message):
+    """Read from config.json before anything is loaded: old-style `rope_scaling: {type: ...}` too."""
+    with pytest.raises(UnsupportedError) as e:
+        hf_decoder.read_decoder_config(_config_folder(tmp_path, architecture, **extra))
+    assert e.value.exit_code == 2 and message in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("architecture,extra", [
+    ("Phi3ForCausalLM", {"rope_parameters": {**LONGROPE, "original_max_position_embeddings": 256}}),  # never switches
+    ("LlamaForCausalLM", {"rope_parameters": {**LONGROPE, "original_max_position_embeddings": 16}}),  # generate keeps the cache
+    ("LlamaForCausalLM", {"rope_scaling": {"type": "linear", "factor": 2.0}}),
+])
+def test_rope_scalings_the_graph_reproduces_are_accepted(tmp_path, architecture, extra):
+    assert hf_decoder.read_decoder_config(_config_folder(tmp_path, architecture, **extra)).architecture == architecture
+
+
+def test_an_export_failure_is_one_line_naming_its_cause(tmp_path):
+    """A real torch.export failure (dynamic NTK rope branches on a tensor value): one line without
+    the exporter's colour codes and advice, naming the error and the source line that raised it."""
+    import torch
+    import transformers
+
+    plain = build("llama", tmp_path / "plain")
+    dynamic = build("llama", tmp_path / "dynamic", rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 4.0})
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(dynamic), dtype=torch.float32).eval()
+    with pytest.raises(UnsupportedError) as e:
+        hf_decoder.export_decoder(dynamic, model=model, cfg=hf_decoder.read_decoder_config(plain))
+    text = str(e.value)
+    assert e.value.exit_code == 2 and "\n" not in text and "\x1b" not in text
+    assert text.startswith(f"{dynamic}: LlamaForCausalLM cannot be exported with a KV cache: Could not guard on data-dependent")
+    assert "(at transformers/modeling_rope_utils.py:" in text and text.endswith(", in dynamic_frequency_update)")

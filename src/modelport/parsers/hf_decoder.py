@@ -1,7 +1,7 @@
 """Decoder-only language models from a Hugging Face folder, exported with a KV cache.
 
 A `save_pretrained` folder (config.json + safetensors) of a family with rotary embeddings,
-grouped-query attention, RMSNorm and a gated MLP (Llama, Mistral, Qwen2, Phi-3, Gemma) becomes
+grouped-query attention, RMSNorm and a gated MLP (Llama, Mistral, Qwen2, Qwen3, Phi-3, Gemma, Gemma2) becomes
 one ONNX model that serves both prefill (an empty past) and decode (one new token):
 
     inputs   input_ids [batch, sequence] int64, attention_mask [batch, total_sequence] int64,
@@ -26,6 +26,7 @@ import contextlib
 import io
 import json
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,7 +45,13 @@ FAMILIES = {
     "Qwen2ForCausalLM": "qwen2",
     "Phi3ForCausalLM": "phi3",
     "GemmaForCausalLM": "gemma",
+    "Gemma2ForCausalLM": "gemma2",
+    "Qwen3ForCausalLM": "qwen3",
 }
+# attention kinds the export reproduces exactly: a sliding window is applied by the model's own
+# attention mask over the full cache, so the exported graph carries it (a window shorter than the
+# sequence is honoured, as transformers' sliding-window cache does)
+LAYER_TYPES = ("full_attention", "sliding_attention")
 SAMPLE_PAST = 3  # the reference step: a decode with a cache of this length (left-padded batch of 2)
 SAMPLE_SEQUENCE = 2
 
@@ -135,15 +142,14 @@ def read_decoder_config(folder: str | Path) -> DecoderConfig:
     heads = int(text["num_attention_heads"])
     hidden = int(text["hidden_size"])
     layer_types = text.get("layer_types") or []
-    if any(t != "full_attention" for t in layer_types):
-        raise UnsupportedError(f"{arch} with layer types {sorted(set(layer_types))} (sliding or hybrid attention) "
-                               "is not supported; only full attention", path=folder)
-    rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
-    if rope.get("rope_type", "default") not in ("default", "linear", "llama3", "dynamic", "longrope"):
-        raise UnsupportedError(f"rope type {rope.get('rope_type')!r} is not supported", path=folder)
+    other = sorted({str(t) for t in layer_types} - set(LAYER_TYPES))
+    if other:
+        raise UnsupportedError(f"{arch} with layer types {other} is not supported; only {' and '.join(LAYER_TYPES)}",
+                               path=folder)
+    check_rope(text, arch, folder)
     tied = text.get("tie_word_embeddings")
     if tied is None:
-        tied = arch == "GemmaForCausalLM"
+        tied = arch.startswith("Gemma")  # the Gemma configs tie them by default, the others do not
     return DecoderConfig(
         architecture=arch, family=FAMILIES[arch], num_layers=int(text["num_hidden_layers"]), num_heads=heads,
         kv_heads=int(_first(text.get("num_key_value_heads"), heads)),
@@ -154,13 +160,40 @@ def read_decoder_config(folder: str | Path) -> DecoderConfig:
     )
 
 
+def check_rope(text: dict, arch: str, folder: Path) -> None:
+    """Refuse rotary scalings one KV-cache graph cannot reproduce exactly (exit 2, before loading).
+
+    `dynamic` (NTK) recomputes the frequencies from the longest position seen so far, a state kept
+    across calls. `longrope` switches from the short to the long factors once a position passes
+    original_max_position_embeddings (the exported graph follows that switch step by step), but
+    Phi-3's generate then recomputes the whole cache with the long factors
+    (`Phi3ForCausalLM.prepare_inputs_for_generation`); a graph fed its own cache keeps the keys it
+    rotated with the short ones, so it generates differently past that point. Without that switch
+    (original_max_position_embeddings at least max_position_embeddings) it is exact."""
+    rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
+    kind = rope.get("rope_type") or rope.get("type") or "default"
+    if kind not in ("default", "linear", "llama3", "longrope"):
+        why = " (its frequencies follow the longest sequence seen so far, a state one graph cannot keep)" if kind == "dynamic" else ""
+        raise UnsupportedError(f"{arch} with rope type {kind!r} is not supported{why}; supported: default, linear, llama3, "
+                               "longrope", path=folder)
+    if kind == "longrope" and arch == "Phi3ForCausalLM":
+        original = _first(rope.get("original_max_position_embeddings"), text.get("original_max_position_embeddings"))
+        longest = text.get("max_position_embeddings")
+        if original is not None and longest is not None and int(original) < int(longest):
+            raise UnsupportedError(f"{arch} with longrope scaling switches to its long factors past {int(original)} tokens, "
+                                   "where transformers re-encodes the whole cache; a KV-cache graph cannot, so its output "
+                                   "would differ past that point", path=folder)
+
+
 def load_model(folder: str | Path):
     """The folder's model in fp32, eval mode, loaded offline from safetensors only."""
     folder = Path(folder)
     read_decoder_config(folder)  # refuses an unsupported family before transformers loads anything
     torch = require("torch", purpose="Hugging Face text-generation sources")
     transformers = require("transformers", purpose="Hugging Face text-generation sources")
-    for name in ("transformers", "transformers.modeling_utils", "huggingface_hub"):
+    # torch.utils._pytree: torchao, which transformers imports when it is installed, warns there
+    # through a handler bound to the real stderr
+    for name in ("transformers", "transformers.modeling_utils", "huggingface_hub", "torch.utils._pytree"):
         logging.getLogger(name).setLevel(logging.ERROR)
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
@@ -168,12 +201,33 @@ def load_model(folder: str | Path):
 
     with offline(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         try:
-            model = transformers.AutoModelForCausalLM.from_pretrained(
-                str(folder), local_files_only=True, use_safetensors=True, dtype=torch.float32)
+            model, info = transformers.AutoModelForCausalLM.from_pretrained(
+                str(folder), local_files_only=True, use_safetensors=True, dtype=torch.float32, output_loading_info=True,
+                ignore_mismatched_sizes=True)
         except Exception as e:
             raise BadInputError(f"transformers cannot load the folder: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
                                 path=folder) from None
+    problem = weights_problem(info)
+    if problem:
+        raise BadInputError(f"the weights do not fit config.json: {problem}", path=folder)
     return model.eval()
+
+
+def weights_problem(info: dict) -> str | None:
+    """What transformers' loading report says is wrong, in one line, or None. transformers fills a
+    tensor the weights lack, or whose shape differs from what config.json makes, with random
+    values and goes on (it only logs a table): the export and every reference would then agree on
+    a partly random model."""
+    mismatched = sorted(info.get("mismatched_keys") or [], key=lambda m: m[0])
+    missing = sorted(info.get("missing_keys") or [])
+    if mismatched:
+        name, stored, wanted = mismatched[0]
+        return (f"{name} is {list(stored)} in the weights but {list(wanted)} by the config"
+                f"{f' ({len(mismatched)} tensors differ)' if len(mismatched) > 1 else ''}")
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        return f"no {missing[0]}{more} in the weights (transformers would initialise {'them' if more else 'it'} at random)"
+    return None
 
 
 def flat_cache_module(model, cfg: DecoderConfig):
@@ -251,11 +305,29 @@ def export_decoder(folder: str | Path, *, opset: int | None = None, model=None, 
                                      output_names=cfg.output_names, dynamic_shapes=shapes, opset_version=opset,
                                      external_data=False, optimize=True)
         except Exception as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise UnsupportedError(f"{cfg.architecture} cannot be exported with a KV cache: {first}", path=folder) from None
+            raise UnsupportedError(f"{cfg.architecture} cannot be exported with a KV cache: {export_failure(e)}",
+                                   path=folder) from None
     onnx_model = prog.model_proto
     name_dims(onnx_model, cfg)
     return onnx_model, cfg
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def export_failure(error: BaseException) -> str:
+    """One line for a failed torch.onnx.export: the first line of the error that started it (the
+    exporter's own first line only says which of its steps failed), and the source line that
+    raised it when the exporter names one."""
+    root = error
+    while root.__cause__ is not None and root.__cause__ is not root:
+        root = root.__cause__
+    lines = [ln.strip() for ln in ANSI.sub("", str(root)).splitlines() if ln.strip()]
+    text = lines[0] if lines else type(root).__name__
+    where = re.search(r'File "([^"]+)", line (\d+), in (\w+)', ANSI.sub("", f"{error}\n{root}"))
+    if where:
+        text += f" (at {'/'.join(Path(where[1]).parts[-2:])}:{where[2]}, in {where[3]})"
+    return text
 
 
 def name_dims(model, cfg: DecoderConfig) -> None:
