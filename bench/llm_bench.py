@@ -111,7 +111,7 @@ def main() -> int:
     t = time.perf_counter()
     raw, cfg = hf_decoder.export_decoder(src)
     print(f"export {time.perf_counter() - t:.1f}s", file=sys.stderr)
-    fused, details = fuse_decoder(raw)
+    fused, details = fuse_decoder(raw, context_length=cfg.context_length)
     variants = {"raw export (fp32)": raw, "modelport fp32-fused": fused}
     for name, bits in (("modelport int8", 8), ("modelport int4", 4)):
         variants[name], _ = quantize_weight_only(fused, WeightOnlyOptions(bits=bits, block_size=32, symmetric=True))

@@ -153,7 +153,7 @@ def fused(ir, cfg, ref, prompts, options, report, *, on_stage=None):
     tg = options.text_generation
     tol = options.tolerance("fp32")
     with run_stage(report, "optimize:decoder-fusion", on_stage=on_stage) as row:
-        model, details = fuse_decoder(ir.model)
+        model, details = fuse_decoder(ir.model, context_length=cfg.context_length)
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "fused.onnx"
             save_onnx(model, path)
