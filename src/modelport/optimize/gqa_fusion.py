@@ -218,6 +218,31 @@ def _projection(g: _Graph, name: str):
     return n.input[0], w, bias
 
 
+def _packed_slices(g: _Graph, q: str, k: str, v: str, heads: int, kv_heads: int, head_dim: int) -> str | None:
+    """The tensor q, k and v are consecutive last-axis Slices of, covering all of it in that order
+    (an export of a fused qkv_proj, e.g. Phi-3), else None."""
+    sizes = [heads * head_dim, kv_heads * head_dim, kv_heads * head_dim]
+    src, offset = None, 0
+    for name, size in zip((q, k, v), sizes, strict=True):
+        n = g.producer.get(name)
+        if n is None or n.op_type != "Slice" or len(n.input) < 4 or (src is not None and n.input[0] != src):
+            return None
+        src = n.input[0]
+        try:
+            axis = _int_const(g, n.input[3], "slice axis")
+            step = _int_const(g, n.input[4], "slice step") if len(n.input) > 4 and n.input[4] else 1
+            b, e = _int_const(g, n.input[1], "slice start"), _int_const(g, n.input[2], "slice end")
+        except NoMatch:
+            return None
+        if axis not in (-1, 2) or step != 1 or b != offset or (e != offset + size and not (name == v and e >= 2**31 - 1)):
+            return None
+        offset += size
+    proj = _projection(g, src)
+    if proj is None or proj[1].shape[1] != offset:
+        return None
+    return src
+
+
 class _Layer:
     def __init__(self, index, q, k, v, cos, sin, mha, o_input, o_node, ck, cv):
         self.index, self.q, self.k, self.v, self.cos, self.sin = index, q, k, v, cos, sin
@@ -387,34 +412,30 @@ def fuse_group_query_attention(model, *, context_length: int, pack_qkv: bool = T
         i = layer.index
         lp = f"{p}{i}_"
         q, k, v = layer.q, layer.k, layer.v
-        projs = [_projection(g, t) for t in (q, k, v)] if pack_qkv else [None]
+        num_heads = int(_attr(layer.mha, "num_heads"))
+        packed = _packed_slices(g, q, k, v, num_heads, kv_heads, head_dim)
+        projs = [_projection(g, t) for t in (q, k, v)] if pack_qkv and packed is None else [None]
         if all(projs) and len({x for x, _, _ in projs}) == 1:
             x = projs[0][0]
             w = np.concatenate([w for _, w, _ in projs], axis=1)
-            sizes = [w_.shape[1] for _, w_, _ in projs]
-            out = lp + "qkv"
-            new_nodes.append(make("MatMul", [x, const(lp + "qkv_weight", w)], [out]))
+            packed = lp + "qkv"
+            new_nodes.append(make("MatMul", [x, const(lp + "qkv_weight", w)], [packed]))
             if any(b is not None for _, _, b in projs):
                 bias = np.concatenate([b if b is not None else np.zeros(w_.shape[1], w_.dtype) for _, w_, b in projs])
-                new_nodes.append(make("Add", [out, const(lp + "qkv_bias", bias)], [lp + "qkv_biased"]))
-                out = lp + "qkv_biased"
-            q, k, v = lp + "q", lp + "k", lp + "v"
-            new_nodes.append(make("Split", [out, const(lp + "qkv_sizes", np.array(sizes, np.int64))], [q, k, v], axis=-1))
+                new_nodes.append(make("Add", [packed, const(lp + "qkv_bias", bias)], [lp + "qkv_biased"]))
+                packed = lp + "qkv_biased"
+        if packed is not None:
             details["packed_qkv"] += 1
         cos_n, sin_n = cache_names[(layer.cos, layer.sin)]
-        num_heads = int(_attr(layer.mha, "num_heads"))
         scale = _attr(layer.mha, "scale", None)
         scale = float(scale) if scale is not None else float(1.0 / np.sqrt(head_dim))
-        new_nodes += [
-            make("RotaryEmbedding", [q, "position_ids", cos_n, sin_n], [lp + "q_rot"], domain=MS, interleaved=0),
-            make("RotaryEmbedding", [k, "position_ids", cos_n, sin_n], [lp + "k_rot"], domain=MS, interleaved=0),
-            make("GroupQueryAttention",
-                 [lp + "q_rot", lp + "k_rot", v, f"past_key_values.{i}.key", f"past_key_values.{i}.value",
-                  p + "seqlens_k", p + "total_sequence_length", "", "", "", p + "attention_bias",
-                  "", "", "", "", "", p + "query_seqlens"],
-                 [lp + "attention", f"present.{i}.key", f"present.{i}.value"], domain=MS,
-                 num_heads=num_heads, kv_num_heads=kv_heads, scale=scale, do_rotary=0),
-        ]
+        qkv = [packed, "", ""] if packed is not None else [q, k, v]
+        new_nodes.append(make(
+            "GroupQueryAttention",
+            [*qkv, f"past_key_values.{i}.key", f"past_key_values.{i}.value", p + "seqlens_k", p + "total_sequence_length",
+             cos_n, sin_n, "position_ids", p + "attention_bias", "", "", "", "", "", p + "query_seqlens"],
+            [lp + "attention", f"present.{i}.key", f"present.{i}.value"], domain=MS,
+            num_heads=num_heads, kv_num_heads=kv_heads, scale=scale, do_rotary=1, rotary_interleaved=0))
         for idx, name in enumerate(layer.o_node.input):
             if name == layer.o_input:
                 layer.o_node.input[idx] = lp + "attention"
