@@ -76,6 +76,9 @@ def test_every_layer_is_one_group_query_attention(fused):
         assert cfg.head_dim * cfg.num_heads != cfg.hidden_size
     # q/k/v packed into one projection: the key and value inputs are empty
     assert all(n.input[1] == "" and n.input[2] == "" for n in gqa) and details["group_query_attention"]["packed_qkv"] == 2
+    # per layer: qkv, o_proj, gate+up (packed here; Phi-3 exports them packed), down; then the LM head
+    assert ops.count("MatMul") == 4 * cfg.num_layers + 1
+    assert details["rules"].get("packed_matmuls", 0) == (0 if family == "phi3" else cfg.num_layers)
     assert details["nodes"] < details["nodes_before"] / 3
 
 
