@@ -3,6 +3,8 @@ end in tests/orchestration/test_text_generation.py)."""
 
 from __future__ import annotations
 
+import json
+
 from modelport.emitters import EMITTERS, EmitOptions
 from modelport.emitters.ort_genai import genai_config, preflight
 from modelport.ir import IRModel, specs_from_onnx
@@ -32,3 +34,24 @@ def test_preflight_refuses_a_model_that_is_not_a_decoder(tiny_onnx):
     assert not p.ok and "--task text-generation" in p.unsupported[0]["reason"]
     ir.provenance["decoder"] = DECODER
     assert preflight(ir, EmitOptions()).ok
+
+
+def test_past_and_present_share_a_buffer_only_for_group_query_attention(tmp_path):
+    """GroupQueryAttention writes the new tokens into the buffer it is given, so onnxruntime-genai may hand it
+    one max-length buffer as past and present; the unfused export's Concat needs separate ones."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    def model(op, domain):
+        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+        return helper.make_model(helper.make_graph([helper.make_node(op, ["x"], ["y"], domain=domain)], "g", [x], [y]))
+
+    from modelport.emitters.ort_genai import write_folder
+
+    for op, domain, shared in (("GroupQueryAttention", "com.microsoft", True), ("Identity", "", False)):
+        folder = tmp_path / op
+        write_folder(model(op, domain), DECODER, None, folder)
+        config = json.loads((folder / "genai_config.json").read_text())
+        assert config["search"]["past_present_share_buffer"] is shared
+        assert onnx.load(str(folder / "model.onnx")).graph.node[0].op_type == op

@@ -35,12 +35,16 @@ def test_fp32_onnx_and_ort_genai_generate_like_transformers(cli, llama, tmp_path
     _schema_ok(report)
     fusion = next(s for s in report["stages"] if s["name"] == "optimize:decoder-fusion")
     assert fusion["kept"] and fusion["nodes"] < fusion["nodes_before"]
-    # 2 layers: RMSNorm at the first layer's input, 2 per layer and the final one, 4 of them after a residual Add
-    assert fusion["fused"] == {"SimplifiedLayerNormalization": 1, "SkipSimplifiedLayerNormalization": 4, "MultiHeadAttention": 2}
+    # 2 layers: RMSNorm at the first layer's input, 2 per layer and the final one, 4 of them after a residual Add;
+    # attention as GroupQueryAttention (rotary inside, packed q/k/v) on the un-expanded cache
+    assert fusion["fused"] == {"SimplifiedLayerNormalization": 1, "SkipSimplifiedLayerNormalization": 4, "GroupQueryAttention": 2}
+    assert fusion["group_query_attention"]["fused"] == [0, 1] and fusion["group_query_attention"]["packed_qkv"] == 2
     import onnx
 
-    ops = [n.op_type for n in onnx.load(str(out / "model.onnx")).graph.node]
-    assert ops.count("MultiHeadAttention") == 2 and ops.count("SkipSimplifiedLayerNormalization") == 4
+    nodes = onnx.load(str(out / "model.onnx")).graph.node
+    ops = [n.op_type for n in nodes]
+    assert ops.count("GroupQueryAttention") == 2 and ops.count("SkipSimplifiedLayerNormalization") == 4
+    assert "MultiHeadAttention" not in ops and not [n for n in nodes if any(i.startswith("present.") for i in n.input)]
     gens = {g["hop"].split("→")[1].split(" ")[0]: g for g in report["generation"]}
     assert set(gens) == {"onnx", "ort-genai"}
     for g in gens.values():
@@ -50,7 +54,7 @@ def test_fp32_onnx_and_ort_genai_generate_like_transformers(cli, llama, tmp_path
     folder = out / "ort-genai"
     config = json.loads((folder / "genai_config.json").read_text())
     assert config["model"]["decoder"]["num_key_value_heads"] == 2 and config["model"]["type"] == "llama"
-    assert config["search"]["past_present_share_buffer"] is False
+    assert config["search"]["past_present_share_buffer"] is True  # GroupQueryAttention writes into the shared buffer
     assert (folder / "tokenizer.json").is_file() and (out / "model.onnx").is_file()
 
     # the folder as a user loads it: onnxruntime-genai's tokenizer and search, against our own loop

@@ -3,8 +3,11 @@
 It holds the KV-cache model (`model.onnx`, + `model.onnx.data` when large), `genai_config.json`
 describing it (input/output names, heads, layers, special tokens, greedy search defaults) and the
 source folder's tokenizer files, copied as they are. The model's names are the ones ort-genai's
-decoder expects (`past_key_values.%d.key`, `present.%d.key`); since `present` grows by the new
-tokens rather than sharing a fixed buffer with `past`, `past_present_share_buffer` is false.
+decoder expects (`past_key_values.%d.key`, `present.%d.key`). In the unfused export `present` is a
+Concat that grows by the new tokens, so `past_present_share_buffer` is false; a model whose attention
+is `com.microsoft.GroupQueryAttention` (optimize/gqa_fusion.py) writes the new tokens into the cache
+buffer it is given, so there past and present share one max-length buffer (no copy of the whole cache
+per step) and the flag is true.
 
 Only an IR from a text-generation source (`parsers/hf_decoder.py`) can be written: other models
 are refused by the preflight. Validation is by generation (`validation/generation.py`), not by
@@ -28,8 +31,9 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
                    "vocab.json", "merges.txt", "added_tokens.json", "generation_config.json", "chat_template.jinja")
 
 
-def genai_config(decoder: dict, *, filename: str = "model.onnx") -> dict:
-    """genai_config.json for a KV-cache decoder with our input/output names."""
+def genai_config(decoder: dict, *, filename: str = "model.onnx", share_buffer: bool = False) -> dict:
+    """genai_config.json for a KV-cache decoder with our input/output names (`share_buffer`: past and
+    present share one buffer, for a model with GroupQueryAttention)."""
     eos = decoder.get("eos_token_id")
     pad = decoder.get("pad_token_id")
     if pad is None:
@@ -62,7 +66,7 @@ def genai_config(decoder: dict, *, filename: str = "model.onnx") -> dict:
         "search": {
             "diversity_penalty": 0.0, "do_sample": False, "early_stopping": True, "length_penalty": 1.0,
             "max_length": ctx, "min_length": 0, "no_repeat_ngram_size": 0, "num_beams": 1,
-            "num_return_sequences": 1, "past_present_share_buffer": False, "repetition_penalty": 1.0,
+            "num_return_sequences": 1, "past_present_share_buffer": share_buffer, "repetition_penalty": 1.0,
             "temperature": 1.0, "top_k": 1, "top_p": 1.0,
         },
     }
@@ -75,7 +79,8 @@ def write_folder(model, decoder: dict, source_folder: str | Path | None, out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     files = save_onnx(model, out_dir / "model.onnx")
     cfg = out_dir / "genai_config.json"
-    cfg.write_text(json.dumps(genai_config(decoder), indent=2) + "\n")
+    share = any(n.op_type == "GroupQueryAttention" and n.domain == "com.microsoft" for n in model.graph.node)
+    cfg.write_text(json.dumps(genai_config(decoder, share_buffer=share), indent=2) + "\n")
     files.append(cfg)
     if source_folder is not None:
         src = Path(source_folder)

@@ -4,8 +4,12 @@ onnxscript's `ort_fusions.optimize_for_ort` is written against `torch.onnx` dyna
 Llama-like decoders. On ours it turns RMSNorm (Pow → ReduceMean → Add → Sqrt → Reciprocal → Mul)
 into `SimplifiedLayerNormalization`, a residual Add followed by RMSNorm into
 `SkipSimplifiedLayerNormalization`, and scaled-dot-product attention with the cache concat into
-`com.microsoft.MultiHeadAttention`. The result runs in onnxruntime only (contrib ops); the caller
-keeps it only when generation still matches the source (see orchestration/text_generation.py).
+`com.microsoft.MultiHeadAttention` over keys and values expanded by repeat_kv. Our own rewrite
+(optimize/gqa_fusion.py) then turns each layer's attention into `com.microsoft.GroupQueryAttention`
+on the un-expanded cache, with the rotary embedding in `com.microsoft.RotaryEmbedding` nodes and the
+q/k/v projections packed into one MatMul; the MLP's gate and up projections are packed the same way
+(`pack_sibling_matmuls`). The result runs in onnxruntime only (contrib ops); the
+caller keeps it only when generation still matches the source (see orchestration/text_generation.py).
 """
 
 from __future__ import annotations
@@ -18,8 +22,13 @@ FUSED_OPS = ("SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization",
              "GroupQueryAttention", "RotaryEmbedding")
 
 
-def fuse_decoder(model):
-    """(fused ModelProto, details with node counts before/after and fused ops); the input is not modified."""
+DEFAULT_CONTEXT = 4096  # rotary cache rows when the caller does not know the model's context length
+
+
+def fuse_decoder(model, *, context_length: int | None = None, group_query_attention: bool = True):
+    """(fused ModelProto, details with node counts before/after and fused ops); the input is not modified.
+    `context_length` bounds the positions the rotary caches hold (the config's max_position_embeddings).
+    details["group_query_attention"] says which layers were fused and why any other was not."""
     import logging
 
     import onnx
@@ -33,7 +42,67 @@ def fuse_decoder(model):
     copy.CopyFrom(model)
     fused, stats = optimize_for_ort(onnx_ir.from_proto(copy))
     out = onnx_ir.to_proto(fused)
+    rules = {k: v for k, v in stats.items() if v}
+    gqa = None
+    if group_query_attention:
+        from modelport.optimize.gqa_fusion import fuse_group_query_attention
+
+        out, gqa = fuse_group_query_attention(out, context_length=context_length or DEFAULT_CONTEXT)
+        if gqa["fused"]:
+            rules["group_query_attention"] = len(gqa["fused"])
+        packed = pack_sibling_matmuls(out)
+        if packed:
+            rules["packed_matmuls"] = packed
     ops = Counter(n.op_type for n in out.graph.node)
-    return out, {"nodes_before": len(model.graph.node), "nodes": len(out.graph.node),
-                 "fused": {op: ops[op] for op in FUSED_OPS if ops[op]},
-                 "rules": {k: v for k, v in stats.items() if v}}
+    details = {"nodes_before": len(model.graph.node), "nodes": len(out.graph.node),
+               "fused": {op: ops[op] for op in FUSED_OPS if ops[op]}, "rules": rules}
+    if gqa is not None:
+        details["group_query_attention"] = gqa
+    return out, details
+
+
+def pack_sibling_matmuls(model) -> int:
+    """MatMul(x, A) and MatMul(x, B) with constant 2-D A, B of one dtype and depth → Split(MatMul(x, [A | B]))
+    (e.g. an MLP's gate and up projections): one GEMV per decode step instead of two, and one MatMulNBits
+    after weight-only quantisation. The columns of x·[A | B] are x·A and x·B, so the result is the same.
+    Changes `model` in place; returns how many pairs it packed."""
+    import numpy as np
+    import onnx
+    import onnx.numpy_helper as nh
+
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    users: dict[str, list] = {}
+    for n in graph.node:
+        for i in n.input:
+            users.setdefault(i, []).append(n)
+    replace, drop, packed = {}, set(), 0
+    for x, nodes in users.items():
+        mms = [n for n in nodes if n.op_type == "MatMul" and n.domain in ("", "ai.onnx") and n.input[0] == x
+               and n.input[1] in inits and len(inits[n.input[1]].dims) == 2]
+        if len(mms) != 2 or mms[0].input[1] == mms[1].input[1]:
+            continue
+        a, b = (inits[n.input[1]] for n in mms)
+        if a.data_type != b.data_type or a.dims[0] != b.dims[0] or a.data_location or b.data_location:
+            continue
+        name = f"packed_{packed}_{mms[0].output[0]}"
+        wa, wb = nh.to_array(a), nh.to_array(b)
+        graph.initializer.append(nh.from_array(np.concatenate([wa, wb], axis=1), name + "_weight"))
+        graph.initializer.append(nh.from_array(np.array([wa.shape[1], wb.shape[1]], np.int64), name + "_sizes"))
+        replace[id(mms[0])] = [onnx.helper.make_node("MatMul", [x, name + "_weight"], [name]),
+                               onnx.helper.make_node("Split", [name, name + "_sizes"], [mms[0].output[0], mms[1].output[0]],
+                                                     axis=-1)]
+        drop.add(id(mms[1]))
+        packed += 1
+    if not packed:
+        return 0
+    nodes = []
+    for n in graph.node:
+        nodes.extend(replace.get(id(n), [] if id(n) in drop else [n]))
+    del graph.node[:]
+    graph.node.extend(nodes)
+    used = {i for n in graph.node for i in n.input}
+    keep = [t for t in graph.initializer if t.name in used]
+    del graph.initializer[:]
+    graph.initializer.extend(keep)
+    return packed

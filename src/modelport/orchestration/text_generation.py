@@ -174,7 +174,7 @@ def fused(ir, cfg, ref, prompts, options, report, *, on_stage=None):
     tg = options.text_generation
     tol = options.tolerance("fp32")
     with run_stage(report, "optimize:decoder-fusion", on_stage=on_stage) as row:
-        model, details = fuse_decoder(ir.model)
+        model, details = fuse_decoder(ir.model, context_length=cfg.context_length)
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / "fused.onnx"
             save_onnx(model, path)
@@ -214,7 +214,8 @@ def auto_variant(ir, cfg, ref, prompts, options, report, *, on_stage=None):
                                      budget=budget, atol=tol.atol, rtol=tol.rtol, session=session)[0]
 
     with run_stage(report, "optimize:auto", on_stage=on_stage, precisions=list(precisions)) as row:
-        variants, fusion = decoder_auto.build_variants(ir.model, precisions, quantize, fuse=fuse_decoder, on_stage=on_stage)
+        variants, fusion = decoder_auto.build_variants(
+            ir.model, precisions, quantize, fuse=lambda m: fuse_decoder(m, context_length=cfg.context_length), on_stage=on_stage)
         selection = decoder_auto.select(variants, judge, pad=cfg.safe_pad, vocab_size=cfg.vocab_size,
                                         context_length=cfg.context_length, options=tg.auto, on_stage=on_stage)
         row.note(**selection, fusion=fusion)

@@ -1,0 +1,133 @@
+"""Decoder fusions on our KV-cache exports (optimize/decoder_fusion.py, optimize/gqa_fusion.py): every layer's
+attention becomes one GroupQueryAttention on the un-expanded cache, rotary inside it, q/k/v packed, and the
+fused model equals the unfused one at prefill and decode over a left-padded batch, and generates what
+transformers generates."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from modelport.optimize.decoder_fusion import fuse_decoder
+from modelport.optimize.gqa_fusion import fuse_group_query_attention
+from modelport.parsers import hf_decoder
+from modelport.validation import generation
+from tests.hf_folders import COMMON, build
+
+FAMILIES = ("llama", "qwen2", "phi3", "mistral", "gemma")
+
+
+def _build(family: str, folder):
+    """tests/hf_folders.py's families, plus Mistral and Gemma (head_dim 32 while hidden/heads is 16) built here."""
+    if family in ("llama", "qwen2", "phi3"):
+        return build(family, folder)
+    import torch
+    import transformers
+
+    from tests.hf_folders import write_tokenizer
+
+    torch.manual_seed(0)
+    if family == "mistral":
+        config, cls = transformers.MistralConfig(**COMMON, sliding_window=None), transformers.MistralForCausalLM
+    else:
+        config, cls = transformers.GemmaConfig(**COMMON, head_dim=32), transformers.GemmaForCausalLM
+    folder.mkdir(parents=True, exist_ok=True)
+    cls(config).eval().save_pretrained(str(folder))
+    write_tokenizer(folder)
+    return folder
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def fused(request, tmp_path_factory):
+    """(family, raw export, transformers model, cfg, unfused session, fused model, details, fused session);
+    fuse_decoder must leave its input as it was."""
+    import onnxruntime as ort
+
+    folder = _build(request.param, tmp_path_factory.mktemp(request.param) / "model")
+    cfg = hf_decoder.read_decoder_config(folder)
+    model = hf_decoder.load_model(folder)
+    raw, cfg = hf_decoder.export_decoder(folder, model=model, cfg=cfg)
+    before = raw.SerializeToString()
+    out, details = fuse_decoder(raw, context_length=cfg.context_length)
+    assert raw.SerializeToString() == before
+
+    def session(m):
+        return ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+
+    return request.param, raw, model, cfg, session(raw), out, details, session(out)
+
+
+def test_every_layer_is_one_group_query_attention(fused):
+    family, _, _, cfg, _, model, details, _ = fused
+    ops = [n.op_type for n in model.graph.node]
+    gqa = [n for n in model.graph.node if n.op_type == "GroupQueryAttention"]
+    assert len(gqa) == cfg.num_layers and details["fused"]["GroupQueryAttention"] == cfg.num_layers
+    assert details["group_query_attention"]["fused"] == list(range(cfg.num_layers))
+    assert details["group_query_attention"]["unfused"] == {}
+    assert details["rules"]["group_query_attention"] == cfg.num_layers
+    # no repeat_kv, no separate attention or rotary arithmetic left: the cache is read by GQA alone
+    assert "MultiHeadAttention" not in ops and "Neg" not in ops and "Cos" not in ops and "Transpose" not in ops
+    assert not [n for n in model.graph.node if any(i.startswith("present.") for i in n.input)]
+    assert ops.count("Expand") == 3  # seqlens_k, query_seqlens and the padding bias, once per model
+    attrs = {a.name: a for a in gqa[0].attribute}
+    assert attrs["num_heads"].i == cfg.num_heads and attrs["kv_num_heads"].i == cfg.kv_heads and attrs["do_rotary"].i == 1
+    assert attrs["scale"].f == pytest.approx(cfg.head_dim ** -0.5, rel=1e-6)
+    if family == "gemma":
+        assert cfg.head_dim * cfg.num_heads != cfg.hidden_size
+    # q/k/v packed into one projection: the key and value inputs are empty
+    assert all(n.input[1] == "" and n.input[2] == "" for n in gqa) and details["group_query_attention"]["packed_qkv"] == 2
+    # per layer: qkv, o_proj, gate+up (packed here; Phi-3 exports them packed), down; then the LM head
+    assert ops.count("MatMul") == 4 * cfg.num_layers + 1
+    assert details["rules"].get("packed_matmuls", 0) == (0 if family == "phi3" else cfg.num_layers)
+    assert details["nodes"] < details["nodes_before"] / 3
+
+
+@pytest.mark.parametrize("past,sequence", [(0, 5), (0, 1), (1, 1), (4, 1), (9, 1), (6, 3)])
+def test_prefill_and_decode_equal_the_unfused_model(fused, past, sequence):
+    """Left-padded batch of 2 (row 0 starts with two padded slots, its positions start at 0 at its
+    first real token): logits of real queries and the grown cache at real slots equal the unfused export's."""
+    _, _, _, cfg, raw, _, _, session = fused
+    feeds = hf_decoder.sample_step(cfg, seed=past * 10 + sequence, past=past, sequence=sequence)
+    if past == 0:
+        feeds["attention_mask"][0, :2] = 0
+        pos = np.clip(np.cumsum(feeds["attention_mask"], axis=1) - 1, 0, None)
+        feeds["position_ids"] = pos[:, -sequence:].astype(np.int64)
+    ref = raw.run(cfg.output_names, feeds)
+    got = session.run(cfg.output_names, feeds)
+    valid = feeds["attention_mask"][:, past:].astype(bool)
+    assert np.abs(got[0][valid] - ref[0][valid]).max() < 2e-6
+    real = feeds["attention_mask"].astype(bool)
+    for g, r in zip(got[1:], ref[1:], strict=True):
+        assert g.shape == r.shape == (2, cfg.kv_heads, past + sequence, cfg.head_dim)
+        assert np.abs(g - r).transpose(0, 2, 1, 3)[real].max() < 2e-6
+        assert np.isfinite(g).all()
+
+
+def test_fused_model_generates_like_transformers(fused, tmp_path):
+    """Our greedy loop over the fused model, three prompts of different lengths left-padded into one
+    batch, 24 tokens: transformers' tokens, logits within 1e-4 at every step."""
+    import onnx
+
+    _, _, model, cfg, _, out, _, _ = fused
+    path = tmp_path / "fused.onnx"
+    onnx.save(out, str(path))
+    prompts = generation.fixed_prompts(cfg.vocab_size, avoid=(cfg.safe_pad,))
+    ref = generation.generate_transformers(model, prompts, 24, cfg.safe_pad)
+    got = generation.generate_onnx(path, prompts, 24, cfg.safe_pad)
+    result = generation.compare_generation(ref, got, hop="test")
+    assert result.ok, result.reason
+    assert result.tokens == 1.0 and result.max_abs < 1e-4
+
+
+def test_a_graph_without_the_attention_form_is_left_unfused_with_reasons(fused):
+    """On the raw export (no MultiHeadAttention yet) nothing matches: each layer is named with its reason
+    and the model is returned as it was."""
+    import onnx
+
+    _, raw, _, cfg, _, _, _, _ = fused
+    copy = onnx.ModelProto()
+    copy.CopyFrom(raw)
+    out, details = fuse_group_query_attention(copy, context_length=64)
+    assert details["fused"] == [] and set(details["unfused"]) == {str(i) for i in range(cfg.num_layers)}
+    assert all(isinstance(reason, str) and reason for reason in details["unfused"].values())
+    assert out.SerializeToString() == raw.SerializeToString()
