@@ -152,7 +152,112 @@ def test_task_of_another_modality_is_exit_2(cli, bert_dir, tmp_path):
 def test_task_whose_head_the_checkpoint_lacks_is_exit_2(cli, bert_dir, tmp_path):
     r = cli("convert", bert_dir, "-o", tmp_path / "out", "--task", "fill-mask")
     assert r.exit_code == 2
-    assert "task fill-mask does not fit the checkpoint: BertForMaskedLM needs weights it lacks" in r.stderr
+    assert f"{bert_dir}: task fill-mask needs weights the checkpoint lacks: no cls.predictions." in r.stderr
+    assert ("(the checkpoint is a BertForSequenceClassification: the weights of BertForMaskedLM's fill-mask head are absent; "
+            "convert it as text-classification, or use a checkpoint trained for fill-mask)") in r.stderr
+
+
+# --- weights that do not cover the model ------------------------------------------------------------------
+
+
+def reworked(folder: Path, dest: Path, *, drop: tuple[str, ...] = (), **config) -> Path:
+    """A copy of `folder` whose safetensors lack the tensors `drop` and whose config.json has `config` set."""
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(folder, dest)
+    if drop:
+        weights = load_file(dest / "model.safetensors")
+        for key in drop:
+            del weights[key]
+        save_file(weights, dest / "model.safetensors", metadata={"format": "pt"})
+    if config:
+        (dest / "config.json").write_text(json.dumps({**json.loads((dest / "config.json").read_text()), **config}))
+    return dest
+
+
+def tree_digest(folder: Path) -> dict:
+    import hashlib
+
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize(("case", "reason"), [
+    ("missing", "the weights do not fit config.json: no classifier.weight in the weights (transformers would initialise it at "
+                "random)"),
+    ("resized", "the weights do not fit config.json: classifier.bias is [3] in the weights but [5] by the config "
+                "(2 tensors differ)"),
+])
+def test_weights_that_do_not_cover_the_model_are_one_line_exit_2(cli_proc, bert_dir, tmp_path, case, reason):
+    """transformers fills a tensor the safetensors lack, or hold at another size than config.json
+    makes, with random values: the convert would pass parity against an equally random reference.
+    Through the real CLI process: one stderr line naming the folder and the tensor, no output, the
+    folder untouched."""
+    labels = {"id2label": {str(i): f"L{i}" for i in range(5)}, "label2id": {f"L{i}": i for i in range(5)}}
+    src = (reworked(bert_dir, tmp_path / "src", drop=("classifier.weight",)) if case == "missing"
+           else reworked(bert_dir, tmp_path / "src", **labels))
+    before = tree_digest(src)
+    r = cli_proc("convert", src, "-o", tmp_path / "out")
+    assert r.exit_code == 2, r
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert lines == [f"error: {src}: {reason}"], r.stderr
+    assert r.stdout == "" and sorted(p.name for p in tmp_path.iterdir()) == ["src"]
+    assert tree_digest(src) == before
+
+
+def test_t5_without_a_decoder_weight_is_exit_2(cli, tmp_path):
+    config = transformers.T5Config(vocab_size=100, d_model=32, d_kv=8, d_ff=37, num_layers=1, num_decoder_layers=1, num_heads=2,
+                                   decoder_start_token_id=0)
+    full = save(transformers.T5ForConditionalGeneration(config), tmp_path / "t5")
+    src = reworked(full, tmp_path / "src", drop=("decoder.block.0.layer.0.SelfAttention.q.weight",))
+    r = cli("convert", src, "-o", tmp_path / "out")
+    assert r.exit_code == 2
+    assert (f"{src}: the weights do not fit config.json: no decoder.block.0.layer.0.SelfAttention.q.weight in the weights "
+            "(transformers would initialise it at random)") in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_task_head_a_base_checkpoint_never_had_is_exit_2(cli, tmp_path):
+    folder = save(transformers.BertModel(transformers.BertConfig(**BERT)), tmp_path / "base")
+    r = cli("convert", folder, "-o", tmp_path / "out", "--task", "text-classification")
+    assert r.exit_code == 2
+    assert (f"{folder}: task text-classification needs weights the checkpoint lacks: no classifier.bias and 1 more in the weights "
+            "(transformers would initialise them at random) (the checkpoint is a BertModel: the weights of "
+            "BertForSequenceClassification's text-classification head are absent; convert it as feature-extraction, or use a "
+            "checkpoint trained for text-classification)") in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_feature_extraction_of_a_masked_lm_checkpoint_needs_no_pooler(cli, tmp_path):
+    """A masked-LM checkpoint (roberta-base's kind) has no pooler; last_hidden_state never reads it."""
+    import onnx
+
+    folder = save(transformers.BertForMaskedLM(transformers.BertConfig(**BERT)), tmp_path / "mlm")
+    report = converted(cli, folder, tmp_path / "out", "--task", "feature-extraction")
+    assert [o["name"] for o in report["contract"]["outputs"]] == ["last_hidden_state"]
+    assert not [i.name for i in onnx.load(tmp_path / "out" / "model.onnx").graph.initializer if "pooler" in i.name]
+
+
+def test_weights_transformers_fills_itself_are_not_refused(tmp_path):
+    """What transformers declares it fills on its own is no gap: BART's `final_logits_bias` (zeros,
+    `_keys_to_ignore_on_load_missing`) and the output embedding tied to the input one; a tensor
+    the model needs is one."""
+    config = transformers.BartConfig(vocab_size=64, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                                     decoder_attention_heads=2, encoder_ffn_dim=16, decoder_ffn_dim=16, max_position_embeddings=32)
+    from safetensors.torch import load_file
+
+    full = save(transformers.BartForConditionalGeneration(config), tmp_path / "bart")
+    stored = set(load_file(full / "model.safetensors"))
+    assert "lm_head.weight" not in stored  # tied to the shared embedding, not saved
+    task = hf.TASKS["text2text-generation"]
+
+    def load(folder):
+        with hf.offline() as tf:
+            return hf.load_model(task, folder, hf.read_config(folder), trust=False, safetensors=True, inferred=True, transformers=tf)
+
+    model = load(reworked(full, tmp_path / "no-bias", drop=("final_logits_bias",)))
+    assert not model.final_logits_bias.any() and model.lm_head.weight is model.model.shared.weight
+    with pytest.raises(BadInputError, match=r"no model\.decoder\.layernorm_embedding\.weight in the weights"):
+        load(reworked(full, tmp_path / "no-norm", drop=("model.decoder.layernorm_embedding.weight",)))
 
 
 def test_text_generation_of_an_encoder_folder_is_exit_2(cli, bert_dir, tmp_path):

@@ -197,7 +197,7 @@ def load_model(folder: str | Path):
         logging.getLogger(name).setLevel(logging.ERROR)
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
-    from modelport.parsers.huggingface import offline
+    from modelport.parsers.huggingface import offline, weights_problem
 
     with offline(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         try:
@@ -211,23 +211,6 @@ def load_model(folder: str | Path):
     if problem:
         raise BadInputError(f"the weights do not fit config.json: {problem}", path=folder)
     return model.eval()
-
-
-def weights_problem(info: dict) -> str | None:
-    """What transformers' loading report says is wrong, in one line, or None. transformers fills a
-    tensor the weights lack, or whose shape differs from what config.json makes, with random
-    values and goes on (it only logs a table): the export and every reference would then agree on
-    a partly random model."""
-    mismatched = sorted(info.get("mismatched_keys") or [], key=lambda m: m[0])
-    missing = sorted(info.get("missing_keys") or [])
-    if mismatched:
-        name, stored, wanted = mismatched[0]
-        return (f"{name} is {list(stored)} in the weights but {list(wanted)} by the config"
-                f"{f' ({len(mismatched)} tensors differ)' if len(mismatched) > 1 else ''}")
-    if missing:
-        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
-        return f"no {missing[0]}{more} in the weights (transformers would initialise {'them' if more else 'it'} at random)"
-    return None
 
 
 def flat_cache_module(model, cfg: DecoderConfig):

@@ -18,7 +18,9 @@ Safety: weights load from safetensors only (`use_safetensors=True`, each file's 
 first); a folder holding only pickled weights (`pytorch_model.bin`) or a config that asks for code
 from the folder (`auto_map`, i.e. `trust_remote_code`) is refused (exit 3) unless `trust` is set.
 Loading never reaches the network (`local_files_only=True`, `HF_HUB_OFFLINE=1`) and never writes
-into the folder. Tokenizer and preprocessor files are listed in the IR's provenance
+into the folder. Weights that do not cover the model (a tensor missing from the safetensors, or
+of another shape than config.json makes) are refused (exit 2, `weights_problem`): transformers
+would fill them with random values, and every reference would agree with the random model. Tokenizer and preprocessor files are listed in the IR's provenance
 (`companion_files`); the convert stage copies them next to the artifacts.
 """
 
@@ -28,6 +30,7 @@ import contextlib
 import importlib
 import inspect as pyinspect
 import json
+import logging
 import os
 import re
 import sys
@@ -51,6 +54,10 @@ COMPANION_FILES = (
 PICKLED_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 SAMPLE_SEQUENCE = 8  # tokens per sample (within max_position_embeddings)
 SAMPLE_AUDIO = 16000  # raw audio samples per sample (one second at 16 kHz)
+# Tensors a task's outputs never read, so their absence is no reason to refuse: feature-extraction
+# returns last_hidden_state, which the pooler (a head on top of it, absent from masked-LM
+# checkpoints such as roberta-base's) does not feed.
+UNREAD_BY_TASK = {"feature-extraction": re.compile(r"(^|\.)pooler\.")}
 
 
 def sniff(path: Path) -> bool:
@@ -200,6 +207,10 @@ def offline():
         from modelport.deps import require
 
         transformers = require("transformers", purpose="Hugging Face model folders")
+        # torchao, which transformers imports with its model classes when it is installed, logs
+        # through its own logger and torch's _pytree one
+        for name in ("torchao", "torch.utils._pytree"):
+            logging.getLogger(name).setLevel(logging.ERROR)
         transformers.logging.set_verbosity_error()
         transformers.logging.disable_progress_bar()
         with contextlib.redirect_stdout(sys.stderr):
@@ -334,14 +345,15 @@ class Context:
 def load_model(task: Task, ctx_folder: Path, config: dict, *, trust: bool, safetensors: bool, inferred: bool, transformers):
     """The model for `task`: the class the config names when the task was inferred from it (it may
     be no Auto class's, e.g. WhisperEncoder), else the task's Auto class. A class that does not fit
-    the config, or a checkpoint that lacks weights the task needs, is exit 2."""
+    the config, or weights that do not cover it (`weights_problem`), is exit 2."""
     torch = importlib.import_module("torch")
     arch = (config.get("architectures") or [None])[0]
     cls = transformers_class(transformers, arch, config["model_type"]) if inferred and arch else None
     if cls is None:
         cls = getattr(transformers, task.auto_class)
+    # mismatched sizes come back in the loading report instead of as a RuntimeError after it
     kwargs = dict(local_files_only=True, use_safetensors=safetensors, trust_remote_code=trust and bool(config.get("auto_map")),
-                  dtype=torch.float32, output_loading_info=True)
+                  dtype=torch.float32, output_loading_info=True, ignore_mismatched_sizes=True)
     try:
         try:
             model, info = cls.from_pretrained(str(ctx_folder), attn_implementation="eager", **kwargs)
@@ -349,17 +361,51 @@ def load_model(task: Task, ctx_folder: Path, config: dict, *, trust: bool, safet
             if "attn" not in str(e).lower() and "attention" not in str(e).lower():
                 raise
             model, info = cls.from_pretrained(str(ctx_folder), **kwargs)
-    except (ValueError, KeyError, OSError, TypeError, AttributeError) as e:
+    except (ValueError, KeyError, OSError, TypeError, AttributeError, RuntimeError) as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise BadInputError(f"task {task.name} does not fit this {config['model_type']} model: {reason[:300]}",
                             path=ctx_folder) from None
-    missing = sorted(info.get("missing_keys") or [])
-    if missing:
-        raise BadInputError(f"task {task.name} does not fit the checkpoint: {type(model).__name__} needs weights it lacks "
-                            f"({', '.join(missing[:3])}{'…' if len(missing) > 3 else ''})", path=ctx_folder,
-                            hint=f"the config's architecture is {arch}; pick the task it was trained for")
+    unread = UNREAD_BY_TASK.get(task.name)
+    missing = [k for k in info.get("missing_keys") or [] if not (unread and unread.search(k))]
+    problem = weights_problem({**info, "missing_keys": missing})
+    if problem:
+        built = type(model).__name__
+        if arch and built != arch and not info.get("mismatched_keys"):
+            # a task asked for whose head the checkpoint never had: the head would be random
+            trained = None
+            with contextlib.suppress(BadInputError):
+                trained = infer_task(config, ctx_folder, transformers)
+            hint = f"the checkpoint is a {arch}: the weights of {built}'s {task.name} head are absent"
+            if trained and trained != task.name:
+                hint += f"; convert it as {trained}, or use a checkpoint trained for {task.name}"
+            raise BadInputError(f"task {task.name} needs weights the checkpoint lacks: {problem}", path=ctx_folder, hint=hint)
+        raise BadInputError(f"the weights do not fit config.json: {problem}", path=ctx_folder)
     model.config.use_cache = False
     return model.eval()
+
+
+def weights_problem(info: dict) -> str | None:
+    """What transformers' loading report (`from_pretrained(output_loading_info=True,
+    ignore_mismatched_sizes=True)`) says is wrong, in one line, or None.
+
+    transformers fills a tensor the weights lack, or whose shape differs from what config.json
+    makes, with random values and goes on (it only logs a table): the export and every reference
+    would then agree on a partly random model. Its `missing_keys` already leave out what it
+    legitimately fills itself: tied weights whose source the checkpoint holds (`tie_weights`
+    removes them) and the patterns the model class declares ignorable
+    (`_keys_to_ignore_on_load_missing`, e.g. `num_batches_tracked`, BART's zero
+    `final_logits_bias`); buffers that are not persistent are never expected.
+    """
+    mismatched = sorted(info.get("mismatched_keys") or [], key=lambda m: m[0])
+    missing = sorted(info.get("missing_keys") or [])
+    if mismatched:
+        name, stored, wanted = mismatched[0]
+        return (f"{name} is {list(stored)} in the weights but {list(wanted)} by the config"
+                f"{f' ({len(mismatched)} tensors differ)' if len(mismatched) > 1 else ''}")
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        return f"no {missing[0]}{more} in the weights (transformers would initialise {'them' if more else 'it'} at random)"
+    return None
 
 
 def _module(call: Callable, input_names: list[str], outputs: tuple[str, ...], owner=None):
