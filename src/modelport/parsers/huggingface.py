@@ -20,8 +20,9 @@ from the folder (`auto_map`, i.e. `trust_remote_code`) is refused (exit 3) unles
 Loading never reaches the network (`local_files_only=True`, `HF_HUB_OFFLINE=1`) and never writes
 into the folder. Weights that do not cover the model (a tensor missing from the safetensors, or
 of another shape than config.json makes) are refused (exit 2, `weights_problem`): transformers
-would fill them with random values, and every reference would agree with the random model. Tokenizer and preprocessor files are listed in the IR's provenance
-(`companion_files`); the convert stage copies them next to the artifacts.
+would fill them with random values, and every reference would agree with the random model.
+Tokenizer and preprocessor files are listed in the IR's provenance (`companion_files`); the
+convert stage copies them next to the artifacts.
 """
 
 from __future__ import annotations
@@ -370,7 +371,7 @@ def load_model(task: Task, ctx_folder: Path, config: dict, *, trust: bool, safet
     problem = weights_problem({**info, "missing_keys": missing})
     if problem:
         built = type(model).__name__
-        if arch and built != arch and not info.get("mismatched_keys"):
+        if not inferred and arch and built != arch and not info.get("mismatched_keys"):
             # a task asked for whose head the checkpoint never had: the head would be random
             trained = None
             with contextlib.suppress(BadInputError):
