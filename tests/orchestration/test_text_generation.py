@@ -220,7 +220,7 @@ def test_auto_keeps_the_fused_variant_when_it_decodes_fastest_by_the_median(llam
     import onnx
 
     ops = [n.op_type for n in onnx.load(str(tmp_path / "out" / "model.onnx")).graph.node]
-    assert "MultiHeadAttention" in ops  # the fused variant is what was written, and it generated like transformers
+    assert "GroupQueryAttention" in ops  # the fused variant is what was written, and it generated like transformers
     assert all(g["ok"] and g["token_agreement"] == 1.0 for g in report["generation"])
     _schema_ok(report)
 
@@ -310,8 +310,8 @@ def _perturbed_fusion(monkeypatch):
 
     real = decoder_fusion.fuse_decoder
 
-    def fuse_and_perturb(model):
-        fused, details = real(model)
+    def fuse_and_perturb(model, **kw):
+        fused, details = real(model, **kw)
         init = max(fused.graph.initializer, key=lambda t: np.prod(t.dims) if t.data_type == 1 else 0)
         w = numpy_helper.to_array(init)
         noise = np.random.default_rng(0).normal(0, 0.05, w.shape).astype(np.float32)
@@ -330,14 +330,14 @@ def test_a_fusion_that_changes_generation_is_rolled_back(cli, llama, tmp_path, m
     _schema_ok(report)
     row = next(s for s in report["stages"] if s["name"] == "optimize:decoder-fusion")
     assert row["kept"] is False and row["reason"] and row["max_abs"] > 1e-3
-    assert row["fused"]["MultiHeadAttention"] == 2 and row["nodes"] < row["nodes_before"]  # the fusion did happen
+    assert row["fused"]["GroupQueryAttention"] == 2 and row["nodes"] < row["nodes_before"]  # the fusion did happen
     assert f"decoder fusion rolled back: {row['reason']}" in report["warnings"]
     import onnx
 
     artifact = onnx.load(str(out / "model.onnx"))
     ops = {n.op_type for n in artifact.graph.node}
     assert len(artifact.graph.node) == row["nodes_before"]  # the unfused IR, as exported
-    assert not ops & {"MultiHeadAttention", "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization"}
+    assert not ops & {"MultiHeadAttention", "GroupQueryAttention", "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization"}
     assert all(n.domain in ("", "ai.onnx") for n in artifact.graph.node)
     (g,) = report["generation"]
     assert g["ok"] and g["token_agreement"] == 1.0 and g["max_abs"] < 1e-4
