@@ -74,7 +74,8 @@ Task = Annotated[str | None, typer.Option("--task", help=f"Hugging Face folders:
 
 # --- precision and optimisation ------------------------------------------------------------------
 Precision = Annotated[str, typer.Option("--precision", help=f"{', '.join(PRECISIONS)}.")]
-EmitPrecision = Annotated[str, typer.Option("--precision", help=f"{', '.join(EMIT_PRECISIONS)} (bf16: OpenVINO only; best: TensorRT only).")]
+EmitPrecision = Annotated[str, typer.Option("--precision", help=f"{', '.join(EMIT_PRECISIONS)} (bf16: OpenVINO only; best: TensorRT only; "
+                                                                "int4 and auto: --task text-generation only).")]
 Calibration = Annotated[str | None, typer.Option("--calibration", help="INT8 calibration data: .npz of named inputs or a folder of images.")]
 AccuracyBudget = Annotated[str | None, typer.Option("--accuracy-budget", help="e.g. cosine>=0.999 or max_abs<=0.01 (precision passes and auto).")]
 
