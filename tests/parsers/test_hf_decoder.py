@@ -188,10 +188,6 @@ LONGROPE = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0
     ("LlamaForCausalLM", {"rope_scaling": {"type": "yarn", "factor": 4.0}}, "rope type 'yarn' is not supported"),
     ("LlamaForCausalLM", {"rope_parameters": {"rope_type": "dynamic", "factor": 4.0}},
      "rope type 'dynamic' is not supported (its frequencies follow the longest sequence seen so far"),
-    ("Phi3ForCausalLM", {"rope_parameters": {**LONGROPE, "original_max_position_embeddings": 16}},
-     "longrope scaling switches to its long factors past 16 tokens, where transformers re-encodes the whole cache"),
-    ("Phi3ForCausalLM", {"original_max_position_embeddings": 4096, "max_position_embeddings": 131072,
-                         "rope_scaling": {**LONGROPE, "type": "longrope"}}, "past 4096 tokens"),
 ])
 def test_rope_scalings_one_graph_cannot_reproduce_are_refused(tmp_path, architecture, extra, message):
     """Read from config.json before anything is loaded: old-style `rope_scaling: {type: ...}` too."""
@@ -207,6 +203,20 @@ def test_rope_scalings_one_graph_cannot_reproduce_are_refused(tmp_path, architec
 ])
 def test_rope_scalings_the_graph_reproduces_are_accepted(tmp_path, architecture, extra):
     assert hf_decoder.read_decoder_config(_config_folder(tmp_path, architecture, **extra)).architecture == architecture
+
+
+@pytest.mark.parametrize("extra,context", [
+    ({"rope_parameters": {**LONGROPE, "original_max_position_embeddings": 16}}, 16),
+    ({"original_max_position_embeddings": 4096, "max_position_embeddings": 131072,
+      "rope_scaling": {**LONGROPE, "type": "longrope"}}, 4096),  # Phi-3.5-mini's layout, old-style key
+])
+def test_phi3_longrope_that_switches_factors_is_limited_to_its_original_context(tmp_path, extra, context):
+    """Past original_max_position_embeddings Phi-3 re-encodes its cache with the long factors, which
+    a KV-cache graph cannot: the model is converted for the context up to that point."""
+    cfg = hf_decoder.read_decoder_config(_config_folder(tmp_path, "Phi3ForCausalLM", **extra))
+    longest = extra.get("max_position_embeddings", 256)
+    assert cfg.context_length == context and cfg.context_capped_from == longest
+    assert cfg.to_dict()["context_length"] == context
 
 
 def test_an_export_failure_is_one_line_naming_its_cause(tmp_path):

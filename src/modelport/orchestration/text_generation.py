@@ -112,12 +112,20 @@ def export_and_reference(folder: Path, options, report, *, on_stage=None):
         parsed.note(nodes=len(ir.model.graph.node), exporter=ir.provenance.get("exporter"), family=cfg.family)
     report.set_source({k: ir.provenance.get(k) for k in ("path", "framework", "format")})
     report.set_contract(ir.contract())
+    if cfg.context_capped_from:
+        report.warn(f"context limited to {cfg.context_length} of {cfg.context_capped_from} tokens: past "
+                    f"{cfg.context_length} longrope switches to its long factors and transformers re-encodes the whole "
+                    "cache, which a KV-cache graph cannot (the ort-genai folder stops there)")
     tol = options.tolerance("fp32")
     with run_stage(report, "validate:ir", on_stage=on_stage):
         parity = check(OnnxRuntimeRunner(ir.model), ir.reference, tol, "transformers→onnx (IR, one decode step)")
     report.add_parity(parity)
     parity.raise_if_failed(path=folder)
     prompts = generation.fixed_prompts(cfg.vocab_size, seed=options.seed, avoid=(cfg.safe_pad,))
+    longest = max(len(p) for p in prompts) + tg.new_tokens
+    if longest > cfg.context_length:
+        raise BadInputError(f"--new-tokens {tg.new_tokens} with a {longest - tg.new_tokens}-token prompt passes the model's "
+                            f"context of {cfg.context_length} tokens", path=folder)
     with run_stage(report, "reference:generate", on_stage=on_stage, new_tokens=tg.new_tokens, prompts=len(prompts)):
         ref = generation.generate_transformers(model, prompts, tg.new_tokens, cfg.safe_pad)
     return ir, cfg, ref, prompts

@@ -75,6 +75,7 @@ class DecoderConfig:
     bos_token_id: int | None
     eos_token_id: int | list[int] | None
     pad_token_id: int | None
+    context_capped_from: int | None = None  # max_position_embeddings when context_length is cut short (see check_rope)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -146,7 +147,8 @@ def read_decoder_config(folder: str | Path) -> DecoderConfig:
     if other:
         raise UnsupportedError(f"{arch} with layer types {other} is not supported; only {' and '.join(LAYER_TYPES)}",
                                path=folder)
-    check_rope(text, arch, folder)
+    capped = check_rope(text, arch, folder)
+    longest = int(_first(text.get("max_position_embeddings"), 2048))
     tied = text.get("tie_word_embeddings")
     if tied is None:
         tied = arch.startswith("Gemma")  # the Gemma configs tie them by default, the others do not
@@ -155,21 +157,24 @@ def read_decoder_config(folder: str | Path) -> DecoderConfig:
         kv_heads=int(_first(text.get("num_key_value_heads"), heads)),
         head_dim=int(_first(text.get("head_dim"), hidden // heads)), hidden_size=hidden,
         vocab_size=int(text["vocab_size"]), tied_embeddings=bool(tied),
-        context_length=int(_first(text.get("max_position_embeddings"), 2048)),
+        context_length=capped or longest, context_capped_from=longest if capped else None,
         bos_token_id=text.get("bos_token_id"), eos_token_id=text.get("eos_token_id"), pad_token_id=text.get("pad_token_id"),
     )
 
 
-def check_rope(text: dict, arch: str, folder: Path) -> None:
-    """Refuse rotary scalings one KV-cache graph cannot reproduce exactly (exit 2, before loading).
+def check_rope(text: dict, arch: str, folder: Path) -> int | None:
+    """Refuse rotary scalings one KV-cache graph cannot reproduce exactly (exit 2, before loading);
+    returns the context length a scaling limits the model to, or None.
 
     `dynamic` (NTK) recomputes the frequencies from the longest position seen so far, a state kept
     across calls. `longrope` switches from the short to the long factors once a position passes
     original_max_position_embeddings (the exported graph follows that switch step by step), but
     Phi-3's generate then recomputes the whole cache with the long factors
     (`Phi3ForCausalLM.prepare_inputs_for_generation`); a graph fed its own cache keeps the keys it
-    rotated with the short ones, so it generates differently past that point. Without that switch
-    (original_max_position_embeddings at least max_position_embeddings) it is exact."""
+    rotated with the short ones, so it generates differently past that point. Up to that point it
+    is exact, so such a model (Phi-3.5-mini, Phi-4-mini: 4096 of 131072) is converted with its
+    context limited to original_max_position_embeddings (the ort-genai folder stops there; the
+    caller warns). Without the switch (original at least max_position_embeddings) nothing is cut."""
     rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
     kind = rope.get("rope_type") or rope.get("type") or "default"
     if kind not in ("default", "linear", "llama3", "longrope"):
@@ -180,9 +185,8 @@ def check_rope(text: dict, arch: str, folder: Path) -> None:
         original = _first(rope.get("original_max_position_embeddings"), text.get("original_max_position_embeddings"))
         longest = text.get("max_position_embeddings")
         if original is not None and longest is not None and int(original) < int(longest):
-            raise UnsupportedError(f"{arch} with longrope scaling switches to its long factors past {int(original)} tokens, "
-                                   "where transformers re-encodes the whole cache; a KV-cache graph cannot, so its output "
-                                   "would differ past that point", path=folder)
+            return int(original)
+    return None
 
 
 def load_model(folder: str | Path):
