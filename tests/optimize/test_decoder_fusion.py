@@ -131,3 +131,25 @@ def test_a_graph_without_the_attention_form_is_left_unfused_with_reasons(fused):
     assert details["fused"] == [] and set(details["unfused"]) == {str(i) for i in range(cfg.num_layers)}
     assert all(isinstance(reason, str) and reason for reason in details["unfused"].values())
     assert out.SerializeToString() == raw.SerializeToString()
+
+
+def test_onnxscript_group_query_attention_rules_are_not_run(tmp_path, monkeypatch):
+    """onnxscript's GQA rules take the mask for purely causal: on transformers 5.17's export they fused
+    every layer and generated differently on a left-padded batch (agreement 0.375, measured), so
+    they must never run inside fuse_decoder; they are put back afterwards."""
+    from onnxscript.rewriter.ort_fusions import _core
+
+    calls = []
+
+    def spy(model, debug=False, **kw):
+        calls.append(kw)
+        return 0
+
+    for name in ("fuse_gqa", "fuse_qkv_gqa"):
+        monkeypatch.setattr(_core, name, spy)
+    folder = build("llama", tmp_path / "llama")
+    raw, cfg = hf_decoder.export_decoder(folder)
+    _, details = fuse_decoder(raw, context_length=cfg.context_length)
+    assert calls == [] and "gqa" not in details["rules"]
+    assert details["rules"]["group_query_attention"] == cfg.num_layers
+    assert _core.fuse_gqa is spy and _core.fuse_qkv_gqa is spy

@@ -6,14 +6,22 @@ into `SimplifiedLayerNormalization`, a residual Add followed by RMSNorm into
 `SkipSimplifiedLayerNormalization`, and scaled-dot-product attention with the cache concat into
 `com.microsoft.MultiHeadAttention` over keys and values expanded by repeat_kv. Our own rewrite
 (optimize/gqa_fusion.py) then turns each layer's attention into `com.microsoft.GroupQueryAttention`
-on the un-expanded cache, with the rotary embedding in `com.microsoft.RotaryEmbedding` nodes and the
+on the un-expanded cache, with the rotary embedding inside it (from the model's position_ids) and the
 q/k/v projections packed into one MatMul; the MLP's gate and up projections are packed the same way
 (`pack_sibling_matmuls`). The result runs in onnxruntime only (contrib ops); the
 caller keeps it only when generation still matches the source (see orchestration/text_generation.py).
+
+onnxscript's own GroupQueryAttention rules are not run. They take the attention mask for purely
+causal: on the export transformers 5.17 writes (5.23's mask takes another form, which they do not
+match) they fuse every layer, and the model then generates differently from transformers on a
+left-padded batch (token agreement 0.375, worst logit error 0.87), so the whole fusion was rolled
+back. Without them the layers become MultiHeadAttention (exact), which our rewrite turns into
+GroupQueryAttention where it recognises the layer.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 
 from modelport.deps import require
@@ -40,7 +48,8 @@ def fuse_decoder(model, *, context_length: int | None = None, group_query_attent
     logging.getLogger("onnxscript").setLevel(logging.ERROR)
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    fused, stats = optimize_for_ort(onnx_ir.from_proto(copy))
+    with _without_onnxscript_gqa():
+        fused, stats = optimize_for_ort(onnx_ir.from_proto(copy))
     out = onnx_ir.to_proto(fused)
     rules = {k: v for k, v in stats.items() if v}
     gqa = None
@@ -59,6 +68,24 @@ def fuse_decoder(model, *, context_length: int | None = None, group_query_attent
     if gqa is not None:
         details["group_query_attention"] = gqa
     return out, details
+
+
+ONNXSCRIPT_GQA_RULES = ("fuse_gqa", "fuse_qkv_gqa")
+
+
+@contextlib.contextmanager
+def _without_onnxscript_gqa():
+    """onnxscript's GroupQueryAttention rules switched off while its fusions run (module docstring)."""
+    from onnxscript.rewriter.ort_fusions import _core
+
+    saved = {name: getattr(_core, name) for name in ONNXSCRIPT_GQA_RULES if hasattr(_core, name)}
+    try:
+        for name in saved:
+            setattr(_core, name, lambda model, debug=False, **kw: 0)
+        yield
+    finally:
+        for name, rule in saved.items():
+            setattr(_core, name, rule)
 
 
 def pack_sibling_matmuls(model) -> int:
