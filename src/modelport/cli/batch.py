@@ -18,6 +18,12 @@ def register(app: typer.Typer) -> None:
         address: str | None = typer.Option(None, "--address", help="Ray cluster address (default: start a local one)."),
         rerun_failed: bool = typer.Option(False, "--rerun-failed", help="Run only the models whose last run failed."),
         only: list[str] = typer.Option([], "--only", help="Run only these models (comma-separated or repeated)."),
+        emit: str | None = typer.Option(None, "--emit", help="k8s-job: write a Kubernetes Indexed Job for the manifest "
+                                        "into OUT instead of running anything (--jobs is its parallelism)."),
+        image: str | None = typer.Option(None, "--image", help="--emit k8s-job: the container image with modelport installed."),
+        namespace: str | None = typer.Option(None, "--namespace", help="--emit k8s-job: the namespace of the Job and ConfigMap."),
+        pvc: str | None = typer.Option(None, "--pvc", help="--emit k8s-job: the PersistentVolumeClaim mounted at /data "
+                                       "(sources under /data/src, output /data/out; default modelport-batch)."),
         keep_failed: flags.KeepFailed = False,
         junit: flags.Junit = None,
         json_out: flags.JsonOut = False,
@@ -45,6 +51,8 @@ def register(app: typer.Typer) -> None:
             from modelport.orchestration.batch import EXECUTORS
             from modelport.registry import choice
 
+            if emit is not None or image or namespace or pvc:
+                return emit_job()
             options = BatchOptions(jobs=jobs, rerun_failed=rerun_failed, keep_failed=keep_failed, only=split_list(only),
                                    executor=choice(executor, EXECUTORS, "executor"), address=address)
             summary = run_batch(manifest, output, options, on_result=progress)
@@ -60,9 +68,30 @@ def register(app: typer.Typer) -> None:
                                       path=Path(output) / "summary.json").with_report(summary)
             return summary
 
+        def emit_job():
+            from modelport.errors import BadInputError
+            from modelport.orchestration.batch_k8s import K8sJobOptions, emit_k8s_job
+
+            if emit is None:
+                raise BadInputError("--image, --namespace and --pvc describe an emitted Job: add --emit k8s-job")
+            if emit != "k8s-job":
+                raise BadInputError(f"unknown --emit {emit!r}; known: k8s-job")
+            clash = [flag for flag, used in (("--executor ray", executor != "local"), ("--address", address),
+                                             ("--rerun-failed", rerun_failed), ("--only", only), ("--junit", junit)) if used]
+            if clash:
+                raise BadInputError(f"--emit k8s-job writes a Job and runs nothing: {', '.join(clash)} makes no sense with it")
+            if not image:
+                raise BadInputError("--emit k8s-job needs --image: a container image with modelport installed")
+            return emit_k8s_job(manifest, output, K8sJobOptions(image=image, namespace=namespace, pvc=pvc or "modelport-batch",
+                                                                jobs=jobs, keep_failed=keep_failed))
+
         def render(summary):
             from rich.table import Table
 
+            if "completions" in summary:  # --emit k8s-job
+                console.print(f"Indexed Job {summary['job']}: {summary['completions']} model(s), {summary['parallelism']} at once; "
+                              f"index table {Path(output) / 'index.tsv'}; kubectl apply -f {output}", soft_wrap=True, highlight=False)
+                return
             t = Table(title="batch", title_justify="left")
             for col in ("model", "status", "seconds", "targets", "note"):
                 t.add_column(col, overflow="fold")
