@@ -28,7 +28,7 @@ PANELS = {
     OPTIMISATION: ("--optimize", "--level", "--passes", "--precision", "--runtimes", "--calibration", "--accuracy-budget",
                    "--allow-precision-fallback"),
     QUANTISATION: ("--int8-mode", "--calibration-method", "--per-channel", "--keep-io-types", "--block-size", "--asymmetric"),
-    BATCH: ("--jobs", "--executor", "--address", "--rerun-failed", "--only"),
+    BATCH: ("--jobs", "--executor", "--address", "--rerun-failed", "--only", "--emit", "--pvc"),
     OUTPUT: ("-o", "--force", "--keep-failed", "--json", "--junit", "--quiet", "--cache-dir", "--all"),
 }
 PANEL_OF = {flag: panel for panel, flags in PANELS.items() for flag in flags}
@@ -46,7 +46,7 @@ METAVARS = {
     "--rate": "PER_SECOND", "--requests": "N", "--header": "'NAME: VALUE'", "--inputs": "FILE.npz",
     "--task": "TASK", "--runtimes": "R1,R2", "--route": "ROUTE", "--junit": "FILE.xml", "--jobs": "N", "--executor": "local|ray", "--address": "HOST:PORT", "--only": "NAMES",
     "--max-size-growth": "FRACTION", "--max-nodes-growth": "FRACTION", "--max-error-growth": "FACTOR", "--max-cosine-drop": "X",
-    "--max-latency-growth": "FRACTION",
+    "--max-latency-growth": "FRACTION", "--emit": "k8s-job", "--pvc": "CLAIM",
 }
 
 EXAMPLES = {

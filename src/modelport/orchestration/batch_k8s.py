@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from modelport.errors import BadInputError
-from modelport.orchestration.batch import BatchOptions, check_batch_output, load_manifest, run_batch
+from modelport.orchestration.batch import BatchOptions, load_manifest, run_batch
 from modelport.orchestration.batch_job import Job
 
 MOUNT = PurePosixPath("/data")
@@ -85,7 +85,7 @@ class K8sJobOptions:
             raise BadInputError(f"bad --jobs {self.jobs!r}: a whole number >= 1")
 
 
-def _pod_path(text: str, base: Path, manifest: Path, where: str) -> str:
+def _pod_path(text: str, manifest: Path, where: str) -> str:
     """A manifest path as the pod sees it: relative to the manifest's folder, under /data/src."""
     if text.startswith("zoo:"):
         return text
@@ -115,9 +115,9 @@ def pod_manifest(manifest: Path) -> dict:
         merged = copy.deepcopy({**defaults, **({"source": entry} if isinstance(entry, str) else entry)})  # no YAML anchors
         merged["name"] = job.name
         where = f"models[{i}]"
-        merged["source"] = _pod_path(str(merged["source"]), manifest.parent, manifest, where)
+        merged["source"] = _pod_path(str(merged["source"]), manifest, where)
         if merged.get("data"):
-            merged["data"] = _pod_path(str(merged["data"]), manifest.parent, manifest, where)
+            merged["data"] = _pod_path(str(merged["data"]), manifest, where)
         models.append(merged)
     return {"models": models}
 
@@ -241,7 +241,6 @@ def run_index(manifest: str | Path, out: str | Path, index: int, *, keep_failed:
     if not 0 <= index < len(jobs):
         raise BadInputError(f"index {index} is outside the manifest's {len(jobs)} model(s)", path=Path(manifest))
     name = jobs[index].name
-    check_batch_output(Path(out))
     summary = run_batch(manifest, out, BatchOptions(only=[name], keep_failed=keep_failed))
     return next(m for m in summary["models"] if m["name"] == name)
 
