@@ -197,3 +197,24 @@ def test_the_pod_entry_point_refuses_a_missing_index(tmp_path):
                        capture_output=True, text=True, timeout=120, env={**env, "JOB_COMPLETION_INDEX": "3"})
     assert p.returncode == 2 and "outside the manifest's 3 model(s)" in p.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_pods_writing_the_shared_summary_never_share_a_temporary_file(tmp_path, monkeypatch):
+    """Every pod is pid 1 in its container: the summary's and the dashboard's temporary names must not depend on the pid alone."""
+    from modelport.orchestration import batch
+    from modelport.validation import html_report
+
+    monkeypatch.setattr(os, "getpid", lambda: 1)
+    sources = []
+    real_replace = os.replace
+
+    def replace(src, dst):
+        sources.append(Path(src).name)
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    for _ in range(2):
+        batch._atomic_write(tmp_path / "summary.json", {"schema": batch.SCHEMA})
+        html_report.write_html(tmp_path / "report.html", "<html></html>")
+    assert len(sources) == len(set(sources)) == 4
+    assert sorted(tree(tmp_path)) == ["report.html", "summary.json"]

@@ -39,6 +39,7 @@ import contextlib
 import hashlib
 import json
 import os
+import secrets
 import sys
 import threading
 import time
@@ -242,7 +243,8 @@ class BatchOptions:
 
 
 def _atomic_write(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    # unique across hosts too: pods sharing the output volume are each pid 1
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{threading.get_ident()}-{secrets.token_hex(6)}")
     tmp.write_text(json.dumps(data, indent=2, default=str) + "\n")
     os.replace(tmp, path)
 

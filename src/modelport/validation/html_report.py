@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import math
 import os
+import secrets
 from pathlib import Path
 
 STYLE = """
@@ -229,7 +230,7 @@ def render_batch(summary: dict, out: Path) -> str:
 
 
 def write_html(path: Path, text: str) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(6)}")  # batch pods sharing a volume are each pid 1
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
     return path
