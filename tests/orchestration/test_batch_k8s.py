@@ -218,3 +218,10 @@ def test_pods_writing_the_shared_summary_never_share_a_temporary_file(tmp_path, 
         html_report.write_html(tmp_path / "report.html", "<html></html>")
     assert len(sources) == len(set(sources)) == 4
     assert sorted(tree(tmp_path)) == ["report.html", "summary.json"]
+
+
+def test_keep_failed_reaches_every_pod_and_its_command(cli, tmp_path):
+    configmap, job = _emit(cli, _manifest(tmp_path), tmp_path / "k8s", "--keep-failed", "--json")
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"][-1] == "--keep-failed"
+    rows = configmap["data"]["index.tsv"].splitlines()[1:]
+    assert len(rows) == 3 and all(r.endswith(" --keep-failed") for r in rows)
