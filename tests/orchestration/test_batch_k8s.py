@@ -225,3 +225,11 @@ def test_keep_failed_reaches_every_pod_and_its_command(cli, tmp_path):
     assert job["spec"]["template"]["spec"]["containers"][0]["command"][-1] == "--keep-failed"
     rows = configmap["data"]["index.tsv"].splitlines()[1:]
     assert len(rows) == 3 and all(r.endswith(" --keep-failed") for r in rows)
+
+
+@pytest.mark.parametrize("resources, message", [("{cpus: lots}", "bad resources.cpus"), ("{gpus: two}", "resources.gpus")])
+def test_bad_resources_exit_2(cli, tmp_path, resources, message):
+    m = _manifest(tmp_path, f"models:\n  - {{source: a.onnx, resources: {resources}}}\n")
+    r = cli("batch", m, "-o", tmp_path / "k8s", "--emit", "k8s-job", "--image", IMAGE)
+    assert r.exit_code == 2 and message in r.stderr, r
+    assert not (tmp_path / "k8s").exists()

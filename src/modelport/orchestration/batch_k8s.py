@@ -155,7 +155,10 @@ def resources_for(jobs: list[Job]) -> dict:
     memories = [j.memory for j in jobs if j.memory]
     if memories:
         requests["memory"] = limits["memory"] = _quantity_mi(max(memories) + PARENT_MEMORY)
-    gpus = [int(j.resources.get("gpus") or 0) for j in jobs]
+    try:
+        gpus = [int(j.resources.get("gpus") or 0) for j in jobs]
+    except (TypeError, ValueError):
+        raise BadInputError("resources.gpus must be a whole number of GPUs") from None
     if max(gpus, default=0) > 0:
         limits["nvidia.com/gpu"] = max(gpus)
     return {k: v for k, v in (("requests", requests), ("limits", limits)) if v}
