@@ -3,8 +3,10 @@
 Runs after onnxscript's `optimize_for_ort`, which leaves each layer's attention as
 `com.microsoft.MultiHeadAttention` over keys and values that repeat_kv has expanded from
 `kv_heads` to `num_heads` (Unsqueeze → Expand → Reshape of the whole cache at every step), and the
-rotary embedding as `q·cos + rotate_half(q)·sin` (Slice, Neg, Concat, Mul, Add). Per layer this
-rewrite matches, anchored on the graph's own structure rather than on node names:
+rotary embedding as `q·cos + rotate_half(q)·sin` (Slice, Neg, Concat, Mul, Add), or, where onnxscript's
+own rotary rules fire (transformers 5.17 exports), as `com.microsoft.RotaryEmbedding(x, position_ids, cos, sin)`
+with cos/sin of head_dim/2 per position computed at run time (the query's then reads the [B, S, H·D]
+projection directly and feeds the attention unmerged). Per layer this rewrite matches, anchored on the graph's own structure rather than on node names:
 
     present.{i}.key   = Concat(past_key_values.{i}.key,   rope(heads(k_proj)))
     present.{i}.value = Concat(past_key_values.{i}.value, heads(v_proj))
@@ -113,8 +115,30 @@ def _int_const(g: _Graph, name: str, what: str) -> int:
     return int(v.reshape(-1)[0])
 
 
+def _rotary_node(g: _Graph, name: str, head_dim: int):
+    """`com.microsoft.RotaryEmbedding(t, position_ids, cos, sin)` (onnxscript's rotary rule, e.g. on transformers
+    5.17 exports) → (t, cos, sin, node), or None when `name` is not produced by one; full rotary, halves not interleaved,
+    positions from the model's position_ids (the same ones GroupQueryAttention then reads)."""
+    n = g.producer.get(name)
+    if n is None or n.op_type != "RotaryEmbedding" or n.domain != MS:
+        return None
+    if len(n.input) != 4 or n.input[1] != "position_ids":
+        raise NoMatch(f"{name!r}: RotaryEmbedding does not read position_ids")
+    if _attr(n, "interleaved", 0) or _attr(n, "is_packed_batching", 0):
+        raise NoMatch(f"{name!r}: interleaved or packed-batch RotaryEmbedding")
+    if _attr(n, "rotary_embedding_dim", 0) not in (0, head_dim):
+        raise NoMatch(f"{name!r}: partial rotary")
+    if float(_attr(n, "scale", 1.0)) != 1.0:
+        raise NoMatch(f"{name!r}: RotaryEmbedding with a scale")
+    return n.input[0], n.input[2], n.input[3], n
+
+
 def _rope(g: _Graph, name: str, head_dim: int):
-    """`t·cos + Concat(-t[..., D/2:], t[..., :D/2])·sin` → (t, cos, sin); full rotary, rotate_half form."""
+    """`t·cos + Concat(-t[..., D/2:], t[..., :D/2])·sin` → (t, cos, sin); full rotary, rotate_half form,
+    or the same rotation as one RotaryEmbedding node (_rotary_node)."""
+    rotary = _rotary_node(g, name, head_dim)
+    if rotary is not None:
+        return rotary[:3]
     add = g.node(name, "Add")
     muls = [g.node(i, "Mul") for i in add.input]
     for rot, plain in (muls, muls[::-1]):
@@ -177,7 +201,8 @@ def _ancestors(g: _Graph, names) -> tuple[list, set]:
 
 def rotary_caches(model, g: _Graph, cos: str, sin: str, positions: int, head_dim: int):
     """(cos_cache, sin_cache) [positions, head_dim/2]: the export's own cos/sin subgraph evaluated at
-    positions 0..positions-1 (it must read `position_ids` only, and hold each angle twice)."""
+    positions 0..positions-1 (it must read `position_ids` only). Each position's row is either head_dim wide
+    with each angle twice (rotate_half form) or head_dim/2 wide (RotaryEmbedding form, one angle per pair)."""
     import onnx
     import onnxruntime as ort
 
@@ -195,8 +220,11 @@ def rotary_caches(model, g: _Graph, cos: str, sin: str, positions: int, head_dim
     caches = []
     half = head_dim // 2
     for v in got:
+        if v.size == positions * half:
+            caches.append(np.ascontiguousarray(v.reshape(positions, half).astype(np.float32)))
+            continue
         if v.size != positions * head_dim:
-            raise NoMatch(f"rotary cos/sin of shape {v.shape} is not one row of head_dim per position")
+            raise NoMatch(f"rotary cos/sin of shape {v.shape} is not one row of head_dim or head_dim/2 per position")
         v = v.reshape(positions, head_dim).astype(np.float32)
         if not np.array_equal(v[:, :half], v[:, half:]):
             raise NoMatch("rotary cos/sin do not repeat each angle over the two halves")
@@ -272,15 +300,23 @@ def _match_layer(g: _Graph, i: int, head_dim: int) -> _Layer:
         raise NoMatch(f"layer {i}: MultiHeadAttention with a bias, a past of its own or no mask")
     if _attr(mha, "unidirectional", 0):
         raise NoMatch(f"layer {i}: unidirectional MultiHeadAttention")
-    # query: Reshape(Transpose(rope(heads(q)), 0,2,1,3), [B, S, H·D])
-    r = g.node(mha.input[0], "Reshape")
-    t = g.node(r.input[0], "Transpose")
-    if list(_attr(t, "perm", [])) != [0, 2, 1, 3]:
-        raise NoMatch(f"layer {i}: query is not merged from BNSH")
-    q_pre, q_cos, q_sin = _rope(g, t.input[0], head_dim)
+    # query: Reshape(Transpose(rope(heads(q)), 0,2,1,3), [B, S, H·D]), or RotaryEmbedding(q) on [B, S, H·D] itself
+    rotary = _rotary_node(g, mha.input[0], head_dim)
+    if rotary is not None:
+        q, q_cos, q_sin, node = rotary
+        if _attr(node, "num_heads", 0) not in (0, _attr(mha, "num_heads")):
+            raise NoMatch(f"layer {i}: query RotaryEmbedding splits another number of heads")
+        if getattr(g.producer.get(q), "op_type", "") == "Transpose":
+            raise NoMatch(f"layer {i}: query RotaryEmbedding on BNSH heads fed to attention unmerged")
+    else:
+        r = g.node(mha.input[0], "Reshape")
+        t = g.node(r.input[0], "Transpose")
+        if list(_attr(t, "perm", [])) != [0, 2, 1, 3]:
+            raise NoMatch(f"layer {i}: query is not merged from BNSH")
+        q_pre, q_cos, q_sin = _rope(g, t.input[0], head_dim)
+        q = _heads(g, q_pre)
     if (q_cos, q_sin) != (cos, sin):
         raise NoMatch(f"layer {i}: query and key rotate with different cos/sin")
-    q = _heads(g, q_pre)
     _, reads = _ancestors(g, [ins[5]])
     if "attention_mask" not in reads:
         raise NoMatch(f"layer {i}: the attention mask does not come from attention_mask")
