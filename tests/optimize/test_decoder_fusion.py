@@ -153,3 +153,96 @@ def test_onnxscript_group_query_attention_rules_are_not_run(tmp_path, monkeypatc
     assert calls == [] and "gqa" not in details["rules"]
     assert details["rules"]["group_query_attention"] == cfg.num_layers
     assert _core.fuse_gqa is spy and _core.fuse_qkv_gqa is spy
+
+
+def _as_rotary_embedding_nodes(model, inv_freq, head_dim: int, num_heads: int) -> int:
+    """Rewrite a pre-GQA graph into the form onnxscript's rotary rules leave on transformers 5.17 exports: every
+    rotate_half rotary becomes `com.microsoft.RotaryEmbedding(x, position_ids, cos, sin)` with cos/sin of
+    head_dim/2 per position computed at run time from `Range(0, ReduceMax(position_ids) + 1)`, the key's on its
+    BNSH heads and the query's on the [B, S, H·D] projection, which then feeds the attention directly.
+    Returns how many RotaryEmbedding nodes were made."""
+    import onnx
+    import onnx.numpy_helper as nh
+
+    from modelport.optimize import gqa_fusion as gf
+
+    graph, make = model.graph, onnx.helper.make_node
+    graph.initializer.extend([nh.from_array(np.asarray(v), n) for n, v in (
+        ("r_zero", np.int64(0)), ("r_one", np.int64(1)), ("r_col", np.array([-1, 1], np.int64)),
+        ("r_inv_freq", np.asarray(inv_freq, np.float32).reshape(1, head_dim // 2)))])
+    nodes = [
+        make("ReduceMax", ["position_ids"], ["r_max"], keepdims=0),
+        make("Add", ["r_max", "r_one"], ["r_end"]),
+        make("Range", ["r_zero", "r_end", "r_one"], ["r_range"]),
+        make("Reshape", ["r_range", "r_col"], ["r_column"]),
+        make("Cast", ["r_column"], ["r_positions"], to=onnx.TensorProto.FLOAT),
+        make("MatMul", ["r_positions", "r_inv_freq"], ["r_angles"]),
+        make("Cos", ["r_angles"], ["r_cos"]),
+        make("Sin", ["r_angles"], ["r_sin"]),
+    ]
+    g, drop, made = gf._Graph(graph), set(), 0
+    for i in range(sum(1 for x in graph.input if x.name.startswith("past_key_values.") and x.name.endswith(".key"))):
+        ck = g.node(f"present.{i}.key", "Concat")
+        k_heads, _, _ = gf._rope(g, ck.input[1], head_dim)
+        drop.add(id(g.producer[ck.input[1]]))
+        nodes.append(make("RotaryEmbedding", [k_heads, "position_ids", "r_cos", "r_sin"], [ck.input[1]], domain=gf.MS,
+                          interleaved=0, num_heads=1))
+        mha = gf._forward_to(g, ck.output[0], "MultiHeadAttention")
+        t = g.node(g.node(mha.input[0], "Reshape").input[0], "Transpose")
+        q = gf._heads(g, gf._rope(g, t.input[0], head_dim)[0])
+        nodes.append(make("RotaryEmbedding", [q, "position_ids", "r_cos", "r_sin"], [f"r_query_{i}"], domain=gf.MS,
+                          num_heads=num_heads))
+        mha.input[0] = f"r_query_{i}"
+        made += 2
+    kept = [n for n in graph.node if id(n) not in drop]
+    del graph.node[:]
+    graph.node.extend(nodes + kept)
+    gf._toposort(graph)
+    gf._dce(graph)
+    return made
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma"])
+def test_rotary_embedding_form_of_transformers_517_fuses_exactly(family, tmp_path):
+    """transformers 5.17's export meets onnxscript's rotary rules, so the rotation arrives as RotaryEmbedding
+    nodes with run-time cos/sin of head_dim/2 per position (built here from this version's export): every layer
+    still becomes one GroupQueryAttention, equal to the unfused export at past lengths 0/1/4/9, left-padded."""
+    import onnxruntime as ort
+
+    folder = _build(family, tmp_path / family)
+    cfg = hf_decoder.read_decoder_config(folder)
+    model = hf_decoder.load_model(folder)
+    raw, cfg = hf_decoder.export_decoder(folder, model=model, cfg=cfg)
+    pre, _ = fuse_decoder(raw, context_length=cfg.context_length, group_query_attention=False)
+    inv_freq = model.model.rotary_emb.inv_freq.detach().numpy()
+    assert _as_rotary_embedding_nodes(pre, inv_freq, cfg.head_dim, cfg.num_heads) == 2 * cfg.num_layers
+    # the rotate_half arithmetic left is read only by the mask's Shape; attention and cache read RotaryEmbedding
+    producer = {o: n for n in pre.graph.node for o in n.output}
+    mha = [n for n in pre.graph.node if n.op_type == "MultiHeadAttention"]
+    assert len(mha) == cfg.num_layers and all(producer[n.input[0]].op_type == "RotaryEmbedding" for n in mha)
+    assert all(producer[producer[f"present.{i}.key"].input[1]].op_type == "RotaryEmbedding" for i in range(cfg.num_layers))
+
+    def session(m):
+        return ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+
+    rotary = session(pre)
+    out, details = fuse_group_query_attention(pre, context_length=cfg.context_length)
+    assert details["unfused"] == {} and details["fused"] == list(range(cfg.num_layers))
+    ops = [n.op_type for n in out.graph.node]
+    assert ops.count("GroupQueryAttention") == cfg.num_layers
+    assert not {"RotaryEmbedding", "MultiHeadAttention", "Neg", "Cos", "Sin", "Range"} & set(ops)
+    raw_s, fused_s = session(raw), session(out)
+    for past in (0, 1, 4, 9):
+        sequence = 5 if past == 0 else 1
+        feeds = hf_decoder.sample_step(cfg, seed=past, past=past, sequence=sequence)
+        feeds["attention_mask"][0, :2] = 0
+        pos = np.clip(np.cumsum(feeds["attention_mask"], axis=1) - 1, 0, None)
+        feeds["position_ids"] = pos[:, -sequence:].astype(np.int64)
+        ref = raw_s.run(cfg.output_names, feeds)
+        valid = feeds["attention_mask"][:, past:].astype(bool)
+        real = feeds["attention_mask"].astype(bool)
+        for got in (rotary.run(cfg.output_names, feeds), fused_s.run(cfg.output_names, feeds)):
+            assert np.abs(got[0][valid] - ref[0][valid]).max() < 2e-6
+            for g, r in zip(got[1:], ref[1:], strict=True):
+                assert g.shape == r.shape == (2, cfg.kv_heads, past + sequence, cfg.head_dim)
+                assert np.abs(g - r).transpose(0, 2, 1, 3)[real].max() < 2e-6
