@@ -42,8 +42,6 @@ MANIFEST_DIR = PurePosixPath("/etc/modelport")  # the ConfigMap, mounted read-on
 PARENT_MEMORY = 512 * 2**20  # the pod's memory limit above the model's: the batch process watching the child
 DEADLINE_MARGIN = 300  # seconds the pod gets beyond the longest model timeout
 
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 # the container image reference grammar (distribution/reference): [host[:port]/]path[:tag][@digest]
 _IMAGE = re.compile(
     r"(?:(?P<host>(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::\d+)?)/)?"
@@ -60,14 +58,6 @@ def check_image(text: str) -> str:
     return text
 
 
-def _check_dns(text: str, flag: str, *, subdomain: bool = False) -> str:
-    pattern = _DNS_SUBDOMAIN if subdomain else _DNS_LABEL
-    if not isinstance(text, str) or pattern.fullmatch(text) is None:
-        kind = "DNS-1123 subdomain" if subdomain else "DNS-1123 label (at most 63 characters)"
-        raise BadInputError(f"bad {flag} {text!r}: a Kubernetes name is a {kind} of lowercase letters, digits and '-'")
-    return text
-
-
 @dataclass
 class K8sJobOptions:
     image: str
@@ -77,10 +67,12 @@ class K8sJobOptions:
     keep_failed: bool = False
 
     def __post_init__(self):
+        from modelport.serving.kubernetes import check_name
+
         check_image(self.image)
         if self.namespace is not None:
-            _check_dns(self.namespace, "--namespace")
-        _check_dns(self.pvc, "--pvc", subdomain=True)
+            check_name(self.namespace, "--namespace")
+        check_name(self.pvc, "--pvc", subdomain=True)
         if not isinstance(self.jobs, int) or self.jobs < 1:
             raise BadInputError(f"bad --jobs {self.jobs!r}: a whole number >= 1")
 

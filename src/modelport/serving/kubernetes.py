@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from modelport.errors import BadInputError
 from modelport.serving import Bundle, PackageOptions, get_packager
 from modelport.serving.bundle import Artifacts
 from modelport.serving.docker import server, write_dockerfile
@@ -25,13 +26,24 @@ def k8s_name(text: str) -> str:
     return name if name and name[0].isalpha() else f"m-{name}"[:63]
 
 
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def check_name(text: str, flag: str, *, subdomain: bool = False) -> str:
+    """`text` when it is a Kubernetes name (a DNS-1123 label, or subdomain), else exit 2 naming `flag`."""
+    pattern = _DNS_SUBDOMAIN if subdomain else _DNS_LABEL
+    if not isinstance(text, str) or pattern.fullmatch(text) is None:
+        kind = "DNS-1123 subdomain" if subdomain else "DNS-1123 label (at most 63 characters)"
+        raise BadInputError(f"bad {flag} {text!r}: a Kubernetes name is a {kind} of lowercase letters, digits and '-'")
+    return text
+
+
 def server_bundle(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bundle:
     """The chosen server's bundle, written into the folder the Dockerfile copies.
 
     A TensorRT build plan without its engine is refused: the image would start a server with no model.
     """
-    from modelport.errors import BadInputError
-
     bundle = get_packager(options.server).package(artifacts, out_dir / server(options.server).bundle_dir, options)
     if str(bundle.details.get("engine", "")).startswith("not built"):
         raise BadInputError("the TensorRT engine is not built (a --plan-only conversion): a container needs model.plan",
