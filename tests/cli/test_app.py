@@ -166,24 +166,10 @@ def test_target_help_comes_from_the_registry(cli_proc):
 def _on_a_terminal(args: list[str], columns: int = 100) -> str:
     """stdout of `modelport ARGS` written to a pseudo-terminal."""
     import os
-    import pty
 
-    main, child = pty.openpty()
-    env = {**os.environ, "COLUMNS": str(columns), "TERM": "xterm"}
-    p = subprocess.Popen([sys.executable, "-m", "modelport", *args], stdout=child, stderr=subprocess.PIPE, env=env)
-    os.close(child)
-    chunks = []
-    while True:
-        try:
-            data = os.read(main, 65536)
-        except OSError:
-            break
-        if not data:
-            break
-        chunks.append(data)
-    p.wait(timeout=60)
-    os.close(main)
-    return b"".join(chunks).decode(errors="replace")
+    from tests.terminal import run_on_terminal
+
+    return run_on_terminal(args, env={**os.environ, "COLUMNS": str(columns), "TERM": "xterm"})[1]
 
 
 def test_listings_print_on_stdout_as_tab_separated_rows_through_a_pipe(cli_proc, tiny_onnx):

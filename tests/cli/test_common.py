@@ -204,26 +204,11 @@ def test_json_stdout_is_exactly_one_document(cli_proc, files, tmp_path, case):
 
 def _run_on_pty(args: list, timeout: float = 600) -> tuple[int, str]:
     """The CLI with stderr on a pseudo-terminal (as a user sees it); returns (exit code, what was drawn)."""
-    import pty
+    from tests.terminal import run_on_terminal
 
-    master, slave = pty.openpty()
     env = {**os.environ, "PYTHONPATH": str(REPO / "src"), "TERM": "xterm-256color", "COLUMNS": "160"}
     env.pop("NO_COLOR", None)
-    p = subprocess.Popen([sys.executable, "-m", "modelport", *map(str, args)], stdout=subprocess.DEVNULL, stderr=slave,
-                         stdin=subprocess.DEVNULL, env=env)
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:
-            break
-        if not data:
-            break
-        chunks.append(data)
-    code = p.wait(timeout=timeout)
-    os.close(master)
-    text = b"".join(chunks).decode(errors="replace")
+    code, text = run_on_terminal(args, stream="stderr", env=env, timeout=timeout)
     return code, re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)
 
 
