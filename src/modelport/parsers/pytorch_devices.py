@@ -100,7 +100,8 @@ def cpu_archive(path: Path, out_dir: Path) -> Path:
                     pass
             elif "/data/sample_inputs/" in info.filename and info.filename.endswith(".pt"):
                 data = _sample_inputs_on_cpu(data)
-            # weight records stay uncompressed and aligned as torch wrote them: torch maps them in place
+            # each record keeps its ZipInfo, so weights stay stored uncompressed as torch wrote them (torch reads
+            # them from the archive whatever their offset)
             out.writestr(info, data, compress_type=info.compress_type)
     return dst
 
