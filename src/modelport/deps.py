@@ -44,6 +44,20 @@ TF_FAMILY = {"tensorflow", "keras", "tf_keras", "tf2onnx", "onnx2tf", "ai_edge_l
 QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0", "GRPC_VERBOSITY": "ERROR", "GLOG_minloglevel": "3"}
 
 
+# what QUIET_ENV sets that changes numbers, not only log output: a validation child takes it back
+# unless the user set it (`runtime_defaults_env`)
+NUMERIC_ENV = ("TF_ENABLE_ONEDNN_OPTS",)
+_SET_HERE: set[str] = set()  # QUIET_ENV keys this process set itself
+
+
+def runtime_defaults_env(env: dict[str, str]) -> dict[str, str]:
+    """`env` as a runtime's user has it: without the numeric settings modelport made for its own
+    quiet, and without `TF_USE_LEGACY_KERAS` (which makes TensorFlow reach for tf_keras)."""
+    out = {k: v for k, v in env.items() if not (k in NUMERIC_ENV and (k in _SET_HERE or k not in os.environ))}
+    out.pop("TF_USE_LEGACY_KERAS", None)
+    return out
+
+
 def quiet_framework_logs() -> None:
     """Silence framework log chatter in this process and the children it starts.
 
@@ -55,6 +69,7 @@ def quiet_framework_logs() -> None:
     for key, value in QUIET_ENV.items():
         if not os.environ.get(key):
             os.environ[key] = value
+            _SET_HERE.add(key)
     import logging
 
     for name in ("tensorflow", "absl", "tf2onnx", "onnx2tf", "keras", "h5py"):

@@ -131,25 +131,56 @@ def contract_from_onnx(model) -> tuple[list[TensorSpec], list[TensorSpec], dict[
 
 
 @dataclass
+class Sample:
+    """One sample set beyond the reference's first: its kind ("random-2", "zeros", "constant",
+    "low", "high", "data-2", …), the inputs and the source framework's outputs on them."""
+
+    kind: str
+    inputs: dict[str, np.ndarray]
+    outputs: dict[str, np.ndarray]
+
+
+@dataclass
 class Reference:
-    """Deterministic sample inputs and the source framework's outputs on them."""
+    """Deterministic sample inputs and the source framework's outputs on them.
+
+    `inputs`/`outputs` are the first sample set (kind `first_kind`: "random", or "data" when the
+    user's `--data` pinned every input); `extra` holds the other sample sets every hop is judged
+    on too (`samples.py` says which): other seeds and scales, and structured inputs (all-zeros,
+    a constant, the extremes of the input's range) that random data never reach."""
 
     inputs: dict[str, np.ndarray]
     outputs: dict[str, np.ndarray]
     producer: str = ""  # e.g. "torch 2.13.0"
+    extra: list[Sample] = field(default_factory=list)
+    first_kind: str = "random"
+
+    def sets(self) -> list[Sample]:
+        """Every sample set, the first one first."""
+        return [Sample(self.first_kind, self.inputs, self.outputs), *self.extra]
+
+    def kinds(self) -> list[str]:
+        return [s.kind for s in self.sets()]
 
     def save(self, path: Path) -> None:
         arrays = {f"in/{k}": v for k, v in self.inputs.items()}
         arrays.update({f"out/{k}": v for k, v in self.outputs.items()})
+        for i, sample in enumerate(self.extra, start=1):
+            arrays.update({f"s{i}/in/{k}": v for k, v in sample.inputs.items()})
+            arrays.update({f"s{i}/out/{k}": v for k, v in sample.outputs.items()})
+        arrays["kinds"] = np.asarray(self.kinds())
         with open(path, "wb") as f:
             np.savez(f, **arrays)
 
     @classmethod
     def load(cls, path: Path, producer: str = "") -> Reference:
         with np.load(path, allow_pickle=False) as z:
-            ins = {k[3:]: z[k] for k in z.files if k.startswith("in/")}
-            outs = {k[4:]: z[k] for k in z.files if k.startswith("out/")}
-        return cls(ins, outs, producer)
+            def part(prefix: str) -> dict[str, np.ndarray]:
+                return {k[len(prefix):]: z[k] for k in z.files if k.startswith(prefix)}
+
+            kinds = [str(k) for k in z["kinds"]] if "kinds" in z.files else ["random"]
+            extra = [Sample(kind, part(f"s{i}/in/"), part(f"s{i}/out/")) for i, kind in enumerate(kinds[1:], start=1)]
+            return cls(part("in/"), part("out/"), producer, extra, kinds[0])
 
 
 @dataclass

@@ -35,7 +35,7 @@ def source_from_mmdnn(source: str | None, network: str | None, weights: str | No
 
 def register(app: typer.Typer) -> None:
     @app.command("convert")
-    @flags.taking(flags.SAMPLES, flags.TOLERANCES, flags.PREPROCESSING, flags.PRECISION, flags.EMITTER_OPTIONS, flags.WRITES,
+    @flags.taking(flags.SAMPLES, flags.SAMPLE_SETS, flags.TOLERANCES, flags.PREPROCESSING, flags.PRECISION, flags.EMITTER_OPTIONS, flags.WRITES,
                   flags.RESULT)
     def convert_cmd(
         source: str | None = typer.Argument(None, help="Model file or folder, or zoo:NAME."),

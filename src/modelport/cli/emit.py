@@ -16,7 +16,7 @@ from modelport.registry import EMITTERS
 
 def register(app: typer.Typer) -> None:
     @app.command("emit")
-    @flags.taking(flags.SAMPLES, flags.TOLERANCES, flags.PRECISION, flags.EMITTER_OPTIONS, flags.WRITES, flags.RESULT)
+    @flags.taking(flags.SAMPLES, flags.SAMPLE_SETS, flags.TOLERANCES, flags.PRECISION, flags.EMITTER_OPTIONS, flags.WRITES, flags.RESULT)
     def emit_cmd(
         model: str = typer.Argument(..., help="ONNX model file."),
         to: flags.Targets = ...,

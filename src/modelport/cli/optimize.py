@@ -88,7 +88,7 @@ def render_optimize(report: dict, out_dir: str | None) -> None:
 
 def register(app: typer.Typer) -> None:
     @app.command("optimize")
-    @flags.taking(flags.SAMPLES, flags.TOLERANCES, flags.PREPROCESSING, flags.PRECISION, flags.WRITES, flags.RESULT)
+    @flags.taking(flags.SAMPLES, flags.SAMPLE_SETS, flags.TOLERANCES, flags.PREPROCESSING, flags.PRECISION, flags.WRITES, flags.RESULT)
     def optimize_cmd(
         model: str = typer.Argument(..., help="Model file (ONNX or any source `convert` reads) or zoo:NAME."),
         level: str = typer.Option("extended", "--level", "--optimize", "-O", help="none, basic, extended, all or auto."),

@@ -59,6 +59,11 @@ Data = Annotated[str | None, typer.Option("--data", help="Sample inputs to use i
                                                         "by input name, each used as given (leading axis the batch).")]
 Value = Annotated[list[str], typer.Option("--value", help="NAME=V: a constant input (e.g. sr=16000), broadcast to its shape "
                                                           "and dtype; wins over --data (repeatable).")]
+Samples = Annotated[int, typer.Option("--samples", min=1, help="Random sample sets every hop is judged on (different seeds "
+                                                             "and scales; default 3).")]
+Structured = Annotated[bool, typer.Option("--structured-samples/--no-structured-samples",
+                                          help="Also judge every hop on structured inputs: all-zeros, a constant, the ends "
+                                               "of the input's range.")]
 Atol = _tolerance("--atol", "Absolute tolerance (scaled by each output's magnitude), e.g. 1e-4")
 Rtol = _tolerance("--rtol", "Relative tolerance, e.g. 1e-3")
 MinCosine = _tolerance("--min-cosine", "Minimum cosine similarity, e.g. 0.999")
@@ -108,6 +113,7 @@ RESULT = (("json_out", JsonOut, False), ("quiet", Quiet, False), ("junit", Junit
 WRITES = (("output", OutputDir, None), ("force", Force, False))
 TOLERANCES = (("atol", Atol, []), ("rtol", Rtol, []), ("min_cosine", MinCosine, []))
 SAMPLES = (("inputs", Inputs, []), ("dim", Dim, []), ("seed", Seed, 0), ("data", Data, None), ("values", Value, []))
+SAMPLE_SETS = (("samples", Samples, 3), ("structured", Structured, True))
 PRECISION = (("calibration", Calibration, None), ("strict", Strict, False), ("allow_fallback", AllowFallback, False))
 PREPROCESSING = (("layout", Layout, []), ("mean", Mean, []), ("std", Std, []), ("scale", Scale, []),
                  ("channel_order", ChannelOrder, None))
@@ -149,7 +155,8 @@ def parity_kwargs(shared: dict) -> dict:
 
     tols, per_output = tolerances(shared)
     return {**tols, "output_tolerances": per_output, "sample_dims": parse_dims(shared["dim"]), "seed": shared["seed"],
-            "data": shared["data"], "values": list(shared["values"])}
+            "data": shared["data"], "values": list(shared["values"]),
+            "sampling": {"randoms": shared.get("samples", 3), "structured": shared.get("structured", True)}}
 
 
 def preprocessing_kwargs(shared: dict) -> dict:

@@ -26,7 +26,7 @@ def render_validate(report: dict) -> None:
 
 def register(app: typer.Typer) -> None:
     @app.command("validate")
-    @flags.taking(flags.SAMPLES, flags.TOLERANCES, flags.RESULT)
+    @flags.taking(flags.SAMPLES, flags.SAMPLE_SETS, flags.TOLERANCES, flags.RESULT)
     def validate_cmd(
         a: str = typer.Argument(..., help="Reference model: .onnx, .ort, .tflite, .plan, an emitted pytorch/ folder, or a source "
                                           "(.pt2, .keras, .h5, SavedModel folder, .pb)."),
@@ -58,7 +58,8 @@ def register(app: typer.Typer) -> None:
             with stage_status(shared["quiet"] or shared["json_out"]) as on_stage:
                 return validate_models(a, b, data=data, values=shared["values"], dims=parse_dims(shared["dim"]), seed=shared["seed"],
                                        tolerance=tol, localize=localize, by_position=by_position, trust=trust,
-                                       inputs=[parse_input_spec(t) for t in specs], on_stage=on_stage)
+                                       inputs=[parse_input_spec(t) for t in specs], on_stage=on_stage,
+                                       sampling={"randoms": shared["samples"], "structured": shared["structured"]})
 
         from modelport.validation import DEFAULT_TOLERANCES, tolerance_for
 

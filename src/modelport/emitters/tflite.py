@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import importlib.util
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -187,7 +187,9 @@ def _reference_in_layout(ir: IRModel, inputs: list[Port], outputs: list[Port]) -
         return {p.name: np.ascontiguousarray(np.transpose(arrays[p.name], p.change)) if p.change else arrays[p.name]
                 for p in ports}
 
-    return Reference(moved(ref.inputs, inputs), moved(ref.outputs, outputs), ref.producer)
+    return Reference(moved(ref.inputs, inputs), moved(ref.outputs, outputs), ref.producer,
+                     extra=[replace(s, inputs=moved(s.inputs, inputs), outputs=moved(s.outputs, outputs)) for s in ref.extra],
+                     first_kind=ref.first_kind)
 
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:

@@ -142,8 +142,8 @@ def convert_fp16(ir: IRModel, *, keep_io_types: bool = True, op_block_list: list
     info = Fp16Info()
     block = set(node_block_list or [])
     ref = ir.reference
-    if auto_block and ref is not None:
-        info.overflow = overflow_nodes(base, ref.inputs, batch=batch)
+    if auto_block and ref is not None:  # every sample set: the ends of the input range overflow first
+        info.overflow = sorted({n for s in ref.sets() for n in overflow_nodes(base, s.inputs, batch=batch)})
         block |= set(info.overflow)
     while True:
         # Localisation compares against FP32 tensors, so the probe keeps FP32 I/O.
@@ -155,8 +155,10 @@ def convert_fp16(ir: IRModel, *, keep_io_types: bool = True, op_block_list: list
         if parity.ok or info.rounds >= max_rounds:
             break
         info.rounds += 1
-        div = first_divergence(base, probe, ref.inputs, threshold=max(tol.rtol, 1e-3) * 5, batch=batch, skip=block,
-                                 worst_if_none=True)
+        worst = parity.worst()  # localised on the sample set that failed (silence, a range end, …)
+        feeds = next((s.inputs for s in ref.sets() if worst and s.kind == worst.sample), ref.inputs)
+        div = first_divergence(base, probe, feeds, threshold=max(tol.rtol, 1e-3) * 5, batch=batch, skip=block,
+                               worst_if_none=True)
         if div is None:
             break
         info.diverged.append(div.to_dict())

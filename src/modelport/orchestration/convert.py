@@ -63,6 +63,8 @@ class ConvertOptions:
     seed: int = 0
     data: str | Path | None = None  # --data: .npz of named sample inputs used instead of random ones
     values: list[str] | dict[str, float] = field(default_factory=list)  # --value NAME=V (or {NAME: V}): broadcast to that input
+    # the sample sets every hop is judged on (samples.sample_sets): random ones with the first, structured ones or not
+    sampling: dict[str, Any] = field(default_factory=lambda: {"randoms": 3, "structured": True})
     force: bool = False
     keep_failed: bool = False  # a failed run's files go to OUT.failed/ (with FAILED.json) instead of being removed
     strict: bool = False  # a pass that breaks parity, or a reference that ignores its input, fails the run
@@ -179,6 +181,7 @@ def resolve_source(source, options: ConvertOptions):
     spec.trust = options.trust
     spec.opset = options.opset
     spec.seed = options.seed
+    spec.sampling = dict(options.sampling)
     spec.given = pinned_inputs(options.data, options.values)
     spec.options.update(options.tensorflow.spec_options())
     if options.task:
@@ -318,6 +321,8 @@ def _emit_once(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop,
         with run_stage(report, f"validate:{target}" + (f":{part}" if part else ""), on_stage=on_stage):
             parity = validate_artifact(artifact, ir, ttol, hop)
         report.add_parity(parity, attempt=target)
+        if artifact.details.get("validated_with"):
+            entry["validated_with"] = artifact.details["validated_with"]
         parity.raise_if_failed(path=out)
         checked = artifact.details.get("contract_check")
         if checked:
@@ -385,13 +390,26 @@ def parse_noting_attempts(parse, src, spec, parsed, report):
     return ir
 
 
-def validate_artifact(artifact, ir: IRModel, tol: Tolerance, hop: str):
+def artifact_runner(artifact):
+    """The runner that validates an artifact: loaded as its users load it, in a fresh child process
+    that imports only the artifact's runtime and runs it with that runtime's defaults
+    (`runtimes/isolated.py`). TensorRT engines are built and run where the GPU is, in this process."""
     from modelport.runtimes import get_runner
+    from modelport.runtimes.isolated import IsolatedRunner
 
-    runner = get_runner(artifact.runner, artifact.path, **artifact.runner_options)
+    if artifact.runner == "tensorrt":
+        return get_runner(artifact.runner, artifact.path, **artifact.runner_options)
+    return IsolatedRunner(artifact.runner, artifact.path, clean=True, **artifact.runner_options)
+
+
+def validate_artifact(artifact, ir: IRModel, tol: Tolerance, hop: str):
+    runner = artifact_runner(artifact)
     if artifact.target in ROUTED_TARGETS:
         artifact.details["contract_check"] = check_inputs(runner, ir, artifact)
-    return check(runner, artifact.reference or ir.reference, tol, hop)
+    parity = check(runner, artifact.reference or ir.reference, tol, hop)
+    if getattr(runner, "modules", None) is not None:
+        artifact.details["validated_with"] = {"process": "child", "frameworks": runner.modules}
+    return parity
 
 
 ROUTED_TARGETS = ("tflite", "savedmodel")  # the targets with more than one route: their inputs are checked too

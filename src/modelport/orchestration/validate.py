@@ -103,13 +103,17 @@ def _align_outputs(a: dict, b: dict) -> dict:
 def validate_models(a: str | Path, b: str | Path, *, data: str | Path | None = None, values: list[str] = (), dims: dict[str, int] | None = None,
                     seed: int = 0, tolerance: Tolerance | None = None, precision: str = "fp32",
                     localize: bool = False, by_position: bool = False, inputs: list = (), trust: bool = False,
-                    on_stage=None) -> dict:
+                    on_stage=None, sampling: dict | None = None) -> dict:
     """Compare B against A on the same inputs; returns the report, raises ValidationError on a mismatch.
 
     Either side may be a source a parser reads (`inputs` are its `--input` specs; `trust` lets it
-    run code, and allows an emitted pytorch/ folder's model.py)."""
+    run code, and allows an emitted pytorch/ folder's model.py). Both are run on every sample set
+    (`samples.sample_sets`, `sampling` its options) where B is a runner; a source as B is parsed
+    on the first set only."""
     from modelport.file_checks import check_model_file
-    from modelport.samples import load_data, make_inputs, parse_values, run_reference
+    from modelport.ir import Reference
+    from modelport.samples import load_data, make_inputs, parse_values, reference_samples, run_reference
+    from modelport.validation.compare import merge_samples, run_sets
 
     def stage(name: str) -> None:
         if on_stage:
@@ -127,16 +131,22 @@ def validate_models(a: str | Path, b: str | Path, *, data: str | Path | None = N
         specs = sa.runner.input_specs()
         feeds = make_inputs(specs, dims or {}, seed=seed, given=given, path=data or pa)
         out_a = run_reference(sa.runner.run, feeds, specs, given, pa)
+        extra = reference_samples(sa.runner.run, specs, feeds, out_a, dims or {}, seed=seed, given=given, path=data or pa,
+                                  **(sampling or {}))[1]
+        reference = Reference(feeds, out_a, extra=extra)
     else:
-        ir = sa.parse(given)
-        feeds, out_a = dict(ir.reference.inputs), dict(ir.reference.outputs)
+        reference = sa.parse(given).reference
+        feeds, out_a = dict(reference.inputs), dict(reference.outputs)
+    sets = reference.sets() if sb.runner is not None else reference.sets()[:1]
     stage(f"run:{pb.name} ({kb})")
-    out_b = _align_outputs(out_a, sb.runner.run(feeds) if sb.runner is not None else dict(sb.parse(feeds).reference.outputs))
+    outs_b = run_sets(sb.runner, [x.inputs for x in sets]) if sb.runner is not None else [dict(sb.parse(feeds).reference.outputs)]
     if not by_position:
         from modelport.validation import check_override_names
 
         check_override_names(tol, list(out_a), path=pa)
-    parity = compare(out_a, out_b, tol, hop=f"{pa.name} ({ka}) vs {pb.name} ({kb})", by_position=by_position)
+    hop = f"{pa.name} ({ka}) vs {pb.name} ({kb})"
+    parity = merge_samples([compare(x.outputs, _align_outputs(x.outputs, o), tol, hop=hop, by_position=by_position)
+                            for x, o in zip(sets, outs_b, strict=True)], [x.kind for x in sets])
     side_a, side_b = {"path": str(pa), "kind": ka}, {"path": str(pb), "kind": kb}
     for side, r in ((side_a, sa), (side_b, sb)):
         note = r.io_note()

@@ -56,7 +56,7 @@ def parse_here(source, spec) -> IRModel:
     import numpy as np
 
     from modelport.parsers import tf_common
-    from modelport.samples import make_inputs, reference_varies
+    from modelport.samples import make_inputs, reference_samples
 
     path = Path(source)
     graph_def = read_graph_def(path)
@@ -105,15 +105,16 @@ def parse_here(source, spec) -> IRModel:
         ref = call(sample)
     except Exception as e:
         raise BadInputError(f"TensorFlow cannot run the graph on the sample inputs: {first_line(e)}", path=path) from None
-    varies = reference_varies(call, specs, ref, spec.sample_dims, seed=spec.seed, given=spec.given)
+    varies, extra, skipped = reference_samples(call, specs, sample, ref, spec.sample_dims, seed=spec.seed,
+                                               given=spec.given, path=spec.path, **spec.sampling)
     renames = {**dict(zip(in_names, [s.name for s in specs], strict=True)), **dict(zip(out_names, names, strict=True))}
     model = tf_common.graphdef_to_onnx(graph_def, in_names, out_names, renames, opset=spec.opset, path=path)
     out_shapes = {n: t.shape.as_list() if t.shape.rank is not None else None for n, t in zip(names, out_tensors, strict=True)}
     return tf_common.build_ir(
         model, specs, out_shapes, sample, ref, producer=f"tensorflow {tf.__version__} graph",
         provenance={"framework": "tensorflow", "format": "graphdef", "path": str(path), "tensorflow": tf.__version__,
-                    "reference_varies": varies},
-        spec=spec, path=path,
+                    "reference_varies": varies, "samples_skipped": skipped or None},
+        extra=extra, spec=spec, path=path,
     )
 
 

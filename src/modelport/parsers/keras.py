@@ -202,7 +202,7 @@ def parse(source, spec) -> IRModel:
     import numpy as np
 
     from modelport.parsers import tf_common
-    from modelport.samples import make_inputs, reference_varies
+    from modelport.samples import make_inputs, reference_samples
 
     model, how = load(source, spec)
     tf = import_tf()
@@ -247,7 +247,8 @@ def parse(source, spec) -> IRModel:
             out = model.predict(pack([feeds[s.name] for s in specs]), verbose=0)
         return {n: np.asarray(v) for n, v in zip(names, tf.nest.flatten(out), strict=True)}
 
-    varies = reference_varies(predict, specs, ref, spec.sample_dims, seed=spec.seed, given=spec.given)
+    varies, extra, skipped = reference_samples(predict, specs, sample, ref, spec.sample_dims, seed=spec.seed,
+                                               given=spec.given, path=spec.path, **spec.sampling)
     graph_def, in_names, out_names = tf_common.freeze(concrete, path)
     tf_common.screen_ops(graph_def, trust=spec.trust, path=path)
     renames = {**dict(zip(in_names, [s.name for s in specs], strict=True)), **dict(zip(out_names, names, strict=True))}
@@ -259,8 +260,8 @@ def parse(source, spec) -> IRModel:
     return tf_common.build_ir(
         onnx_model, specs, out_shapes, sample, ref, producer=f"keras {keras.__version__} predict",
         provenance={"framework": "keras", "format": how, "path": src, "model_name": getattr(model, "name", None),
-                    "tensorflow": tf.__version__, "reference_varies": varies},
-        spec=spec, path=path,
+                    "tensorflow": tf.__version__, "reference_varies": varies, "samples_skipped": skipped or None},
+        extra=extra, spec=spec, path=path,
     )
 
 

@@ -53,7 +53,7 @@ def parse(source, spec) -> IRModel:
     from modelport.onnx_io import fit_ir_version, load_onnx
     from modelport.parsers.contract import merge_specs
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
-    from modelport.samples import make_inputs, reference_varies, run_reference
+    from modelport.samples import make_inputs, reference_samples, run_reference
 
     path = Path(source)
     model = load_onnx(path)
@@ -72,7 +72,8 @@ def parse(source, spec) -> IRModel:
     sample = make_inputs(inputs, spec.sample_dims, seed=spec.seed, given=spec.given, path=spec.path)
     runner = OnnxRuntimeRunner(original)
     ref_out = run_reference(runner.run, sample, inputs, spec.given, path)
-    varies = reference_varies(runner.run, inputs, ref_out, spec.sample_dims, seed=spec.seed, given=spec.given)
+    varies, extra, skipped = reference_samples(runner.run, inputs, sample, ref_out, spec.sample_dims, seed=spec.seed,
+                                               given=spec.given, path=spec.path, **spec.sampling)
     import onnxruntime
 
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
@@ -82,7 +83,7 @@ def parse(source, spec) -> IRModel:
         outputs=outputs,
         provenance={"framework": "onnx", "format": "onnx", "path": str(path), "opset": opset,
                     "producer": f"{model.producer_name} {model.producer_version}".strip(), "ir_version_note": ir_note,
-                    "reference_varies": varies},
-        reference=Reference(sample, ref_out, producer=f"onnxruntime {onnxruntime.__version__}"),
+                    "reference_varies": varies, "samples_skipped": skipped or None},
+        reference=Reference(sample, ref_out, producer=f"onnxruntime {onnxruntime.__version__}", extra=extra),
         sample_dims=dict(spec.sample_dims),
     )

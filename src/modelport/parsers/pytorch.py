@@ -384,7 +384,7 @@ def parse(source, spec) -> IRModel:
     from modelport.parsers.onnx import convert_opset, infer_and_check
     from modelport.parsers.pytorch_export import export_model
     from modelport.runtimes.torch import TorchRunner, flatten_outputs
-    from modelport.samples import make_inputs, reference_varies
+    from modelport.samples import make_inputs, reference_samples
 
     module, how, carried = load_module(source, spec)
     own_shapes = [(c.dtype, list(c.shape)) for c in carried[0]] if carried is not None else None
@@ -404,7 +404,8 @@ def parse(source, spec) -> IRModel:
         raise BadInputError(f"{len(names)} output names given for {n_out} outputs", path=spec.path)
     runner = TorchRunner(module, input_names=[s.name for s in specs], output_names=names, inputs=specs)
     ref = runner.run(sample)
-    varies = reference_varies(runner.run, specs, ref, spec.sample_dims, seed=spec.seed, given=spec.given)
+    varies, extra, skipped = reference_samples(runner.run, specs, sample, ref, spec.sample_dims, seed=spec.seed,
+                                               given=spec.given, path=spec.path, **spec.sampling)
 
     program = getattr(module, "exported_program", None)
     kept = own_shapes == [(s.dtype, list(s.shape)) for s in specs]  # the saved program fits the contract as it is
@@ -440,9 +441,11 @@ def parse(source, spec) -> IRModel:
             "fixed_dims": fixed or None,
             "opset": next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None),
             "reference_varies": varies,
+            "samples_skipped": skipped or None,
             "saved_on": getattr(module, "saved_on", None) or None,
         },
-        reference=Reference(sample, {k: np.asarray(v) for k, v in ref.items()}, producer=f"torch {torch.__version__}"),
+        reference=Reference(sample, {k: np.asarray(v) for k, v in ref.items()}, producer=f"torch {torch.__version__}",
+                            extra=extra),
         sample_dims=dict(spec.sample_dims),
     )
 

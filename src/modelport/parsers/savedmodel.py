@@ -104,7 +104,7 @@ def parse_here(source, spec) -> IRModel:
     import numpy as np
 
     from modelport.parsers import tf_common
-    from modelport.samples import make_inputs, reference_varies
+    from modelport.samples import make_inputs, reference_samples
 
     folder = folder_of(Path(source))
     proto = read_proto(folder)
@@ -146,7 +146,8 @@ def parse_here(source, spec) -> IRModel:
         ref = call(sample)
     except Exception as e:
         raise BadInputError(f"signature '{name}' failed on the sample inputs: {first_line(e)}", path=folder) from None
-    varies = reference_varies(call, specs, ref, spec.sample_dims, seed=spec.seed, given=spec.given)
+    varies, extra, skipped = reference_samples(call, specs, sample, ref, spec.sample_dims, seed=spec.seed,
+                                               given=spec.given, path=spec.path, **spec.sampling)
     renames = {**dict(zip(in_names, [s.name for s in specs], strict=True)), **dict(zip(out_names, names, strict=True))}
     model = tf_common.graphdef_to_onnx(graph_def, in_names, out_names, renames, opset=spec.opset, path=folder)
     out_shapes = {n: t.shape.as_list() if t.shape.rank is not None else None for n, t in zip(names, fn.outputs, strict=True)}
@@ -154,8 +155,8 @@ def parse_here(source, spec) -> IRModel:
         model, specs, out_shapes, sample, ref, producer=f"tensorflow {tf.__version__} signature '{name}'",
         provenance={"framework": "tensorflow", "format": "savedmodel", "path": str(folder), "signature": name,
                     "signatures": signature_names(proto), "tensorflow": tf.__version__,
-                    "reference_varies": varies},
-        spec=spec, path=folder,
+                    "reference_varies": varies, "samples_skipped": skipped or None},
+        extra=extra, spec=spec, path=folder,
     )
 
 

@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from modelport.errors import BadInputError, UnsafeInputError, UnsupportedError
@@ -366,7 +366,7 @@ def rename_outputs(names: list[str], spec, path=None) -> list[str]:
 
 
 def build_ir(model, inputs: list[TensorSpec], output_tf_shapes: dict[str, list] | None, sample: dict,
-             ref_outputs: dict, *, producer: str, provenance: dict, spec, path=None) -> IRModel:
+             ref_outputs: dict, *, producer: str, provenance: dict, spec, path=None, extra=None) -> IRModel:
     """Shape inference + checker, symbolic dims on the graph, and the IRModel with references."""
     import numpy as np
 
@@ -393,7 +393,8 @@ def build_ir(model, inputs: list[TensorSpec], output_tf_shapes: dict[str, list] 
     provenance = {**provenance, "opset": opset, "exporter": f"tf2onnx {tf2onnx.__version__}"}
     return IRModel(
         model=model, inputs=inputs, outputs=outputs, provenance=provenance,
-        reference=Reference(sample, {o.name: np.asarray(ref_outputs[o.name]) for o in outputs}, producer=producer),
+        reference=Reference(sample, {o.name: np.asarray(ref_outputs[o.name]) for o in outputs}, producer=producer,
+                            extra=[replace(s, outputs={o.name: s.outputs[o.name] for o in outputs}) for s in extra or []]),
         sample_dims=dict(spec.sample_dims),
     )
 
@@ -408,7 +409,7 @@ def spec_to_dict(spec) -> dict:
         "path": str(spec.path) if spec.path is not None else None, "framework": spec.framework,
         "inputs": [s.to_dict() for s in spec.inputs], "output_names": spec.output_names, "arch": spec.arch,
         "trust": spec.trust, "opset": spec.opset, "sample_dims": dict(spec.sample_dims), "seed": spec.seed,
-        "options": dict(spec.options),
+        "options": dict(spec.options), "sampling": dict(spec.sampling),
         "given": {k: {"dtype": str(v.dtype), "shape": list(v.shape), "values": v.ravel().tolist()} for k, v in spec.given.items()},
     }
 
@@ -423,6 +424,7 @@ def spec_from_dict(d: dict):
         inputs=[TensorSpec.from_dict(s) for s in d.get("inputs", [])], output_names=d.get("output_names"),
         arch=d.get("arch"), trust=bool(d.get("trust")), opset=d.get("opset"), sample_dims=dict(d.get("sample_dims") or {}),
         seed=int(d.get("seed", 0)), options=dict(d.get("options") or {}),
+        sampling=dict(d.get("sampling") or {"randoms": 3, "structured": True}),
         given={k: np.asarray(v["values"], dtype=v["dtype"]).reshape(v["shape"]) for k, v in (d.get("given") or {}).items()},
     )
 

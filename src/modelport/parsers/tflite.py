@@ -91,7 +91,7 @@ def _probe_here(path: Path, spec):
 
     from modelport.parsers.tf_common import merge_inputs, spec_from_tf
     from modelport.runtimes.tflite import TFLiteRunner, load_interpreter
-    from modelport.samples import make_inputs, reference_varies, run_reference
+    from modelport.samples import make_inputs, reference_samples, run_reference
 
     interp = load_interpreter(path)
     ins, outs = interp.get_input_details(), interp.get_output_details()
@@ -105,7 +105,8 @@ def _probe_here(path: Path, spec):
     # the ONNX graph keeps the file's I/O types: a quantised model's references stay integers too
     runner = TFLiteRunner(path, input_names=[s.name for s in specs], output_names=out_names, dequantize_outputs=False)
     reference = {k: np.asarray(v) for k, v in run_reference(runner.run, sample, specs, spec.given, spec.path).items()}
-    varies = reference_varies(runner.run, specs, reference, spec.sample_dims or {}, seed=spec.seed, given=spec.given)
+    varies, extra, skipped = reference_samples(runner.run, specs, sample, reference, spec.sample_dims or {}, seed=spec.seed,
+                                               given=spec.given, path=spec.path, **spec.sampling)
     response = {
         "inputs": [s.to_dict() for s in specs],
         "tensor_inputs": [d["name"] for d in ins], "tensor_outputs": [d["name"] for d in outs],
@@ -115,8 +116,9 @@ def _probe_here(path: Path, spec):
         "signatures": sorted(interp.get_signature_list() or {}),
         "ops": _op_histogram(interp),
         "reference_varies": varies,
+        "samples_skipped": skipped or None,
     }
-    return response, sample, reference
+    return response, sample, reference, extra
 
 
 def probe_in_child(work: Path, request: dict) -> dict:
@@ -127,7 +129,7 @@ def probe_in_child(work: Path, request: dict) -> dict:
     path = Path(request["path"])
     spec = spec_from_dict(request["spec"])
     try:
-        probed, sample, reference = _probe_here(path, spec)
+        probed, sample, reference, extra = _probe_here(path, spec)
     except (ValueError, RuntimeError) as e:
         text = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
         raise BadInputError(f"not a valid TFLite model: {text}", path=path) from None
@@ -135,12 +137,12 @@ def probe_in_child(work: Path, request: dict) -> dict:
         write_arrays(work, "sample", sample)
         write_arrays(work, "reference", reference)
         return probed
-    ir = _convert_here(path, spec, probed, sample, reference)
+    ir = _convert_here(path, spec, probed, sample, reference, extra)
     ir.save(work / "ir")
     return {"producer": ir.reference.producer}
 
 
-def _convert_here(path: Path, spec, probed: dict, sample: dict, reference: dict) -> IRModel:
+def _convert_here(path: Path, spec, probed: dict, sample: dict, reference: dict, extra: list) -> IRModel:
     """tf2onnx on the flatbuffer (in the child), names mapped onto the probe's, IR assembled."""
     import tempfile
     import warnings
@@ -152,6 +154,8 @@ def _convert_here(path: Path, spec, probed: dict, sample: dict, reference: dict)
     specs = [TensorSpec.from_dict(d) for d in probed["inputs"]]
     names = tf_common.rename_outputs(probed["outputs"], spec, path)
     ref = dict(zip(names, (reference[n] for n in probed["outputs"]), strict=True))
+    for s in extra:
+        s.outputs = dict(zip(names, (s.outputs[n] for n in probed["outputs"]), strict=True))
     tf = tf_common.import_tf()
     tf2onnx = tf_common.import_tf2onnx()
     try:
@@ -175,8 +179,9 @@ def _convert_here(path: Path, spec, probed: dict, sample: dict, reference: dict)
         model, specs, out_shapes, sample, ref, producer=producer,
         provenance={"framework": "tflite", "format": "tflite", "path": str(path), "signatures": probed["signatures"],
                     "tensorflow": tf.__version__,
-                    "reference_varies": {n: probed["reference_varies"].get(o) for n, o in zip(names, probed["outputs"], strict=True)}},
-        spec=spec, path=path,
+                    "reference_varies": {n: probed["reference_varies"].get(o) for n, o in zip(names, probed["outputs"], strict=True)},
+                    "samples_skipped": probed["samples_skipped"]},
+        spec=spec, path=path, extra=extra,
     )
 
 

@@ -10,6 +10,14 @@ as the same ModelportError class with its reason.
 
 `call_in_child(target, request)` runs any `module:function(work, request) -> dict` there;
 `IsolatedRunner` wraps any registered runner so that loading and running happen in the child.
+
+Artifacts are validated the same way, and the child is also *clean* (`clean_runner`): an
+artifact must load where its users load it, with that runtime alone. The child imports nothing
+but modelport's runner and that runtime (`RUNTIME_IMPORTS`): every other framework is blocked
+at import (a SavedModel that only loads where `tf_keras` was imported, generated code that
+reaches for onnxruntime, fail there as they would for a user), and the environment variables
+modelport sets for its own quiet (`TF_ENABLE_ONEDNN_OPTS=0` changes TensorFlow's kernels) are
+taken back, so the runtime runs with its defaults.
 """
 
 from __future__ import annotations
@@ -34,6 +42,23 @@ RUN_TIMEOUT_S = 120.0  # loading and running one model on one batch
 CONVERT_TIMEOUT_S = 1800.0  # parsing + converting a whole model (large graphs take minutes)
 TIMEOUT_ENV = "MODELPORT_CHILD_TIMEOUT"
 CHILD_CODE = "import sys; from modelport.runtimes.isolated import child_main; sys.exit(child_main(sys.argv[1]))"
+PER_SET_TIMEOUT_S = 20.0  # added to the run timeout for each sample set beyond the first
+
+# The frameworks a clean child blocks unless its runtime needs them (top-level module names).
+FRAMEWORKS = ("torch", "torchvision", "torchaudio", "tensorflow", "tf_keras", "keras", "jax", "jaxlib", "onnxruntime",
+              "onnxruntime_genai", "openvino", "nncf", "onnx", "onnxscript", "onnx_ir", "onnxsim", "onnx2tf", "tf2onnx",
+              "transformers", "ai_edge_litert", "litert_torch", "tensorrt", "executorch", "coremltools", "safetensors")
+# runtime -> the frameworks its artifacts may use: what a user of that artifact has installed.
+# A SavedModel's users have `tensorflow` (which depends on keras 3) but not tf_keras; a TFLite
+# file's have LiteRT; generated PyTorch code's have torch (and safetensors for its weights).
+RUNTIME_IMPORTS = {
+    "onnxruntime": ("onnxruntime", "onnx"),
+    "openvino": ("openvino", "onnx"),
+    "tflite": ("ai_edge_litert",),
+    "savedmodel": ("tensorflow", "keras"),
+    "torch_source": ("torch", "safetensors"),
+    "torch": ("torch", "safetensors"),
+}
 
 
 def timeout_for(default: float) -> float:
@@ -52,13 +77,17 @@ def signal_name(returncode: int) -> str:
         return f"signal {-returncode}"
 
 
-def run_isolated(code: str, args: list[str], *, path, timeout: float = RUN_TIMEOUT_S, what: str = "the model loader"):
-    """Run `python -c code args` in a child; a signal death or timeout becomes BadInputError."""
-    from modelport.deps import QUIET_ENV
+def run_isolated(code: str, args: list[str], *, path, timeout: float = RUN_TIMEOUT_S, what: str = "the model loader",
+                 clean: bool = False):
+    """Run `python -c code args` in a child; a signal death or timeout becomes BadInputError.
+    `clean`: with the runtime's own defaults (`deps.numeric_env_defaults`), not modelport's quiet settings."""
+    from modelport.deps import QUIET_ENV, runtime_defaults_env
 
     env = dict(os.environ)
     if not env.get("MODELPORT_DEBUG"):
         env.update({k: v for k, v in QUIET_ENV.items() if not env.get(k)})
+    if clean:
+        env = runtime_defaults_env(env)
     try:
         proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
                               timeout=timeout, env=env, stdin=subprocess.DEVNULL)
@@ -82,7 +111,8 @@ def _rebuild_error(record: dict, path) -> ModelportError:
 
 def call_in_child(target: str, request: dict, *, path, arrays: dict[str, np.ndarray] | None = None,
                   timeout: float = RUN_TIMEOUT_S, what: str = "the model loader",
-                  collect: Callable[[Path, dict], object] | None = None, unexpected: type[ModelportError] = BadInputError):
+                  collect: Callable[[Path, dict], object] | None = None, unexpected: type[ModelportError] = BadInputError,
+                  clean: bool = False, prepare: Callable[[Path], None] | None = None):
     """Run `target(work, request)` in a child and return its JSON response (or `collect(work, response)`).
 
     `arrays` reach the child as `work/arrays_in.npz`; the child may leave files in `work` for
@@ -94,7 +124,9 @@ def call_in_child(target: str, request: dict, *, path, arrays: dict[str, np.ndar
         (work / "request.json").write_text(json.dumps({"target": target, "args": request}))
         if arrays is not None:
             write_arrays(work, "arrays_in", arrays)
-        proc = run_isolated(CHILD_CODE, [str(work)], path=path, timeout=timeout, what=what)
+        if prepare is not None:
+            prepare(work)
+        proc = run_isolated(CHILD_CODE, [str(work)], path=path, timeout=timeout, what=what, clean=clean)
         error = work / "error.json"
         if error.exists():
             record = json.loads(error.read_text())
@@ -128,6 +160,8 @@ def child_main(workdir: str) -> int:
     work = Path(workdir)
     req = json.loads((work / "request.json").read_text())
     try:
+        if req["args"].get("block"):
+            block_imports(req["args"]["block"], req["args"].get("runtime", "this"))
         module, _, attr = req["target"].partition(":")
         fn = getattr(importlib.import_module(module), attr)
         response = fn(work, req["args"])
@@ -147,6 +181,35 @@ def child_main(workdir: str) -> int:
     return 2
 
 
+class _Blocked:
+    """A meta-path finder that refuses the top-level modules a clean child must not import."""
+
+    def __init__(self, names, runtime: str):
+        self.names, self.runtime = frozenset(names), runtime
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname.partition(".")[0] in self.names:
+            raise ModuleNotFoundError(f"No module named '{fullname}' (where a {self.runtime} artifact is used, only "
+                                      f"that runtime is installed)", name=fullname)
+        return None
+
+
+def block_imports(names, runtime: str) -> None:
+    """Make `names` (top-level modules) unimportable in this process from now on."""
+    sys.meta_path.insert(0, _Blocked(names, runtime))
+
+
+def blocked_for(runtime: str) -> list[str]:
+    """The frameworks a clean child validating a `runtime` artifact blocks: all but the runtime's own
+    (LiteRT's users may run TFLite files through TensorFlow when LiteRT is not installed here)."""
+    import importlib.util
+
+    allowed = set(RUNTIME_IMPORTS.get(runtime, ()))
+    if runtime == "tflite" and importlib.util.find_spec("ai_edge_litert") is None:
+        allowed.add("tensorflow")
+    return [m for m in FRAMEWORKS if m not in allowed]
+
+
 def _runner_in_child(work: Path, args: dict) -> dict:
     from modelport.runtimes import get_runner
 
@@ -162,6 +225,10 @@ def _runner_in_child(work: Path, args: dict) -> dict:
         outs = runner.run(read_arrays(work, "arrays_in"))
         write_arrays(work, "arrays_out", outs)
         response["ran"] = True
+    for i in range(int(args.get("sets", 0))):
+        write_arrays(work, f"arrays_out_{i}", runner.run(read_arrays(work, f"arrays_in_{i}")))
+    if args.get("clean"):
+        response["modules"] = sorted({m.partition(".")[0] for m in sys.modules} & set(FRAMEWORKS))
     return response
 
 
@@ -169,28 +236,49 @@ class IsolatedRunner:
     """Any registered runner, loaded and run in a child process on each call.
 
     `run(feeds)` costs a process start and the runtime's import each time (about 1 s for LiteRT):
-    meant for validating untrusted files, not for benchmarks.
+    meant for validating untrusted files and artifacts, not for benchmarks. `run_many` runs
+    several feed sets in one child. `clean=True`: the child imports nothing but the runtime
+    (`blocked_for`) and runs it with its defaults; `modules` then lists the frameworks it imported.
     """
 
-    def __init__(self, runner: str, model, *, timeout: float | None = None, **options):
+    def __init__(self, runner: str, model, *, timeout: float | None = None, clean: bool = False, **options):
         self.inner = runner
         self.name = f"{runner} (isolated)"
         self.path = Path(model)
         self.options = options
         self.timeout = timeout or timeout_for(RUN_TIMEOUT_S)
+        self.clean = clean
+        self.modules: list[str] | None = None
         self._described: dict | None = None
 
-    def _call(self, *, describe: bool = False, feeds: dict | None = None):
+    def _call(self, *, describe: bool = False, feeds: dict | None = None, sets: list[dict] | None = None):
         request = {"runner": self.inner, "model": str(self.path.resolve()), "options": self.options,
-                   "describe": describe, "run": feeds is not None}
+                   "describe": describe, "run": feeds is not None, "sets": len(sets or ())}
+        if self.clean:
+            request.update(clean=True, runtime=self.inner, block=blocked_for(self.inner))
 
         def collect(work: Path, response: dict):
             if feeds is not None:
                 response["outputs"] = read_arrays(work, "arrays_out")
+            if sets:
+                response["sets"] = [read_arrays(work, f"arrays_out_{i}") for i in range(len(sets))]
             return response
 
-        return call_in_child("modelport.runtimes.isolated:_runner_in_child", request, path=self.path, arrays=feeds,
-                             timeout=self.timeout, what=f"the {self.inner} runtime", collect=collect)
+        def arrays_for(work: Path) -> None:
+            for i, s in enumerate(sets or ()):
+                write_arrays(work, f"arrays_in_{i}", s)
+
+        timeout = self.timeout + PER_SET_TIMEOUT_S * max(0, len(sets or ()) - 1)
+        response = call_in_child("modelport.runtimes.isolated:_runner_in_child", request, path=self.path, arrays=feeds,
+                                 timeout=timeout, what=f"the {self.inner} runtime", collect=collect, clean=self.clean,
+                                 prepare=arrays_for if sets else None)
+        if "modules" in response:
+            self.modules = response["modules"]
+        return response
+
+    def run_many(self, feeds: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+        """Each feed set's outputs, all from one child process."""
+        return self._call(sets=feeds)["sets"]
 
     def _description(self) -> dict:
         if self._described is None:

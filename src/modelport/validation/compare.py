@@ -12,17 +12,27 @@ epsilon times the magnitude of what was summed, so an element near zero inside a
 values reach the thousands carries an error of that output's scale, not of its own: a fixed atol
 (numpy's and torch's `allclose` rule) then fails correct conversions of large-magnitude outputs.
 For outputs within [-1, 1] the rule is the plain one. A `Tolerance` with `scaled=False` (an
-accuracy budget such as `max_abs<=0.01`) is an absolute bound.
+accuracy budget such as `max_abs<=0.01`) is an absolute bound. Cosine similarity is not judged
+where the whole reference output lies within that absolute band of zero (an all-zero output on
+digital silence; at most 1e-3 whatever the atol): the direction of a vector of rounding noise
+says nothing.
+
+A hop is judged on every sample set of the reference (`Reference.sets()`: several seeds and
+scales, all-zeros, a constant, the extremes of the input range, the user's `--data`): each output's
+figures are the worst over the sets, and the set they came from is named (`sample`), with one row
+per set in `samples`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from modelport.errors import ValidationError
 from modelport.validation.tolerance import KEYS, Tolerance, finite_or_none
+
+NEGLIGIBLE = 1e-3  # the largest |reference| whose direction is never judged (cosine), whatever the atol
 
 
 @dataclass
@@ -37,12 +47,18 @@ class OutputParity:
     ok: bool
     reason: str = ""
     tolerance: dict | None = None  # what this output was judged with: atol, rtol, min_cosine, scale, atol_effective
+    sample: str | None = None  # the sample set these figures come from (the worst one), when several were run
 
     def to_dict(self) -> dict:
         out = {k: finite_or_none(getattr(self, k)) for k in ("name", "shape_ok", "max_abs", "max_rel", "cosine", "nan", "inf", "ok", "reason")}
         if self.tolerance is not None:
             out["tolerance"] = {k: finite_or_none(v) for k, v in self.tolerance.items()}
+        if self.sample is not None:
+            out["sample"] = self.sample
         return out
+
+    def brief(self) -> dict:
+        return {k: finite_or_none(getattr(self, k)) for k in ("name", "max_abs", "cosine", "nan", "inf", "ok")}
 
 
 @dataclass
@@ -50,6 +66,7 @@ class ParityResult:
     hop: str
     tolerance: Tolerance
     outputs: list[OutputParity] = field(default_factory=list)
+    samples: list[dict] = field(default_factory=list)  # per sample set: kind, ok, each output's figures
 
     @property
     def ok(self) -> bool:
@@ -60,16 +77,21 @@ class ParityResult:
         return bad[0] if bad else None
 
     def summary(self) -> str:
-        parts = [f"{o.name}: max_abs={o.max_abs:.3g} max_rel={o.max_rel:.3g} cos={o.cosine:.6f}" + ("" if o.ok else f" FAIL ({o.reason})") for o in self.outputs]
+        parts = [f"{o.name}: max_abs={o.max_abs:.3g} max_rel={o.max_rel:.3g} cos={o.cosine:.6f}"
+                 + (f" [{o.sample}]" if o.sample and len(self.samples) > 1 else "")
+                 + ("" if o.ok else f" FAIL ({o.reason})") for o in self.outputs]
         return "; ".join(parts)
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "hop": self.hop,
             "ok": self.ok,
             "tolerance": {k: (finite_or_none(float(v)) if k in KEYS else v) for k, v in self.tolerance.to_dict().items()},
             "outputs": [o.to_dict() for o in self.outputs],
         }
+        if self.samples:
+            out["samples"] = self.samples
+        return out
 
     def raise_if_failed(self, path=None) -> None:
         if not self.ok:
@@ -102,24 +124,27 @@ def compare_arrays(name: str, ref: np.ndarray, act: np.ndarray, tol: Tolerance) 
     rel = diff[finite] / np.maximum(np.abs(r[finite]), 1e-12)
     max_rel = float(rel.max()) if rel.size else 0.0
     ra, aa = np.where(finite, r, 0).ravel(), np.where(finite, a, 0).ravel()
-    denom = float(np.linalg.norm(ra) * np.linalg.norm(aa))
+    norm_r = float(np.linalg.norm(ra))
+    denom = norm_r * float(np.linalg.norm(aa))
+    atol = tol.atol * scale
+    # a reference within the absolute band of zero (silence in, silence out) has no direction to compare
+    negligible = bool(np.isfinite(atol)) and float(np.abs(ra).max(initial=0.0)) <= min(atol, NEGLIGIBLE)
     if not np.any(ra != aa):
         cosine = 1.0  # identical values: the quotient below can round to just under 1
     elif denom == 0.0:
-        cosine = 0.0
+        cosine = 1.0 if negligible and max_abs <= atol else 0.0
     else:
         cosine = min(1.0, float(np.dot(ra, aa) / denom))
     reasons = []
     if nan or inf:
         reasons.append(f"{nan} NaN, {inf} Inf")
     # An infinite rtol means "no element-wise bound" (inf * 0 would be NaN and fail everything).
-    atol = tol.atol * scale
     bound = atol + (tol.rtol * np.abs(r[finite]) if np.isfinite(tol.rtol) else np.inf)
     within = diff[finite] <= bound
     if not np.all(within):
         at = f"atol={tol.atol:g}" + (f"x{scale:.4g}" if scale != 1.0 else "")
         reasons.append(f"{int((~within).sum())} elements outside {at} rtol={tol.rtol:g}")
-    if cosine < tol.min_cosine:
+    if cosine < tol.min_cosine and not negligible:
         reasons.append(f"cosine {cosine:.6f} < {tol.min_cosine}")
     return OutputParity(name, True, max_abs, max_rel, cosine, nan, inf, not reasons, "; ".join(reasons),
                         tolerance=_applied(tol, scale))
@@ -154,7 +179,37 @@ def compare(reference: dict[str, np.ndarray], actual: dict[str, np.ndarray], tol
     return result
 
 
+def merge_samples(results: list[ParityResult], kinds: list[str]) -> ParityResult:
+    """One hop's results on several sample sets as one: each output's worst set (the first that
+    fails, else the one with the largest max_abs), named in `sample`; one row per set in `samples`."""
+    if len(results) == 1:
+        return results[0]
+    merged = ParityResult(hop=results[0].hop, tolerance=results[0].tolerance)
+    for i in range(len(results[0].outputs)):
+        rows = [(kind, r.outputs[i]) for kind, r in zip(kinds, results, strict=True) if i < len(r.outputs)]
+        failing = [(k, o) for k, o in rows if not o.ok]
+        kind, worst = failing[0] if failing else max(rows, key=lambda ko: (ko[1].max_abs, -ko[1].cosine))
+        worst = replace(worst, sample=kind,
+                        reason=f"on the '{kind}' sample: {worst.reason}" if worst.reason else "")
+        merged.outputs.append(worst)
+    merged.samples = [{"kind": k, "ok": r.ok, "outputs": [o.brief() for o in r.outputs]}
+                      for k, r in zip(kinds, results, strict=True)]
+    return merged
+
+
+def run_sets(runner, feeds: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
+    """`runner` on each feed set: in one call where the runner takes several (a child process
+    started once), else one `run` each."""
+    many = getattr(runner, "run_many", None)
+    return many(feeds) if many else [runner.run(f) for f in feeds]
+
+
 def check(runner, reference, tolerance: Tolerance, hop: str) -> ParityResult:
-    """Run `runner` (anything with `run(feeds) -> outputs`) on the reference's inputs and compare its
-    outputs with the reference's: the one way every stage proves a hop."""
-    return compare(reference.outputs, runner.run(reference.inputs), tolerance, hop=hop)
+    """Run `runner` (anything with `run(feeds) -> outputs`) on every sample set of the reference and
+    compare its outputs with the reference's: the one way every stage proves a hop."""
+    sets = reference.sets() if hasattr(reference, "sets") else None
+    if not sets or len(sets) == 1:
+        return compare(reference.outputs, runner.run(reference.inputs), tolerance, hop=hop)
+    actual = run_sets(runner, [s.inputs for s in sets])
+    results = [compare(s.outputs, a, tolerance, hop=hop) for s, a in zip(sets, actual, strict=True)]
+    return merge_samples(results, [s.kind for s in sets])
