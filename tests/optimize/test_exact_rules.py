@@ -79,3 +79,22 @@ def test_exact_no_ops_still_go_and_near_ones_stay():
     kept = {i for n in result.model.model.graph.node for i in n.input}
     assert {"near_one", "tiny"} <= kept
 
+
+def test_basic_pitch_optimised_stays_finite_on_silence(tmp_path):
+    """Spotify's basic-pitch (audio to MIDI; its ONNX from the pip wheel): `--optimize basic` dropped
+    the `+ 1e-10` of its log-magnitude and returned NaN for every output value on silence."""
+    from modelport.orchestration.convert import ConvertOptions, resolve_source
+    from modelport.parsers import parse
+    from tests.wheel_models import wheel_model
+
+    src, spec, _ = resolve_source(str(wheel_model("basic_pitch/onnx", tmp_path)), ConvertOptions())
+    ir = parse(src, spec)
+    out, rows, _ = optimize_ir(ir, OptimizeOptions(level="basic"))
+    assert any(r["status"] == "applied" for r in rows), rows
+    runner = OnnxRuntimeRunner(out.model)
+    silence = on_silence(ir)
+    for sample, reference in (("random", ir.reference), ("zeros", silence)):
+        got = runner.run(reference.inputs)
+        assert all(np.isfinite(v).all() for v in got.values()), sample
+        parity = check(runner, reference, tolerance_for("fp32"), sample)
+        assert parity.ok, (sample, parity.summary())
