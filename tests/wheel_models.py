@@ -28,6 +28,7 @@ MODELS = {
     "silero_vad/onnx": ("silero_vad-6.2.3", "silero_vad/data/silero_vad.onnx"),
     "silero_vad/onnx_op15": ("silero_vad-6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx"),
     "silero_vad/jit": ("silero_vad-6.2.3", "silero_vad/data/silero_vad.jit"),
+    "basic_pitch/onnx": ("basic_pitch-0.4.0", "basic_pitch/saved_models/icassp_2022/nmp.onnx"),
 }
 
 

@@ -122,7 +122,17 @@ fuse_zero_bias_mha = _fusion_utils.apply_fusion_rules(pattern.RewriteRuleSet([Ze
 
 
 def fuse_transformer(model, *, skip_layer_norm: bool = True) -> dict[str, int]:
-    """Transformer fusions on an onnx_ir Model, in place; returns {fusion: count}."""
+    """Transformer fusions on an onnx_ir Model, in place; returns {fusion: count}.
+
+    onnxscript's optimizer runs with exact no-op rules: its own drop an epsilon such as a
+    decomposed LayerNorm's 1e-12 as if it were `+ 0` (optimize/exact_rules.py)."""
+    from modelport.optimize.exact_rules import exact_default_rules
+
+    with exact_default_rules():
+        return _fuse_transformer(model, skip_layer_norm=skip_layer_norm)
+
+
+def _fuse_transformer(model, *, skip_layer_norm: bool) -> dict[str, int]:
     import onnx_ir as ir
     import onnx_ir.passes.common as common
     from onnxscript.optimizer import optimize

@@ -1,6 +1,7 @@
 """Removal of redundant data-movement and no-op nodes: Cast to the same type, Cast chains,
 identity Transposes and Transpose pairs, Reshape chains, no-op Expand, Unsqueeze chains,
-Dropout at inference, and x+0, x-0, x*1, x/1 (onnxscript's rewrite rules).
+Dropout at inference (onnxscript's rewrite rules), and x+0, x-0, x*1, x/1 when the constant is
+exactly 0 or 1 (optimize/exact_rules.py: onnxscript's own versions also drop an epsilon like 1e-10).
 """
 
 from __future__ import annotations
@@ -11,11 +12,12 @@ from modelport.optimize.onnx_ir_pass import OnnxIRPass, apply_rules
 def rules():
     from onnxscript.rewriter.rules import common as r
 
+    from modelport.optimize import exact_rules
+
     return [r.no_op_cast_rule, r.cast_cast_rule, r.no_op_transpose_rule, r.transpose_transpose_rule,
             r.reshape_reshape_rule, r.no_op_expand_rule, r.unsqueeze_unsqueeze_rule,
             r.squeeze_reshape_1d_rule, r.dropout_inference_rule, r.dropout_zero_rule,
-            r.add_0_rule, r.sub_0_rule, r.mul_by_1_rule, r.div_by_1_rule,
-            r.collapse_slice_rule, r.collapse_slice2_rule]
+            *exact_rules.rules(), r.collapse_slice_rule, r.collapse_slice2_rule]
 
 
 class RedundantOpsPass(OnnxIRPass):

@@ -48,7 +48,10 @@ def fuse_decoder(model, *, context_length: int | None = None, group_query_attent
     logging.getLogger("onnxscript").setLevel(logging.ERROR)
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
-    with _without_onnxscript_gqa():
+    from modelport.optimize.exact_rules import exact_default_rules
+
+    # exact no-op rules: onnxscript's own would drop an epsilon smaller than 1e-8 (optimize/exact_rules.py)
+    with _without_onnxscript_gqa(), exact_default_rules():
         fused, stats = optimize_for_ort(onnx_ir.from_proto(copy))
     out = onnx_ir.to_proto(fused)
     rules = {k: v for k, v in stats.items() if v}
