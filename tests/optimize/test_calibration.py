@@ -274,7 +274,7 @@ def _cnn_onnx(path, *, shape, contract=None):
 
 @pytest.fixture(scope="module")
 def calib_images(tmp_path_factory):
-    """Ten images of assorted sizes and formats; the first is half black, half white, so the
+    """Twelve images of assorted sizes and formats; the first is half black, half white, so the
     preprocessed calibration range is exactly [(0 - mean) / std, (1 - mean) / std]."""
     d = tmp_path_factory.mktemp("calib") / "imgs"
     d.mkdir()
@@ -288,6 +288,9 @@ def calib_images(tmp_path_factory):
         base = rng.integers(0, 256, (2, 2, 3)).astype(np.uint8)
         img = Image.fromarray(base).resize((w, h), Image.BILINEAR)
         img.save(d / f"im{i:02d}.{['png', 'jpg', 'bmp'][i % 3]}")
+    # whole black and white frames: validation judges them (structured samples), so calibration covers them
+    for i, value in ((10, 0), (11, 255)):
+        Image.fromarray(np.full((24, 24, 3), value, np.uint8)).save(d / f"im{i:02d}.png")
     (d / "labels.csv").write_text("im00,0\n")
     return d
 
@@ -315,7 +318,7 @@ def test_cli_int8_static_from_image_folder(cli, calib_images, tmp_path):
     rep = json.loads((out / "report.json").read_text())
     row = next(s for s in rep["stages"] if s.get("pass") == "int8-static")
     assert row["status"] == "applied"
-    assert row["details"]["calibration"] == {"samples": 10, "method": "minmax"}
+    assert row["details"]["calibration"] == {"samples": 12, "method": "minmax"}
     assert row["details"]["parity_ok"] is True and row["details"]["kept_fp32"] == []
     assert all(o["cosine"] >= 0.98 for o in row["parity"]["outputs"])
     assert rep["artifacts"][0]["precision"] == "int8"
@@ -357,7 +360,7 @@ def test_cli_dynamic_height_width_needs_dims(cli, calib_images, tmp_path):
              "--dim", "H=12", "--dim", "W=20", "--json")
     assert ok.exit_code == 0, ok
     row = next(s for s in ok.json()["stages"] if s.get("pass") == "int8-static")
-    assert row["status"] == "applied" and row["details"]["calibration"]["samples"] == 10
+    assert row["status"] == "applied" and row["details"]["calibration"]["samples"] == 12
 
 
 def test_cli_calibration_errors_exit_2_naming_the_path(cli, tmp_path):

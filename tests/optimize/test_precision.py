@@ -56,3 +56,27 @@ def test_fp16_on_bert_keeps_parity(bert_ir):
     from modelport.optimize.model_tools import model_size
 
     assert model_size(out.model) < 0.7 * model_size(bert_ir.model)
+
+
+def test_fp16_is_judged_and_block_listed_on_every_sample_set():
+    """x - 1000.7 holds in FP16 on random inputs (an output of scale 1000) but not at the high end
+    of the input's range, where the result is near 0 and the constant's FP16 rounding (1000.5) is
+    the whole answer: that sample set fails, the node is localised on it and kept in FP32."""
+    from onnx import helper
+
+    from modelport.ir import Sample
+    from modelport.validation import check, tolerance_for
+
+    ir = make_ir([helper.make_node("Sub", ["x", "c"], ["y"], name="shift")],
+                 [("x", [2, 16])], [("y", [2, 16])], {"c": np.array(1000.7)})
+    high = {"x": np.full((2, 16), 1000.0, np.float32)}
+    ir.reference.extra = [Sample("high", high, OnnxRuntimeRunner(ir.model).run(high))]
+    plain, _ = convert_fp16(ir, auto_block=False)
+    first_only = check(OnnxRuntimeRunner(plain.model), type(ir.reference)(ir.reference.inputs, ir.reference.outputs),
+                       tolerance_for("fp16"), "fp16")
+    assert first_only.ok  # random inputs alone accept it
+    assert not check(OnnxRuntimeRunner(plain.model), ir.reference, tolerance_for("fp16"), "fp16").ok
+    out, info = convert_fp16(ir)
+    assert "shift" in info.kept_fp32 and info.parity_ok
+    assert info.diverged and info.diverged[0]["node"] == "shift"
+    np.testing.assert_allclose(OnnxRuntimeRunner(out.model).run(high)["y"], -0.7, atol=1e-3)

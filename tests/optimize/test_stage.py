@@ -18,6 +18,9 @@ def images(tmp_path_factory):
     rng = np.random.default_rng(3)
     for i in range(6):
         Image.fromarray(rng.integers(0, 256, (24 + i, 30, 3), dtype=np.uint8)).save(d / f"{i}.png")
+    # a calibration set covers black and white frames too: validation judges them (structured samples)
+    for name, value in (("black", 0), ("white", 255)):
+        Image.fromarray(np.full((28, 30, 3), value, np.uint8)).save(d / f"{name}.png")
     return d
 
 

@@ -181,9 +181,12 @@ def calibration_reference(ir: IRModel, calibration: list[dict]):
     correct calibration looks broken and the fallback keeps every node in FP32. The FP32 model was
     itself checked against the source framework before this pass; the swap is recorded in the
     pass's `checked_on` and the returned IRModel carries it, so later checks (the emitted artifact's
-    validation) use the same in-distribution data.
+    validation) use the same in-distribution data. The parser's structured sets (all-zeros, a
+    constant, the ends of the input range: silence, a black or white frame) are kept beside it:
+    real inputs the calibration data must cover, or the calibrated model fails on them.
     """
     from modelport.ir import Reference
+    from modelport.samples import STRUCTURED_KINDS
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 
     dynamic_batch = all(s.shape and not isinstance(s.shape[0], int) for s in ir.inputs)
@@ -191,7 +194,8 @@ def calibration_reference(ir: IRModel, calibration: list[dict]):
     feeds = {k: np.concatenate([s[k] for s in samples]) for k in samples[0]}
     outputs = OnnxRuntimeRunner(ir.model).run(feeds)
     producer = f"{ir.reference.producer} (FP32 ONNX on calibration data)" if ir.reference else "FP32 ONNX"
-    return Reference(feeds, outputs, producer=producer)
+    structured = [x for x in (ir.reference.extra if ir.reference else []) if x.kind in STRUCTURED_KINDS]
+    return Reference(feeds, outputs, producer=producer, extra=structured, first_kind="calibration")
 
 
 def quantize_dynamic(ir: IRModel, *, per_channel: bool = False, fallback: bool = True) -> IRModel:

@@ -32,6 +32,7 @@ import numpy as np
 from modelport.errors import ValidationError
 from modelport.validation.tolerance import KEYS, Tolerance, finite_or_none
 
+STRUCTURED = ("zeros", "constant", "low", "high")  # samples.STRUCTURED_KINDS (that module sits above this one)
 NEGLIGIBLE = 1e-3  # the largest |reference| whose direction is never judged (cosine), whatever the atol
 
 
@@ -95,7 +96,10 @@ class ParityResult:
 
     def raise_if_failed(self, path=None) -> None:
         if not self.ok:
-            raise ValidationError(f"parity failed for {self.hop}: {self.summary()}", path=path, parity=self.to_dict())
+            structured = sorted({o.sample for o in self.outputs if not o.ok and o.sample in STRUCTURED})
+            hint = (f"the {'/'.join(structured)} sample(s) are structured inputs (samples.py): calibration data that covers "
+                    "them, a wider tolerance, or --no-structured-samples to judge random samples only") if structured else None
+            raise ValidationError(f"parity failed for {self.hop}: {self.summary()}", path=path, parity=self.to_dict(), hint=hint)
 
 
 def _failed(name: str, reason: str) -> OutputParity:
