@@ -186,8 +186,8 @@ def calibration_reference(ir: IRModel, calibration: list[dict]):
     real inputs the calibration data must cover, or the calibrated model fails on them.
     """
     from modelport.ir import Reference
-    from modelport.samples import STRUCTURED_KINDS
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
+    from modelport.samples import STRUCTURED_KINDS
 
     dynamic_batch = all(s.shape and not isinstance(s.shape[0], int) for s in ir.inputs)
     samples = calibration[:CHECK_SAMPLES] if dynamic_batch else calibration[:1]
