@@ -317,8 +317,17 @@ def _emit_once(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop,
         ttol = options.tolerance(artifact.precision, zoo_tol)
         with run_stage(report, f"validate:{target}" + (f":{part}" if part else ""), on_stage=on_stage):
             parity = validate_artifact(artifact, ir, ttol, hop)
+        for key in ("inference_precision", "plain_compile"):  # read back from the runtime by the validation
+            if key in artifact.details:
+                entry[key] = artifact.details[key]
         report.add_parity(parity, attempt=target)
         parity.raise_if_failed(path=out)
+        if "plain_compile" in entry:
+            from modelport.runtimes.openvino import plain_compile_warning
+
+            warning = plain_compile_warning(target, entry)
+            if warning:
+                report.warn(warning)
         checked = artifact.details.get("contract_check")
         if checked:
             entry["contract_check"] = checked
@@ -391,7 +400,31 @@ def validate_artifact(artifact, ir: IRModel, tol: Tolerance, hop: str):
     runner = get_runner(artifact.runner, artifact.path, **artifact.runner_options)
     if artifact.target in ROUTED_TARGETS:
         artifact.details["contract_check"] = check_inputs(runner, ir, artifact)
-    return check(runner, artifact.reference or ir.reference, tol, hop)
+    reference = artifact.reference or ir.reference
+    parity = check(runner, reference, tol, hop)
+    note_runtime_precision(artifact, runner, reference, tol, hop)
+    return parity
+
+
+def note_runtime_precision(artifact, runner, reference, tol: Tolerance, hop: str) -> None:
+    """The precision the runtime actually ran the artifact at, read back from it (runners whose
+    `describe()` has `plain_compile`: OpenVINO), and what a plain load of the file runs at on this
+    machine. Where that is another precision (an IR validated at f32 on a CPU whose OpenVINO default
+    is bf16, which the IR cannot change), the plain load is run on the same inputs and judged by
+    the same rule; the figures go in the artifact's `plain_compile`."""
+    from modelport.runtimes import get_runner
+
+    describe = getattr(runner, "describe", None)
+    info = describe() if describe else None
+    if not isinstance(info, dict) or "plain_compile" not in info:
+        return
+    artifact.details["inference_precision"] = info["inference_precision"]
+    plain: dict = {"inference_precision": info["plain_compile"]}
+    if info.get("plain_options"):
+        loaded = get_runner(artifact.runner, artifact.path, **{**artifact.runner_options, **info["plain_options"]})
+        result = check(loaded, reference, tol, f"{hop} (plain load)").to_dict()
+        plain.update(ok=result["ok"], outputs=[{k: o[k] for k in ("name", "max_abs", "cosine", "ok")} for o in result["outputs"]])
+    artifact.details["plain_compile"] = plain
 
 
 ROUTED_TARGETS = ("tflite", "savedmodel")  # the targets with more than one route: their inputs are checked too
