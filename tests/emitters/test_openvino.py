@@ -183,3 +183,114 @@ def test_inspect_reads_an_ir(cli, tmp_path):
     assert info["format"] == "openvino-ir" and info["inputs"][0]["name"] == "image" and info["inputs"][0]["shape"][0] == "batch"
     assert info["ops"]["Convolution"] == 1 and "<Type: 'float16'>" in info["weights"]
     assert info["size"] == sum((tmp_path / "out" / f).stat().st_size for f in ("model.xml", "model.bin"))
+
+
+# A user's load of an IR, in a fresh process that imports OpenVINO alone: no configuration at all.
+PLAIN_LOAD = """
+import json, sys
+sys.modules.setdefault("openvino_telemetry", None)
+import numpy as np
+import openvino as ov
+
+xml, feeds, out = sys.argv[1:4]
+core = ov.Core()
+model = core.read_model(xml)
+compiled = core.compile_model(xml, "CPU")
+result = compiled(dict(np.load(feeds)))
+np.savez(out + ".npz", **{p.get_any_name(): result[p] for p in compiled.outputs})
+option = ["runtime_options", "INFERENCE_PRECISION_HINT"]
+json.dump({"precision": str(compiled.get_property("INFERENCE_PRECISION_HINT")),
+           "runtime_option": str(model.get_rt_info(option).astype(str)) if model.has_rt_info(option) else None}, open(out, "w"))
+"""
+OV_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def _plain_load(xml, feeds: dict, work):
+    import subprocess
+    import sys
+
+    np.savez(work / "feeds.npz", **feeds)
+    p = subprocess.run([sys.executable, "-c", PLAIN_LOAD, str(xml), str(work / "feeds.npz"), str(work / "plain.json")],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    seen = json.loads((work / "plain.json").read_text())
+    seen["precision"] = next(v for k, v in OV_NAMES.items() if k in seen["precision"])
+    with np.load(work / "plain.json.npz") as z:
+        return seen, dict(z)
+
+
+def test_an_fp32_ir_loaded_as_users_load_it_runs_at_the_precision_its_report_gives(tmp_path):
+    """`ov.Core().compile_model(xml, "CPU")` with no configuration, in a fresh process: the IR records
+    f32 in OpenVINO's runtime_options, the report's `plain_compile` names the precision that load
+    runs at on this CPU, and at f32 its outputs hold the fp32 rule against the source. OpenVINO 2026.4
+    does not apply the recorded hint, so on a CPU with BF16 that load runs bf16: the report then
+    carries its figures and a warning naming INFERENCE_PRECISION_HINT=f32."""
+    import onnxruntime as ort
+
+    from modelport.validation import compare_arrays, tolerance_for
+
+    src = small_onnx(tmp_path / "src")
+    report = convert(src, tmp_path / "out", ConvertOptions(targets=["openvino"]))
+    (art,) = report["artifacts"]
+    feeds = {"image": np.random.default_rng(21).standard_normal((2, 3, 16, 16)).astype(np.float32)}
+    seen, got = _plain_load(tmp_path / "out" / "model.xml", feeds, tmp_path)
+    assert seen["runtime_option"] == "f32"
+    assert art["precision"] == art["inference_precision"] == "fp32"
+    assert art["plain_compile"]["inference_precision"] == seen["precision"]
+    want = ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    if seen["precision"] == "fp32":
+        assert "outputs" not in art["plain_compile"]  # the plain load is the validated one
+        assert compare_arrays("logits", want, got["logits"], tolerance_for("fp32")).ok
+        assert not any("plain compile_model" in w for w in report["warnings"])
+    else:
+        assert len(art["plain_compile"]["outputs"]) == 1
+        assert any("INFERENCE_PRECISION_HINT=f32" in w for w in report["warnings"])
+
+
+@pytest.fixture
+def plugin_default_dynamic():
+    """This process's OpenVINO Core with a CPU default that is not f32 ("dynamic": each op at its own
+    precision), as a CPU with BF16 has bf16: a plain compile then differs from the validated one."""
+    from modelport.runtimes.openvino import core
+
+    before = core().get_property("CPU", "INFERENCE_PRECISION_HINT")
+    core().set_property("CPU", {"INFERENCE_PRECISION_HINT": "dynamic"})
+    try:
+        yield
+    finally:
+        core().set_property("CPU", {"INFERENCE_PRECISION_HINT": before})
+
+
+def test_the_report_and_row_carry_the_precision_a_plain_load_runs_at_when_it_differs(tmp_path, plugin_default_dynamic,
+                                                                                      monkeypatch):
+    from rich.console import Console
+
+    from modelport.cli.render import artifacts_table
+    import importlib
+    from modelport.runtimes import get_runner
+
+    # the plugin default set above lives in this process: validate here rather than in a clean child
+    pipeline = importlib.import_module("modelport.orchestration.convert")  # the package's `convert` is the function
+    monkeypatch.setattr(pipeline, "artifact_runner",
+                        lambda artifact, **o: get_runner(artifact.runner, artifact.path, **{**artifact.runner_options, **o}))
+    src = small_onnx(tmp_path / "src")
+    report = convert(src, tmp_path / "out", ConvertOptions(targets=["openvino"]))
+    (art,) = report["artifacts"]
+    assert art["inference_precision"] == "fp32" and _hop(report)["outputs"][0]["max_abs"] < 1e-5  # validated pinned at f32
+    plain = art["plain_compile"]
+    assert plain["inference_precision"] == "dynamic"  # read back from the plain compile's properties
+    assert plain["ok"] and [o["name"] for o in plain["outputs"]] == ["logits"] and plain["outputs"][0]["max_abs"] < 1e-4
+    (warning,) = [w for w in report["warnings"] if "plain compile_model" in w]
+    assert "validated at fp32" in warning and "runs it at dynamic" in warning and "INFERENCE_PRECISION_HINT=f32" in warning
+    import jsonschema
+
+    from modelport.validation.report import SCHEMA_FILE
+
+    jsonschema.validate(report, json.loads(SCHEMA_FILE.read_text()))
+    console = Console(width=240, record=True)
+    console.print(artifacts_table(report))
+    assert "fp32 (runs fp32; dynamic by default)" in console.export_text()
+    runner = OpenVINORunner(tmp_path / "out" / "model.xml")
+    assert runner.describe() == {"inference_precision": "fp32", "asked": "fp32", "plain_compile": "dynamic",
+                                 "plain_options": {"precision": "default"}}
+    assert runner.io_note().endswith("a plain compile_model runs it at dynamic on this CPU")

@@ -106,6 +106,12 @@ def test_convert_writes_the_openvino_winner_and_names_its_runtime(tmp_path):
     (art,) = report["artifacts"]
     assert art["target"] == "openvino" and art["runtime"] == "openvino" and art["precision"] == winner.split("-")[1]
     assert (tmp_path / "out" / "model.xml").is_file() and not (tmp_path / "out" / "model.onnx").exists()
+    from modelport.runtimes.openvino import HINTS, core
+
+    # the IR carries the precision the winner was measured at, where OpenVINO keeps runtime options
+    written = core().read_model(str(tmp_path / "out" / "model.xml"))
+    assert written.get_rt_info(["runtime_options", "INFERENCE_PRECISION_HINT"]).astype(str) == HINTS[art["precision"]]
+    assert art["inference_precision"] == art["precision"]
     assert any("onnx not written" in w for w in report["warnings"])
     assert report["parity"][-1]["ok"] and report["parity"][-1]["hop"].endswith("openvino (end to end)")
     assert json.loads((tmp_path / "out" / "report.json").read_text())["optimize"]["runtime"] == "openvino"

@@ -41,6 +41,10 @@ def artifacts_table(report: dict) -> Table:
         precision = a.get("precision", "")
         if a.get("requested_precision") and a["requested_precision"] != precision:
             precision = f"[yellow]{precision}[/] ({a['requested_precision']} requested)"
+        if a.get("inference_precision"):  # what the runtime ran it at, read back (OpenVINO)
+            plain = (a.get("plain_compile") or {}).get("inference_precision")
+            differs = plain and plain != a["inference_precision"]
+            precision += f" (runs {a['inference_precision']}" + (f"; [yellow]{plain} by default[/]" if differs else "") + ")"
         t.add_row(a["target"], a.get("route", "onnx"), a["runtime"], precision, a["path"], fmt_size(a.get("size", 0)))
     return t
 

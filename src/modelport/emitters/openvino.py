@@ -7,7 +7,11 @@ against the source; OpenVINO's own PyTorch and TensorFlow front ends would need 
 object and example inputs, and give the same graph for the models here.
 
 Precisions (the artifact's `precision`; the inference precision it was validated at is recorded
-in `details.inference_precision` and in the IR's rt_info, where modelport's runner reads it):
+in `details.inference_precision` and in the IR's rt_info, as OpenVINO's `runtime_options`
+INFERENCE_PRECISION_HINT, where modelport's runner reads it). OpenVINO 2026.4's CPU plugin does
+not apply that entry, so a plain `compile_model` runs an fp32 IR in bf16 on a CPU with BF16: the
+validation opens the IR that way too and reports the precision it ran at (`plain_compile`, with
+its figures where it is not the validated one):
 
 - `fp32`: FP32 weights, inference precision pinned to f32 (OpenVINO's CPU default on BF16
   hardware would be bf16).

@@ -1,5 +1,7 @@
 """OpenVINO models at a precision: the IR's ONNX model through OpenVINO's ONNX front end, with the
-inference precision it will run at recorded in its rt_info, and INT8 through NNCF.
+inference precision it will run at recorded in its rt_info (`runtime_options`
+INFERENCE_PRECISION_HINT; OpenVINO 2026.4's CPU plugin does not apply that entry itself, see
+`runtimes/openvino.py`), and INT8 through NNCF.
 
 Shared by the OpenVINO target (`emitters/openvino.py`) and `--optimize auto`'s OpenVINO candidates,
 so a candidate that wins is written exactly as it was measured.
@@ -70,7 +72,7 @@ def build(ir: IRModel, precision: str, *, calibration: list[dict] | None = None,
             raise BadInputError("static INT8 quantisation needs calibration data", hint="pass --calibration DATA.npz or an image folder")
         model, info = quantize(model, mode, calibration, budget=budget)
         details.update(info)
-    ovr.write_rt(model, "inference_precision", run_at)
+    ovr.record_precision(model, run_at)
     return model, details
 
 

@@ -320,10 +320,19 @@ def _emit_once(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop,
         ttol = options.tolerance(artifact.precision, zoo_tol)
         with run_stage(report, f"validate:{target}" + (f":{part}" if part else ""), on_stage=on_stage):
             parity = validate_artifact(artifact, ir, ttol, hop)
+        for key in ("inference_precision", "plain_compile"):  # read back from the runtime by the validation
+            if key in artifact.details:
+                entry[key] = artifact.details[key]
         report.add_parity(parity, attempt=target)
         if artifact.details.get("validated_with"):
             entry["validated_with"] = artifact.details["validated_with"]
         parity.raise_if_failed(path=out)
+        if "plain_compile" in entry:
+            from modelport.runtimes.openvino import plain_compile_warning
+
+            warning = plain_compile_warning(target, entry)
+            if warning:
+                report.warn(warning)
         checked = artifact.details.get("contract_check")
         if checked:
             entry["contract_check"] = checked
@@ -390,26 +399,49 @@ def parse_noting_attempts(parse, src, spec, parsed, report):
     return ir
 
 
-def artifact_runner(artifact):
+def artifact_runner(artifact, **options):
     """The runner that validates an artifact: loaded as its users load it, in a fresh child process
     that imports only the artifact's runtime and runs it with that runtime's defaults
-    (`runtimes/isolated.py`). TensorRT engines are built and run where the GPU is, in this process."""
+    (`runtimes/isolated.py`); `options` replace the artifact's runner options. TensorRT engines are
+    built and run where the GPU is, in this process."""
     from modelport.runtimes import get_runner
     from modelport.runtimes.isolated import IsolatedRunner
 
+    options = {**artifact.runner_options, **options}
     if artifact.runner == "tensorrt":
-        return get_runner(artifact.runner, artifact.path, **artifact.runner_options)
-    return IsolatedRunner(artifact.runner, artifact.path, clean=True, **artifact.runner_options)
+        return get_runner(artifact.runner, artifact.path, **options)
+    return IsolatedRunner(artifact.runner, artifact.path, clean=True, **options)
 
 
 def validate_artifact(artifact, ir: IRModel, tol: Tolerance, hop: str):
     runner = artifact_runner(artifact)
     if artifact.target in ROUTED_TARGETS:
         artifact.details["contract_check"] = check_inputs(runner, ir, artifact)
-    parity = check(runner, artifact.reference or ir.reference, tol, hop)
+    reference = artifact.reference or ir.reference
+    parity = check(runner, reference, tol, hop)
     if getattr(runner, "modules", None) is not None:
         artifact.details["validated_with"] = {"process": "child", "frameworks": runner.modules}
+    note_runtime_precision(artifact, runner, reference, tol, hop)
     return parity
+
+
+def note_runtime_precision(artifact, runner, reference, tol: Tolerance, hop: str) -> None:
+    """The precision the runtime actually ran the artifact at, read back from it (runners whose
+    `describe()` has `plain_compile`: OpenVINO), and what a plain load of the file runs at on this
+    machine. Where that is another precision (an IR validated at f32 on a CPU whose OpenVINO default
+    is bf16, which the IR cannot change), the plain load is run on the same inputs and judged by
+    the same rule; the figures go in the artifact's `plain_compile`."""
+    describe = getattr(runner, "describe", None)
+    info = describe() if describe else None
+    if not isinstance(info, dict) or "plain_compile" not in info:
+        return
+    artifact.details["inference_precision"] = info["inference_precision"]
+    plain: dict = {"inference_precision": info["plain_compile"]}
+    if info.get("plain_options"):
+        loaded = artifact_runner(artifact, **info["plain_options"])
+        result = check(loaded, reference, tol, f"{hop} (plain load)").to_dict()
+        plain.update(ok=result["ok"], outputs=[{k: o[k] for k in ("name", "max_abs", "cosine", "ok")} for o in result["outputs"]])
+    artifact.details["plain_compile"] = plain
 
 
 ROUTED_TARGETS = ("tflite", "savedmodel")  # the targets with more than one route: their inputs are checked too

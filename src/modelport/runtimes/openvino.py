@@ -1,13 +1,22 @@
 """OpenVINO runner (CPU): OpenVINO IR (`model.xml` + `model.bin`), ONNX files, and in-memory models.
 
-The inference precision is always set explicitly (`INFERENCE_PRECISION_HINT`): OpenVINO's CPU
-plugin runs f32 models in bf16 by default on CPUs with BF16 support, so an unpinned "fp32" run
-would silently be a bf16 one. The runner asks the compiled model which precision it actually
-runs at (`inference_precision`) and reports it.
+OpenVINO's CPU plugin runs f32 models in bf16 by default on CPUs with BF16 (AVX512-BF16 or AMX),
+so a plain `core.compile_model("model.xml", "CPU")` of an IR validated at f32 computes in bf16
+there. The IR cannot prevent that: OpenVINO 2026.4 reads only KV-cache and dynamic-quantisation
+options from a model's `rt_info["runtime_options"]` (the CPU plugin's `Config::applyRtInfo`), not
+`INFERENCE_PRECISION_HINT`. So a modelport-written IR records the precision it was validated at
+(in `runtime_options`, where OpenVINO keeps runtime options, and under `modelport` with its I/O
+contract), and this runner:
 
-A modelport-written IR carries its I/O contract and the inference precision it was validated at
-in the model's `rt_info` (under `modelport`); a runner given no precision uses that one, and f32
-for any other file.
+- opens a file the way a user does, with a plain `compile_model` (no configuration), and reads
+  back the precision the plugin chose (`plain_precision`);
+- runs it at the recorded precision (the one asked, else the IR's, else f32): the plain compile
+  itself where it chose that precision, else a second compile with `INFERENCE_PRECISION_HINT`
+  set explicitly;
+- reports both (`describe()`), and `plain_options()` says how to open the file as a plain
+  compile runs it when that differs, so a validation can judge the artifact that way too.
+
+In-memory models and timed runs (`threads`) are compiled at the pinned precision only.
 """
 
 from __future__ import annotations
@@ -22,6 +31,10 @@ from modelport.ir import TensorSpec
 
 # modelport precision -> OpenVINO element type name of INFERENCE_PRECISION_HINT
 HINTS = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}
+PRECISION_OF = {hint: precision for precision, hint in HINTS.items()}
+PLAIN = "default"  # runner precision: compile as a plain compile_model(xml, "CPU") does, with no configuration
+# where OpenVINO keeps runtime options in a model's rt_info (`<rt_info><runtime_options>` in the IR)
+RUNTIME_OPTION = ["runtime_options", "INFERENCE_PRECISION_HINT"]
 # OPTIMIZATION_CAPABILITIES entry that says the CPU executes the precision natively
 CAPABILITY = {"fp32": "FP32", "bf16": "BF16", "fp16": "FP16", "int8": "INT8"}
 RT_KEY = "modelport"  # rt_info section of a modelport-written IR
@@ -103,6 +116,27 @@ def write_rt(model, key: str, value) -> None:
     model.set_rt_info(json.dumps(value, sort_keys=True), [RT_KEY, key])
 
 
+def record_precision(model, precision: str) -> None:
+    """Record the inference precision the IR is validated at (a key of HINTS) in its rt_info: as
+    OpenVINO's `runtime_options` INFERENCE_PRECISION_HINT, and under modelport's own section."""
+    model.set_rt_info(HINTS[precision], RUNTIME_OPTION)
+    write_rt(model, "inference_precision", precision)
+
+
+def recorded_precision(model) -> str | None:
+    """The inference precision an IR records (a key of HINTS): its `runtime_options`
+    INFERENCE_PRECISION_HINT, else modelport's own entry (IRs written before the other), else None."""
+    try:
+        if model.has_rt_info(RUNTIME_OPTION):
+            hint = str(model.get_rt_info(RUNTIME_OPTION).astype(str)).strip().lower()
+            if hint in PRECISION_OF:
+                return PRECISION_OF[hint]
+    except Exception:  # an entry of another type: not a precision
+        pass
+    stored = read_rt(model, "inference_precision")
+    return stored if stored in HINTS else None
+
+
 def read_ir(path: str | Path):
     """An OpenVINO model from an IR `.xml` (its `.bin` beside it) or an ONNX file, with file errors as exit 2."""
     path = Path(path)
@@ -180,7 +214,13 @@ def specs_of(model) -> tuple[list[TensorSpec], list[TensorSpec]]:
 
 
 class OpenVINORunner:
-    """Compile a model on CPU at an explicit inference precision and run it by tensor name."""
+    """Compile a model on CPU at a known inference precision and run it by tensor name.
+
+    `precision`: a key of HINTS (default: the one the IR records, else fp32), or PLAIN ("default")
+    to run it exactly as a plain `compile_model` does. `inference_precision` is what the compiled
+    model says it runs at; `plain_precision`, what a plain compile of the file runs at on this CPU
+    (OpenVINO's names, "f32"/"bf16"/"f16"; None for in-memory models and timed runs).
+    """
 
     name = "openvino"
 
@@ -193,25 +233,43 @@ class OpenVINORunner:
             self.model = from_onnx(model)
         else:
             self.model = model
-        precision = precision or read_rt(self.model, "inference_precision") or "fp32"
-        if precision not in HINTS:
-            raise BadInputError(f"unknown OpenVINO inference precision '{precision}'; known: {', '.join(HINTS)}")
+        precision = precision or recorded_precision(self.model) or "fp32"
+        if precision not in HINTS and precision != PLAIN:
+            raise BadInputError(f"unknown OpenVINO inference precision '{precision}'; known: {', '.join((*HINTS, PLAIN))}")
         self.precision = precision
-        config = {"INFERENCE_PRECISION_HINT": HINTS[precision], "PERFORMANCE_HINT": "LATENCY"}
-        if threads:
-            config["INFERENCE_NUM_THREADS"] = int(threads)
         self._inputs, self._outputs = specs_of(self.model)
-        try:
-            self.compiled = core().compile_model(self.model, "CPU", config)
-        except Exception as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise BadInputError(f"OpenVINO cannot compile the model for CPU: {first}", path=self.path) from None
+        self.plain_precision = None
+        compiled = None
+        if self.path is not None and not threads:
+            compiled = self._compile({})  # as users compile a file: core.compile_model("model.xml", "CPU")
+            self.plain_precision = self._precision_of(compiled)
+            if precision not in (PLAIN, PRECISION_OF.get(self.plain_precision)):
+                compiled = None  # the plugin's default is another precision: pin the one asked
+        if compiled is None:
+            config = {"PERFORMANCE_HINT": "LATENCY"}
+            if precision != PLAIN:
+                config["INFERENCE_PRECISION_HINT"] = HINTS[precision]
+            if threads:
+                config["INFERENCE_NUM_THREADS"] = int(threads)
+            compiled = self._compile(config)
+        self.compiled = compiled
         # what the plugin settled on: f16 asked on a CPU without FP16 runs in f32, for one
-        self.inference_precision = _element_type_name(self.compiled.get_property("INFERENCE_PRECISION_HINT"))
+        self.inference_precision = self._precision_of(compiled)
         self.request = self.compiled.create_infer_request()
         wanted_in, wanted_out = {s.name for s in self._inputs}, {s.name for s in self._outputs}
         self.input_names = [port_name(p, wanted_in) for p in self.compiled.inputs]
         self.output_names = [port_name(p, wanted_out) for p in self.compiled.outputs]
+
+    def _compile(self, config: dict):
+        try:
+            return core().compile_model(self.model, "CPU", config)
+        except Exception as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise BadInputError(f"OpenVINO cannot compile the model for CPU: {first}", path=self.path) from None
+
+    @staticmethod
+    def _precision_of(compiled) -> str:
+        return _element_type_name(compiled.get_property("INFERENCE_PRECISION_HINT"))
 
     def input_specs(self) -> list[TensorSpec]:
         return list(self._inputs)
@@ -226,8 +284,47 @@ class OpenVINORunner:
         result = self.request.infer({i: np.ascontiguousarray(feeds[n]) for i, n in enumerate(self.input_names)})
         return {n: np.array(result[self.compiled.outputs[i]]) for i, n in enumerate(self.output_names)}
 
+    def plain_options(self) -> dict | None:
+        """Options that open this file as a plain `compile_model` runs it, when that is not what `run` computes (None otherwise)."""
+        if self.plain_precision is None or self.plain_precision == self.inference_precision:
+            return None
+        return {"precision": PLAIN}
+
+    def describe(self) -> dict:
+        """The precisions, in modelport's names: what `run` computes at (read back from the compiled
+        model), what was asked, and what a plain `compile_model` of the file runs at on this CPU."""
+        def name(hint):
+            return PRECISION_OF.get(hint, hint)
+
+        return {"inference_precision": name(self.inference_precision), "asked": self.precision,
+                "plain_compile": name(self.plain_precision) if self.plain_precision else None,
+                "plain_options": self.plain_options()}
+
     def io_note(self) -> str:
-        return f"OpenVINO CPU, inference precision {self.inference_precision} (asked {HINTS[self.precision]})"
+        asked = "none, as a plain compile_model" if self.precision == PLAIN else HINTS[self.precision]
+        note = f"OpenVINO CPU, inference precision {self.inference_precision} (asked {asked})"
+        if self.plain_precision is not None and self.plain_precision != self.inference_precision:
+            note += f"; a plain compile_model runs it at {self.plain_precision} on this CPU"
+        return note
+
+
+def plain_compile_warning(target: str, entry: dict) -> str | None:
+    """The warning for an artifact (its report entry) that a plain `compile_model` runs at another
+    precision than it was validated at, with the figures of that load and the fix."""
+    plain = entry.get("plain_compile") or {}
+    validated = entry.get("inference_precision")
+    if not plain.get("inference_precision") or plain["inference_precision"] == validated or validated not in HINTS:
+        return None
+    outputs = plain.get("outputs") or []
+    figures = ""
+    if outputs:
+        worst = max(outputs, key=lambda o: o["max_abs"] if o["max_abs"] is not None else float("inf"))
+        size = f"{worst['max_abs']:.3g}" if worst["max_abs"] is not None else "not finite"
+        judged = "within" if plain.get("ok") else "outside"
+        figures = f": max abs {size} on {worst['name']}, {judged} the {entry['precision']} tolerance"
+    return (f"{target}: validated at {validated}, but a plain compile_model of {entry['path']} runs it at "
+            f"{plain['inference_precision']} on this CPU (OpenVINO's default, which the IR cannot change){figures}; "
+            f"compile it with INFERENCE_PRECISION_HINT={HINTS[validated]} (the OVMS bundle, package --for ovms, sets it)")
 
 
 def open_ir(path: str | Path, **options) -> OpenVINORunner:
@@ -255,7 +352,7 @@ def inspect_ir(path: str | Path) -> dict:
         "nodes": sum(ops.values()),
         "ops": dict(ops.most_common()),
         "parameters": int(params),
-        "inference_precision": read_rt(model, "inference_precision"),
+        "inference_precision": recorded_precision(model),
         "weights": sorted({str(op.get_element_type()) for op in model.get_ordered_ops() if op.get_type_name() == "Constant"}),
         "files": [str(f) for f in files],
         "size": sum(f.stat().st_size for f in files if f.exists()),
@@ -285,7 +382,7 @@ def intermediate_tensors(model, feeds: dict[str, np.ndarray], *, precision: str 
             names.append(name)
     if ports:
         model.add_outputs(ports)
-    compiled = core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": HINTS[precision]})
+    compiled = core().compile_model(model, "CPU", {} if precision == PLAIN else {"INFERENCE_PRECISION_HINT": HINTS[precision]})
     request = compiled.create_infer_request()
     inputs = [port_name(p) for p in compiled.inputs]
     result = request.infer({i: np.ascontiguousarray(feeds[n]) for i, n in enumerate(inputs)})
