@@ -263,10 +263,11 @@ def plugin_default_dynamic():
 
 def test_the_report_and_row_carry_the_precision_a_plain_load_runs_at_when_it_differs(tmp_path, plugin_default_dynamic,
                                                                                       monkeypatch):
+    import importlib
+
     from rich.console import Console
 
     from modelport.cli.render import artifacts_table
-    import importlib
     from modelport.runtimes import get_runner
 
     # the plugin default set above lives in this process: validate here rather than in a clean child
