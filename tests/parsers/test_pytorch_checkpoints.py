@@ -115,6 +115,8 @@ def test_training_checkpoint_weights_are_found_by_their_keys_and_said(cli, files
     assert report["source"]["state_dict_key"] == "model_state"
     assert any("'model_state' entry" in w and "--state-dict-key model_state" in w for w in report["warnings"])
     assert "'model_state' entry" in r.stderr  # said on the terminal too
+    shown = cli("inspect", d / "train.pt", "--json").json()
+    assert shown["state_dict_key"] == "model_state" and shown["tensors"] == len(mlp.state_dict())
     x = np.random.default_rng(1).standard_normal((2, 32)).astype(np.float32)
     module, _, _ = load_module(d / "train.pt", spec(d / "train.pt", arch="zoo:mlp"))
     np.testing.assert_allclose(out(module, x), out(mlp, x), rtol=1e-6)  # the trained weights, not a fresh init

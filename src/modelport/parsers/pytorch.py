@@ -123,14 +123,6 @@ def read_checkpoint(path: Path):
         raise UnsafeInputError(f"unsafe pickle global, refusing to load: {_first_line(e)}", path=path, hint="a plain state dict loads without --trust") from None
 
 
-def load_state_dict(path: Path) -> dict:
-    """The state dict of a file, found in a checkpoint dict when it is not the file itself
-    (`checkpoints.find_state_dict`, with no architecture to match keys against)."""
-    from modelport.parsers.pytorch_checkpoints import find_state_dict
-
-    return find_state_dict(read_checkpoint(path), path).state
-
-
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
     return text[0] if text else type(e).__name__
@@ -523,7 +515,12 @@ def inspect(path: Path) -> dict:
     if fmt == "torchscript":
         info["note"] = "TorchScript: contents not inspected without --trust (loading runs code)"
         return info
-    state = load_state_dict(path)
+    from modelport.parsers.pytorch_checkpoints import find_state_dict
+
+    found = find_state_dict(read_checkpoint(path), path)
+    state = found.state
+    if found.key is not None:
+        info["state_dict_key"] = found.key  # the checkpoint entry these figures describe
     info["tensors"] = len(state)
     info["parameters"] = int(sum(t.numel() for t in state.values()))
     info["dtypes"] = sorted({str(t.dtype).replace("torch.", "") for t in state.values()})
