@@ -141,3 +141,58 @@ def test_stacked_samples_feed_the_reference_and_the_second_set():
     second = make_inputs(specs, variant=1, given={"x": stack})
     assert np.array_equal(first["x"], stack[0]) and np.array_equal(second["x"], stack[1])
     assert reference_varies(lambda f: {"y": f["x"] * 2}, specs, {"y": first["x"] * 2}, given={"x": stack}) == {"y": True}
+
+
+# --- symbolic dims the model only takes at some sizes (a detector's multiples of 32) --------------
+
+def _strided_model(path, *, metadata: dict | None = None, fixed_size: int | None = None):
+    """A YOLO-like neck: the input concatenated with its 1/32 average, upsampled back. It runs only
+    where height and width are multiples of 32 (the default sample size 2 gives onnxruntime's
+    Concat error). With `fixed_size` the input is concatenated with a constant of that height and
+    width instead, so it runs at that size alone."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    if fixed_size:
+        const = numpy_helper.from_array(np.zeros((1, 1, fixed_size, fixed_size), np.float32), "c")
+        nodes, init = [helper.make_node("Concat", ["x", "c"], ["y"], axis=1)], [const]
+    else:
+        nodes = [helper.make_node("AveragePool", ["x"], ["d"], kernel_shape=[32, 32], strides=[32, 32]),
+                 helper.make_node("Resize", ["d", "", "scales"], ["u"], mode="nearest"),
+                 helper.make_node("Concat", ["x", "u"], ["y"], axis=1)]
+        init = [numpy_helper.from_array(np.array([1, 1, 32, 32], np.float32), "scales")]
+    graph = helper.make_graph(nodes, "neck", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "height", "width"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, None, "height", "width"])], init)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    if metadata:
+        helper.set_model_props(model, metadata)
+    onnx.save(model, path)
+    return path
+
+
+def test_symbolic_dims_retry_a_common_size_or_the_metadata_one_and_say_so(cli, tmp_path):
+    for name, metadata, want, source in (("plain", None, {"height": 32, "width": 32}, "a common size"),
+                                         ("ultralytics", {"imgsz": "[64, 96]", "stride": "32"}, {"height": 64, "width": 96},
+                                          "the model's metadata imgsz=[64, 96]")):
+        model = _strided_model(tmp_path / f"{name}.onnx", metadata=metadata)
+        r = cli("convert", model, "-o", tmp_path / name, "--json")
+        assert r.exit_code == 0, (name, r)  # was exit 2: onnxruntime's Concat error at height=width=2
+        report = r.json()
+        assert report["contract"]["sample_dims"] == want
+        (warning,) = [w for w in report["warnings"] if "reference run failed" in w]
+        assert "default sample size (height=2, width=2): Concat: " in warning
+        assert f"it ran with {', '.join(f'{k}={v}' for k, v in want.items())} ({source})" in warning and "--dim" in warning
+    r = cli("convert", tmp_path / "plain.onnx", "--dim", "height=64", "--dim", "width=64", "-o", tmp_path / "sized", "--json")
+    assert r.exit_code == 0 and r.json()["warnings"] == [] and r.json()["contract"]["sample_dims"] == {"height": 64, "width": 64}
+
+
+def test_symbolic_dims_no_size_fits_is_exit_2_naming_each_dim_and_the_flag(cli, tmp_path):
+    model = _strided_model(tmp_path / "odd.onnx", fixed_size=100)
+    r = cli("convert", model, "-o", tmp_path / "out")
+    assert r.exit_code == 2 and not (tmp_path / "out").exists(), r
+    err = r.stderr.strip()
+    assert len(err.splitlines()) == 1 and "odd.onnx" in err and "Concat: " in err
+    assert "symbolic dims sampled at height=2, width=2 (also tried 32, 64, 224, 640)" in err
+    assert "--dim height=640 --dim width=640" in err
+    assert cli("convert", model, "--dim", "height=100", "--dim", "width=100", "-o", tmp_path / "out").exit_code == 0

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from modelport.errors import BadInputError
-from modelport.specs import apply_options, parse_dims, parse_input_spec, parse_shape
+from modelport.specs import apply_options, arch_args_text, parse_arch_args, parse_dims, parse_input_spec, parse_shape
 
 
 @pytest.mark.parametrize("text,shape", [
@@ -62,3 +62,13 @@ def test_unknown_dtype_is_named_as_a_dtype(text, word):
 def test_tensorflow_names_and_named_dims_are_not_dtypes(text, name, shape):
     s = parse_input_spec(text)
     assert (s.name, s.shape) == (name, shape)
+
+
+def test_arch_args_are_typed_as_json_scalars():
+    args = parse_arch_args(["model=tiny,dim=256,scale=0.5", 'flag=true, norm=null,name="12"'])
+    assert args == {"model": "tiny", "dim": 256, "scale": 0.5, "flag": True, "norm": None, "name": "12"}
+    assert parse_arch_args(arch_args_text(args)) == args and parse_arch_args([]) == {} == parse_arch_args("")
+    for bad in ("model", "=3", "1x=2", "a=1,,b=2", "dim=", "dim=1,dim=2"):
+        with pytest.raises(BadInputError, match="bad --arch-args"):
+            parse_arch_args(bad)
+

@@ -1,17 +1,28 @@
 """Run a chatty converter with its stdout/stderr (Python and C level) captured into a log file.
 
 onnx2tf and TensorFlow print progress tables and C++ log lines straight to file descriptors 1
-and 2; `--json` output on stdout must stay clean, so both descriptors are pointed at a log file
-for the duration of the call. The log's tail is what an error message quotes.
+and 2, and onnxruntime's C++ logger writes `[E:onnxruntime:...]` lines to descriptor 2 from the
+sessions a converter creates for itself; `--json` output on stdout must stay clean and a failure
+must stay one line on stderr, so both descriptors are pointed at a log file for the duration of
+the call. What a block captured goes to the report instead (`collecting_logs`: the failed
+stage's `log`); an error message quotes the converter's own reason (`converter_error`), never
+library log lines.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import io
 import os
+import re
 import sys
 from pathlib import Path
+
+MAX_LOG_LINES = 200  # kept per stage in the report (the last ones)
+MAX_LINE = 1000  # characters kept of one line
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_collected: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("modelport_captured_logs", default=None)
 
 
 @contextlib.contextmanager
@@ -27,7 +38,8 @@ def _both_streams_into(fileno: int):
             os.dup2(fileno, fd)
         except OSError:
             pass
-    text = io.TextIOWrapper(open(fileno, "ab", closefd=False), write_through=True)
+    # unbuffered, so that what Python code printed is in the file when an error handler inside the block reads it
+    text = io.TextIOWrapper(open(fileno, "ab", buffering=0, closefd=False), write_through=True)
     try:
         with contextlib.redirect_stdout(text), contextlib.redirect_stderr(text):
             yield
@@ -41,12 +53,55 @@ def _both_streams_into(fileno: int):
 
 @contextlib.contextmanager
 def captured_output(log_path: Path, tool: str | None = None):
-    """Both descriptors into `log_path` for the block; the live display names `tool` (else the log's stem)."""
+    """Both descriptors into `log_path` for the block; the live display names `tool` (else the log's
+    stem). The lines the block added go to the enclosing `collecting_logs`, if any."""
     from modelport.progress import doing
 
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log, doing(tool or log_path.stem.lstrip(".")), _both_streams_into(log.fileno()):
-        yield
+    start = log_path.stat().st_size if log_path.exists() else 0
+    try:
+        with open(log_path, "ab") as log, doing(tool or log_path.stem.lstrip(".")), _both_streams_into(log.fileno()):
+            yield
+    finally:
+        lines = _collected.get()
+        if lines is not None:
+            lines.extend(read_log(log_path, start))
+
+
+@contextlib.contextmanager
+def collecting_logs():
+    """The lines every `captured_output` inside the block captured (colour codes stripped, blank
+    lines dropped), in order; an inner `collecting_logs` keeps its own."""
+    lines: list[str] = []
+    token = _collected.set(lines)
+    try:
+        yield lines
+    finally:
+        _collected.reset(token)
+
+
+def read_log(log_path: Path, start: int = 0) -> list[str]:
+    """The log's lines from byte `start`, colour codes stripped, blank lines dropped."""
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(start)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return []
+    return [ln.rstrip()[:MAX_LINE] for ln in _ANSI.sub("", text).splitlines() if ln.strip()]
+
+
+def converter_error(log_path: Path, marker: str = "ERROR:") -> str:
+    """The first line a converter itself marked as its error (onnx2tf's `ERROR: ...`, the text after
+    the marker), or "". Library log lines captured beside it (onnxruntime's `[E:onnxruntime:...]`)
+    are not a converter's reason and stay in the log."""
+    for line in read_log(log_path):
+        text = line.strip()
+        if text.startswith(marker):
+            reason = text[len(marker):].strip()
+            if reason and not reason.endswith(":") and not reason.lower().startswith("the trace log is below"):
+                return reason
+    return ""
 
 
 @contextlib.contextmanager
@@ -56,16 +111,3 @@ def silenced_output():
     delegate"). Its errors still reach the caller as exceptions."""
     with open(os.devnull, "wb") as null, _both_streams_into(null.fileno()):
         yield
-
-
-def log_tail(log_path: Path, lines: int = 3) -> str:
-    """The last meaningful lines of a log (ANSI colour codes stripped), for an error message."""
-    import re
-
-    try:
-        text = log_path.read_text(errors="replace")
-    except OSError:
-        return ""
-    text = re.sub(r"\x1b\[[0-9;]*m", "", text)
-    keep = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith(("I0000", "W0000"))]
-    return " | ".join(keep[-lines:])

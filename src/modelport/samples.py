@@ -31,8 +31,10 @@ declared. A set identical to the first is left out, and so is one the source its
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -40,6 +42,9 @@ from modelport.errors import BadInputError, ModelportError
 from modelport.ir import TensorSpec
 
 DATA_HINT = "pin it with --value NAME=V (a scalar broadcast to the input) or --data inputs.npz (arrays keyed by input name)"
+COMMON_SIZES = (32, 64, 224, 640)  # sizes networks with strided paths accept (multiples of 32; 224, 640: common image sizes)
+DEFAULT_SIZE = 2  # a symbolic dim's sample size unless sized (TensorSpec.concrete_shape's default)
+MAX_RETRY_ELEMENTS = 1 << 26  # a retry's inputs stay under this many elements in all (256 MiB of float32)
 
 
 def load_data(path) -> dict[str, np.ndarray]:
@@ -320,10 +325,110 @@ def run_reference(run: Callable[[dict[str, np.ndarray]], dict], feeds: dict[str,
     except ModelportError:
         raise
     except Exception as e:
-        randomised = [s.name for s in specs if s.name not in (given or {})]
-        control = [s.name for s in specs if s.name in randomised and s.dtype not in ("float16", "float32", "float64", "bfloat16")]
-        named = control or randomised
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise BadInputError(f"the reference run failed on the sample inputs ({type(e).__name__}: {reason[:300]}); "
-                            f"random values went to inputs {named}", path=path,
-                            hint=DATA_HINT if named else None) from None
+        raise reference_failure(e, specs, given, path) from None
+
+
+_ORT_FAILURE = re.compile(r"while running (\w+) node\..*?Status Message: (?:\S+\.\w+:\d+ \w+ )?(.*)")
+
+
+def _first_line(e: BaseException) -> str:
+    """The error's first line; onnxruntime's `[ONNXRuntimeError] : 1 : FAIL : Non-zero status code
+    returned while running Concat node. Name:'' Status Message: concatbase.h:135 Prepare… X` as `Concat: X`."""
+    line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    m = _ORT_FAILURE.search(line)
+    return f"{m.group(1)}: {m.group(2)}"[:300] if m else f"{type(e).__name__}: {line[:300]}"
+
+
+def reference_failure(e: Exception, specs: list[TensorSpec], given: dict[str, np.ndarray] | None, path) -> BadInputError:
+    """The exit-2 error of a failed reference run (see run_reference)."""
+    randomised = [s.name for s in specs if s.name not in (given or {})]
+    control = [s.name for s in specs if s.name in randomised and s.dtype not in ("float16", "float32", "float64", "bfloat16")]
+    named = control or randomised
+    return BadInputError(f"the reference run failed on the sample inputs ({_first_line(e)}); "
+                         f"random values went to inputs {named}", path=path, hint=DATA_HINT if named else None)
+
+
+@dataclass
+class SampledReference:
+    """The reference run's inputs and outputs, and the dims it ran at (`dims`: the sample dims
+    given, plus any size a retry chose); `note` says what a retry changed (None: nothing)."""
+
+    feeds: dict[str, np.ndarray]
+    outputs: dict
+    dims: dict[str, int]
+    note: str | None = None
+    tried: list[dict[str, int]] = field(default_factory=list)
+
+
+def free_dims(specs: list[TensorSpec], dims: dict[str, int] | None, given: dict[str, np.ndarray] | None) -> list[str]:
+    """The symbolic dims no one sized (not in `dims`, not fixed by a given array), past the batch:
+    a dim at axis 0 of a rank >= 2 input stays at its default."""
+    bound = bind_dims(specs, given, dims)
+    batch = {s.shape[0] for s in specs if len(s.shape) >= 2 and isinstance(s.shape[0], str)}
+    found: list[str] = []
+    for spec in specs:
+        for d in spec.shape:
+            if isinstance(d, str) and d not in bound and d not in batch and d not in found:
+                found.append(d)
+    return found
+
+
+def _sizes(dims: dict[str, int], names: list[str]) -> str:
+    return ", ".join(f"{n}={dims[n]}" for n in names)
+
+
+def _fits_memory(specs: list[TensorSpec], dims: dict[str, int]) -> bool:
+    return sum(int(np.prod(s.concrete_shape(dims), dtype=np.int64)) for s in specs) <= MAX_RETRY_ELEMENTS
+
+
+def sample_reference(run: Callable[[dict[str, np.ndarray]], dict], specs: list[TensorSpec], dims: dict[str, int] | None = None,
+                     *, seed: int = 0, given: dict[str, np.ndarray] | None = None, path=None,
+                     hints: dict[str, int] | None = None, hints_from: str = "the model's metadata") -> SampledReference:
+    """The reference run on deterministic samples (`make_inputs` + `run_reference`). When it fails
+    and the model has symbolic dims no one sized, those dims are retried at the sizes `hints` give
+    (read from the model, e.g. ultralytics' `imgsz`), then at each of COMMON_SIZES: a detector whose
+    strided and upsampled paths are concatenated runs only at multiples of 32, never at the
+    default 2. A retry that runs is kept and said (`note`); when none does, the exit-2 message
+    names every such dim with the size sampled and the `--dim` flag that sets it."""
+    dims = dict(dims or {})
+    feeds = make_inputs(specs, dims, seed=seed, given=given, path=path)
+    free = free_dims(specs, dims, given)
+    if not free:
+        return SampledReference(feeds, run_reference(run, feeds, specs, given, path), dims)
+    try:
+        return SampledReference(feeds, run(feeds), dims)
+    except ModelportError:
+        raise
+    except Exception as e:
+        first = e
+    sampled = {n: DEFAULT_SIZE for n in free}
+    hinted = {n: int(v) for n, v in (hints or {}).items() if n in free and int(v) > 0}
+    tries = ([(hinted, hints_from)] if hinted else []) + [(dict.fromkeys(free, size), "a common size") for size in COMMON_SIZES]
+    tried: list[dict[str, int]] = []
+    for sizes, source in tries:
+        attempt = {**dims, **sizes}
+        if attempt in tried or not _fits_memory(specs, attempt):
+            continue
+        tried.append(attempt)
+        feeds = make_inputs(specs, attempt, seed=seed, given=given, path=path)
+        try:
+            outputs = run(feeds)
+        except Exception:
+            continue
+        note = (f"the reference run failed with symbolic dims at the default sample size ({_sizes(sampled, free)}): "
+                f"{_first_line(first)}; it ran with {_sizes(attempt, free)} ({source}), the sizes every check of "
+                f"this run uses (--dim NAME=N sets them)")
+        return SampledReference(feeds, outputs, attempt, note, tried)
+    also = ", ".join(_compact(a, free) for a in tried)
+    example = " ".join(f"--dim {n}={hinted.get(n, 640)}" for n in free)
+    control = [s.name for s in specs if s.name not in (given or {}) and s.dtype not in ("float16", "float32", "float64", "bfloat16")]
+    pin = f"; random values went to inputs {control} ({DATA_HINT})" if control else ""
+    raise BadInputError(f"the reference run failed on the sample inputs ({_first_line(first)}) with symbolic dims "
+                        f"sampled at {_sizes(sampled, free)}" + (f" (also tried {also})" if also else "")
+                        + f": set sizes the model takes with --dim, e.g. {example}{pin}", path=path) from None
+
+
+def _compact(dims: dict[str, int], names: list[str]) -> str:
+    """'640' when every dim of `names` has that size, else '(64, 96)'."""
+    sizes = [dims[n] for n in names]
+    return str(sizes[0]) if len(set(sizes)) == 1 else f"({', '.join(map(str, sizes))})"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,6 +165,63 @@ def parse_dims(values: list[str]) -> dict[str, int]:
     return out
 
 
+_ARG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+ARCH_ARGS_EXAMPLE = "model=tiny,dim=256"
+
+
+def _json_scalar(text: str):
+    """A JSON scalar (256, 0.5, true, null, "x") as its Python value; any other text is a string."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if value is None or isinstance(value, (bool, int, float, str)) else text
+
+
+def parse_arch_args(texts) -> dict[str, Any]:
+    """`--arch-args NAME=VALUE[,NAME=VALUE...]` (repeatable): keyword arguments for the `--arch`
+    constructor, so that a checkpoint saved from a non-default configuration (`model=tiny`) can be
+    rebuilt. A value is read as a JSON scalar (256, 0.5, true, false, null), else kept as text."""
+    out: dict[str, Any] = {}
+    for text in [texts] if isinstance(texts, str) else list(texts or ()):
+        if not str(text).strip():
+            continue
+        for item in str(text).split(","):
+            name, eq, value = item.partition("=")
+            name, value = name.strip(), value.strip()
+            if not eq or not _ARG_NAME.fullmatch(name) or not value:
+                raise BadInputError(f"bad --arch-args '{text}': '{item.strip()}' is not NAME=VALUE with a Python name; "
+                                    f"expected e.g. {ARCH_ARGS_EXAMPLE}")
+            if name in out:
+                raise BadInputError(f"bad --arch-args '{text}': '{name}' is given twice")
+            out[name] = _json_scalar(value)
+    return out
+
+
+def arch_args_text(args: dict[str, Any]) -> str:
+    """`args` as the `--arch-args` text that gives them."""
+    return ",".join(f"{k}={v if isinstance(v, str) and _json_scalar(v) == v else json.dumps(v)}" for k, v in args.items())
+
+
+def check_arch_args(fn, args: dict[str, Any], what: str, *, reserved: tuple[str, ...] = ()) -> list[str]:
+    """The keyword parameters `fn` (a class or a builder) takes, less `reserved` ones (a zoo builder's
+    `seed`); exit 2 when `args` names one it does not take. A callable whose signature cannot be read,
+    or that takes **kwargs, accepts anything here and lets the call decide."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    takes = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in reserved]
+    if args and not any(p.kind is p.VAR_KEYWORD for p in params):
+        unknown = [k for k in args if k not in takes]
+        if unknown:
+            offer = f"it takes {', '.join(takes)}" if takes else "it takes no constructor arguments"
+            raise BadInputError(f"--arch-args {', '.join(unknown)}: {what} has no such parameter ({offer})")
+    return takes
+
+
 @dataclass
 class SourceSpec:
     """Everything the user told us about the source, beyond the file itself: what
@@ -175,6 +233,8 @@ class SourceSpec:
     inputs: list[TensorSpec] = field(default_factory=list)  # user-given (shape and dtype may be partial)
     output_names: list[str] | None = None
     arch: str | None = None  # "zoo:NAME" or "package.module:Class"
+    arch_args: dict[str, Any] = field(default_factory=dict)  # keyword arguments for the arch's constructor (--arch-args)
+    state_dict_key: str | None = None  # the checkpoint entry holding the weights, 'a' or 'a.b' (--state-dict-key)
     trust: bool = False
     opset: int | None = None
     sample_dims: dict[str, int] = field(default_factory=dict)

@@ -121,8 +121,8 @@ def get(name: str) -> ZooEntry:
     return entry
 
 
-def build(name: str, *, seed: int = 0):
-    """The model object a zoo entry builds (an nn.Module, a Keras model, ...)."""
+def builder(name: str):
+    """The function that builds a zoo entry's model."""
     entry = get(name)
     if not entry.builder:
         raise BadInputError(f"zoo model '{name}' is download-only; use 'modelport zoo fetch {name}'")
@@ -130,7 +130,24 @@ def build(name: str, *, seed: int = 0):
     from modelport.deps import require
 
     require({"pytorch": "torch", "keras": "keras", "tensorflow": "tensorflow"}.get(entry.framework, "onnx"), purpose=f"zoo model '{name}'")
-    return getattr(importlib.import_module(mod), fn)(seed=seed, **entry.kwargs)
+    return getattr(importlib.import_module(mod), fn)
+
+
+def build(name: str, *, seed: int = 0, args: dict[str, Any] | None = None):
+    """The model object a zoo entry builds (an nn.Module, a Keras model, ...); `args` (`--arch-args`)
+    override the entry's own builder keywords, and one the builder does not take is exit 2."""
+    from modelport.specs import check_arch_args
+
+    fn = builder(name)
+    check_arch_args(fn, args or {}, f"zoo:{name}", reserved=("seed",))
+    return fn(seed=seed, **{**get(name).kwargs, **(args or {})})
+
+
+def parameters(name: str) -> list[str]:
+    """The keyword parameters a zoo entry's builder takes (`--arch-args` may set them)."""
+    from modelport.specs import check_arch_args
+
+    return check_arch_args(builder(name), {}, f"zoo:{name}", reserved=("seed",))
 
 
 def source_spec(name: str):

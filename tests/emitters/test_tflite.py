@@ -301,6 +301,47 @@ def test_unsupported_op_names_the_node_and_leaves_nothing(tmp_path):
     assert not out.exists() and tree(tmp_path) == ["src", "src/bits.onnx"]
 
 
+def _gridsample_neck_model():
+    """onnx2tf stops (sys.exit) on GridSample mode='nearest' after printing its coloured `ERROR:`
+    lines; before that, its own onnxruntime session of the graph (dynamic dims set to 1) fails on
+    the Concat of a strided path and logs `[E:onnxruntime:...]` to file descriptor 2."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("AveragePool", ["x"], ["d"], kernel_shape=[32, 32], strides=[32, 32]),
+             helper.make_node("Resize", ["d", "", "scales"], ["u"], mode="nearest"),
+             helper.make_node("Concat", ["x", "u"], ["y"], axis=1),
+             helper.make_node("GridSample", ["x", "grid"], ["g"], mode="nearest")]
+    init = [numpy_helper.from_array(np.array([1, 1, 32, 32], np.float32), "scales"),
+            numpy_helper.from_array(rng.uniform(-1, 1, (1, 4, 4, 2)).astype(np.float32), "grid")]
+    graph = helper.make_graph(nodes, "neck", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, "height", "width"])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, "height", "width"]),
+                               helper.make_tensor_value_info("g", TensorProto.FLOAT, [1, 3, 4, 4])], init)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_failing_route_is_one_stderr_line_and_its_library_log_is_in_the_report(cli_proc, tmp_path):
+    """A real process: the libraries' own lines (onnxruntime's C++ logger, onnx2tf's coloured
+    ERROR lines) never reach the terminal, not even quoted in the error; the failed stages keep them."""
+    src = save_onnx(_gridsample_neck_model(), tmp_path / "src", "neck.onnx")
+    r = cli_proc("convert", src, "--dim", "height=64", "--dim", "width=64", "--to", "tflite,savedmodel", "-o", tmp_path / "o",
+                 "--json")
+    assert r.exit_code == 4, r  # both targets failed: exit 4 naming each
+    (line,) = r.stderr.strip().splitlines()
+    assert "[E:onnxruntime" not in line and "ERROR:" not in line and "\x1b" not in line
+    assert line.count("onnx2tf could not convert the model (exit 1): The current implementation of GridSample") == 2
+    report = r.json()
+    for target in ("tflite", "savedmodel"):
+        (stage,) = [s for s in report["stages"] if s["name"] == f"emit:{target}"]
+        assert any("[E:onnxruntime:" in ln and "Concat node" in ln for ln in stage["log"]), stage
+        assert any(ln.startswith("ERROR: The current implementation of GridSample") for ln in stage["log"])
+        assert not any("\x1b[" in ln for ln in stage["log"])  # colour codes stripped
+    assert [s for s in report["stages"] if s["name"] == "parse"][0].get("log") is None  # only failed stages carry one
+    assert not (tmp_path / "o").exists()
+
+
 def test_transformer_falls_back_from_onnx2tf_to_litert_torch(cli, tmp_path):
     """A documented limit (docs/emitters.md): onnx2tf cannot convert a PyTorch BERT export. Under
     `--route auto` the run goes on by litert-torch, and the report and a warning say why."""

@@ -48,6 +48,10 @@ def register(app: typer.Typer) -> None:
         input_shape: list[str] = typer.Option([], "--inputShape", help="MMdnn: a shape per input, in order, e.g. 1,3,224,224."),
         outputs: list[str] = typer.Option([], "--output", "--outputs", help="Output names, in order (comma-separated or repeated)."),
         arch: str | None = typer.Option(None, "--arch", help="Architecture for a state dict: zoo:NAME or package.module:Class."),
+        arch_args: list[str] = typer.Option([], "--arch-args", help="Keyword arguments for the --arch constructor, e.g. "
+                                            "model=tiny,dim=256 (values read as JSON scalars, else text; repeatable)."),
+        state_dict_key: str | None = typer.Option(None, "--state-dict-key", help="The checkpoint entry holding the weights, "
+                                                  "e.g. model_state or checkpoint.model (default: the one whose keys fit --arch)."),
         opset: int | None = typer.Option(None, "--opset", help="Target ONNX opset."),
         trust: flags.Trust = False,
         task: flags.Task = None,
@@ -90,7 +94,7 @@ def register(app: typer.Typer) -> None:
                 task=task_, text_generation=text_generation,
                 targets=[choice(t, EMITTERS, "target") for t in split_list(to)] or ["onnx"],
                 framework=choice(framework, PARSERS, "source framework"), inputs=specs, output_names=split_list(outputs) or None,
-                arch=arch_, trust=trust, opset=opset, force=shared["force"], keep_failed=keep_failed,
+                arch=arch_, arch_args=arch_args, state_dict_key=state_dict_key, trust=trust, opset=opset, force=shared["force"], keep_failed=keep_failed,
                 **flags.parity_kwargs(shared),
                 optimize=OptimizeOptions(level=optimize, budget=budget, runtimes=runtimes),
                 precision=choice(precision, (*flags.EMIT_PRECISIONS, "int4", "auto"), "precision"), calibration=shared["calibration"],

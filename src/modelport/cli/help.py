@@ -17,8 +17,8 @@ QUANTISATION = "FP16/INT8 details"
 BATCH = "Batch"
 
 PANELS = {
-    SOURCE: ("--from", "--task", "-in", "-iw", "--input", "--inputShape", "--output", "--arch", "--opset", "--trust", "--signature",
-             "--input-names", "--layout", "--mean", "--std", "--scale", "--channel-order"),
+    SOURCE: ("--from", "--task", "-in", "-iw", "--input", "--inputShape", "--output", "--arch", "--arch-args", "--state-dict-key",
+             "--opset", "--trust", "--signature", "--input-names", "--layout", "--mean", "--std", "--scale", "--channel-order"),
     TARGETS: ("--to", "--route", "--plan-only", "--tflite-layout", "--tflite-io-dtype", "--trt-shapes", "--workspace", "--package", "--for",
               "--name", "--version", "--add-version", "--runtime", "--backend", "--device", "--postprocess", "--server",
               "--max-batch-size", "--instances", "--image", "--cpu", "--memory", "--gpus", "--replicas"),
@@ -35,7 +35,7 @@ PANEL_OF = {flag: panel for panel, flags in PANELS.items() for flag in flags}
 
 METAVARS = {
     "--to": "T1,T2", "-o": "DIR", "--from": "FRAMEWORK", "-in": "FILE", "-iw": "FILE", "--input": "NAME:SHAPE[:DTYPE]",
-    "--inputShape": "SHAPE", "--output": "NAMES", "--arch": "ARCH", "--opset": "N", "--signature": "NAME", "--input-names": "NAMES",
+    "--inputShape": "SHAPE", "--output": "NAMES", "--arch": "ARCH", "--arch-args": "NAME=V[,NAME=V]", "--state-dict-key": "KEY", "--opset": "N", "--signature": "NAME", "--input-names": "NAMES",
     "--optimize": "LEVEL", "--level": "LEVEL", "--passes": "P1,P2", "--precision": "PRECISION", "--accuracy-budget": "EXPR",
     "--package": "S1,S2", "--for": "S1,S2", "--dim": "NAME=N", "--seed": "N", "--data": "FILE.npz", "--value": "NAME=V",
     "--atol": "[OUTPUT=]X", "--rtol": "[OUTPUT=]X", "--min-cosine": "[OUTPUT=]X", "--layout": "[NAME=]LAYOUT",

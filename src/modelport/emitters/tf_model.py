@@ -81,7 +81,7 @@ def onnx2tf_model(ir: IRModel, work: Path, keep_first, keep_last, log: Path):
     """onnx2tf's TensorFlow (tf_keras) model of the IR. onnx2tf gets the graph in memory (it
     simplifies and saves back a file it is handed); nothing is saved."""
     from modelport.deps import require
-    from modelport.quiet_call import captured_output, log_tail
+    from modelport.quiet_call import captured_output, converter_error
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     with captured_output(log, "onnx2tf"):
@@ -95,12 +95,14 @@ def onnx2tf_model(ir: IRModel, work: Path, keep_first, keep_last, log: Path):
         try:
             with local_sample_images():
                 return onnx2tf.convert(**kwargs)
-        except SystemExit as e:  # onnx2tf exits on conversion errors
-            raise UnsupportedError(f"onnx2tf could not convert the model (exit {e.code}): {log_tail(log)}") from None
+        except SystemExit as e:  # onnx2tf exits on conversion errors, having printed why
+            reason = converter_error(log) or "see the stage's log in report.json"
+            raise UnsupportedError(f"onnx2tf could not convert the model (exit {e.code}): {reason}") from None
         except ModelportError:
             raise
         except Exception as e:
-            raise UnsupportedError(f"onnx2tf could not convert the model: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} {log_tail(log, 2)}") from None
+            raise UnsupportedError(f"onnx2tf could not convert the model: {type(e).__name__}: "
+                                   f"{str(e).splitlines()[0] if str(e) else ''}") from None
 
 
 @contextlib.contextmanager

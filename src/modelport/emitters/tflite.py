@@ -90,7 +90,7 @@ def _to_tflite(keras_model, inputs: list[Port], outputs: list[Port], mode: str, 
     same, but on a failure silently write a file without a signature). `save(tf, dest)` writes it
     (default: onnx2tf's `keras_model` behind the contract, `tf_model.save_contract_model`).
     """
-    from modelport.quiet_call import captured_output, log_tail
+    from modelport.quiet_call import captured_output
 
     with captured_output(log, "TFLite converter"):
         import tensorflow as tf
@@ -127,7 +127,7 @@ def _to_tflite(keras_model, inputs: list[Port], outputs: list[Port], mode: str, 
             return conv.convert()
         except Exception as e:
             raise UnsupportedError(f"TensorFlow's TFLite converter failed: {type(e).__name__}: "
-                                   f"{(str(e).strip().splitlines() or [''])[0][:300]} {log_tail(log, 2)}") from None
+                                   f"{(str(e).strip().splitlines() or [''])[0][:300]}") from None
 
 
 def quantization(mode: str, io_dtype: str) -> str:

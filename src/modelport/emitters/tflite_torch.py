@@ -77,7 +77,7 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.deps import version_of
     from modelport.emitters.routes import staged_source
     from modelport.emitters.tflite import SIGNATURE, _check_ops, _name_io
-    from modelport.quiet_call import captured_output, log_tail
+    from modelport.quiet_call import captured_output
     from modelport.runtimes.tflite import load_interpreter
 
     reason = refusal(model, options)
@@ -111,7 +111,7 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
                 edge.export(str(work / "model.tflite"))
         except Exception as e:
             raise UnsupportedError(f"{NAME} could not convert the model: {type(e).__name__}: "
-                                   f"{(str(e).strip().splitlines() or [''])[0][:300]} {log_tail(log, 2)}") from None
+                                   f"{(str(e).strip().splitlines() or [''])[0][:300]}") from None
         data = (work / "model.tflite").read_bytes()
     outputs = _output_keys(data, outputs)
     path = out_dir / "model.tflite"

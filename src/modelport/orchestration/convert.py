@@ -50,6 +50,8 @@ class ConvertOptions:
     inputs: list[TensorSpec] = field(default_factory=list)
     output_names: list[str] | None = None
     arch: str | None = None
+    arch_args: dict[str, Any] | str | list[str] = field(default_factory=dict)  # --arch-args: a dict, or the CLI's NAME=VALUE texts
+    state_dict_key: str | None = None  # --state-dict-key: the checkpoint entry holding the weights
     trust: bool = False
     opset: int | None = None
     atol: float | None = None
@@ -87,6 +89,10 @@ class ConvertOptions:
         from modelport.specs import parse_input_spec
 
         self.inputs = [parse_input_spec(s) if isinstance(s, str) else s for s in self.inputs]
+        if not isinstance(self.arch_args, dict):
+            from modelport.specs import parse_arch_args
+
+            self.arch_args = parse_arch_args(self.arch_args)
         if isinstance(self.targets, str):
             self.targets = [t.strip() for t in self.targets.split(",") if t.strip()]
         if isinstance(self.optimize, str):
@@ -177,7 +183,14 @@ def resolve_source(source, options: ConvertOptions):
     else:
         spec = SourceSpec(framework=options.framework, inputs=list(options.inputs), sample_dims=dict(options.sample_dims))
     spec.output_names = options.output_names or spec.output_names
+    zoo_source = isinstance(source, str) and source.startswith("zoo:")
+    if options.arch_args and not (options.arch or zoo_source):
+        raise BadInputError("--arch-args are keyword arguments for the --arch constructor; pass --arch too")
+    if options.state_dict_key and not options.arch:
+        raise BadInputError("--state-dict-key picks the weights of a checkpoint loaded into --arch; pass --arch too")
     spec.arch = options.arch
+    spec.arch_args = dict(options.arch_args)
+    spec.state_dict_key = options.state_dict_key
     spec.trust = options.trust
     spec.opset = options.opset
     spec.seed = options.seed
@@ -202,11 +215,16 @@ def pinned_inputs(data, values: list[str]) -> dict:
     return {**(load_data(data) if data else {}), **parse_values(texts)}
 
 
+# what the parser recorded about how it read the source that the report's `source` repeats
+SOURCE_DETAILS = ("arch", "arch_args", "state_dict_key", "state_dict_prefix_removed")
+
+
 def describe_source(source, ir: IRModel) -> dict:
     from modelport.file_checks import sha256_of
 
     info = {"path": ir.provenance.get("path"), "framework": ir.provenance.get("framework"),
             "format": ir.provenance.get("format")}
+    info.update({k: ir.provenance[k] for k in SOURCE_DETAILS if ir.provenance.get(k) is not None})
     if isinstance(source, Path) and source.is_file():
         info.update(size=source.stat().st_size, sha256=sha256_of(source))
     return info
@@ -388,6 +406,8 @@ def parse_noting_attempts(parse, src, spec, parsed, report):
         raise
     if ir.provenance.get("saved_on"):
         report.warn(f"the file was saved on {', '.join(ir.provenance['saved_on'])}: read and converted on the CPU")
+    for text in ir.provenance.get("warnings") or []:  # what the parser chose for the user (a checkpoint entry, sample sizes)
+        report.warn(text)
     attempts = ir.provenance.get("export_attempts")
     if attempts:
         parsed.note(attempts=attempts)

@@ -49,11 +49,46 @@ def infer_and_check(model, path=None):
     return model
 
 
+IMAGE_SIZE_KEYS = ("imgsz", "img_size", "image_size", "input_size", "imgsize")  # ultralytics writes imgsz: "[640, 640]"
+
+
+def metadata_dims(model, inputs) -> tuple[dict[str, int], str]:
+    """Sizes for symbolic dims that the model's `metadata_props` give, and where they came from:
+    a key named as the dim (`height: 640`), or an image size (`imgsz: [640, 640]` or `640`) for
+    the height and width of every 4-D input (NCHW, or NHWC when its layout says so)."""
+    import ast
+
+    props = {p.key: p.value for p in model.metadata_props}
+    found: dict[str, int] = {}
+    names = {d for s in inputs for d in s.shape if isinstance(d, str)}
+    for name in names:
+        if str(props.get(name, "")).strip().isdigit():
+            found[name] = int(props[name])
+    used = [n for n in names if n in found]
+    for key in IMAGE_SIZE_KEYS:
+        try:
+            value = ast.literal_eval(str(props[key]).strip()) if key in props else None
+        except (ValueError, SyntaxError):
+            value = None
+        sizes = [value, value] if isinstance(value, int) else list(value) if isinstance(value, (list, tuple)) else []
+        if len(sizes) != 2 or not all(isinstance(v, int) and v > 0 for v in sizes):
+            continue
+        for spec in inputs:
+            if len(spec.shape) == 4:
+                axes = (1, 2) if spec.layout == "NHWC" else (2, 3)
+                for axis, size in zip(axes, sizes, strict=True):
+                    if isinstance(spec.shape[axis], str):
+                        found.setdefault(spec.shape[axis], size)
+        used.append(key)
+        break
+    return found, f"the model's metadata {', '.join(f'{k}={props[k]}' for k in used)}" if used else ""
+
+
 def parse(source, spec) -> IRModel:
     from modelport.onnx_io import fit_ir_version, load_onnx
     from modelport.parsers.contract import merge_specs
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
-    from modelport.samples import make_inputs, reference_samples, run_reference
+    from modelport.samples import reference_samples, sample_reference
 
     path = Path(source)
     model = load_onnx(path)
@@ -69,9 +104,11 @@ def parse(source, spec) -> IRModel:
     if spec.output_names:
         if len(spec.output_names) != len(outputs):
             raise BadInputError(f"--output names {spec.output_names} do not match the model's {len(outputs)} outputs", path=path)
-    sample = make_inputs(inputs, spec.sample_dims, seed=spec.seed, given=spec.given, path=spec.path)
     runner = OnnxRuntimeRunner(original)
-    ref_out = run_reference(runner.run, sample, inputs, spec.given, path)
+    hints, hints_from = metadata_dims(model, inputs)
+    sampled = sample_reference(runner.run, inputs, spec.sample_dims, seed=spec.seed, given=spec.given, path=path,
+                               hints=hints, hints_from=hints_from)
+    sample, ref_out, spec.sample_dims = sampled.feeds, sampled.outputs, sampled.dims
     varies, extra, skipped = reference_samples(runner.run, inputs, sample, ref_out, spec.sample_dims, seed=spec.seed,
                                                given=spec.given, path=spec.path, **spec.sampling)
     import onnxruntime
@@ -83,7 +120,8 @@ def parse(source, spec) -> IRModel:
         outputs=outputs,
         provenance={"framework": "onnx", "format": "onnx", "path": str(path), "opset": opset,
                     "producer": f"{model.producer_name} {model.producer_version}".strip(), "ir_version_note": ir_note,
-                    "reference_varies": varies, "samples_skipped": skipped or None},
+                    "reference_varies": varies, "samples_skipped": skipped or None,
+                    **({"warnings": [sampled.note]} if sampled.note else {})},
         reference=Reference(sample, ref_out, producer=f"onnxruntime {onnxruntime.__version__}", extra=extra),
         sample_dims=dict(spec.sample_dims),
     )

@@ -104,7 +104,9 @@ def check_safetensors_header(path: Path) -> dict:
     return header
 
 
-def load_state_dict(path: Path) -> dict:
+def read_checkpoint(path: Path):
+    """What a state-dict file holds, read without running code: a safetensors file's tensors, or
+    the object `torch.load(weights_only=True)` gives (a state dict, or a checkpoint dict around one)."""
     torch = _torch()
 
     fmt = file_format(path)
@@ -116,23 +118,9 @@ def load_state_dict(path: Path) -> dict:
         except Exception as e:
             raise BadInputError(f"cannot read safetensors: {e}", path=path) from None
     try:
-        obj = torch.load(str(path), map_location="cpu", weights_only=True)
+        return torch.load(str(path), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         raise UnsafeInputError(f"unsafe pickle global, refusing to load: {_first_line(e)}", path=path, hint="a plain state dict loads without --trust") from None
-    return unwrap_state_dict(obj, path)
-
-
-def unwrap_state_dict(obj, path: Path) -> dict:
-    torch = _torch()
-
-    if isinstance(obj, dict):
-        for key in ("state_dict", "model_state_dict", "model"):
-            if key in obj and isinstance(obj[key], dict):
-                obj = obj[key]
-                break
-        if all(isinstance(v, torch.Tensor) for v in obj.values()):
-            return obj
-    raise BadInputError(f"expected a state dict of tensors, found {type(obj).__name__}", path=path)
 
 
 def _first_line(e: BaseException) -> str:
@@ -140,23 +128,46 @@ def _first_line(e: BaseException) -> str:
     return text[0] if text else type(e).__name__
 
 
-def build_arch(arch: str, *, trust: bool):
-    """An nn.Module from 'zoo:NAME' or 'package.module:Class' (the latter imports code)."""
+def build_arch(arch: str, *, trust: bool, args: dict | None = None):
+    """An nn.Module from 'zoo:NAME' or 'package.module:Class' (the latter imports code), built
+    with `args` (`--arch-args`) as keyword arguments; an argument the constructor does not take,
+    or a constructor that fails on them, is exit 2."""
+    args = dict(args or {})
     if arch.startswith("zoo:"):
         from modelport import zoo
 
-        return zoo.build(arch[4:])
+        return zoo.build(arch[4:], args=args)
     if ":" not in arch:
         raise BadInputError(f"--arch '{arch}' must be 'zoo:NAME' or 'package.module:Class'")
     if not trust:
         raise UnsafeInputError(f"--arch '{arch}' imports and runs code", hint="pass --trust if you trust it")
     import importlib
 
+    from modelport.specs import ARCH_ARGS_EXAMPLE, arch_args_text, check_arch_args
+
     mod, _, cls = arch.partition(":")
     try:
-        return getattr(importlib.import_module(mod), cls)()
-    except (ImportError, AttributeError, TypeError) as e:
+        factory = getattr(importlib.import_module(mod), cls)
+    except (ImportError, AttributeError) as e:
         raise BadInputError(f"cannot build --arch '{arch}': {e}") from None
+    check_arch_args(factory, args, f"--arch {arch}")
+    try:
+        return factory(**args)
+    except Exception as e:
+        given = f" with --arch-args {arch_args_text(args)}" if args else ""
+        raise BadInputError(f"cannot build --arch '{arch}'{given}: {type(e).__name__}: {_first_line(e)}",
+                            hint=None if args else f"give its constructor arguments with --arch-args, e.g. {ARCH_ARGS_EXAMPLE}") from None
+
+
+def arch_parameters(arch: str, module) -> list[str]:
+    """The constructor parameters `--arch-args` may set for `arch` (for an error's hint)."""
+    from modelport.specs import check_arch_args
+
+    if arch.startswith("zoo:"):
+        from modelport import zoo
+
+        return zoo.parameters(arch[4:])
+    return check_arch_args(type(module), {}, arch)
 
 
 def load_exported(path: Path):
@@ -200,7 +211,7 @@ def load_module(source, spec):
     if isinstance(source, torch.nn.Module):
         return source.eval(), "nn.Module", None
     if isinstance(source, str) and source.startswith("zoo:"):
-        return build_arch(source, trust=spec.trust).eval(), "zoo", None
+        return build_arch(source, trust=spec.trust, args=spec.arch_args).eval(), "zoo", None
     path = check_model_file(source, kind="PyTorch model")
     _check_torch_version()
     fmt = file_format(path)
@@ -238,19 +249,19 @@ def load_module(source, spec):
         raise BadInputError("a state dict needs an architecture", path=path, hint="pass --arch zoo:NAME or --arch package.module:Class")
     if not spec.arch:
         raise BadInputError("a state dict needs an architecture", path=path, hint="pass --arch zoo:NAME or --arch package.module:Class")
+    from modelport.parsers.pytorch_checkpoints import find_state_dict, load_into
+
     try:
-        state = load_state_dict(path)
+        checkpoint = read_checkpoint(path)
     except ModelportError:
         raise
     except Exception as e:
         raise BadInputError(f"truncated or not a PyTorch file: {_first_line(e)}", path=path) from None
-    module = build_arch(spec.arch, trust=spec.trust)
-    result = module.load_state_dict(state, strict=False)
-    if result.missing_keys or result.unexpected_keys:
-        raise BadInputError(
-            f"state dict does not fit --arch {spec.arch}: missing {result.missing_keys[:5]}, unexpected {result.unexpected_keys[:5]}",
-            path=path,
-        )
+    module = build_arch(spec.arch, trust=spec.trust, args=spec.arch_args)
+    found = find_state_dict(checkpoint, path, expected=list(module.state_dict()), key=spec.state_dict_key, arch=spec.arch)
+    load_into(module, found.state, arch=spec.arch, args=spec.arch_args, path=path,
+              parameters=lambda: arch_parameters(spec.arch, module))
+    module.checkpoint_entry = {**found.to_dict(), **({"warnings": [found.note()]} if found.note() else {})}
     return module.eval(), f"state dict ({fmt}) + {spec.arch}", None
 
 
@@ -443,6 +454,8 @@ def parse(source, spec) -> IRModel:
             "reference_varies": varies,
             "samples_skipped": skipped or None,
             "saved_on": getattr(module, "saved_on", None) or None,
+            **({"arch": spec.arch} if spec.arch else {}), **({"arch_args": dict(spec.arch_args)} if spec.arch_args else {}),
+            **(getattr(module, "checkpoint_entry", None) or {}),
         },
         reference=Reference(sample, {k: np.asarray(v) for k, v in ref.items()}, producer=f"torch {torch.__version__}",
                             extra=extra),
@@ -505,7 +518,12 @@ def inspect(path: Path) -> dict:
     if fmt == "torchscript":
         info["note"] = "TorchScript: contents not inspected without --trust (loading runs code)"
         return info
-    state = load_state_dict(path)
+    from modelport.parsers.pytorch_checkpoints import find_state_dict
+
+    found = find_state_dict(read_checkpoint(path), path)
+    state = found.state
+    if found.key is not None:
+        info["state_dict_key"] = found.key  # the checkpoint entry these figures describe
     info["tensors"] = len(state)
     info["parameters"] = int(sum(t.numel() for t in state.values()))
     info["dtypes"] = sorted({str(t.dtype).replace("torch.", "") for t in state.values()})

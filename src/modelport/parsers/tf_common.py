@@ -408,6 +408,7 @@ def spec_to_dict(spec) -> dict:
     return {
         "path": str(spec.path) if spec.path is not None else None, "framework": spec.framework,
         "inputs": [s.to_dict() for s in spec.inputs], "output_names": spec.output_names, "arch": spec.arch,
+        "arch_args": dict(spec.arch_args), "state_dict_key": spec.state_dict_key,
         "trust": spec.trust, "opset": spec.opset, "sample_dims": dict(spec.sample_dims), "seed": spec.seed,
         "options": dict(spec.options), "sampling": dict(spec.sampling),
         "given": {k: {"dtype": str(v.dtype), "shape": list(v.shape), "values": v.ravel().tolist()} for k, v in spec.given.items()},
@@ -422,7 +423,8 @@ def spec_from_dict(d: dict):
     return SourceSpec(
         path=Path(d["path"]) if d.get("path") else None, framework=d.get("framework"),
         inputs=[TensorSpec.from_dict(s) for s in d.get("inputs", [])], output_names=d.get("output_names"),
-        arch=d.get("arch"), trust=bool(d.get("trust")), opset=d.get("opset"), sample_dims=dict(d.get("sample_dims") or {}),
+        arch=d.get("arch"), arch_args=dict(d.get("arch_args") or {}), state_dict_key=d.get("state_dict_key"),
+        trust=bool(d.get("trust")), opset=d.get("opset"), sample_dims=dict(d.get("sample_dims") or {}),
         seed=int(d.get("seed", 0)), options=dict(d.get("options") or {}),
         sampling=dict(d.get("sampling") or {"randoms": 3, "structured": True}),
         given={k: np.asarray(v["values"], dtype=v["dtype"]).reshape(v["shape"]) for k, v in (d.get("given") or {}).items()},

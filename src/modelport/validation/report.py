@@ -73,14 +73,23 @@ class Report:
 
     @contextlib.contextmanager
     def stage(self, name: str, **details):
-        """A timed stage row; the yielded `StageRow` adds details to it (`row.note(nodes=12)`)."""
+        """A timed stage row; the yielded `StageRow` adds details to it (`row.note(nodes=12)`). When
+        the stage fails, what the libraries it called printed (captured by `quiet_call`, kept off
+        the terminal) is its `log`."""
+        from modelport.quiet_call import MAX_LOG_LINES, collecting_logs
+
         entry = {"name": name, **details}
         t = time.perf_counter()
         self._data["stages"].append(entry)
-        try:
-            yield StageRow(entry)
-        finally:
-            entry["seconds"] = round(time.perf_counter() - t, 4)
+        with collecting_logs() as lines:
+            try:
+                yield StageRow(entry)
+            except BaseException:
+                if lines:
+                    entry["log"] = lines[-MAX_LOG_LINES:]
+                raise
+            finally:
+                entry["seconds"] = round(time.perf_counter() - t, 4)
 
     @property
     def stage_names(self) -> list[str]:
