@@ -57,23 +57,17 @@ def latency_ms(model, feeds, *, runs: int = 20, warmup: int = WARMUP) -> float:
 
 
 def auto_select(ir: IRModel, opts, *, tolerance=None, on_pass=None, timer: Timer | None = None,
-                candidates: list[dict] | None = None):
+                built: tuple[list[dict], list[dict]] | None = None):
     """(chosen IR, its pass rows, the selection table).
 
     When an OpenVINO candidate wins, the IR returned is `ir` itself (OpenVINO compiles the model as
     given) and `selection` names the runtime, precision and INT8 mode the OpenVINO target must be
-    written with. `candidates` (from `build_candidates`, same `ir` and `opts`) skips the building,
-    for a caller that times the candidates again itself (the optimisation benchmark).
+    written with. `built` (what `build_candidates` returned for the same `ir` and `opts`) skips the
+    building, for a caller that times the candidates again itself (the optimisation benchmark).
     """
-    from modelport.optimize.pipeline import budgeted
-
-    if opts.budget is not None:
-        tolerance = budgeted(tolerance, opts.budget)
     runtimes = opts.runtimes or ("onnxruntime",)
     timer = timer or getattr(opts, "timer", None)
-    not_built: list[dict] = []
-    if candidates is None:
-        candidates = build_candidates(ir, opts, tolerance=tolerance, on_pass=on_pass, not_built=not_built)
+    candidates, not_built = built or build_candidates(ir, opts, tolerance=tolerance, on_pass=on_pass)
     feeds = ir.reference.inputs
     table, runners = [], []
     for c in candidates:
@@ -122,19 +116,23 @@ def _latencies(table: list[dict], runners: list, feeds: dict, opts, timer: Timer
     return [stats(s.latencies)["latency_ms"]["p50"] for s in subjects]
 
 
-def build_candidates(ir: IRModel, opts, *, tolerance=None, on_pass=None, not_built: list[dict] | None = None) -> list[dict]:
-    """Every candidate of the runtimes `opts` names: {variant, runtime, precision, ir, rows,
-    runner(threads), reference, size, nodes, extra}. `tolerance` is the FP32 passes' (with the
-    budget applied, as `auto_select` passes it); a candidate that cannot be built is appended to
-    `not_built` with its reason."""
+def build_candidates(ir: IRModel, opts, *, tolerance=None, on_pass=None) -> tuple[list[dict], list[dict]]:
+    """(candidates, not built): every candidate of the runtimes `opts` names, {variant, runtime,
+    precision, ir, rows, runner(threads), reference, size, nodes, extra}, and {variant, runtime,
+    reason} for each that could not be built. `tolerance` is the FP32 passes' (`opts.budget` holds
+    the precision passes)."""
+    from modelport.optimize.pipeline import budgeted
+
+    if opts.budget is not None:
+        tolerance = budgeted(tolerance, opts.budget)
     runtimes = opts.runtimes or ("onnxruntime",)
-    not_built = not_built if not_built is not None else []
+    not_built: list[dict] = []
     candidates: list[dict] = []
     if "onnxruntime" in runtimes:
         candidates += _onnxruntime_candidates(ir, opts, tolerance, on_pass, not_built)
     if "openvino" in runtimes:
         candidates += _openvino_candidates(ir, opts, on_pass, not_built)
-    return candidates
+    return candidates, not_built
 
 
 def _onnxruntime_candidates(ir: IRModel, opts, tolerance, on_pass, not_built: list[dict]) -> list[dict]:
