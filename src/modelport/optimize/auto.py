@@ -24,9 +24,9 @@ timed together, one run each per round for `bench_runs` rounds after a warm-up, 
 median, at `OptimizeOptions.threads` intra-op threads (None: each runtime's default), recorded in
 `selection["timing"]`. Timed each in a window of its own, one after another, a burst of a
 neighbour's load during one window decided the choice: on a shared 2-core machine with a process
-busy 0.3 s of every 0.9 s, the benchmark's GPT-like export kept the raw export in one of six runs
-timed that way, while in interleaved rounds its INT8 dynamic variant was the fastest in all six
-(1.3-1.8x the raw export). onnxruntime sessions are timed with spinning off: a spinning
+busy 0.3 s of every 0.9 s, the benchmark's GPT-like export kept the raw export in 1 of 14 runs
+timed that way (and had it within 0.1% of INT8 in another), while in interleaved rounds its INT8
+dynamic variant was the fastest in all 14 (1.3-1.8x the raw export). onnxruntime sessions are timed with spinning off: a spinning
 session's threads keep the cores busy while the next one runs (that raw/INT8 pair interleaved at
 onnxruntime's default 2 threads: 35.9/23.6 ms spinning, 12.1/7.7 ms not, in the same minute).
 A test passes `timer(row, run) -> ms`, called once per candidate, to make the choice deterministic.
