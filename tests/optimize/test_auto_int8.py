@@ -126,3 +126,14 @@ def test_threads_are_the_timing_threads_and_are_recorded(wide_mlp):
     assert sel["timing"] == {"method": "interleaved", "rounds": 3, "warmup": 3, "threads": 1}
     with pytest.raises(BadInputError, match="threads must be a positive whole number"):
         OptimizeOptions(level="auto", threads=0)
+
+
+def test_candidates_too_large_to_load_together_are_timed_one_at_a_time(wide_mlp, monkeypatch):
+    """Loaded together, every candidate holds its own copy of the weights: past the limit, the old way."""
+    from modelport.optimize import auto
+
+    monkeypatch.setattr(auto, "LOAD_TOGETHER_BYTES", 1 << 20)
+    _, _, sel = auto_select(wide_mlp, OptimizeOptions(level="auto", bench_runs=3))
+    assert sel["timing"]["method"].startswith("one candidate at a time (the candidates, ")
+    assert sel["timing"]["method"].endswith(" MiB, are too large to load together)")
+    assert all(v["latency_ms"] > 0 for v in sel["variants"]) and sum(v["chosen"] for v in sel["variants"]) == 1

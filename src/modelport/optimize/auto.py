@@ -26,10 +26,12 @@ median, at `OptimizeOptions.threads` intra-op threads (None: each runtime's defa
 neighbour's load during one window decided the choice: on a shared 2-core machine with a process
 busy 0.3 s of every 0.9 s, the benchmark's GPT-like export kept the raw export in 1 of 14 runs
 timed that way (and had it within 0.1% of INT8 in another), while in interleaved rounds its INT8
-dynamic variant was the fastest in all 14 (1.3-1.8x the raw export). onnxruntime sessions are timed with spinning off: a spinning
-session's threads keep the cores busy while the next one runs (that raw/INT8 pair interleaved at
-onnxruntime's default 2 threads: 35.9/23.6 ms spinning, 12.1/7.7 ms not, in the same minute).
-A test passes `timer(row, run) -> ms`, called once per candidate, to make the choice deterministic.
+dynamic variant was the fastest in all 14 (1.3-1.8x the raw export). onnxruntime sessions are
+timed with spinning off: a spinning session's threads keep the cores busy while the next one runs
+(that raw/INT8 pair interleaved at onnxruntime's default 2 threads: 35.9/23.6 ms spinning,
+12.1/7.7 ms not, in the same minute). Candidates over `LOAD_TOGETHER_BYTES` in all are still timed
+one at a time, and the timing record says so. A test passes `timer(row, run) -> ms`, called once
+per candidate right after its check, to make the choice deterministic.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ from modelport.validation import Tolerance, check, tolerance_for
 Timer = Callable[[dict, Callable[[], object]], float]
 
 WARMUP = 3
+# candidates whose files add up to more are timed one at a time (as before the interleaved rounds):
+# loaded together, each holds its own onnxruntime or OpenVINO copy of the weights at once
+LOAD_TOGETHER_BYTES = 2 << 30
 
 
 def latency_ms(model, feeds, *, runs: int = 20, warmup: int = WARMUP) -> float:
@@ -69,6 +74,8 @@ def auto_select(ir: IRModel, opts, *, tolerance=None, on_pass=None, timer: Timer
     timer = timer or getattr(opts, "timer", None)
     candidates, not_built = built or build_candidates(ir, opts, tolerance=tolerance, on_pass=on_pass)
     feeds = ir.reference.inputs
+    loaded = sum(c["size"] for c in candidates)
+    together = timer is None and loaded <= LOAD_TOGETHER_BYTES
     table, runners = [], []
     for c in candidates:
         if on_pass:
@@ -83,12 +90,21 @@ def auto_select(ir: IRModel, opts, *, tolerance=None, on_pass=None, timer: Timer
         row.update(max_abs=max((o.max_abs for o in parity.outputs), default=0.0), cosine=worst.cosine if worst else 1.0,
                    within_budget=parity.ok, budget=_budget_text(budget))
         table.append(row)
-        runners.append(runner)
-    if on_pass:
-        on_pass("auto:time")
-    for row, ms in zip(table, _latencies(table, runners, feeds, opts, timer), strict=True):
-        row["latency_ms"] = round(float(ms), 3)
-    runners.clear()  # the sessions: one per candidate, all loaded for the interleaved rounds
+        if together:
+            runners.append(runner)
+        else:  # timed now, alone: by the injected timer, or in a window of its own (see LOAD_TOGETHER_BYTES)
+            ms = (timer(dict(row), lambda r=runner: r.run(feeds)) if timer else
+                  median_ms(lambda r=runner: r.run(feeds), runs=opts.bench_runs, warmup=WARMUP))
+            row["latency_ms"] = round(float(ms), 3)
+        del runner
+    if together:
+        if on_pass:
+            on_pass("auto:time")
+        subjects = measure([Subject(row["variant"], lambda r=r: r.run(feeds)) for row, r in zip(table, runners, strict=True)],
+                           runs=opts.bench_runs, warmup=WARMUP)
+        for row, subject in zip(table, subjects, strict=True):
+            row["latency_ms"] = round(float(stats(subject.latencies)["latency_ms"]["p50"]), 3)
+        runners.clear()
     ok = [r for r in table if r["within_budget"]]
     chosen = min(ok, key=lambda r: r["latency_ms"]) if ok else table[0]
     raw_ms = table[0]["latency_ms"]
@@ -99,21 +115,14 @@ def auto_select(ir: IRModel, opts, *, tolerance=None, on_pass=None, timer: Timer
     selection = {"chosen": chosen["variant"], "runtime": chosen["runtime"], "precision": chosen["precision"],
                  "runtimes": list(runtimes), "variants": table,
                  "timing": {"method": "injected timer"} if timer else
-                 {"method": "interleaved", "rounds": opts.bench_runs, "warmup": WARMUP, "threads": opts.threads or "runtime default"}}
+                 {"method": "interleaved" if together else
+                  f"one candidate at a time (the candidates, {loaded / 2**20:.0f} MiB, are too large to load together)",
+                  "rounds": opts.bench_runs, "warmup": WARMUP, "threads": opts.threads or "runtime default"}}
     if not_built:
         selection["not_built"] = not_built
     if chosen.get("int8_mode"):
         selection["int8_mode"] = chosen["int8_mode"]
     return picked["ir"], picked["rows"], selection
-
-
-def _latencies(table: list[dict], runners: list, feeds: dict, opts, timer: Timer | None) -> list[float]:
-    """Each candidate's median latency (ms): all timed together in interleaved rounds, or by `timer`."""
-    if timer is not None:
-        return [timer(dict(row), lambda r=r: r.run(feeds)) for row, r in zip(table, runners, strict=True)]
-    subjects = measure([Subject(row["variant"], lambda r=r: r.run(feeds)) for row, r in zip(table, runners, strict=True)],
-                       runs=opts.bench_runs, warmup=WARMUP)
-    return [stats(s.latencies)["latency_ms"]["p50"] for s in subjects]
 
 
 def build_candidates(ir: IRModel, opts, *, tolerance=None, on_pass=None) -> tuple[list[dict], list[dict]]:
