@@ -1,19 +1,28 @@
 """Optimisation benchmark: node count, file size, onnxruntime CPU latency and parity, side by side.
 
-Models (built locally, random init): a ResNet-18-sized CNN at 1x3x224x224, a BERT-like encoder
+Models (built locally, random init): a ResNet-18-sized CNN at 1x3x224x224 (its convolutions He-initialised
+as torchvision's ResNet is; with PyTorch's default init its outputs differed by 4e-8 between two
+inputs on a scale of 0.04, so no accuracy figure on it meant anything), a BERT-like encoder
 (4 layers, hidden 256, 4 heads) and a GPT-like decoder (4 layers, hidden 256), both at sequence
 128. Variants: the raw torch.onnx export, onnxsim alone, onnxruntime's own offline optimisation
-(ORT_ENABLE_EXTENDED, saved), modelport's levels, `auto`, FP16 and INT8 dynamic; and, when OpenVINO
-is installed, OpenVINO on the raw export with the inference precision pinned to f32, in bf16 (where
+(ORT_ENABLE_EXTENDED, saved), modelport's levels, FP16 and INT8 dynamic; and, when OpenVINO is
+installed, OpenVINO on the raw export with the inference precision pinned to f32, in bf16 (where
 the CPU has it), INT8 static (NNCF, calibrated on 8 samples drawn like the references) and INT8
-weights, plus `auto` across both runtimes at a budget of cosine >= 0.999. OpenVINO and onnxruntime
-rows of one model are timed in the same interleaved rounds. The CPU's flags and OpenVINO's
-OPTIMIZATION_CAPABILITIES are printed first.
+weights. OpenVINO and onnxruntime rows of one model are timed in the same interleaved rounds. The
+CPU's flags and OpenVINO's OPTIMIZATION_CAPABILITIES are printed first.
+
+`auto` runs as `convert --optimize auto` does (budget cosine >= 0.999), at the bench's `--threads`:
+on onnxruntime alone, and (with OpenVINO) across both runtimes with those 8 samples as
+`--calibration`. Every candidate of each run that is within budget joins the bench's rounds as a
+row `auto, ...: VARIANT` (the chosen one marked), and a last table puts the chosen candidate beside
+the fastest within budget in those rounds: `chosen / fastest` is 1.00 when auto kept the fastest.
 
 Latencies are measured interleaved: every variant of a model gets one run per round, for `--runs`
 rounds after a warm-up, and the median is reported, so that a noisy machine slows every variant
-alike instead of whichever happened to run during the noise. `--threads 1` gives the steadiest
-ratios on a small shared machine; the default (0) is onnxruntime's own thread count.
+alike instead of whichever happened to run during the noise. onnxruntime sessions run with
+spinning off (a spinning session's threads would load the cores while the next one runs).
+`--threads 1` gives the steadiest ratios on a small shared machine; the default (0) is
+onnxruntime's own thread count.
 
 Each transformer model also gets a **GEMM floor** row: the same onnxruntime timing of only the model's
 weight GEMMs (every MatMul/Gemm with a constant 2-D weight, at the shapes the raw export runs
@@ -48,6 +57,9 @@ def build(name: str):
             layers.append(block(cin, cout, stride))
             cin = cout
         layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 1000)]
+        for layer in layers:  # torchvision's ResNet init: PyTorch's default fades the signal through 17 plain convs
+            for conv in (m for m in layer.modules() if isinstance(m, nn.Conv2d)):
+                nn.init.kaiming_normal_(conv.weight, mode="fan_out", nonlinearity="relu")
         return nn.Sequential(*layers).eval(), (torch.randn(1, 3, 224, 224),), ["input"]
     from transformers import BertConfig, BertModel, GPT2Config, GPT2Model
 
@@ -194,17 +206,26 @@ def openvino_variants(ir, calib: Path, threads: int) -> dict:
     return out
 
 
+def auto_run(ir, opts, threads: int) -> tuple[dict, dict]:
+    """auto's own run with `opts`, and its candidates within budget for the bench's rounds:
+    (selection, {variant: (runner at `threads`, auto's row)})."""
+    from modelport.optimize.auto import auto_select, build_candidates
+
+    built = build_candidates(ir, opts)
+    _, _, sel = auto_select(ir, opts, built=built)
+    rows = {v["variant"]: v for v in sel["variants"]}
+    return sel, {c["variant"]: (c["runner"](threads or None), rows[c["variant"]])
+                 for c in built[0] if rows[c["variant"]]["within_budget"]}
+
+
 def main(argv=None) -> int:
     import onnx
 
     from modelport.errors import ValidationError
-    from modelport.optimize import openvino_precision as ovp
-    from modelport.optimize.auto import auto_select
-    from modelport.optimize.calibration import load_calibration
     from modelport.optimize.model_tools import model_size, with_model
     from modelport.optimize.pipeline import OptimizeOptions, optimize_ir
+    from modelport.orchestration.optimize_stage import DEFAULT_AUTO_BUDGET
     from modelport.parsers import SourceSpec, parse
-    from modelport.runtimes import openvino as ovr
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
     from modelport.validation import check, tolerance_for
 
@@ -217,9 +238,11 @@ def main(argv=None) -> int:
     import importlib.util
 
     with_ov = not a.no_openvino and importlib.util.find_spec("openvino") is not None
+    threads = a.threads or None
     print(cpu_features(), flush=True)
     print("| model | variant | nodes | size MiB | latency ms (median) | speed-up vs raw | max abs | cosine |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    summary = []
     with tempfile.TemporaryDirectory() as d:
         folder = Path(d)
         for name in a.models.split(","):
@@ -233,34 +256,30 @@ def main(argv=None) -> int:
             variants["onnxruntime offline (extended)"] = with_model(ir, onnx.load(str(ort_offline(path, folder / f"{name}.ort.onnx"))))
             for level in ("basic", "extended", "all"):
                 variants[f"modelport {level}"] = optimize_ir(ir, OptimizeOptions(level=level))[0]
-            auto_ir, _, sel = auto_select(ir, OptimizeOptions(level="auto", bench_runs=a.runs))
-            variants[f"modelport auto ({sel['chosen']})"] = auto_ir
             for label, precision in (("fp16 (extended)", "fp16"), ("int8 dynamic (extended)", "int8")):
                 try:
                     variants[label] = optimize_ir(ir, OptimizeOptions(level="extended", precision=precision))[0]
                 except ValidationError as e:  # not deliverable within its tolerance: say so, never time an FP32 model under its name
                     print(f"| {name} | {label} | | | | not delivered | {e.reason[:80]} | |", flush=True)
+            # auto as `convert --optimize auto` runs it (the default budget), timed at the bench's threads;
+            # its candidates within budget join the rounds below, so its choice can be checked against them
+            autos = {"auto, onnxruntime": auto_run(ir, OptimizeOptions(level="auto", budget=DEFAULT_AUTO_BUDGET, bench_runs=a.runs,
+                                                                        threads=threads), a.threads)}
             ov_rows: dict = {}
             if with_ov:
                 calib = calibration_npz(ir, folder / f"{name}.calib.npz")
                 ov_rows = openvino_variants(ir, calib, a.threads)
-                both, _, sel2 = auto_select(ir, OptimizeOptions(level="auto", runtimes=("onnxruntime", "openvino"), budget="cosine>=0.999",
-                                                                calibration=str(calib), bench_runs=a.runs))
-                label = f"modelport auto, both runtimes, cosine>=0.999 ({sel2['chosen']})"
-                if sel2["runtime"] == "openvino":
-                    model, details = ovp.build(ir, sel2["precision"], int8_mode=sel2.get("int8_mode"),
-                                               calibration=load_calibration(str(calib), ir) if sel2.get("int8_mode") == "static" else None)
-                    ov_rows[label] = (ovr.OpenVINORunner(model, precision=details["inference_precision"], threads=a.threads or None),
-                                      sel2["precision"], len(model.get_ordered_ops()),
-                                      next(v["size"] for v in sel2["variants"] if v["chosen"]))
-                else:
-                    variants[label] = both
+                autos["auto, both runtimes, --calibration"] = auto_run(
+                    ir, OptimizeOptions(level="auto", runtimes=("onnxruntime", "openvino"), budget=DEFAULT_AUTO_BUDGET,
+                                        calibration=str(calib), bench_runs=a.runs, threads=threads), a.threads)
             models = {k: v.model for k, v in variants.items()}
             if not any(n.op_type.startswith("Conv") for n in ir.model.graph.node):  # a CNN's work is in Conv
                 floor, floor_feeds, n_gemms = gemm_floor(ir.model, feeds)
                 models[f"GEMM floor ({n_gemms} weight GEMMs only)"] = floor
-            runners = {k: OnnxRuntimeRunner(m, threads=a.threads or None) for k, m in models.items()}
+            runners = {k: OnnxRuntimeRunner(m, threads=threads, spinning=False) for k, m in models.items()}
             runners.update({k: r[0] for k, r in ov_rows.items()})
+            for run, (_, cands) in autos.items():
+                runners.update({f"{run}: {v}": r for v, (r, _) in cands.items()})
             run_feeds = {k: floor_feeds if k.startswith("GEMM floor") else feeds for k in runners}
             ms = interleaved_ms(runners, run_feeds, runs=a.runs)
             raw_ms = ms["raw export"]
@@ -280,6 +299,23 @@ def main(argv=None) -> int:
                 o = p.outputs[0]
                 print(f"| {name} | {label} | {len(v.model.graph.node)} | {model_size(v.model) / 2**20:.2f} | {ms[label]:.2f} | "
                       f"{raw_ms / ms[label]:.2f}x | {o.max_abs:.2g} | {o.cosine:.6f} |", flush=True)
+            for run, (sel, cands) in autos.items():
+                for variant, (_, row) in cands.items():
+                    label = f"{run}: {variant}"
+                    mark = " **(chosen)**" if row["chosen"] else ""
+                    print(f"| {name} | {label}{mark} | {row['nodes']} | {row['size'] / 2**20:.2f} | {ms[label]:.2f} | "
+                          f"{raw_ms / ms[label]:.2f}x | {row['max_abs']:.2g} | {row['cosine']:.6f} |", flush=True)
+                fastest = min(cands, key=lambda v: ms[f"{run}: {v}"])
+                chosen_ms, fastest_ms = ms[f"{run}: {sel['chosen']}"], ms[f"{run}: {fastest}"]
+                auto_ms = next(v["latency_ms"] for v in sel["variants"] if v["chosen"])
+                summary.append(f"| {name} | {run} | {sel['chosen']} | {auto_ms:.2f} | {chosen_ms:.2f} | {raw_ms / chosen_ms:.2f}x | "
+                               f"{fastest} | {fastest_ms:.2f} | {chosen_ms / fastest_ms:.2f} | {len(cands)} of {len(sel['variants'])} |")
+    print(f"\nauto's choice against its candidates within budget ({DEFAULT_AUTO_BUDGET}), all timed in the rounds above "
+          f"(threads: {a.threads or 'default'}):\n")
+    print("| model | auto run | chosen | its ms in auto's rounds | its ms here | speed-up vs raw | fastest within budget here | "
+          "its ms | chosen / fastest | candidates within budget |")
+    print("| --- | --- | --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |")
+    print("\n".join(summary), flush=True)
     return 0
 
 

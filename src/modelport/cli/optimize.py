@@ -50,6 +50,13 @@ def auto_table(selection: dict):
         t.add_row(r["variant"], r.get("runtime", "onnxruntime"), r["precision"] + run_at, str(r["nodes"]), fmt_size(r["size"]),
                   f"{r['latency_ms']:.3f}",
                   f"{r['speedup']:.2f}x" if r.get("speedup") else "-", fmt_num(r["max_abs"]), f"{r['cosine']:.6f}", mark)
+    notes = []
+    timing = selection.get("timing")
+    if timing and timing.get("method") == "interleaved":
+        notes.append(f"latency: median of {timing['rounds']} interleaved rounds, threads: {timing['threads']}")
+    notes += [f"not built: {n['variant']} ({n['reason']})" for n in selection.get("not_built") or []]
+    if notes:
+        t.caption, t.caption_justify = "\n".join(notes), "left"
     return t
 
 

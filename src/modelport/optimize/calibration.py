@@ -1,6 +1,6 @@
 """Calibration data for static INT8 quantisation.
 
-Two forms:
+Two forms the user gives (`--calibration`):
 - an `.npz` holding one array per model input, keyed by input name. An array with the input's
   rank is split along axis 0 into samples of the model's batch size (1 when the batch is dynamic);
   an array with one more axis than the input is a stack of ready samples.
@@ -15,6 +15,10 @@ Two forms:
   `--input` shape); with neither, the folder is refused rather than calibrating at a guessed size.
   A fixed batch of N stacks N images per sample (a remainder is dropped); a dynamic batch is 1.
   At most `MAX_IMAGES` images are used, in sorted name order.
+
+Without either, `--optimize auto` calibrates its static INT8 candidate on `sample_calibration`:
+input sets drawn like the reference's sample inputs, none of them the reference's own, so the
+candidate is judged on inputs it was not calibrated on.
 """
 
 from __future__ import annotations
@@ -40,6 +44,29 @@ def load_calibration(source: str | Path | None, ir: IRModel) -> list[dict[str, n
     if path.suffix.lower() == ".npz" and path.is_file():
         return _npz(path, ir)
     raise BadInputError("calibration data must be an .npz file or a folder of images", path=path)
+
+
+SAMPLE_SETS = 8
+
+
+def sample_calibration(ir: IRModel, count: int = SAMPLE_SETS) -> list[dict[str, np.ndarray]]:
+    """`count` input sets drawn like the reference's samples (`samples.make_inputs`, variants the
+    reference and its second set do not use), at the reference's shapes. An input the reference
+    holds constant (a value pinned with `--value`, a mask of ones) keeps the reference's array: a
+    random value there could be one the model cannot take."""
+    from modelport.samples import bind_dims, make_inputs
+
+    ref = ir.reference.inputs if ir.reference is not None else {}
+    dims = bind_dims(ir.inputs, ref, ir.sample_dims)
+    sets = []
+    for k in range(count):
+        feeds = make_inputs(ir.inputs, dims, variant=2 + k)
+        for name, value in ref.items():
+            value = np.asarray(value)
+            if name in feeds and (value.size == 0 or (value == value.flat[0]).all()):
+                feeds[name] = value
+        sets.append(feeds)
+    return sets
 
 
 def _npz(path: Path, ir: IRModel) -> list[dict[str, np.ndarray]]:

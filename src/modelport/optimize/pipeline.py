@@ -218,7 +218,8 @@ class OptimizeOptions:
     allow_fallback: bool = False  # accept FP32 when the requested precision cannot hold parity
     bench_runs: int = 20
     runtimes: tuple[str, ...] | None = None  # auto: the CPU runtimes whose candidates compete (default: onnxruntime)
-    timer: Callable | None = None  # auto: timer(candidate row, run) -> ms; default: median wall time of bench_runs runs
+    timer: Callable | None = None  # auto: timer(candidate row, run) -> ms; default: medians of bench_runs interleaved rounds
+    threads: int | None = None  # auto: intra-op threads the candidates are timed with (None: each runtime's default)
 
     def __post_init__(self):
         from modelport.optimize import LEVEL_NAMES, PRECISIONS
@@ -241,6 +242,8 @@ class OptimizeOptions:
         put("calibration_method", choice(self.calibration_method, CALIBRATION_METHODS, "calibration method"))
         if isinstance(self.budget, str):
             put("budget", parse_budget(self.budget))
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1):
+            raise BadInputError(f"threads must be a positive whole number, not {self.threads!r}")
         if self.runtimes is not None:
             from modelport.runtimes import check_runtimes
 

@@ -116,8 +116,13 @@ def _static(model, feeds: list[dict], *, exclude: list[str], per_channel: bool, 
 def quantize_model(ir: IRModel, *, mode: str = "dynamic", calibration: list[dict] | None = None,
                    method: str = "minmax", per_channel: bool | None = None, exclude: list[str] | None = None,
                    fallback: bool = True, tol: Tolerance | None = None, max_rounds: int = 6,
-                   batch: int = 32) -> tuple[IRModel, Int8Info]:
-    """(INT8 IRModel, report info). `mode` is "dynamic" or "static" (static needs `calibration`)."""
+                   batch: int = 32, check_on_calibration: bool = True) -> tuple[IRModel, Int8Info]:
+    """(INT8 IRModel, report info). `mode` is "dynamic" or "static" (static needs `calibration`).
+
+    A static model is judged on calibration samples (`calibration_reference`) unless
+    `check_on_calibration` is False: then on the reference inputs, which must be held out of
+    `calibration` (calibration drawn like the sample inputs, `calibration.sample_calibration`).
+    """
     from modelport.optimize.model_tools import with_model
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
     from modelport.validation.localize import first_divergence
@@ -138,7 +143,7 @@ def quantize_model(ir: IRModel, *, mode: str = "dynamic", calibration: list[dict
     excluded = list(exclude or [])
     tol = tol or tolerance_for("int8")
     ref = ir.reference
-    if mode == "static" and ref is not None:
+    if mode == "static" and ref is not None and check_on_calibration:
         ref = calibration_reference(ir, calibration)
         rows = len(next(iter(ref.inputs.values())))
         info.checked_on = f"{rows} calibration row{'s' if rows != 1 else ''} against the FP32 model"
@@ -230,13 +235,15 @@ class StaticQuantizationPass(Pass):
     precision = "int8"
 
     def __init__(self, *, calibration: list[dict] | None = None, method: str = "minmax",
-                 per_channel: bool | None = None, fallback: bool = True):
+                 per_channel: bool | None = None, fallback: bool = True, check_on_calibration: bool = True):
         self.calibration = calibration
         self.method = method
         self.per_channel = per_channel
         self.fallback = fallback
+        self.check_on_calibration = check_on_calibration
 
     def apply(self, ir: IRModel) -> PassResult:
         out, info = quantize_model(ir, mode="static", calibration=self.calibration, method=self.method,
-                                   per_channel=self.per_channel, fallback=self.fallback)
+                                   per_channel=self.per_channel, fallback=self.fallback,
+                                   check_on_calibration=self.check_on_calibration)
         return PassResult(out, True, info.to_dict())

@@ -18,7 +18,11 @@ ORT_TYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(i
 class OnnxRuntimeRunner:
     name = "onnxruntime"
 
-    def __init__(self, model, *, providers: list[str] | None = None, optimize: bool = True, threads: int | None = None):
+    def __init__(self, model, *, providers: list[str] | None = None, optimize: bool = True, threads: int | None = None,
+                 spinning: bool = True):
+        """`spinning=False`: the intra-op threads sleep as soon as a run ends. For timing several
+        sessions interleaved: with spinning, the threads of the session timed just before keep the
+        cores busy while the next one runs (see `optimize/auto.py`)."""
         import onnxruntime as ort
 
         opts = ort.SessionOptions()
@@ -29,6 +33,8 @@ class OnnxRuntimeRunner:
             opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         if threads:
             opts.intra_op_num_threads = threads
+        if not spinning:
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.providers = providers or ["CPUExecutionProvider"]
         self._tmp = None
         self.path = Path(model) if isinstance(model, (str, Path)) else None
