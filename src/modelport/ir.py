@@ -162,6 +162,11 @@ class Reference:
     def kinds(self) -> list[str]:
         return [s.kind for s in self.sets()]
 
+    def without(self, *kinds: str) -> Reference:
+        """The same reference less the extra sets of these kinds."""
+        return Reference(self.inputs, self.outputs, self.producer, [s for s in self.extra if s.kind not in kinds],
+                         self.first_kind)
+
     def save(self, path: Path) -> None:
         arrays = {f"in/{k}": v for k, v in self.inputs.items()}
         arrays.update({f"out/{k}": v for k, v in self.outputs.items()})
