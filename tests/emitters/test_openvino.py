@@ -295,3 +295,26 @@ def test_the_report_and_row_carry_the_precision_a_plain_load_runs_at_when_it_dif
     assert runner.describe() == {"inference_precision": "fp32", "asked": "fp32", "plain_compile": "dynamic",
                                  "plain_options": {"precision": "default"}}
     assert runner.io_note().endswith("a plain compile_model runs it at dynamic on this CPU")
+
+
+def test_strict_fails_an_ir_whose_plain_load_is_outside_the_tolerance(tmp_path, monkeypatch):
+    """A CPU whose OpenVINO default is bf16 runs the fp32 IR there, which the IR cannot prevent:
+    --strict makes a plain load outside the tolerance exit 4 with no output (a warning without it)."""
+    import importlib
+
+    from modelport.errors import ValidationError
+
+    pipeline = importlib.import_module("modelport.orchestration.convert")  # the package's `convert` is the function
+
+    def bf16_by_default(artifact, runner, reference, tol, hop):
+        artifact.details["inference_precision"] = "fp32"
+        artifact.details["plain_compile"] = {"inference_precision": "bf16", "ok": False,
+                                             "outputs": [{"name": "logits", "max_abs": 0.2, "cosine": 0.99, "ok": False}]}
+
+    monkeypatch.setattr(pipeline, "note_runtime_precision", bf16_by_default)
+    src = small_onnx(tmp_path / "src")
+    with pytest.raises(ValidationError, match="runs it at bf16.*--strict"):
+        convert(src, tmp_path / "strict", ConvertOptions(targets=["openvino"], strict=True))
+    assert not (tmp_path / "strict").exists()
+    report = convert(src, tmp_path / "out", ConvertOptions(targets=["openvino"]))
+    assert any("outside the fp32 tolerance" in w for w in report["warnings"])

@@ -349,6 +349,8 @@ def _emit_once(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop,
             from modelport.runtimes.openvino import plain_compile_warning
 
             warning = plain_compile_warning(target, entry)
+            if warning and options.strict and entry["plain_compile"].get("ok") is False:
+                raise ValidationError(f"{warning} (--strict: a plain load must hold the tolerance)", path=out)
             if warning:
                 report.warn(warning)
         checked = artifact.details.get("contract_check")
