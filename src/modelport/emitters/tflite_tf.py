@@ -113,12 +113,25 @@ def source_function(tf, ir: IRModel, work: Path):
     raise UnsupportedError(f"no TensorFlow source to convert natively (source kind {kind})")
 
 
+def captured_resources(tf, holder, fn) -> list:
+    """The resources other than variables (lookup tables and the like) among `holder`'s objects
+    whose handles `fn` captures: with `fn`'s variables, all that serving `fn` needs saved.
+
+    Only these are tracked by the module that is saved: tracking the source itself would save all
+    it holds, e.g. an optimizer with its slot variables, which plain TensorFlow cannot load back
+    without `tf_keras` ("'_UserObject' object has no attribute 'add_slot'")."""
+    handles = {id(t) for t in fn.captured_inputs}
+    return [obj for obj in tf.train.TrackableView(holder).descendants()
+            if isinstance(obj, tf.saved_model.experimental.TrackableResource)
+            and id(obj.resource_handle) in handles]
+
+
 def contract_saver(holder, call, inputs: list[Port], outputs: list[Port], *, by_name: bool = False, signature: str):
     """save(tf, dest): the source behind the contract (keys or, with `by_name`, the contract's names),
-    saved as a SavedModel whose one signature is `signature`."""
+    saved as a SavedModel whose one signature is `signature`. A fresh module holds that function
+    and what it uses (`captured_resources`), nothing else of the source."""
     def save(tf, dest: Path) -> None:
         from modelport.emitters.tf_model import stable_saved_model
-        from modelport.parsers.keras import is_keras_model
 
         def serve(*xs):
             got = call(*xs)
@@ -129,12 +142,11 @@ def contract_saver(holder, call, inputs: list[Port], outputs: list[Port], *, by_
             return out
 
         module = tf.Module()
-        if not is_keras_model(holder):  # a loaded SavedModel keeps its resources; a Keras model's variables
-            module.source = holder      # are attached below (tracking the model itself saves every layer's functions)
         module.serve = tf.function(serve, input_signature=[
             tf.TensorSpec(p.shape, tf.as_dtype(p.dtype), name=p.name if by_name else p.key) for p in inputs])
         fn = module.serve.get_concrete_function()
         module.captured = list(fn.variables)
+        module.resources = captured_resources(tf, holder, fn)
         tf.saved_model.save(module, str(dest), signatures={signature: fn})
         stable_saved_model(Path(dest))
 
