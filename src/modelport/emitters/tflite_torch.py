@@ -108,22 +108,26 @@ def reference_at(ir: IRModel, module, sizes: dict[str, int]) -> Reference:
     from modelport.runtimes.torch import TorchRunner
 
     ref = ir.reference
-    feeds = {}
-    for s in ir.inputs:
-        arr = ref.inputs[s.name]
-        cut = tuple(slice(0, min(sizes[d], n)) if isinstance(d, str) else slice(None) for d, n in zip(s.shape, arr.shape, strict=True))
-        feeds[s.name] = np.ascontiguousarray(arr[cut])
-    if all(feeds[s.name].shape == ref.inputs[s.name].shape for s in ir.inputs):
-        return ref
+
+    def cut(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {s.name: np.ascontiguousarray(inputs[s.name][tuple(slice(0, sizes[d]) if isinstance(d, str) else slice(None)
+                                                                  for d in s.shape)]) for s in ir.inputs}
+
     runner = TorchRunner(module, input_names=[s.name for s in ir.inputs], output_names=[s.name for s in ir.outputs], inputs=ir.inputs)
-    try:
-        outputs = runner.run(feeds)
-    except Exception as e:
-        shapes = {n: list(a.shape) for n, a in feeds.items()}
-        raise UnsupportedError(f"{NAME} fixes the dynamic dims at {sizes}, and the source does not run on inputs {shapes}: "
-                               f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}",
-                               hint="declare the sizes the file should take with --dim NAME=N") from None
-    return Reference(feeds, {k: np.asarray(v) for k, v in outputs.items()}, ref.producer)
+
+    def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        try:
+            return {k: np.asarray(v) for k, v in runner.run(feeds).items()}
+        except Exception as e:
+            shapes = {n: list(a.shape) for n, a in feeds.items()}
+            raise UnsupportedError(f"{NAME} fixes the dynamic dims at {sizes}, and the source does not run on inputs {shapes}: "
+                                   f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}",
+                                   hint="declare the sizes the file should take with --dim NAME=N") from None
+
+    feeds = cut(ref.inputs)
+    if all(feeds[n].shape == ref.inputs[n].shape for n in feeds):
+        return ref
+    return Reference(feeds, run(feeds), ref.producer)
 
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
