@@ -66,3 +66,48 @@ def test_savedmodel_is_fp32_only(tmp_path):
         convert(torch.nn.Linear(4, 2).eval(), tmp_path / "out", ConvertOptions(targets=["onnx", "savedmodel"], inputs=["x:2,4"],
                                                                             precision="fp16"))
     assert not (tmp_path / "out").exists()
+
+
+# Loads the artifact as a plain `pip install tensorflow` does (Keras 3, no tf_keras; TensorFlow's
+# loader imports tf_keras by itself for an optimizer it finds, so here it cannot).
+PLAIN_TF_LOAD = """
+import json, sys
+sys.modules["tf_keras"] = None
+import numpy as np
+import tensorflow as tf
+folder, x = sys.argv[1], np.asarray(json.loads(sys.argv[2]), dtype=np.float32)
+out = tf.saved_model.load(folder).signatures["serving_default"](features=tf.constant(x))
+names = [name for name, _ in tf.train.list_variables(folder + "/variables/variables") if "VARIABLE_VALUE" in name]
+print(json.dumps({"out": {k: v.numpy().tolist() for k, v in out.items()}, "variables": names}))
+"""
+
+
+@pytest.mark.tf
+def test_savedmodel_with_optimizer_re_saved_with_serving_variables_only(tmp_path):
+    """A SavedModel saved while training (tf_keras, legacy Adam after one step: slot variables in
+    its object graph) comes out as the signature and its four weights, which plain TensorFlow loads."""
+    import json
+    import subprocess
+    import sys
+
+    import tensorflow as tf
+    import tf_keras
+
+    tf_keras.utils.set_random_seed(0)
+    model = tf_keras.Sequential([tf_keras.Input((6,), name="features"), tf_keras.layers.Dense(4, activation="relu"),
+                                 tf_keras.layers.Dense(2, name="out")])
+    model.compile(optimizer=tf_keras.optimizers.legacy.Adam(), loss="mse")
+    model.fit(np.ones((4, 6), np.float32), np.ones((4, 2), np.float32), epochs=1, verbose=0)
+    src = tmp_path / "trained"
+    tf.saved_model.save(model, str(src))
+    out = tmp_path / "out"
+    report = convert(src, out, ConvertOptions(targets=["savedmodel"]))
+    (art,) = report["artifacts"]
+    assert art["route"] == "native" and report["parity"][-1]["ok"]
+    x = np.random.default_rng(2).standard_normal((3, 6)).astype(np.float32)
+    child = subprocess.run([sys.executable, "-c", PLAIN_TF_LOAD, str(out / "saved_model"), json.dumps(x.tolist())],
+                           capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0, child.stderr[-1500:]
+    got = json.loads(child.stdout.strip().splitlines()[-1])
+    np.testing.assert_allclose(np.asarray(got["out"]["out"]), model.predict(x, verbose=0), atol=1e-5)
+    assert len(got["variables"]) == 4 and not any("ptimizer" in n for n in got["variables"]), got["variables"]

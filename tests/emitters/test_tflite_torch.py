@@ -24,6 +24,15 @@ def tiny_cnn():
 
 
 @pytest.fixture(scope="module")
+def native_cnn(tiny_cnn, tmp_path_factory):
+    """(output folder, report) of `tiny_cnn` converted by litert-torch with its batch left dynamic."""
+    out = tmp_path_factory.mktemp("native") / "out"
+    report = convert(tiny_cnn, out, ConvertOptions(targets=["tflite"], inputs=["pixels:batch,3,16,16"], output_names=["logits"],
+                                                   route="native"))
+    return out, report
+
+
+@pytest.fixture(scope="module")
 def bert_pt2(tmp_path_factory):
     """A random-init `transformers` BERT (2 layers, hidden 32) exported to `.pt2` with dynamic batch
     and sequence dims: the kind of model onnx2tf fails on."""
@@ -51,23 +60,78 @@ def bert_pt2(tmp_path_factory):
     return path
 
 
-def test_tiny_cnn_native_keeps_names_and_records_fixed_dims(tiny_cnn, tmp_path):
+def _signature_shapes(path) -> dict[str, list[int]]:
+    runner = load_interpreter(path).get_signature_runner("serving_default")
+    details = {**runner.get_input_details(), **runner.get_output_details()}
+    return {name: d["shape_signature"].tolist() for name, d in details.items()}
+
+
+def test_tiny_cnn_native_keeps_names_and_records_fixed_dims(tiny_cnn, native_cnn):
     import torch
 
-    out = tmp_path / "out"
-    report = convert(tiny_cnn, out, ConvertOptions(targets=["tflite"], inputs=["pixels:batch,3,16,16"], output_names=["logits"],
-                                                   route="native"))
+    out, report = native_cnn
     (art,) = report["artifacts"]
     assert (art["route"], art["route_converter"]) == ("native", "litert-torch") and art["converter"].startswith("litert-torch")
-    assert art["contract_check"]["fixed_dims"] == {"pixels": {"batch": 2}}
+    assert art["contract_check"]["fixed_dims"] == {"pixels": {"batch": 1}, "logits": {"batch": 1}}
     assert any("fixes dynamic dims" in w for w in report["warnings"])
     assert report["parity"][-1]["hop"] == "pytorch→tflite (native, end to end)" and report["parity"][-1]["ok"]
     it = load_interpreter(out / "model.tflite")
     assert it.get_signature_list() == {"serving_default": {"inputs": ["pixels"], "outputs": ["logits"]}}
-    x = np.random.default_rng(0).standard_normal((2, 3, 16, 16)).astype(np.float32)  # NCHW, as the source takes it
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)  # NCHW, as the source takes it
     got = it.get_signature_runner("serving_default")(pixels=x)["logits"]
     with torch.no_grad():
         np.testing.assert_allclose(got, tiny_cnn(torch.from_numpy(x)).numpy(), atol=1e-5)
+
+
+def test_native_fixes_the_batch_as_declared_or_at_1(tiny_cnn, native_cnn, tmp_path):
+    """litert-torch fixes every dim: an undeclared batch at 1 (not the sample's 2, which gave a file
+    answering a one-sample call with two rows), a declared one (`--dim batch=3`) as declared, and
+    the file's output batch is its input batch."""
+    out, report = native_cnn
+    assert _signature_shapes(out / "model.tflite") == {"pixels": [1, 3, 16, 16], "logits": [1, 5]}
+    assert report["artifacts"][0]["fixed_dims"] == {"pixels": {"batch": 1}, "logits": {"batch": 1}}
+    declared = tmp_path / "declared"
+    report = convert(tiny_cnn, declared, ConvertOptions(targets=["tflite"], inputs=["pixels:batch,3,16,16"], output_names=["logits"],
+                                                        route="native", sample_dims={"batch": 3}))
+    assert _signature_shapes(declared / "model.tflite") == {"pixels": [3, 3, 16, 16], "logits": [3, 5]}
+    assert report["artifacts"][0]["contract_check"]["fixed_dims"] == {"pixels": {"batch": 3}, "logits": {"batch": 3}}
+    assert report["parity"][-1]["ok"]
+
+
+@pytest.mark.parametrize("shape, dtype, reason", [
+    (["batch", 5], "float32", None),
+    (["batch", 6], "float32", r"output 'logits' has the shape \[1, 5\]; the contract's is \['batch', 6\]"),
+    (["batch", 5, 1], "float32", r"output 'logits' has the shape \[1, 5\]; the contract's is \['batch', 5, 1\]"),
+    (["batch", "batch"], "float32", r"fixes dim 'batch' at 1 in 'pixels' and at 5 in 'logits'"),
+    (["batch", 5], "float16", r"output 'logits' is float32; the contract's is float16"),
+])
+def test_contract_check_holds_outputs_to_the_contract(tiny_cnn, native_cnn, shape, dtype, reason):
+    """The file's outputs against the contract, before parity (which compares values with a
+    reference at the file's own sizes): another fixed size, rank, dtype, or one dim at two sizes is
+    exit 4; a dynamic dim the file fixes is listed per tensor."""
+    import torch
+
+    from modelport.emitters import Artifact
+    from modelport.errors import ValidationError
+    from modelport.ir import IRModel, Reference, TensorSpec
+    from modelport.orchestration.convert import validate_artifact
+    from modelport.validation import tolerance_for
+
+    out, _ = native_cnn
+    x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
+    with torch.no_grad():
+        y = tiny_cnn(torch.from_numpy(x)).numpy()
+    ir = IRModel(model=None, inputs=[TensorSpec("pixels", "float32", ["batch", 3, 16, 16])],
+                 outputs=[TensorSpec("logits", dtype, shape)], reference=Reference({"pixels": x}, {"logits": y}))
+    art = Artifact(target="tflite", runtime="tflite", path=out / "model.tflite", files=[], precision="fp32",
+                   runner="tflite", runner_options={"signature": "serving_default"})
+    if reason is None:
+        assert validate_artifact(art, ir, tolerance_for("fp32"), "hop").ok
+        assert art.details["contract_check"]["fixed_dims"] == {"pixels": {"batch": 1}, "logits": {"batch": 1}}
+        return
+    with pytest.raises(ValidationError, match=reason) as e:
+        validate_artifact(art, ir, tolerance_for("fp32"), "hop")
+    assert e.value.exit_code == 4
 
 
 def test_bert_pt2_native_through_the_cli(cli, bert_pt2, tmp_path):

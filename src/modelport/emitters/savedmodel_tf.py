@@ -4,7 +4,9 @@ A Keras source is written by Keras's own export (`keras.export.ExportArchive`, w
 `model.export(dir)` uses), with one `serving_default` endpoint whose inputs and outputs carry the
 contract's names (plain `model.export` names them after the Keras layers and `output_0`). A
 SavedModel source has its converted signature saved again behind the contract's names (the
-`--input-names`/`--outputs` renames applied). Either is validated as the ONNX route's folder is:
+`--input-names`/`--outputs` renames applied), with only the variables and tables that signature
+uses: a training checkpoint's optimizer is left out, so plain TensorFlow loads the folder without
+`tf_keras`. Either is validated as the ONNX route's folder is:
 loaded with `tf.saved_model.load` and called through its signature by name.
 """
 

@@ -113,12 +113,28 @@ def source_function(tf, ir: IRModel, work: Path):
     raise UnsupportedError(f"no TensorFlow source to convert natively (source kind {kind})")
 
 
+def serving_state(tf, holder, fn) -> tuple[list, list]:
+    """(variables, other resources such as lookup tables) that `fn` captures, the resources found
+    among `holder`'s objects: with `fn` itself, all that serving it needs saved.
+
+    Only these are tracked by the module that is saved: tracking the source itself would save all
+    it holds, e.g. an optimizer with its slot variables, which plain TensorFlow cannot load back
+    without `tf_keras` ("'_UserObject' object has no attribute 'add_slot'"). Both lists are in
+    `fn`'s capture order (`fn.variables` comes in another order in each process), so the same
+    source gives the same files."""
+    order = {id(t): i for i, t in enumerate(fn.captured_inputs)}
+    variables = sorted(fn.variables, key=lambda v: order.get(id(v.handle), len(order)))
+    resources = [obj for obj in tf.train.TrackableView(holder).descendants()
+                 if isinstance(obj, tf.saved_model.experimental.TrackableResource) and id(obj.resource_handle) in order]
+    return variables, sorted(resources, key=lambda r: order[id(r.resource_handle)])
+
+
 def contract_saver(holder, call, inputs: list[Port], outputs: list[Port], *, by_name: bool = False, signature: str):
     """save(tf, dest): the source behind the contract (keys or, with `by_name`, the contract's names),
-    saved as a SavedModel whose one signature is `signature`."""
+    saved as a SavedModel whose one signature is `signature`. A fresh module holds that function
+    and what it uses (`serving_state`), nothing else of the source."""
     def save(tf, dest: Path) -> None:
         from modelport.emitters.tf_model import stable_saved_model
-        from modelport.parsers.keras import is_keras_model
 
         def serve(*xs):
             got = call(*xs)
@@ -129,12 +145,10 @@ def contract_saver(holder, call, inputs: list[Port], outputs: list[Port], *, by_
             return out
 
         module = tf.Module()
-        if not is_keras_model(holder):  # a loaded SavedModel keeps its resources; a Keras model's variables
-            module.source = holder      # are attached below (tracking the model itself saves every layer's functions)
         module.serve = tf.function(serve, input_signature=[
             tf.TensorSpec(p.shape, tf.as_dtype(p.dtype), name=p.name if by_name else p.key) for p in inputs])
         fn = module.serve.get_concrete_function()
-        module.captured = list(fn.variables)
+        module.captured, module.resources = serving_state(tf, holder, fn)
         tf.saved_model.save(module, str(dest), signatures={signature: fn})
         stable_saved_model(Path(dest))
 

@@ -7,8 +7,12 @@ the file: a `.pt2`'s program, a state dict on its `--arch`, a trusted TorchScrip
 (token ids) stay 64-bit (`enable_x64`), so the file takes what the contract says. The file is given
 the contract's names (`tflite._name_io`: signature `serving_default`, I/O tensors by name).
 
-litert-torch 0.10 converts with static shapes: a dynamic dim is fixed at its sample size, and the
-artifact's `fixed_dims` says so. It is an optional dependency, checked only when this route is
+litert-torch 0.10 converts with static shapes, so each dynamic dim is fixed (`fixed_sizes`): at
+the size the user declared (`--dim`, `--data`, a zoo entry's or a `.pt2`'s own sample size), else a
+batch (a dynamic leading dim) at 1, what a caller of a one-sample file feeds, and any other dim at
+its sample size. The file is converted on the reference's inputs cut to those sizes and validated
+against the source run on them (`reference_at`); the artifact's `fixed_dims`, the report's
+`contract_check` and a warning say which dims were fixed and at what size. It is an optional dependency, checked only when this route is
 taken (exit 5 naming the install when it is missing). What the route refuses before running: a
 precision other than fp32 and `--tflite-layout nhwc` (the ONNX route serves both).
 """
@@ -16,12 +20,15 @@ precision other than fp32 and `--tflite-layout nhwc` (the ONNX route serves both
 from __future__ import annotations
 
 import tempfile
+from dataclasses import replace
 from pathlib import Path
+
+import numpy as np
 
 from modelport.emitters import Artifact, EmitOptions
 from modelport.emitters.tf_model import Port
 from modelport.errors import BadInputError, UnsupportedError
-from modelport.ir import IRModel
+from modelport.ir import IRModel, Reference
 
 NAME = "litert-torch"
 AUTO = "fallback"  # measured: the ONNX route keeps dynamic dims; this one fixes them, and serves transformers
@@ -73,6 +80,58 @@ def _output_keys(data: bytes, outputs: list[Port]) -> list[Port]:
     raise UnsupportedError(f"{NAME} named the outputs {keys}; the contract's are {names} (unnumbered: {unnumbered})")
 
 
+def fixed_sizes(ir: IRModel) -> dict[str, int]:
+    """{dynamic dim: the size the file fixes it at}, for every dynamic dim of the inputs.
+
+    Declared sizes win: the IR's sample dims (`--dim`, a zoo entry, a `.pt2`'s range) and the
+    dims of inputs the user gave data for. Otherwise a batch is 1 (the sample's 2 would leave a
+    file that answers a one-sample call with two rows) and any other dim keeps its sample size,
+    which the source is known to run at."""
+    given = getattr(ir.source.spec, "given", None) if ir.source else None
+    declared = dict(ir.sample_dims)
+    for s in ir.inputs:
+        if given and s.name in given and np.ndim(given[s.name]) > 0:
+            shape = ir.reference.inputs[s.name].shape
+            declared.update({d: int(n) for d, n in zip(s.shape, shape, strict=True) if isinstance(d, str)})
+    batches = {s.shape[0] for s in ir.inputs if s.shape and isinstance(s.shape[0], str)}
+    sizes: dict[str, int] = {}
+    for s in ir.inputs:
+        sample = ir.reference.inputs[s.name].shape
+        for axis, d in enumerate(s.shape):
+            if isinstance(d, str) and d not in sizes:
+                sizes[d] = int(declared[d]) if d in declared else 1 if d in batches else int(sample[axis])
+    return sizes
+
+
+def reference_at(ir: IRModel, module, sizes: dict[str, int]) -> Reference:
+    """The reference at `sizes`: the IR's own when its inputs have those sizes, else its inputs cut
+    to them (a fixed size is never above the sample's) and the source module run on the cut inputs."""
+    from modelport.runtimes.torch import TorchRunner
+
+    ref = ir.reference
+
+    def cut(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {s.name: np.ascontiguousarray(inputs[s.name][tuple(slice(0, sizes[d]) if isinstance(d, str) else slice(None)
+                                                                  for d in s.shape)]) for s in ir.inputs}
+
+    runner = TorchRunner(module, input_names=[s.name for s in ir.inputs], output_names=[s.name for s in ir.outputs], inputs=ir.inputs)
+
+    def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        try:
+            return {k: np.asarray(v) for k, v in runner.run(feeds).items()}
+        except Exception as e:
+            shapes = {n: list(a.shape) for n, a in feeds.items()}
+            raise UnsupportedError(f"{NAME} fixes the dynamic dims at {sizes}, and the source does not run on inputs {shapes}: "
+                                   f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}",
+                                   hint="declare the sizes the file should take with --dim NAME=N") from None
+
+    feeds = cut(ref.inputs)
+    if all(feeds[n].shape == ref.inputs[n].shape for n in feeds):
+        return ref
+    extra = [replace(x, inputs=cut(x.inputs), outputs=run(cut(x.inputs))) for x in ref.extra]
+    return Reference(feeds, run(feeds), ref.producer, extra=extra, first_kind=ref.first_kind)
+
+
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.deps import version_of
     from modelport.emitters.routes import staged_source
@@ -87,11 +146,8 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
 
     from modelport.parsers.pytorch import load_module
 
-    inputs = [Port(s.name, f"args_{i}", s.dtype, list(model.reference.inputs[s.name].shape),
-                   layout=f"{s.layout} (as source)" if s.layout else "as source") for i, s in enumerate(model.inputs)]
-    outputs = [Port(s.name, f"output_{j}", s.dtype, list(model.reference.outputs[s.name].shape),
-                    layout=f"{s.layout} (as source)" if s.layout else "as source") for j, s in enumerate(model.outputs)]
-    wide = any(p.dtype in ("int64", "float64", "uint64") for p in inputs + outputs)
+    sizes = fixed_sizes(model)
+    wide = any(s.dtype in ("int64", "float64", "uint64") for s in model.inputs + model.outputs)
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="modelport-litert-") as tmp:
         work = Path(tmp)
@@ -100,13 +156,18 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
             litert_torch = require_litert()
         source, spec = staged_source(model, work)
         module, _, _ = load_module(source, spec)
-        args = tuple(torch.from_numpy(model.reference.inputs[s.name].copy()) for s in model.inputs)
+        try:
+            module.eval()
+        except Exception:
+            pass  # an ExportedProgram's module is in inference mode already and refuses train()/eval()
+        reference = reference_at(model, module, sizes)
+        inputs = [Port(s.name, f"args_{i}", s.dtype, list(reference.inputs[s.name].shape),
+                       layout=f"{s.layout} (as source)" if s.layout else "as source") for i, s in enumerate(model.inputs)]
+        outputs = [Port(s.name, f"output_{j}", s.dtype, list(reference.outputs[s.name].shape),
+                        layout=f"{s.layout} (as source)" if s.layout else "as source") for j, s in enumerate(model.outputs)]
+        args = tuple(torch.from_numpy(reference.inputs[s.name].copy()) for s in model.inputs)
         try:
             with captured_output(log, NAME):
-                try:
-                    module.eval()
-                except Exception:
-                    pass  # an ExportedProgram's module is in inference mode already and refuses train()/eval()
                 edge = litert_torch.convert(module, args, enable_x64=wide)
                 edge.export(str(work / "model.tflite"))
         except Exception as e:
@@ -117,8 +178,8 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     path = out_dir / "model.tflite"
     path.write_bytes(_name_io(data, inputs, outputs))
     ops = _check_ops(load_interpreter(path), path)
-    fixed = {s.name: p.shape for s, p in zip(model.inputs + model.outputs, inputs + outputs, strict=True)
-             if any(isinstance(d, str) for d in s.shape)}
+    fixed = {s.name: {d: n for d, n in zip(s.shape, p.shape, strict=False) if isinstance(d, str)}
+             for s, p in zip(model.inputs + model.outputs, inputs + outputs, strict=True) if any(isinstance(d, str) for d in s.shape)}
     return Artifact(
         target="tflite", runtime="tflite", path=path, files=[path], precision="fp32",
         details={"converter": f"litert-torch {version_of('litert-torch') or version_of('litert_torch')} (torch.export → LiteRT)",
@@ -126,8 +187,11 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
                  "outputs_layout": {p.name: p.layout for p in outputs},
                  "signature": {"key": SIGNATURE, "inputs": [p.name for p in inputs], "outputs": [p.name for p in outputs]},
                  "fixed_dims": fixed,
-                 "validation": f"signature '{SIGNATURE}' fed and read by the contract's names, as the file is, with no transpose",
+                 "validation": f"signature '{SIGNATURE}' fed and read by the contract's names, as the file is, with no transpose"
+                               + ("" if reference is model.reference else
+                                  f"; on the reference's inputs cut to the fixed sizes {sizes}, against the source run on them"),
                  "quantization": "none", "io_dtype": "as the contract (64-bit kept)" if wide else "float32",
                  "tflite_ops": len(ops)},
         runner="tflite", runner_options={"signature": SIGNATURE},
+        reference=None if reference is model.reference else reference,
     )

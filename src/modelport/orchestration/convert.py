@@ -357,7 +357,8 @@ def _emit_once(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop,
         if checked:
             entry["contract_check"] = checked
             if checked["fixed_dims"]:
-                report.warn(f"{target}: the artifact fixes dynamic dims at their sample sizes: {checked['fixed_dims']}")
+                report.warn(f"{target}: the artifact fixes dynamic dims: {checked['fixed_dims']}; it takes those sizes only "
+                            "(declare others with --dim NAME=N or --input NAME:SHAPE)")
 
 
 def plan_routes(ir: IRModel, options: ConvertOptions, emit_options) -> dict:
@@ -438,7 +439,7 @@ def artifact_runner(artifact, **options):
 def validate_artifact(artifact, ir: IRModel, tol: Tolerance, hop: str):
     runner = artifact_runner(artifact)
     if artifact.target in ROUTED_TARGETS:
-        artifact.details["contract_check"] = check_inputs(runner, ir, artifact)
+        artifact.details["contract_check"] = check_contract(runner, ir, artifact)
     reference = artifact.reference or ir.reference
     parity = check(runner, reference, tol, hop)
     if getattr(runner, "modules", None) is not None:
@@ -466,35 +467,64 @@ def note_runtime_precision(artifact, runner, reference, tol: Tolerance, hop: str
     artifact.details["plain_compile"] = plain
 
 
-ROUTED_TARGETS = ("tflite", "savedmodel")  # the targets with more than one route: their inputs are checked too
+ROUTED_TARGETS = ("tflite", "savedmodel")  # the targets with more than one route: their inputs and outputs are checked too
 
 
-def check_inputs(runner, ir: IRModel, artifact) -> dict:
-    """The artifact's inputs against the contract, as its runtime describes them: the same names,
-    dtypes (unless integer I/O was asked for) and ranks, every fixed dim kept (a transposed layout
-    permuted first). A dynamic dim the file fixes is allowed and returned (`fixed_dims`); anything
-    else is exit 4. Outputs are held to names and shapes by the parity check."""
-    specs = {s.name: s for s in runner.input_specs()}
-    path = artifact.path
-    if set(specs) != {s.name for s in ir.inputs}:
-        raise ValidationError(f"the {artifact.target} artifact takes inputs {sorted(specs)}; the contract's are "
-                              f"{sorted(s.name for s in ir.inputs)}", path=path)
+def check_contract(runner, ir: IRModel, artifact) -> dict:
+    """The artifact's inputs and outputs against the contract, as its runtime describes them: the
+    same names, dtypes (unless integer I/O was asked for) and ranks, every fixed dim kept (a
+    transposed layout permuted first). A dynamic dim the file fixes is allowed and returned
+    (`fixed_dims`, per tensor) as long as it has one size across the file; anything else is exit 4.
+
+    The parity check compares values against the artifact's own reference where an emitter made
+    one (a route that fixes dims runs the source at the fixed sizes), so it is here that an output
+    the contract does not describe is caught: another fixed size, rank or dtype."""
+    pinned: list[tuple[str, str, int]] = []  # (tensor, dim, the size the file gives it)
+    _check_tensors("input", runner.input_specs(), ir.inputs, artifact, pinned)
+    describe_outputs = getattr(runner, "output_specs", None)
+    outputs = describe_outputs() if describe_outputs else None
+    if outputs is not None:
+        _check_tensors("output", outputs, ir.outputs, artifact, pinned)
+    sizes: dict[str, tuple[str, int]] = {}
+    fixed: dict[str, dict[str, int]] = {}
+    for tensor, dim, size in pinned:
+        first = sizes.setdefault(dim, (tensor, size))
+        if first[1] != size:
+            raise ValidationError(f"the {artifact.target} artifact fixes dim '{dim}' at {first[1]} in '{first[0]}' and at "
+                                  f"{size} in '{tensor}'; in the contract both are one dim", path=artifact.path)
+        fixed.setdefault(tensor, {})[dim] = size
+    return {"inputs": "names, dtypes and ranks as the contract's",
+            "outputs": "names, dtypes and ranks as the contract's" if outputs is not None else "not described by the runtime",
+            "fixed_dims": fixed}
+
+
+def _known_rank(spec: TensorSpec) -> bool:
+    """An empty shape is a scalar only when declared so; otherwise the rank is unknown (ONNX
+    without shape information, a TensorFlow output of unknown rank) and not compared."""
+    return bool(spec.shape) or spec.scalar
+
+
+def _check_tensors(kind: str, described: list[TensorSpec], contract: list[TensorSpec], artifact, pinned: list) -> None:
+    specs = {s.name: s for s in described}
+    path, what = artifact.path, f"the {artifact.target} artifact"
+    if set(specs) != {s.name for s in contract}:
+        verb = "takes inputs" if kind == "input" else "gives outputs"
+        raise ValidationError(f"{what} {verb} {sorted(specs)}; the contract's are {sorted(s.name for s in contract)}", path=path)
     changes = artifact.details.get("layout_changes") or {}
     integer_io = artifact.details.get("io_dtype") in ("int8", "uint8")
-    fixed = {}
-    for want in ir.inputs:
+    for want in contract:
         got = specs[want.name]
         shape = [want.shape[k] for k in changes[want.name]] if want.name in changes else list(want.shape)
         if got.dtype != want.dtype and not integer_io:
-            raise ValidationError(f"the {artifact.target} artifact's input '{want.name}' is {got.dtype}; the contract's "
-                                  f"is {want.dtype}", path=path)
-        if len(got.shape) != len(shape) or any(isinstance(w, int) and g != w for g, w in zip(got.shape, shape, strict=False)):
-            raise ValidationError(f"the {artifact.target} artifact's input '{want.name}' has the shape {got.shape}; the "
-                                  f"contract's is {shape}", path=path)
-        pinned = {w: g for g, w in zip(got.shape, shape, strict=True) if isinstance(w, str) and isinstance(g, int)}
-        if pinned:
-            fixed[want.name] = pinned
-    return {"inputs": "names, dtypes and ranks as the contract's", "fixed_dims": fixed}
+            raise ValidationError(f"{what}'s {kind} '{want.name}' is {got.dtype}; the contract's is {want.dtype}", path=path)
+        if kind == "output" and not (_known_rank(got) and _known_rank(want)):
+            continue
+        # an output the file leaves dynamic where the contract has a size is the runtime's shape inference, not a contradiction
+        clash = any(isinstance(w, int) and g != w and not (kind == "output" and isinstance(g, str))
+                    for g, w in zip(got.shape, shape, strict=False))
+        if len(got.shape) != len(shape) or clash:
+            raise ValidationError(f"{what}'s {kind} '{want.name}' has the shape {got.shape}; the contract's is {shape}", path=path)
+        pinned += [(want.name, w, g) for g, w in zip(got.shape, shape, strict=True) if isinstance(w, str) and isinstance(g, int)]
 
 
 def convert(source, output_dir: str | Path, options: ConvertOptions | None = None, *,

@@ -300,7 +300,7 @@ def exported_program_specs(ep) -> tuple[list[TensorSpec], dict[str, int], dict[s
                 size = max(2, lo)
                 if hi is not None:
                     size = min(size, hi)
-                if size != 2:
+                if size != 2 or lo > 1:  # a lower bound above 1 declares the size: a fixed-shape route keeps it
                     sample_dims[names[symbol]] = size
             shape.append(names[symbol])
         dtype = str(val.dtype).replace("torch.", "")

@@ -219,6 +219,8 @@ def _runner_in_child(work: Path, args: dict) -> dict:
         describe = getattr(runner, "describe", None)
         response["describe"] = describe() if describe else None
         response["input_specs"] = [s.to_dict() for s in runner.input_specs()]
+        outputs = getattr(runner, "output_specs", None)
+        response["output_specs"] = [s.to_dict() for s in outputs()] if outputs else None
         note = getattr(runner, "io_note", None)
         response["io_note"] = note() if note else None
     if args.get("run"):
@@ -291,6 +293,11 @@ class IsolatedRunner:
 
     def input_specs(self) -> list[TensorSpec]:
         return [TensorSpec.from_dict(d) for d in self._description()["input_specs"]]
+
+    def output_specs(self) -> list[TensorSpec] | None:
+        """The inner runner's outputs, where it describes them (None: it does not)."""
+        specs = self._description().get("output_specs")
+        return None if specs is None else [TensorSpec.from_dict(d) for d in specs]
 
     def io_note(self) -> str | None:
         """What the inner runner says about its I/O types (quantised TFLite I/O), or None."""

@@ -20,10 +20,13 @@ def _tf():
 
 
 def _spec_from_tf(name: str, t) -> TensorSpec:
+    """A signature tensor's spec; an unknown rank is an empty shape not marked `scalar`."""
+    if t.shape.rank is None:
+        return TensorSpec(name=name, dtype=t.dtype.name, shape=[])
     shape = [int(d) if d is not None else f"{name}_dim{i}" for i, d in enumerate(t.shape.as_list())]
     if shape and isinstance(shape[0], str):
         shape[0] = "batch"
-    return TensorSpec(name=name, dtype=t.dtype.name, shape=shape)
+    return TensorSpec(name=name, dtype=t.dtype.name, shape=shape, scalar=not shape)
 
 
 def _signature(path: Path, signature: str = SIGNATURE):
@@ -60,6 +63,9 @@ class SavedModelRunner:
     def input_specs(self) -> list[TensorSpec]:
         _, kwargs = self._fn.structured_input_signature
         return [_spec_from_tf(n, kwargs[n]) for n in sorted(kwargs)]
+
+    def output_specs(self) -> list[TensorSpec]:
+        return [_spec_from_tf(n, t) for n, t in sorted(self._fn.structured_outputs.items())]
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         tf = _tf()

@@ -159,6 +159,21 @@ class TFLiteRunner:
                            [int(x) if x > 0 else f"dim{k}" for k, x in enumerate(d["shape_signature"])])
                 for d in self.describe()["inputs"]]
 
+    def output_specs(self) -> list[TensorSpec]:
+        """Outputs under the names a caller reads them by (the signature's keys when it runs through
+        one), in the dtype it gets them in (dequantised: float32); dynamic dims symbolic ('dimK')."""
+        if self.signature is not None:
+            details = self.interpreter.get_signature_runner(self.signature).get_output_details().items()
+        else:
+            details = [(tflite_name(d["name"]), d) for d in self.outputs]
+        specs = []
+        for name, d in details:
+            quantised = _scale_zero(d) is not None and np.dtype(d["dtype"]).type in QUANTISED and self.dequantize_outputs
+            shape = [int(x) for x in d.get("shape_signature", d["shape"])]
+            specs.append(TensorSpec(name, "float32" if quantised else np.dtype(d["dtype"]).name,
+                                    [x if x > 0 else f"dim{k}" for k, x in enumerate(shape)]))
+        return specs
+
     def io_note(self) -> str:
         return io_note(self.describe())
 
