@@ -116,7 +116,7 @@ def test_every_choice_option_is_covered():
 
     group = typer.main.get_command(app)
     free = {"-o", "--input", "--inputShape", "--output", "--arch", "--opset", "--atol", "--rtol", "--min-cosine", "--mean", "--std",
-            "--scale", "--dim", "--seed", "--signature", "--input-names", "--calibration", "--accuracy-budget", "--trt-shapes",
+            "--scale", "--dim", "--seed", "--samples", "--arch-args", "--state-dict-key", "--signature", "--input-names", "--calibration", "--accuracy-budget", "--trt-shapes",
             "--workspace", "-in", "-iw", "--inputs", "--name", "--version", "--max-batch", "--preferred-batch", "--queue-delay-us",
             "--instances", "--image", "--replicas", "--min-replicas", "--max-replicas", "--cpu", "--memory", "--gpus", "--namespace",
             "--storage-uri", "--data", "--value", "--junit", "--new-tokens", "--block-size"}

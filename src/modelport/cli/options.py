@@ -61,9 +61,8 @@ Value = Annotated[list[str], typer.Option("--value", help="NAME=V: a constant in
                                                           "and dtype; wins over --data (repeatable).")]
 Samples = Annotated[int, typer.Option("--samples", min=1, help="Random sample sets every hop is judged on (different seeds "
                                                              "and scales; default 3).")]
-Structured = Annotated[bool, typer.Option("--structured-samples/--no-structured-samples",
-                                          help="Also judge every hop on structured inputs: all-zeros, a constant, the ends "
-                                               "of the input's range.")]
+NoStructured = Annotated[bool, typer.Option("--no-structured-samples", help="Judge every hop on the random sample sets only "
+                                                                          "(no all-zeros, constant or range-end inputs).")]
 Atol = _tolerance("--atol", "Absolute tolerance (scaled by each output's magnitude), e.g. 1e-4")
 Rtol = _tolerance("--rtol", "Relative tolerance, e.g. 1e-3")
 MinCosine = _tolerance("--min-cosine", "Minimum cosine similarity, e.g. 0.999")
@@ -113,7 +112,7 @@ RESULT = (("json_out", JsonOut, False), ("quiet", Quiet, False), ("junit", Junit
 WRITES = (("output", OutputDir, None), ("force", Force, False))
 TOLERANCES = (("atol", Atol, []), ("rtol", Rtol, []), ("min_cosine", MinCosine, []))
 SAMPLES = (("inputs", Inputs, []), ("dim", Dim, []), ("seed", Seed, 0), ("data", Data, None), ("values", Value, []))
-SAMPLE_SETS = (("samples", Samples, 3), ("structured", Structured, True))
+SAMPLE_SETS = (("samples", Samples, 3), ("no_structured", NoStructured, False))
 PRECISION = (("calibration", Calibration, None), ("strict", Strict, False), ("allow_fallback", AllowFallback, False))
 PREPROCESSING = (("layout", Layout, []), ("mean", Mean, []), ("std", Std, []), ("scale", Scale, []),
                  ("channel_order", ChannelOrder, None))
@@ -156,7 +155,7 @@ def parity_kwargs(shared: dict) -> dict:
     tols, per_output = tolerances(shared)
     return {**tols, "output_tolerances": per_output, "sample_dims": parse_dims(shared["dim"]), "seed": shared["seed"],
             "data": shared["data"], "values": list(shared["values"]),
-            "sampling": {"randoms": shared.get("samples", 3), "structured": shared.get("structured", True)}}
+            "sampling": {"randoms": shared.get("samples", 3), "structured": not shared.get("no_structured", False)}}
 
 
 def preprocessing_kwargs(shared: dict) -> dict:

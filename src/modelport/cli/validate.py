@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
                 return validate_models(a, b, data=data, values=shared["values"], dims=parse_dims(shared["dim"]), seed=shared["seed"],
                                        tolerance=tol, localize=localize, by_position=by_position, trust=trust,
                                        inputs=[parse_input_spec(t) for t in specs], on_stage=on_stage,
-                                       sampling={"randoms": shared["samples"], "structured": shared["structured"]})
+                                       sampling={"randoms": shared["samples"], "structured": not shared["no_structured"]})
 
         from modelport.validation import DEFAULT_TOLERANCES, tolerance_for
 
