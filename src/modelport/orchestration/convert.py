@@ -441,6 +441,8 @@ def validate_artifact(artifact, ir: IRModel, tol: Tolerance, hop: str):
     if artifact.target in ROUTED_TARGETS:
         artifact.details["contract_check"] = check_contract(runner, ir, artifact)
     reference = artifact.reference or ir.reference
+    if artifact.precision == "int8":  # 1/100 of the amplitude lies below a calibrated resolution by design
+        reference = reference.without("random-small")
     parity = check(runner, reference, tol, hop)
     if getattr(runner, "modules", None) is not None:
         artifact.details["validated_with"] = {"process": "child", "frameworks": runner.modules}

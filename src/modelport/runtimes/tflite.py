@@ -226,6 +226,7 @@ class TFLiteRunner:
         if set(feeds) != set(details):
             raise BadInputError(f"inputs {sorted(feeds)} given; the TFLite signature '{key}' takes {sorted(details)}",
                                 path=self.path)
+        self.interpreter.reset_all_variables()  # each run from the initial state, as a fresh interpreter
         got = runner(**{n: np.asarray(quantise(a, details[n]), order="C") for n, a in feeds.items()})
         out_details = runner.get_output_details()
         return {n: self._dequantised(np.asarray(v), out_details[n]) for n, v in got.items()}
@@ -277,6 +278,9 @@ class TFLiteRunner:
         it.allocate_tensors()
         for (_, a), d in zip(pairs, it.get_input_details(), strict=True):
             it.set_tensor(d["index"], np.asarray(quantise(a, d), order="C"))
+        # variable tensors (an LSTM's state) keep their values between invokes: every run starts
+        # from the initial state, as in a fresh interpreter and in the converted graph
+        it.reset_all_variables()
         it.invoke()
         outs = {}
         details = it.get_output_details()
