@@ -47,6 +47,12 @@ DEFAULT_SIZE = 2  # a symbolic dim's sample size unless sized (TensorSpec.concre
 MAX_RETRY_ELEMENTS = 1 << 26  # a retry's inputs stay under this many elements in all (256 MiB of float32)
 
 
+# An integer input named like an attention mask with no declared range is sampled as ones (no
+# padding): random values 0..9 mask whole rows, where frameworks legitimately disagree on outputs
+# nobody reads. `--data`/`--value` or a value range sample padding on purpose.
+MASK = "attention_mask"
+
+
 def load_data(path) -> dict[str, np.ndarray]:
     """The named arrays of an .npz (`--data`), loaded without pickle."""
     from modelport.file_checks import check_model_file
@@ -135,7 +141,7 @@ def make_inputs(specs: list[TensorSpec], dims: dict[str, int] | None = None, *, 
         if dtype == np.bool_:
             arr = rng.integers(0, 2, size=shape).astype(np.bool_)
         elif np.issubdtype(dtype, np.integer):
-            lo, hi = spec.value_range or (0, 10)
+            lo, hi = spec.value_range or ((1, 2) if MASK in spec.name.lower() else (0, 10))
             arr = rng.integers(int(lo), int(hi), size=shape).astype(dtype)
         else:
             if spec.value_range:

@@ -148,3 +148,10 @@ def test_validate_cli_exit_4_on_silence(cli, tmp_path):
     kinds = [s["kind"] for s in r.json()["parity"][0]["samples"]]
     assert kinds[:3] == ["random", "random-2", "random-small"] and "zeros" in kinds
     assert cli("validate", source, rewritten, "--no-structured-samples").exit_code == 0
+
+
+def test_an_attention_mask_without_a_range_is_sampled_as_ones():
+    specs = [TensorSpec("input_ids", "int64", [1, 6]), TensorSpec("attention_mask", "int64", [1, 6])]
+    for variant in (0, 1, 2):
+        assert (make_inputs(specs, variant=variant)["attention_mask"] == 1).all()
+    assert make_inputs(specs)["input_ids"].max() > 1
