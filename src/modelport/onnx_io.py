@@ -234,17 +234,14 @@ def write_streamed(model, path: Path) -> None:
 
     graph_field = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"]
     init_field = onnx.GraphProto.DESCRIPTOR.fields_by_name["initializer"]
-    head, tail = onnx.ModelProto(), onnx.ModelProto()
-    for field, _ in model.ListFields():
-        if field.number != graph_field.number:
-            _copy_fields(model, head if field.number < graph_field.number else tail,
-                         skip=tuple(f.name for f, _ in model.ListFields() if f.name != field.name))
-    graph_head, graph_tail = onnx.GraphProto(), onnx.GraphProto()
+    head, tail, graph_head, graph_tail = onnx.ModelProto(), onnx.ModelProto(), onnx.GraphProto(), onnx.GraphProto()
     graph = model.graph
-    for field, _ in graph.ListFields():
-        if field.number != init_field.number:
-            _copy_fields(graph, graph_head if field.number < init_field.number else graph_tail,
-                         skip=tuple(f.name for f, _ in graph.ListFields() if f.name != field.name))
+    fields = _set_fields(model)
+    _copy_fields(model, head, only=[f for f in fields if f.number < graph_field.number])
+    _copy_fields(model, tail, only=[f for f in fields if f.number > graph_field.number])
+    fields = _set_fields(graph)
+    _copy_fields(graph, graph_head, only=[f for f in fields if f.number < init_field.number])
+    _copy_fields(graph, graph_tail, only=[f for f in fields if f.number > init_field.number])
     sizes = [_serialized_size(t) for t in graph.initializer]
     init_tag = _varint(init_field.number << 3 | 2)
     graph_size = graph_head.ByteSize() + sum(len(init_tag) + len(_varint(n)) + n for n in sizes) + graph_tail.ByteSize()
@@ -254,13 +251,33 @@ def write_streamed(model, path: Path) -> None:
             f.write(_varint(graph_field.number << 3 | 2) + _varint(graph_size))
             f.write(graph_head.SerializeToString())
             for tensor, size in zip(graph.initializer, sizes, strict=True):
-                data = tensor.SerializeToString()
-                if len(data) != size:
-                    raise ValueError(f"initializer {tensor.name!r} serialises to {len(data)} bytes, not {size}")
                 f.write(init_tag + _varint(size))
-                f.write(data)
+                start = f.tell()
+                _write_tensor(f, tensor)
+                if f.tell() - start != size:
+                    raise ValueError(f"initializer {tensor.name!r} serialised to {f.tell() - start} bytes, not {size}")
             f.write(graph_tail.SerializeToString())
         f.write(tail.SerializeToString())
+
+
+def _write_tensor(f, tensor) -> None:
+    """`tensor.SerializeToString()` written to `f` with its raw_data passed through as it is (encoding
+    a tensor whole holds its bytes up to three times)."""
+    import onnx
+
+    if not tensor.HasField("raw_data"):
+        f.write(tensor.SerializeToString())
+        return
+    field = onnx.TensorProto.DESCRIPTOR.fields_by_name["raw_data"]
+    head, tail = onnx.TensorProto(), onnx.TensorProto()
+    fields = _set_fields(tensor)
+    _copy_fields(tensor, head, only=[f for f in fields if f.number < field.number])
+    _copy_fields(tensor, tail, only=[f for f in fields if f.number > field.number])
+    data = tensor.raw_data
+    f.write(head.SerializeToString() + _varint(field.number << 3 | 2) + _varint(len(data)))
+    f.write(data)
+    del data
+    f.write(tail.SerializeToString())
 
 
 def _serialized_size(tensor) -> int:
@@ -285,13 +302,25 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
-def _copy_fields(src, dst, *, skip=()) -> None:
-    """Copy every set field of protobuf message `src` into `dst` except those named in `skip`."""
-    for field, value in src.ListFields():
+def _is_repeated(field) -> bool:
+    return field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
+
+
+def _set_fields(message) -> list:
+    """The field descriptors set in `message`, in field-number order. (Unlike `ListFields()`, which
+    hands out every value, a tensor's raw_data included, as a fresh copy.)"""
+    fields = sorted(message.DESCRIPTOR.fields, key=lambda f: f.number)
+    return [f for f in fields if (len(getattr(message, f.name)) if _is_repeated(f) else message.HasField(f.name))]
+
+
+def _copy_fields(src, dst, *, skip=(), only=None) -> None:
+    """Copy the set fields of protobuf message `src` into `dst`: those in `only` (descriptors) or
+    else all, except the ones named in `skip`."""
+    for field in only if only is not None else _set_fields(src):
         if field.name in skip:
             continue
-        repeated = field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
-        if repeated:
+        value = getattr(src, field.name)
+        if _is_repeated(field):
             getattr(dst, field.name).extend(value)
         elif field.message_type is not None:
             getattr(dst, field.name).CopyFrom(value)
