@@ -26,7 +26,7 @@ from tests.hf_folders import build
 BIG = dict(vocab_size=256_000, hidden_size=128, intermediate_size=256, num_hidden_layers=1, num_attention_heads=4,
            num_key_value_heads=2)
 SMALL = {**BIG, "vocab_size": 128}
-COPIES = 4.5  # peak(BIG) - peak(SMALL) <= COPIES x the extra fp32 weight bytes (measured 3.4; 8.6 before the copies went)
+COPIES = 3.5  # peak(BIG) - peak(SMALL) <= COPIES x the extra fp32 weight bytes (measured 2.6; 8.6 before; one more copy fails)
 
 
 class TreePeak:

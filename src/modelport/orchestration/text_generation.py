@@ -25,7 +25,7 @@ onnxruntime session; the exporter writes the weights from the torch tensors stra
 file, from which the IR check's session and the fusion read them; passes and the quantiser keep no
 second copy of the model (optimize/weight_store.py); sessions load models from files with external
 data; the artifacts are written and the model dropped before they are validated, one session at a
-time. Peak about 3.4 W above the libraries (tests/orchestration/test_text_generation_memory.py).
+time. Peak about 2.6 W above the libraries (tests/orchestration/test_text_generation_memory.py).
 """
 
 from __future__ import annotations
@@ -152,11 +152,12 @@ def export_and_reference(folder: Path, options, report, scratch: Path, *, on_sta
     return ir, cfg, ref, prompts, export
 
 
-def attach_weights(ir, export: Path):
-    """The IR with its weights read into its ModelProto from the export's data file (in place)."""
+def attach_weights(ir, path: Path):
+    """The IR with its weights read into its ModelProto (in place) from the data file of `path`, the
+    model file that ModelProto was read from."""
     from modelport.optimize.weight_store import WeightStore
 
-    WeightStore(export.parent).attach(ir.model)
+    WeightStore(path.parent).attach(ir.model)
     return ir
 
 
@@ -209,7 +210,10 @@ def fused(ir, cfg, ref, prompts, options, report, export: Path, *, on_stage=None
     """The IR with onnxruntime's decoder fusions, kept only when it still generates the reference's
     tokens with logits within the fp32 tolerance (else the unfused IR, and the row says why;
     under --strict the run fails). `ir`'s model is the export's graph, its weights in `export`'s
-    data file: the fusion reads them from there, so the fused model is the only one in memory."""
+    data file: the fusion reads them from there, so the fused model is the only one in memory, and it is
+    written to a file of its own and dropped while onnxruntime generates with it."""
+    import onnx
+
     from modelport.errors import ValidationError
     from modelport.onnx_io import save_onnx
     from modelport.optimize.decoder_fusion import fuse_decoder
@@ -223,19 +227,18 @@ def fused(ir, cfg, ref, prompts, options, report, export: Path, *, on_stage=None
         path = export.parent.parent / "fused" / "model.onnx"
         path.parent.mkdir()
         save_onnx(model, path, external=True)  # onnxruntime reads the weights from the file, not from a serialised copy
+        del model  # not held while onnxruntime runs it: read back from the file when kept
         result, _ = generation.judge_onnx(path, ref, prompts, tg.new_tokens, cfg.safe_pad, hop="fused", atol=tol.atol,
                                           rtol=tol.rtol)
-        for f in path.parent.iterdir():
-            f.unlink()
         row.note(**details, kept=result.ok, token_agreement=round(result.tokens, 6), max_abs=result.max_abs)
         if not result.ok:
             row.note(reason=result.reason)
             if options.strict:
                 raise ValidationError(f"decoder fusion breaks generation: {result.reason} (--strict)")
             report.warn(f"decoder fusion rolled back: {result.reason}")
-            del model
             return attach_weights(ir, export)
-    return ir.clone(model)
+    model = ir.clone(onnx.load(str(path), load_external_data=False))
+    return attach_weights(model, path)
 
 
 def auto_variant(ir, cfg, ref, prompts, options, report, *, on_stage=None):
