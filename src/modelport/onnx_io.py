@@ -185,6 +185,8 @@ def save_onnx(model, path: str | Path, *, external: bool | None = None) -> list[
     if external:
         write_external(model, path, data_name)
         return [path, data_path] if data_path.exists() else [path]
+    if tensor_bytes(model) + (1 << 20) > protobuf_limit():
+        raise ValueError(f"{path.name}: the model's tensors pass the 2 GiB protobuf limit; save it with external data")
     write_streamed(model, path)
     return [path]
 
