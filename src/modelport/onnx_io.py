@@ -141,17 +141,39 @@ def tensor_bytes(model) -> int:
             info = {e.key: e.value for e in t.external_data}
             total += int(info.get("length", 0) or 0)
         else:
-            total += len(t.raw_data) + 4 * (len(t.float_data) + len(t.int32_data)) + 8 * (len(t.int64_data) + len(t.double_data))
+            total += raw_nbytes(t) + 4 * (len(t.float_data) + len(t.int32_data)) + 8 * (len(t.int64_data) + len(t.double_data))
     return total
 
 
+SUB_BYTE_BITS = {21: 4, 22: 4, 23: 4, 25: 2, 26: 2}  # UINT4, INT4, FLOAT4E2M1, UINT2, INT2: packed below one byte
+
+
+def raw_nbytes(tensor) -> int:
+    """Bytes in a tensor's raw_data, from its dims and type: reading `raw_data` itself copies the
+    whole buffer (protobuf hands out a new bytes object each time), which for a 500 MB weight costs
+    500 MB and half a second just to learn its length."""
+    if not tensor.HasField("raw_data"):
+        return 0
+    import math
+
+    import numpy as np
+    import onnx
+
+    count = math.prod(tensor.dims)
+    try:
+        if tensor.data_type in SUB_BYTE_BITS:
+            return (count * SUB_BYTE_BITS[tensor.data_type] + 7) // 8
+        return count * np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type)).itemsize
+    except (KeyError, TypeError, ValueError):
+        return len(tensor.raw_data)
+
+
 def save_onnx(model, path: str | Path, *, external: bool | None = None) -> list[Path]:
-    """Save `model` (with all data in memory) to `path`; returns the files written.
+    """Save `model` (with all data in memory) to `path`; returns the files written. `model` is not changed.
 
     External data goes to `<name>.data` beside the model when asked for or when the tensors
     would not fit the protobuf limit. Any existing data file is removed first (onnx appends).
     """
-    import onnx
 
     path = Path(path)
     data_name = path.name + ".data"
@@ -161,18 +183,151 @@ def save_onnx(model, path: str | Path, *, external: bool | None = None) -> list[
     if external is None:
         external = tensor_bytes(model) + (1 << 20) > min(EXTERNAL_DATA_THRESHOLD, protobuf_limit())
     if external:
-        onnx.save_model(
-            model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-            location=data_name, size_threshold=1024,
-        )
-        # save_model converts the in-memory model to external references; read them back so the
-        # caller's model keeps its data.
-        import onnx.external_data_helper as edh
-
-        edh.load_external_data_for_model(model, str(path.parent))
+        write_external(model, path, data_name)
         return [path, data_path] if data_path.exists() else [path]
-    onnx.save_model(model, str(path))
+    if tensor_bytes(model) + (1 << 20) > protobuf_limit():
+        raise ValueError(f"{path.name}: the model's tensors pass the 2 GiB protobuf limit; save it with external data")
+    write_streamed(model, path)
     return [path]
+
+
+EXTERNAL_MIN_BYTES = 1024  # initializers at least this large go to the data file (onnx's own size_threshold)
+EXTERNAL_ALIGN = 4096  # each tensor starts on a page boundary of the data file
+
+
+def write_external(model, path: Path, data_name: str) -> None:
+    """`model` as `path` (the graph) and `data_name` beside it (the initializers' bytes, one after
+    another), written tensor by tensor without changing `model`.
+
+    onnx's own external-data save moves every tensor's bytes out of the model and clears them; with
+    the upb protobuf runtime the cleared bytes stay allocated as long as the model lives, and putting
+    them back allocates the model's size a second time. Here the model is only read: the file holds
+    a copy of the graph whose large initializers name their place in the data file instead."""
+    import onnx
+
+    skeleton = onnx.ModelProto()
+    _copy_fields(model, skeleton, skip=("graph",))
+    _copy_fields(model.graph, skeleton.graph, skip=("initializer",))
+    with open(path.parent / data_name, "wb") as data:
+        for tensor in model.graph.initializer:
+            out = skeleton.graph.initializer.add()
+            if raw_nbytes(tensor) < EXTERNAL_MIN_BYTES or tensor.data_location == onnx.TensorProto.EXTERNAL:
+                out.CopyFrom(tensor)
+                continue
+            _copy_fields(tensor, out, skip=("raw_data",))
+            offset = -data.tell() % EXTERNAL_ALIGN + data.tell()
+            data.seek(offset)
+            data.write(tensor.raw_data)
+            out.data_location = onnx.TensorProto.EXTERNAL
+            for key, value in (("location", data_name), ("offset", str(offset)), ("length", str(data.tell() - offset))):
+                entry = out.external_data.add()
+                entry.key, entry.value = key, value
+    if not any(t.data_location == onnx.TensorProto.EXTERNAL for t in skeleton.graph.initializer):
+        (path.parent / data_name).unlink()
+    write_streamed(skeleton, path)
+
+
+def write_streamed(model, path: Path) -> None:
+    """`model.SerializeToString()` written to `path` piece by piece, the same bytes: the model's and
+    the graph's fields in field-number order, each initializer serialised on its own. Serialising the
+    whole model at once holds its size in memory once more, and the upb runtime's growing output
+    buffer up to twice that again (a 390 MB model measured +1.2 GB while `onnx.save_model` ran)."""
+    import onnx
+
+    graph_field = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"]
+    init_field = onnx.GraphProto.DESCRIPTOR.fields_by_name["initializer"]
+    head, tail, graph_head, graph_tail = onnx.ModelProto(), onnx.ModelProto(), onnx.GraphProto(), onnx.GraphProto()
+    graph = model.graph
+    fields = _set_fields(model)
+    _copy_fields(model, head, only=[f for f in fields if f.number < graph_field.number])
+    _copy_fields(model, tail, only=[f for f in fields if f.number > graph_field.number])
+    fields = _set_fields(graph)
+    _copy_fields(graph, graph_head, only=[f for f in fields if f.number < init_field.number])
+    _copy_fields(graph, graph_tail, only=[f for f in fields if f.number > init_field.number])
+    sizes = [_serialized_size(t) for t in graph.initializer]
+    init_tag = _varint(init_field.number << 3 | 2)
+    graph_size = graph_head.ByteSize() + sum(len(init_tag) + len(_varint(n)) + n for n in sizes) + graph_tail.ByteSize()
+    with open(path, "wb") as f:
+        f.write(head.SerializeToString())
+        if model.HasField("graph"):
+            f.write(_varint(graph_field.number << 3 | 2) + _varint(graph_size))
+            f.write(graph_head.SerializeToString())
+            for tensor, size in zip(graph.initializer, sizes, strict=True):
+                f.write(init_tag + _varint(size))
+                start = f.tell()
+                _write_tensor(f, tensor)
+                if f.tell() - start != size:
+                    raise ValueError(f"initializer {tensor.name!r} serialised to {f.tell() - start} bytes, not {size}")
+            f.write(graph_tail.SerializeToString())
+        f.write(tail.SerializeToString())
+
+
+def _write_tensor(f, tensor) -> None:
+    """`tensor.SerializeToString()` written to `f` with its raw_data passed through as it is (encoding
+    a tensor whole holds its bytes up to three times)."""
+    import onnx
+
+    if not tensor.HasField("raw_data"):
+        f.write(tensor.SerializeToString())
+        return
+    field = onnx.TensorProto.DESCRIPTOR.fields_by_name["raw_data"]
+    head, tail = onnx.TensorProto(), onnx.TensorProto()
+    fields = _set_fields(tensor)
+    _copy_fields(tensor, head, only=[f for f in fields if f.number < field.number])
+    _copy_fields(tensor, tail, only=[f for f in fields if f.number > field.number])
+    data = tensor.raw_data
+    f.write(head.SerializeToString() + _varint(field.number << 3 | 2) + _varint(len(data)))
+    f.write(data)
+    del data
+    f.write(tail.SerializeToString())
+
+
+def _serialized_size(tensor) -> int:
+    """`tensor.ByteSize()`, without encoding its raw_data to count it (as long as ByteSize itself)."""
+    import onnx
+
+    if not tensor.HasField("raw_data"):
+        return tensor.ByteSize()
+    meta = onnx.TensorProto()
+    _copy_fields(tensor, meta, skip=("raw_data",))
+    field = onnx.TensorProto.DESCRIPTOR.fields_by_name["raw_data"]
+    n = raw_nbytes(tensor)
+    return meta.ByteSize() + len(_varint(field.number << 3 | 2)) + len(_varint(n)) + n
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _is_repeated(field) -> bool:
+    return field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
+
+
+def _set_fields(message) -> list:
+    """The field descriptors set in `message`, in field-number order. (Unlike `ListFields()`, which
+    hands out every value, a tensor's raw_data included, as a fresh copy.)"""
+    fields = sorted(message.DESCRIPTOR.fields, key=lambda f: f.number)
+    return [f for f in fields if (len(getattr(message, f.name)) if _is_repeated(f) else message.HasField(f.name))]
+
+
+def _copy_fields(src, dst, *, skip=(), only=None) -> None:
+    """Copy the set fields of protobuf message `src` into `dst`: those in `only` (descriptors) or
+    else all, except the ones named in `skip`."""
+    for field in only if only is not None else _set_fields(src):
+        if field.name in skip:
+            continue
+        value = getattr(src, field.name)
+        if _is_repeated(field):
+            getattr(dst, field.name).extend(value)
+        elif field.message_type is not None:
+            getattr(dst, field.name).CopyFrom(value)
+        else:
+            setattr(dst, field.name, value)
 
 
 def model_files(path: str | Path) -> list[Path]:

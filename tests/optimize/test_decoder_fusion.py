@@ -246,3 +246,20 @@ def test_rotary_embedding_form_of_transformers_517_fuses_exactly(family, tmp_pat
             for g, r in zip(got[1:], ref[1:], strict=True):
                 assert g.shape == r.shape == (2, cfg.kv_heads, past + sequence, cfg.head_dim)
                 assert np.abs(g - r).transpose(0, 2, 1, 3)[real].max() < 2e-6
+
+
+def test_fusion_reading_the_weights_from_the_export_file_gives_the_same_model(fused, tmp_path):
+    """The text-generation route fuses the export as written to a file with external data, reading each
+    weight from there only when needed (optimize/weight_store.py): the model must be the one fusing the
+    export held in memory gives, byte for byte, with every weight back in memory."""
+    import onnx
+
+    from modelport.onnx_io import save_onnx
+
+    _, raw, _, cfg, _, out, _, _ = fused
+    save_onnx(raw, tmp_path / "model.onnx", external=True)
+    graph_only = onnx.load(str(tmp_path / "model.onnx"), load_external_data=False)
+    assert sum(t.data_location == onnx.TensorProto.EXTERNAL for t in graph_only.graph.initializer) > 5
+    from_file, _ = fuse_decoder(graph_only, context_length=cfg.context_length, base_dir=tmp_path)
+    assert not [t.name for t in from_file.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    assert from_file.SerializeToString() == out.SerializeToString()

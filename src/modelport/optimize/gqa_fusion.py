@@ -56,10 +56,10 @@ class NoMatch(Exception):
 class _Graph:
     """Producer/consumer maps and constant lookup over a GraphProto (rebuilt after each change)."""
 
-    def __init__(self, graph):
+    def __init__(self, graph, store=None):
         import onnx.numpy_helper as nh
 
-        self.graph = graph
+        self.graph, self.store = graph, store
         self.producer = {o: n for n in graph.node for o in n.output if o}
         self.consumers = defaultdict(list)
         for n in graph.node:
@@ -80,7 +80,8 @@ class _Graph:
         if name in self.consts:
             return self.consts[name]
         if name in self.inits:
-            return self._nh.to_array(self.inits[name])
+            tensor = self.inits[name]
+            return self.store.array(tensor) if self.store is not None else self._nh.to_array(tensor)
         return None
 
     def node(self, name, op, domain=("", "ai.onnx")):
@@ -212,8 +213,10 @@ def rotary_caches(model, g: _Graph, cos: str, sin: str, positions: int, head_dim
     used = {i for n in nodes for i in n.input}
     pos_in = next(i for i in g.graph.input if i.name == "position_ids")
     outs = [onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None) for n in (cos, sin)]
-    sub = onnx.helper.make_graph(list(nodes), "rotary", [pos_in], outs,
-                                 initializer=[t for t in g.graph.initializer if t.name in used])
+    inits = [t for t in g.graph.initializer if t.name in used]
+    if g.store is not None:  # weights held outside the proto (optimize/weight_store.py)
+        inits = [g.store.materialize(t) for t in inits]
+    sub = onnx.helper.make_graph(list(nodes), "rotary", [pos_in], outs, initializer=inits)
     sub_model = onnx.helper.make_model(sub, opset_imports=list(model.opset_import), ir_version=model.ir_version)
     session = ort.InferenceSession(sub_model.SerializeToString(), providers=["CPUExecutionProvider"])
     got = session.run(None, {"position_ids": np.arange(positions, dtype=np.int64)[None, :]})
@@ -378,14 +381,15 @@ def _dce(graph) -> None:
     keep.reverse()
     del graph.node[:]
     graph.node.extend(keep)
-    inits = [t for t in graph.initializer if t.name in live]
-    del graph.initializer[:]
-    graph.initializer.extend(inits)
+    from modelport.optimize.weight_store import drop_unused_initializers
+
+    drop_unused_initializers(graph, live)
 
 
-def fuse_group_query_attention(model, *, context_length: int, pack_qkv: bool = True):
+def fuse_group_query_attention(model, *, context_length: int, pack_qkv: bool = True, store=None):
     """(model with GroupQueryAttention layers, details): `model` is changed in place (the caller passes a copy).
-    details: layers (how many), fused (which), unfused ({layer: reason}), packed_qkv (layers packed)."""
+    details: layers (how many), fused (which), unfused ({layer: reason}), packed_qkv (layers packed).
+    `store` (optimize/weight_store.py) reads the weights `model` holds as references."""
     import onnx
     import onnx.numpy_helper as nh
 
@@ -404,7 +408,7 @@ def fuse_group_query_attention(model, *, context_length: int, pack_qkv: bool = T
         details["unfused"]["model"] = "the cache's kv_heads/head_dim are not static"
         return model, details
 
-    g = _Graph(graph)
+    g = _Graph(graph, store)
     layers, caches = [], {}
     for i in range(n_layers):
         try:

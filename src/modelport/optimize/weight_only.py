@@ -40,22 +40,33 @@ class WeightOnlyOptions:
             raise BadInputError(f"bad accuracy level {self.accuracy_level}: 0 to 4 (MatMulNBits' compute type)")
 
 
-def quantize_weight_only(model, options: WeightOnlyOptions):
+def quantize_weight_only(model, options: WeightOnlyOptions, *, in_place: bool = False):
     """(quantised ModelProto, details): every MatMul with a constant 2-D weight becomes MatMulNBits.
-    The input model is not modified."""
+    The input model is not modified, unless `in_place`: then it is quantised where it is, and the
+    caller must drop it (it holds the replaced float weights until it is freed).
+
+    The result is a fresh proto holding only what the quantised graph uses: the quantiser replaces
+    weights inside the proto it is given, and with the upb protobuf runtime the float weights it
+    removed stay allocated for as long as that proto lives (optimize/weight_store.py), i.e. for as
+    long as the quantised model would be kept (through emission and validation)."""
     import onnx
 
     require("onnxruntime", purpose="weight-only quantisation")
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
 
     logging.getLogger("onnxruntime.quantization").setLevel(logging.ERROR)
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    before = sum(1 for n in copy.graph.node if n.op_type == "MatMul")
-    quantizer = MatMulNBitsQuantizer(copy, bits=options.bits, block_size=options.block_size,
+    if in_place:
+        work = model
+    else:
+        work = onnx.ModelProto()
+        work.CopyFrom(model)
+    before = sum(1 for n in work.graph.node if n.op_type == "MatMul")
+    quantizer = MatMulNBitsQuantizer(work, bits=options.bits, block_size=options.block_size,
                                      is_symmetric=options.symmetric, accuracy_level=options.accuracy_level)
     quantizer.process()
-    out = quantizer.model.model
+    out = onnx.ModelProto()
+    out.CopyFrom(quantizer.model.model)
+    del quantizer, work
     after = sum(1 for n in out.graph.node if n.op_type == "MatMulNBits")
     if after == 0:
         raise BadInputError("no MatMul with a constant weight to quantise (weight-only quantisation needs them)")

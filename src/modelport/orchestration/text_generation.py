@@ -18,6 +18,14 @@ weight-only) and/or an onnxruntime-genai folder, each proven by generation.
 FP32 must give identical tokens and logits within tolerance; int8/int4 are judged by token
 agreement and worst logit error against `--accuracy-budget` (default `tokens>=0.9`). Everything
 is written through a staging folder: a failed run leaves nothing.
+
+Memory (the weights W in fp32; a model a few times the machine's memory must not need it many times
+over): the transformers model is held only through export and reference and dropped before any
+onnxruntime session; the exporter writes the weights from the torch tensors straight to a scratch
+file, from which the IR check's session and the fusion read them; passes and the quantiser keep no
+second copy of the model (optimize/weight_store.py); sessions load models from files with external
+data; the artifacts are written and the model dropped before they are validated, one session at a
+time. Peak about 2.6 W above the libraries (tests/orchestration/test_text_generation_memory.py).
 """
 
 from __future__ import annotations
@@ -95,8 +103,17 @@ def check_request(options) -> None:
         raise BadInputError(f"--task {TASK} --optimize auto times onnxruntime variants; not --runtimes {','.join(runtimes)}")
 
 
-def export_and_reference(folder: Path, options, report, *, on_stage=None):
-    """(IR, the transformers model, the reference generation, the prompts)."""
+def export_and_reference(folder: Path, options, report, scratch: Path, *, on_stage=None):
+    """(IR, decoder config, the reference generation, the prompts, the export's file).
+
+    Memory: the transformers model (in fp32) is the largest thing held while it lives, so everything
+    that needs it runs first and it is dropped before any onnxruntime session starts. The export is
+    written by the exporter to `scratch/export/model.onnx` with its weights in a data file, straight
+    from the torch tensors, so weights are never held both as torch tensors and as ONNX bytes; the
+    IR's ModelProto comes back as the graph alone (its initializers refer to that file, see
+    `attach_weights`)."""
+    import gc
+
     from modelport.parsers import hf_decoder
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
     from modelport.specs import SourceSpec
@@ -105,10 +122,12 @@ def export_and_reference(folder: Path, options, report, *, on_stage=None):
 
     tg = options.text_generation
     spec = SourceSpec(path=folder, opset=options.opset, seed=options.seed)
+    export = scratch / "export" / "model.onnx"
+    export.parent.mkdir(parents=True, exist_ok=True)
     with run_stage(report, "parse", on_stage=on_stage) as parsed:
         cfg = hf_decoder.read_decoder_config(folder)
         model = hf_decoder.load_model(folder)
-        ir = hf_decoder.parse_loaded(folder, spec, model, cfg)
+        ir = hf_decoder.parse_loaded(folder, spec, model, cfg, save_to=export)
         parsed.note(nodes=len(ir.model.graph.node), exporter=ir.provenance.get("exporter"), family=cfg.family)
     report.set_source({k: ir.provenance.get(k) for k in ("path", "framework", "format")})
     report.set_contract(ir.contract())
@@ -116,11 +135,6 @@ def export_and_reference(folder: Path, options, report, *, on_stage=None):
         report.warn(f"context limited to {cfg.context_length} of {cfg.context_capped_from} tokens: past "
                     f"{cfg.context_length} longrope switches to its long factors and transformers re-encodes the whole "
                     "cache, which a KV-cache graph cannot (the ort-genai folder stops there)")
-    tol = options.tolerance("fp32")
-    with run_stage(report, "validate:ir", on_stage=on_stage):
-        parity = check(OnnxRuntimeRunner(ir.model), ir.reference, tol, "transformers→onnx (IR, one decode step)")
-    report.add_parity(parity)
-    parity.raise_if_failed(path=folder)
     prompts = generation.fixed_prompts(cfg.vocab_size, seed=options.seed, avoid=(cfg.safe_pad,))
     longest = max(len(p) for p in prompts) + tg.new_tokens
     if longest > cfg.context_length:
@@ -128,11 +142,29 @@ def export_and_reference(folder: Path, options, report, *, on_stage=None):
                             f"context of {cfg.context_length} tokens", path=folder)
     with run_stage(report, "reference:generate", on_stage=on_stage, new_tokens=tg.new_tokens, prompts=len(prompts)):
         ref = generation.generate_transformers(model, prompts, tg.new_tokens, cfg.safe_pad)
-    return ir, cfg, ref, prompts
+    del model
+    gc.collect()  # the transformers model: released before onnxruntime loads the export
+    tol = options.tolerance("fp32")
+    with run_stage(report, "validate:ir", on_stage=on_stage):
+        parity = check(OnnxRuntimeRunner(export), ir.reference, tol, "transformers→onnx (IR, one decode step)")
+    report.add_parity(parity)
+    parity.raise_if_failed(path=folder)
+    return ir, cfg, ref, prompts, export
+
+
+def attach_weights(ir, path: Path):
+    """The IR with its weights read into its ModelProto (in place) from the data file of `path`, the
+    model file that ModelProto was read from."""
+    from modelport.optimize.weight_store import WeightStore
+
+    WeightStore(path.parent).attach(ir.model)
+    return ir
 
 
 def convert_text_generation(folder, output_dir, options, *, on_stage=None) -> dict:
     """The text-generation route of `convert` (see the module docstring); returns the report."""
+    import tempfile
+
     from modelport.staging import check_output, staged_dir
     from modelport.validation.report import Run
 
@@ -150,28 +182,37 @@ def convert_text_generation(folder, output_dir, options, *, on_stage=None) -> di
         if sniff(folder):  # the Hugging Face folder rules: remote code, pickled weights, links leading outside
             check_safety(folder, read_config(folder), trust=options.trust)
             companion_files(folder)
-        ir, cfg, ref, prompts = export_and_reference(folder, options, report, on_stage=on_stage)
-        level = options.optimize.level if options.optimize is not None else None
-        variant = None
-        if level == "auto":
-            model, precision, variant = auto_variant(ir, cfg, ref, prompts, options, report, on_stage=on_stage)
-        else:
-            if level == "all":
-                ir = fused(ir, cfg, ref, prompts, options, report, on_stage=on_stage)
-            model, precision = quantized(ir, options, report, on_stage=on_stage)
-        with staged_dir(out, [folder], force=options.force) as stage:
-            for target in options.targets:
-                emit_and_generate(target, ir, model, precision, cfg, ref, prompts, stage, options, report, out,
-                                  on_stage=on_stage, variant=variant)
-            report.write(stage)
+        with tempfile.TemporaryDirectory(prefix="modelport-text-generation-") as tmp:
+            scratch = Path(tmp)
+            ir, cfg, ref, prompts, export = export_and_reference(folder, options, report, scratch, on_stage=on_stage)
+            level = options.optimize.level if options.optimize is not None else None
+            variant = None
+            if level == "auto":
+                ir = attach_weights(ir, export)
+                model, precision, variant = auto_variant(ir, cfg, ref, prompts, options, report, on_stage=on_stage)
+            else:
+                ir = fused(ir, cfg, ref, prompts, options, report, export, on_stage=on_stage) if level == "all" \
+                    else attach_weights(ir, export)
+                ir, precision = quantized(ir, options, report, on_stage=on_stage)
+                model = ir.model
+            source, ir = ir.provenance.get("path"), None
+            with staged_dir(out, [folder], force=options.force) as stage:
+                paths = {target: emit(target, model, precision, cfg, source, stage, options, report, on_stage=on_stage,
+                                      variant=variant) for target in options.targets}
+                del model  # every artifact is written: onnxruntime validates each from its files, one at a time
+                for target, path in paths.items():
+                    generate_and_judge(target, path, precision, cfg, ref, prompts, options, report, out, on_stage=on_stage)
+                report.write(stage)
     return report.to_dict()
 
 
-def fused(ir, cfg, ref, prompts, options, report, *, on_stage=None):
+def fused(ir, cfg, ref, prompts, options, report, export: Path, *, on_stage=None):
     """The IR with onnxruntime's decoder fusions, kept only when it still generates the reference's
     tokens with logits within the fp32 tolerance (else the unfused IR, and the row says why;
-    under --strict the run fails)."""
-    import tempfile
+    under --strict the run fails). `ir`'s model is the export's graph, its weights in `export`'s
+    data file: the fusion reads them from there, so the fused model is the only one in memory, and it is
+    written to a file of its own and dropped while onnxruntime generates with it."""
+    import onnx
 
     from modelport.errors import ValidationError
     from modelport.onnx_io import save_onnx
@@ -182,20 +223,22 @@ def fused(ir, cfg, ref, prompts, options, report, *, on_stage=None):
     tg = options.text_generation
     tol = options.tolerance("fp32")
     with run_stage(report, "optimize:decoder-fusion", on_stage=on_stage) as row:
-        model, details = fuse_decoder(ir.model, context_length=cfg.context_length)
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "fused.onnx"
-            save_onnx(model, path)
-            result, _ = generation.judge_onnx(path, ref, prompts, tg.new_tokens, cfg.safe_pad, hop="fused", atol=tol.atol,
-                                              rtol=tol.rtol)
+        model, details = fuse_decoder(ir.model, context_length=cfg.context_length, base_dir=export.parent)
+        path = export.parent.parent / "fused" / "model.onnx"
+        path.parent.mkdir()
+        save_onnx(model, path, external=True)  # onnxruntime reads the weights from the file, not from a serialised copy
+        del model  # not held while onnxruntime runs it: read back from the file when kept
+        result, _ = generation.judge_onnx(path, ref, prompts, tg.new_tokens, cfg.safe_pad, hop="fused", atol=tol.atol,
+                                          rtol=tol.rtol)
         row.note(**details, kept=result.ok, token_agreement=round(result.tokens, 6), max_abs=result.max_abs)
         if not result.ok:
             row.note(reason=result.reason)
             if options.strict:
                 raise ValidationError(f"decoder fusion breaks generation: {result.reason} (--strict)")
             report.warn(f"decoder fusion rolled back: {result.reason}")
-            return ir
-    return ir.clone(model)
+            return attach_weights(ir, export)
+    model = ir.clone(onnx.load(str(path), load_external_data=False))
+    return attach_weights(model, path)
 
 
 def auto_variant(ir, cfg, ref, prompts, options, report, *, on_stage=None):
@@ -235,42 +278,53 @@ def auto_variant(ir, cfg, ref, prompts, options, report, *, on_stage=None):
 
 
 def quantized(ir, options, report, *, on_stage=None):
-    """(ModelProto at the requested precision, precision)."""
+    """(the IR at the requested precision, precision). The model is quantised in place and `ir` is
+    not to be used after (its model would hold the float weights the quantiser replaced)."""
     from modelport.optimize.weight_only import quantize_weight_only
     from modelport.validation.report import run_stage
 
     if options.precision == "fp32":
-        return ir.model, "fp32"
+        return ir, "fp32"
     tg = options.text_generation
     wo = WeightOnlyOptions(bits=BITS[options.precision], block_size=tg.block_size, symmetric=tg.symmetric)
     with run_stage(report, f"quantize:{options.precision}", on_stage=on_stage) as row:
-        model, details = quantize_weight_only(ir.model, wo)
-        row.note(nodes_before=len(ir.model.graph.node), nodes=len(model.graph.node), **details)
-    return model, options.precision
+        nodes_before = len(ir.model.graph.node)
+        model, details = quantize_weight_only(ir.model, wo, in_place=True)
+        ir.model = None  # the float model, changed by the quantiser: freed here
+        row.note(nodes_before=nodes_before, nodes=len(model.graph.node), **details)
+    return ir.clone(model), options.precision
 
 
-def emit_and_generate(target, ir, model, precision, cfg, ref, prompts, stage: Path, options, report, out, *, on_stage=None,
-                      variant: str | None = None):
+def emit(target, model, precision, cfg, source, stage: Path, options, report, *, on_stage=None,
+         variant: str | None = None) -> Path:
+    """Write one target's artifact into `stage` (its report entry added); returns its path."""
     from modelport.emitters import ort_genai
     from modelport.onnx_io import save_onnx
     from modelport.staging import describe_files
-    from modelport.validation import generation
     from modelport.validation.report import run_stage
 
-    tg = options.text_generation
-    budget = tg.generation_budget(precision)
-    tol = options.tolerance("fp32")
     with run_stage(report, f"emit:{target}", on_stage=on_stage):
         if target == "onnx":
             path = stage / "model.onnx"
             files = save_onnx(model, path)
         else:
             path = stage / "ort-genai"
-            files = ort_genai.write_folder(model, cfg.to_dict(), ir.provenance.get("path"), path)
-    entry = {"target": target, "runtime": "onnxruntime" if target == "onnx" else ort_genai.RUNTIME, "precision": precision,
-             "requested_precision": options.precision, **describe_files(path, files, stage), "nodes": len(model.graph.node),
-             **({"variant": variant} if variant else {})}
-    report.add_artifact(entry)
+            files = ort_genai.write_folder(model, cfg.to_dict(), source, path)
+    report.add_artifact({"target": target, "runtime": "onnxruntime" if target == "onnx" else ort_genai.RUNTIME,
+                         "precision": precision, "requested_precision": options.precision,
+                         **describe_files(path, files, stage), "nodes": len(model.graph.node),
+                         **({"variant": variant} if variant else {})})
+    return path
+
+
+def generate_and_judge(target, path: Path, precision, cfg, ref, prompts, options, report, out, *, on_stage=None):
+    """Validate one written artifact by generation, from its files (exit 4 when it fails)."""
+    from modelport.validation import generation
+    from modelport.validation.report import run_stage
+
+    tg = options.text_generation
+    budget = tg.generation_budget(precision)
+    tol = options.tolerance("fp32")
     hop = f"transformers→{target} ({precision}, greedy {tg.new_tokens} tokens)"
     with run_stage(report, f"validate:{target}", on_stage=on_stage):
         model_file = path if target == "onnx" else path / "model.onnx"

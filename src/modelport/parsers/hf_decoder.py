@@ -264,9 +264,15 @@ def sample_step(cfg: DecoderConfig, *, seed: int = 0, batch: int = 2, past: int 
     return feeds
 
 
-def export_decoder(folder: str | Path, *, opset: int | None = None, model=None, cfg: DecoderConfig | None = None):
+def export_decoder(folder: str | Path, *, opset: int | None = None, model=None, cfg: DecoderConfig | None = None,
+                   save_to: Path | None = None):
     """(onnx.ModelProto, DecoderConfig): the folder's decoder with a KV cache, dims named batch,
-    sequence, past_sequence and total_sequence."""
+    sequence, past_sequence and total_sequence.
+
+    `save_to` (a path `.../model.onnx`): the exporter writes the model there, its weights tensor by
+    tensor into `model.onnx.data` beside it, straight from the torch tensors, and the ModelProto
+    returned holds the graph only (its initializers refer to that file). The weights are then never
+    held twice in memory (as torch tensors and as protobuf bytes)."""
     folder = Path(folder)
     cfg = cfg or read_decoder_config(folder)
     model = model if model is not None else load_model(folder)
@@ -294,8 +300,20 @@ def export_decoder(folder: str | Path, *, opset: int | None = None, model=None, 
         except Exception as e:
             raise UnsupportedError(f"{cfg.architecture} cannot be exported with a KV cache: {export_failure(e)}",
                                    path=folder) from None
-    onnx_model = prog.model_proto
+    from modelport.optimize.weight_store import forget_onnxscript_matches
+
+    forget_onnxscript_matches()  # else a rewrite rule keeps the export's graph, and the torch parameters in it
+    if save_to is None:
+        onnx_model = prog.model_proto
+        name_dims(onnx_model, cfg)
+        return onnx_model, cfg
+    import onnx
+
+    prog.save(str(save_to), external_data=True)
+    del prog
+    onnx_model = onnx.load(str(save_to), load_external_data=False)
     name_dims(onnx_model, cfg)
+    onnx.save_model(onnx_model, str(save_to))  # the graph with its dims named; the data file stays as written
     return onnx_model, cfg
 
 
@@ -341,12 +359,13 @@ def export_task(task, ctx) -> IRModel:
     return parse(ctx.folder, ctx.spec)
 
 
-def parse_loaded(folder: Path, spec, model, cfg: DecoderConfig) -> IRModel:
-    """`parse` for a model already loaded (the caller keeps it, e.g. to generate references)."""
+def parse_loaded(folder: Path, spec, model, cfg: DecoderConfig, *, save_to: Path | None = None) -> IRModel:
+    """`parse` for a model already loaded (the caller keeps it, e.g. to generate references).
+    `save_to`: see `export_decoder` (the IR's model is then the graph, its weights in that file)."""
     import numpy as np
     torch = require("torch")
 
-    onnx_model, cfg = export_decoder(folder, opset=spec.opset, model=model, cfg=cfg)
+    onnx_model, cfg = export_decoder(folder, opset=spec.opset, model=model, cfg=cfg, save_to=save_to)
     feeds = sample_step(cfg, seed=spec.seed)
     module = flat_cache_module(model, cfg)
     with torch.no_grad():

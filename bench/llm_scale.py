@@ -1,0 +1,222 @@
+"""Decoder LM conversion at scale: peak memory (whole process tree) and wall time of
+`modelport convert --task text-generation` against onnxruntime-genai's model builder, on one
+random-init folder built from a config (default: Qwen2.5-0.5B's, bf16 safetensors, 943 MB).
+
+Rows, run in turn within each round (a burst of load on a shared machine hits every row alike):
+
+    modelport fp32    modelport convert FOLDER --task text-generation -o OUT (model.onnx)
+    builder fp32      python -m onnxruntime_genai.models.builder -i FOLDER -o OUT -p fp32 -e cpu
+    modelport int4    ... --precision int4 --optimize all (block 32, symmetric)
+    builder int4      ... -p int4
+
+Each command runs in its own process; a sampler reads the RSS of that process and all its children
+every 0.2 s and keeps the largest sum (the tree's peak; `/usr/bin/time` only gives the largest single
+process). modelport's wall time is split into conversion and validation from its report.json
+(stages `validate:*` and `reference:*` are validation). Random weights leave int4 logits near-tied,
+so the int4 rows pass `--accuracy-budget tokens>=0` and print the token agreement beside them. The
+modelport rows write model.onnx, not --to ort-genai: on random weights onnxruntime-genai's int4 kernels
+break near-ties differently from onnxruntime's (token agreement 0.98 between the two runtimes on the
+small folder), which the ort-genai validation refuses whatever the budget.
+
+Usage: python bench/llm_scale.py [--layers 24 --hidden 896 --intermediate 4864 --heads 14 --kv-heads 2
+                                  --vocab 151936 --rounds 1 --work DIR --no-builder]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+# Qwen2.5-0.5B's config.json (the shape; the weights are random)
+QWEN25_05B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+                  num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768, rope_theta=1000000.0,
+                  rms_norm_eps=1e-6, tie_word_embeddings=True, bos_token_id=151643, eos_token_id=151643,
+                  use_sliding_window=False, sliding_window=32768, max_window_layers=21)
+
+
+def build_folder(folder: Path, **overrides) -> Path:
+    """A random-init Qwen2 `save_pretrained` folder in bf16 (Qwen2.5-0.5B's config with `overrides`)
+    and a small byte-level BPE tokenizer (the builder and onnxruntime-genai load one)."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(**{**QWEN25_05B, **overrides}, torch_dtype="bfloat16")
+    with torch.device("meta"):
+        model = Qwen2ForCausalLM(cfg)
+    model = model.to(torch.bfloat16).to_empty(device="cpu")  # one bf16 copy, never an fp32 one
+    model.tie_weights()  # to_empty gives lm_head a tensor of its own
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.fill_(1.0)
+            else:
+                p.normal_(0.0, 0.02)
+    model.generation_config.do_sample = False
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(folder))
+    del model
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(["the cat sat on the mat", "a dog ran in the park"] * 10,
+                            trainers.BpeTrainer(vocab_size=256, special_tokens=["<pad>", "<s>", "</s>"]))
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "GPT2Tokenizer", "bos_token": "<s>",
+                                                              "eos_token": "</s>", "pad_token": "<pad>"}))
+    return folder
+
+
+def tree_rss(proc) -> int:
+    """RSS bytes of a psutil.Process and every descendant (0 once it is gone)."""
+    import psutil
+
+    total = 0
+    try:
+        procs = [proc, *proc.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+class TreePeak:
+    """Samples the RSS of a process tree every `interval` seconds in a thread; `.peak` in bytes."""
+
+    def __init__(self, pid: int, interval: float = 0.2):
+        import psutil
+
+        self.proc, self.interval, self.peak = psutil.Process(pid), interval, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, tree_rss(self.proc))
+            self._stop.wait(self.interval)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        return False
+
+
+def measured(cmd: list[str], log: Path, env: dict | None = None) -> tuple[int, float, int]:
+    """(exit code, wall seconds, peak RSS bytes of the process tree) of one command."""
+    started = time.perf_counter()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+        with TreePeak(proc.pid) as peak:
+            rc = proc.wait()
+    return rc, time.perf_counter() - started, peak.peak
+
+
+def split_wall(report: Path) -> tuple[float | None, float | None]:
+    """(conversion seconds, validation seconds) from modelport's report.json stage rows."""
+    try:
+        stages = json.loads(report.read_text()).get("stages", [])
+    except (OSError, ValueError):
+        return None, None
+    check = sum(s.get("seconds") or 0.0 for s in stages if s["name"].startswith(("validate:", "reference:")))
+    total = sum(s.get("seconds") or 0.0 for s in stages)
+    return total - check, check
+
+
+def agreement(report: Path) -> float | None:
+    try:
+        gens = json.loads(report.read_text()).get("generation", [])
+    except (OSError, ValueError):
+        return None
+    return min((g["token_agreement"] for g in gens), default=None)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", type=int, default=QWEN25_05B["num_hidden_layers"])
+    ap.add_argument("--hidden", type=int, default=QWEN25_05B["hidden_size"])
+    ap.add_argument("--intermediate", type=int, default=QWEN25_05B["intermediate_size"])
+    ap.add_argument("--heads", type=int, default=QWEN25_05B["num_attention_heads"])
+    ap.add_argument("--kv-heads", type=int, default=QWEN25_05B["num_key_value_heads"])
+    ap.add_argument("--vocab", type=int, default=QWEN25_05B["vocab_size"])
+    ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds (the best of each row is kept)")
+    ap.add_argument("--precisions", default="fp32,int4")
+    ap.add_argument("--work", type=Path, default=None)
+    ap.add_argument("--no-builder", action="store_true")
+    a = ap.parse_args()
+
+    import tempfile
+
+    work = a.work or Path(tempfile.mkdtemp(prefix="llm_scale_"))
+    src = work / "src"
+    if not (src / "config.json").exists():
+        build_folder(src, hidden_size=a.hidden, intermediate_size=a.intermediate, num_hidden_layers=a.layers,
+                     num_attention_heads=a.heads, num_key_value_heads=a.kv_heads, vocab_size=a.vocab)
+    checkpoint = sum(f.stat().st_size for f in src.glob("*.safetensors"))
+    src_dir = str(Path(__file__).resolve().parents[1] / "src")  # this checkout's modelport
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(p for p in (src_dir, os.environ.get("PYTHONPATH")) if p)}
+    rows: dict[str, dict] = {}
+    precisions = [p for p in a.precisions.split(",") if p]
+    for _ in range(a.rounds):
+        for precision in precisions:
+            out = work / f"modelport_{precision}"
+            cmd = [sys.executable, "-m", "modelport", "convert", str(src), "--task", "text-generation", "-o", str(out),
+                   "--force", "--json"]
+            if precision != "fp32":
+                cmd += ["--precision", precision, "--optimize", "all", "--accuracy-budget", "tokens>=0"]
+            rc, wall, peak = measured(cmd, work / f"modelport_{precision}.log", env)
+            convert_s, check_s = split_wall(out / "report.json")
+            keep(rows, f"modelport {precision}", rc, wall, peak, convert=convert_s, validate=check_s,
+                 tokens=agreement(out / "report.json"))
+            if a.no_builder:
+                continue
+            out = work / f"builder_{precision}"
+            cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(src), "-o", str(out), "-p", precision,
+                   "-e", "cpu", "-c", str(work / "cache")]
+            rc, wall, peak = measured(cmd, work / f"builder_{precision}.log", env)
+            keep(rows, f"builder {precision}", rc, wall, peak, convert=wall)
+    print(f"\n{a.layers} layers, hidden {a.hidden}, intermediate {a.intermediate}, heads {a.heads}:{a.kv_heads}, "
+          f"vocab {a.vocab}; checkpoint {checkpoint / 1e6:.0f} MB (bf16); best of {a.rounds} interleaved round(s); "
+          "peak RSS of the process tree")
+    print("| row | exit | wall s | convert s | validate s | peak RSS GB | x checkpoint | vs builder RSS | vs builder wall "
+          "| tokens |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name, r in rows.items():
+        base = rows.get(f"builder {name.split()[-1]}")
+        vs_rss = f"{r['peak'] / base['peak']:.2f}x" if base and name.startswith("modelport") else ""
+        vs_wall = f"{r['convert'] / base['convert']:.2f}x" if base and name.startswith("modelport") and r["convert"] else ""
+        fmt = (lambda v: f"{v:.1f}" if isinstance(v, float) else "")  # noqa: E731
+        tokens = f"{r['tokens']:.2f}" if r.get("tokens") is not None else ""
+        print(f"| {name} | {r['rc']} | {r['wall']:.1f} | {fmt(r.get('convert'))} | {fmt(r.get('validate'))} | "
+              f"{r['peak'] / 1e9:.2f} | {r['peak'] / checkpoint:.1f} | {vs_rss} | {vs_wall} | {tokens} |")
+    return 0 if all(r["rc"] == 0 for r in rows.values()) else 1
+
+
+def keep(rows: dict, name: str, rc: int, wall: float, peak: int, **extra) -> None:
+    """Keep the best (lowest) wall and peak of a row over the rounds; a failed run is kept as failed."""
+    old = rows.get(name)
+    row = {"rc": rc, "wall": wall, "peak": peak, **extra}
+    if old is not None:
+        row = {**row, "rc": max(old["rc"], rc), "wall": min(old["wall"], wall), "peak": min(old["peak"], peak)}
+        for k in ("convert", "validate"):
+            if old.get(k) is not None and row.get(k) is not None:
+                row[k] = min(old[k], row[k])
+    rows[name] = row
+
+
+if __name__ == "__main__":
+    sys.exit(main())
