@@ -103,3 +103,23 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
         runner_options={"input_names": graph_inputs, "output_names": [o.name for o in model.model.graph.output],
                         "inputs": [s.to_dict() for s in model.inputs]},
     )
+
+
+def module_from_ir(ir: IRModel, work: Path):
+    """The IR as an `nn.Module` (eval mode) through the generated code, written into `work` (a
+    folder the caller owns) and imported from there: how routes that need a PyTorch module
+    (ExecuTorch, Core ML, litert-torch) take an ONNX-side source. Exit 2 naming the ops the
+    generator cannot write."""
+    from modelport.deps import require
+    from modelport.runtimes.torch_source import load_generated
+
+    require("safetensors", purpose="writing the generated PyTorch weights")
+    from safetensors.numpy import save_file
+
+    text, state, _ = generate_source(ir.model, source=str(ir.provenance.get("path") or "an ONNX model"))
+    folder = Path(work) / FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "model.py").write_text(text)
+    save_file({k: v.copy() for k, v in state.items()}, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    del state
+    return load_generated(folder)
