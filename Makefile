@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.modelport-installed
-EXTRAS ?= torch,optimize,tf,serve,openvino,ray,genai,dev
+EXTRAS ?= torch,optimize,tf,serve,openvino,ray,genai,executorch,coreml,dev
 
 .PHONY: setup browser demo test test-fast bench coverage lint clean check-pins
 
