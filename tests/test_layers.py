@@ -26,7 +26,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "modelport"
 LAYERS = [
     ("base", ["modelport.errors", "modelport.registry", "modelport.deps", "modelport.names", "modelport.progress",
               "modelport.file_checks", "modelport.staging", "modelport.ir", "modelport.specs", "modelport.samples",
-              "modelport.onnx_io", "modelport.quiet_call", "modelport.version"]),
+              "modelport.onnx_io", "modelport.quiet_call", "modelport.version", "modelport.targets"]),
     ("validation/runtimes", ["modelport.validation", "modelport.runtimes"]),
     ("stages", ["modelport.parsers", "modelport.optimize", "modelport.emitters", "modelport.serving", "modelport.zoo",
                 "modelport.zoo_builders"]),

@@ -100,16 +100,30 @@ def choice(value: str | None, known, what: str) -> str | None:
 # The registries whose names the CLI's help lists are declared here, in the base layer, so that
 # building the command line imports neither `modelport.emitters` nor `modelport.serving`; those
 # packages re-export them (and their `register_*` functions) as before.
-EMITTERS = Registry("target", {
-    "onnx": "modelport.emitters.onnx",
-    "pytorch": "modelport.emitters.pytorch_code",
-    "tflite": "modelport.emitters.tflite",
-    "tensorrt": "modelport.emitters.tensorrt",
-    "ort": "modelport.emitters.ort",
-    "ort-genai": "modelport.emitters.ort_genai",
-    "savedmodel": "modelport.emitters.savedmodel",
-    "openvino": "modelport.emitters.openvino",
-}, aliases={"tensorflow": "savedmodel", "tf": "savedmodel", "saved_model": "savedmodel", "keras": "savedmodel"})
+def from_targets(kind: str, pick, *, aliases: bool = False, suffixes: bool = False) -> Registry:
+    """A registry of `modelport.targets` entries (`pick(target)` -> its entry, or None to leave it
+    out) that keeps up with targets registered later."""
+    from modelport import targets
+
+    registry = Registry(kind, {})
+
+    def add(t) -> None:
+        entry = pick(t)
+        if entry is None:
+            return
+        registry.register(t.name, entry, suffixes=t.suffixes if suffixes else ())
+        if aliases:
+            for alias in t.aliases:
+                registry.aliases.setdefault(alias, t.name)
+
+    for t in targets.TARGETS.values():
+        add(t)
+    targets.on_register(add)
+    return registry
+
+
+# `--to` names: the emitters of `modelport.targets.TARGETS`, with their aliases
+EMITTERS = from_targets("target", lambda t: t.emitter, aliases=True)
 
 PACKAGERS = Registry("serving system", {
     "triton": "modelport.serving.triton",
