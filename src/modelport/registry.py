@@ -48,6 +48,12 @@ class Registry(Mapping[str, str]):
         for suffix in suffixes:
             self.register_suffix(suffix, name)
 
+    def unregister(self, name: str) -> None:
+        """Remove `name`, its aliases and its suffixes (a target taken out again, e.g. by a test)."""
+        self._entries.pop(name, None)
+        self.aliases = {a: n for a, n in self.aliases.items() if n != name}
+        self.suffixes = {s: n for s, n in self.suffixes.items() if n != name}
+
     def register_suffix(self, suffix: str, name: str) -> None:
         suffix = suffix.lower()
         if self.suffixes.get(suffix, name) != name:
@@ -116,9 +122,13 @@ def from_targets(kind: str, pick, *, aliases: bool = False, suffixes: bool = Fal
             for alias in t.aliases:
                 registry.aliases.setdefault(alias, t.name)
 
+    def remove(t) -> None:
+        if registry.get(t.name) == pick(t):
+            registry.unregister(t.name)
+
     for t in targets.TARGETS.values():
         add(t)
-    targets.on_register(add)
+    targets.on_register(add, remove)
     return registry
 
 

@@ -24,6 +24,7 @@ A target's CLI flags are the one thing declared elsewhere, in `cli/options.py` (
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from modelport.errors import BadInputError
@@ -109,21 +110,36 @@ def register(target: Target) -> Target:
     if known is not None and known != target:
         raise ValueError(f"target '{target.name}' is already registered")
     TARGETS[target.name] = target
-    _notify(target)
+    for add, _ in _LISTENERS:
+        add(target)
     return target
+
+
+def unregister(name: str) -> None:
+    """Take a registered target out again, from this table and the registries derived from it."""
+    target = TARGETS.pop(name)
+    for _, remove in _LISTENERS:
+        if remove is not None:
+            remove(target)
+
+
+@contextmanager
+def registered(target: Target):
+    """`target` registered for the duration of a `with` block (tests, a plug-in tried once)."""
+    register(target)
+    try:
+        yield target
+    finally:
+        unregister(target.name)
 
 
 _LISTENERS: list = []
 
 
-def on_register(listener) -> None:
-    """Call `listener(target)` for every target registered later (the derived registries keep up)."""
-    _LISTENERS.append(listener)
-
-
-def _notify(target: Target) -> None:
-    for listener in _LISTENERS:
-        listener(target)
+def on_register(add, remove=None) -> None:
+    """Call `add(target)` for every target registered later, `remove(target)` for every one taken
+    out: the registries derived from this table keep up."""
+    _LISTENERS.append((add, remove))
 
 
 def emitting() -> Iterator[Target]:

@@ -47,9 +47,14 @@ def _add_routes(target) -> None:
         NATIVE_ROUTES.register(f"{kind}:{target.name}", module)
 
 
+def _remove_routes(target) -> None:
+    for kind in target.native:
+        NATIVE_ROUTES.unregister(f"{kind}:{target.name}")
+
+
 for _target in TARGETS.values():
     _add_routes(_target)
-on_register(_add_routes)
+on_register(_add_routes, _remove_routes)
 
 
 @dataclass

@@ -37,9 +37,15 @@ def _add_runner(target) -> None:
         RUNNERS.register(target.runtime, target.runner)
 
 
+def _remove_runner(target) -> None:
+    if target.runtime and target.runner and not any(t.runtime == target.runtime and t.runner for t in TARGETS.values()) \
+            and target.runtime not in ("onnxruntime", "torch"):
+        RUNNERS.unregister(target.runtime)
+
+
 for _target in TARGETS.values():
     _add_runner(_target)
-on_register(_add_runner)
+on_register(_add_runner, _remove_runner)
 register_runner = RUNNERS.register
 
 
