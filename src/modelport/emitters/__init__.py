@@ -5,7 +5,9 @@ self-validating class of its own options),
 `preflight(model: IRModel, options: EmitOptions) -> Preflight` (what the target cannot represent;
 `emitters/preflight.py`) and `emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact`;
 the pipeline runs every target's preflight first, then validates each artifact through `runtimes/`
-against the IR's reference outputs. Adding a target is one module plus one line in EMITTERS (declared in `modelport/registry.py`).
+against the IR's reference outputs. Adding a target is its own module(s) plus one descriptor in
+`modelport/targets.py` (TARGETS), from which EMITTERS and every other table is derived;
+docs/adding_a_target.md lists the fields.
 """
 
 from __future__ import annotations
