@@ -52,7 +52,7 @@ def artifact(path: Path, converter: str, inputs: list[str], outputs: list[str], 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.deps import version_of
     from modelport.emitters.tf_model import build, save_contract_model
-    from modelport.parsers.tf_common import import_tf
+    from modelport.frameworks.tensorflow import import_tf
     from modelport.quiet_call import captured_output
 
     check_precision(options.precision)
