@@ -91,3 +91,10 @@ def test_a_precision_no_target_takes_is_refused_before_work(tiny_onnx, tmp_path)
     with pytest.raises(BadInputError, match="the savedmodel target is fp32 only, not fp16"):
         convert(tiny_onnx, tmp_path / "o", ConvertOptions(targets=["savedmodel"], precision="fp16"))
     assert not (tmp_path / "o").exists()
+
+
+def test_options_classes_are_the_emitters_own():
+    """A descriptor's options class is the one its emitter module declares as OPTIONS."""
+    for t in targets.TARGETS.values():
+        if t.options:
+            assert targets.load(t.options) is targets.load(t.emitter).OPTIONS, t.name
