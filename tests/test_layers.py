@@ -4,8 +4,9 @@ and no files import each other in a loop.
     cli (and the `modelport` API facade)
       → orchestration                       convert, validate, inspect, the optimise/package stages
         → parsers, optimize, emitters, serving, zoo, zoo_builders
-          → validation, runtimes            tolerances, the comparator, the run record; runners
-            → base                          ir, errors, specs, onnx_io, staging, registry, …
+          → frameworks                      framework loading parsers and native routes share
+            → validation, runtimes          tolerances, the comparator, the run record; runners
+              → base                        ir, errors, specs, onnx_io, staging, registry, …
 
 Imports within one layer are allowed (serving uses emitters), loops are not. Run
 `python -m tests.test_layers` for the table of imports by layer and any violation.
@@ -26,8 +27,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "modelport"
 LAYERS = [
     ("base", ["modelport.errors", "modelport.registry", "modelport.deps", "modelport.names", "modelport.progress",
               "modelport.file_checks", "modelport.staging", "modelport.ir", "modelport.specs", "modelport.samples",
-              "modelport.onnx_io", "modelport.quiet_call", "modelport.version"]),
+              "modelport.onnx_io", "modelport.quiet_call", "modelport.version", "modelport.targets"]),
     ("validation/runtimes", ["modelport.validation", "modelport.runtimes"]),
+    ("frameworks", ["modelport.frameworks"]),
     ("stages", ["modelport.parsers", "modelport.optimize", "modelport.emitters", "modelport.serving", "modelport.zoo",
                 "modelport.zoo_builders"]),
     ("orchestration", ["modelport.orchestration"]),

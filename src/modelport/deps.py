@@ -9,7 +9,8 @@ from types import ModuleType
 
 from modelport.errors import MissingDependencyError
 
-# module name -> extra that installs it
+# module name -> extra that installs it (the targets' own modules are in their descriptors'
+# `extras`, modelport.targets; `extra_of` reads both)
 EXTRAS = {
     "torch": "torch",
     "safetensors": "torch",
@@ -17,21 +18,23 @@ EXTRAS = {
     "tensorflow": "tf",
     "tf2onnx": "tf",
     "keras": "tf",
-    "onnx2tf": "tf",
     "tf_keras": "tf",
-    "ai_edge_litert": "tf",
-    "tflite_runtime": "tf",
-    "onnx_graphsurgeon": "tf",
-    "tensorrt": "tensorrt",
     "tritonclient": "serve",
     "onnxsim": "optimize",
     "onnxscript": "optimize",
     "onnx_ir": "optimize",
     "PIL": "optimize",
     "onnxconverter_common": "optimize",
-    "openvino": "openvino",
-    "nncf": "openvino",
 }
+
+
+def extra_of(module: str) -> str | None:
+    """The pip extra that installs top-level `module`: EXTRAS, else a target descriptor's `extras`."""
+    if module in EXTRAS:
+        return EXTRAS[module]
+    from modelport.targets import TARGETS
+
+    return next((t.extras[module] for t in TARGETS.values() if module in t.extras), None)
 
 
 # modules whose import loads TensorFlow's C++ runtime (and its log lines)
@@ -96,9 +99,9 @@ def require(module: str, *, purpose: str | None = None) -> ModuleType:
 def _missing(top: str, error: ImportError, purpose: str | None) -> MissingDependencyError:
     # the module that is really absent may be a dependency of the one asked for (onnxsim needs torch)
     absent = (getattr(error, "name", None) or top).split(".")[0]
-    if absent not in EXTRAS:
+    if extra_of(absent) is None:
         absent = top
-    extra = EXTRAS.get(absent)
+    extra = extra_of(absent)
     what = f" for {purpose}" if purpose else ""
     needed_by = f" (needed by {top})" if absent != top else ""
     hint = f'pip install "modelport[{extra}]"' if extra else f"pip install {absent}"
@@ -120,7 +123,7 @@ def missing_dependency(exc: BaseException | None) -> MissingDependencyError | No
             return exc
         if isinstance(exc, ImportError):
             name = (getattr(exc, "name", None) or "").split(".")[0]
-            if name in EXTRAS:
+            if extra_of(name) is not None:
                 return _missing(name, exc, None)
         exc = exc.__cause__  # only explicit `raise ... from`: a fallback's except block is no cause
     return None

@@ -48,6 +48,12 @@ class Registry(Mapping[str, str]):
         for suffix in suffixes:
             self.register_suffix(suffix, name)
 
+    def unregister(self, name: str) -> None:
+        """Remove `name`, its aliases and its suffixes (a target taken out again, e.g. by a test)."""
+        self._entries.pop(name, None)
+        self.aliases = {a: n for a, n in self.aliases.items() if n != name}
+        self.suffixes = {s: n for s, n in self.suffixes.items() if n != name}
+
     def register_suffix(self, suffix: str, name: str) -> None:
         suffix = suffix.lower()
         if self.suffixes.get(suffix, name) != name:
@@ -100,16 +106,34 @@ def choice(value: str | None, known, what: str) -> str | None:
 # The registries whose names the CLI's help lists are declared here, in the base layer, so that
 # building the command line imports neither `modelport.emitters` nor `modelport.serving`; those
 # packages re-export them (and their `register_*` functions) as before.
-EMITTERS = Registry("target", {
-    "onnx": "modelport.emitters.onnx",
-    "pytorch": "modelport.emitters.pytorch_code",
-    "tflite": "modelport.emitters.tflite",
-    "tensorrt": "modelport.emitters.tensorrt",
-    "ort": "modelport.emitters.ort",
-    "ort-genai": "modelport.emitters.ort_genai",
-    "savedmodel": "modelport.emitters.savedmodel",
-    "openvino": "modelport.emitters.openvino",
-}, aliases={"tensorflow": "savedmodel", "tf": "savedmodel", "saved_model": "savedmodel", "keras": "savedmodel"})
+def from_targets(kind: str, pick, *, aliases: bool = False, suffixes: bool = False) -> Registry:
+    """A registry of `modelport.targets` entries (`pick(target)` -> its entry, or None to leave it
+    out) that keeps up with targets registered later."""
+    from modelport import targets
+
+    registry = Registry(kind, {})
+
+    def add(t) -> None:
+        entry = pick(t)
+        if entry is None:
+            return
+        registry.register(t.name, entry, suffixes=t.suffixes if suffixes else ())
+        if aliases:
+            for alias in t.aliases:
+                registry.aliases.setdefault(alias, t.name)
+
+    def remove(t) -> None:
+        if registry.get(t.name) == pick(t):
+            registry.unregister(t.name)
+
+    for t in targets.TARGETS.values():
+        add(t)
+    targets.on_register(add, remove)
+    return registry
+
+
+# `--to` names: the emitters of `modelport.targets.TARGETS`, with their aliases
+EMITTERS = from_targets("target", lambda t: t.emitter, aliases=True)
 
 PACKAGERS = Registry("serving system", {
     "triton": "modelport.serving.triton",

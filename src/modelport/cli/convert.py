@@ -8,6 +8,7 @@ from modelport.cli import options as flags
 from modelport.cli._common import choice, run, split_list, stage_status
 from modelport.errors import BadInputError
 from modelport.registry import EMITTERS, PACKAGERS
+from modelport.targets import all_precisions
 
 ConvertTargets = flags.aliased(flags.Targets, "-df", "--dstFramework")
 ConvertOutputDir = flags.aliased(flags.OutputDir, "-om", "--outputModel")
@@ -97,7 +98,7 @@ def register(app: typer.Typer) -> None:
                 arch=arch_, arch_args=arch_args, state_dict_key=state_dict_key, trust=trust, opset=opset, force=shared["force"], keep_failed=keep_failed,
                 **flags.parity_kwargs(shared),
                 optimize=OptimizeOptions(level=optimize, budget=budget, runtimes=runtimes),
-                precision=choice(precision, (*flags.EMIT_PRECISIONS, "int4", "auto"), "precision"), calibration=shared["calibration"],
+                precision=choice(precision, (*all_precisions(), "int4", "auto"), "precision"), calibration=shared["calibration"],
                 strict=shared["strict"], allow_precision_fallback=shared["allow_fallback"],
                 tensorflow=TFSourceOptions(signature=signature, input_names=split_list(input_names),
                                            weights=weights if (network or "").lower().endswith(".json") else None),

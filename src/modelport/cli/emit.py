@@ -12,6 +12,7 @@ from modelport.cli import options as flags
 from modelport.cli._common import choice, run, split_list, stage_status
 from modelport.errors import BadInputError
 from modelport.registry import EMITTERS
+from modelport.targets import all_precisions
 
 
 def register(app: typer.Typer) -> None:
@@ -35,7 +36,7 @@ def register(app: typer.Typer) -> None:
             options = ConvertOptions(
                 targets=[choice(t, EMITTERS, "target") for t in split_list(to)], framework="onnx",
                 inputs=[parse_input_spec(t) for t in shared["inputs"]], **flags.parity_kwargs(shared),
-                precision=choice(precision, flags.EMIT_PRECISIONS, "precision"), calibration=shared["calibration"],
+                precision=choice(precision, all_precisions(), "precision"), calibration=shared["calibration"],
                 strict=shared["strict"], allow_precision_fallback=shared["allow_fallback"], force=shared["force"], command="emit",
                 **flags.emitter_kwargs(shared),
             )

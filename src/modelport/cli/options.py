@@ -18,9 +18,10 @@ from typing import Annotated, get_args
 import typer
 
 from modelport.registry import EMITTERS, PACKAGERS
+from modelport.targets import all_precisions
 
-PRECISIONS = ("fp32", "fp16", "int8")
-EMIT_PRECISIONS = (*PRECISIONS, "best", "bf16")  # bf16: OpenVINO on BF16 CPUs; best: TensorRT picks per layer (others refuse them)
+PRECISIONS = ("fp32", "fp16", "int8")  # optimize's (an ONNX model's)
+EMIT_PRECISIONS = all_precisions()  # every target's (modelport.targets); each target refuses the ones it does not take
 TFLITE_LAYOUTS = ("source", "nhwc")  # emitters.tflite.LAYOUTS (tests/cli/test_options.py keeps them equal)
 TFLITE_IO_DTYPES = ("float32", "int8", "uint8")  # emitters.tflite.IO_DTYPES
 ROUTES = ("auto", "native", "onnx")  # emitters.routes.ROUTES
@@ -164,10 +165,17 @@ def preprocessing_kwargs(shared: dict) -> dict:
             "channel_order": shared["channel_order"]}
 
 
-def emitter_kwargs(shared: dict) -> dict:
-    """ConvertOptions keywords from EMITTER_OPTIONS: each emitter's options object, checked by its class, and the route."""
-    from modelport.emitters.tensorrt import TensorRTOptions
-    from modelport.emitters.tflite import TFLiteOptions
+# target -> {its options class's field: the EMITTER_OPTIONS parameter that sets it}; the class is the
+# target's descriptor's `options` (modelport.targets). A new target's flags go here and in EMITTER_OPTIONS.
+TARGET_FLAGS = {"tflite": {"layout": "tflite_layout", "io_dtype": "tflite_io_dtype"},
+                "tensorrt": {"plan_only": "plan_only", "shapes": "trt_shapes", "workspace": "workspace"}}
 
-    return {"route": shared["route"], "tflite": TFLiteOptions(layout=shared["tflite_layout"], io_dtype=shared["tflite_io_dtype"]),
-            "tensorrt": TensorRTOptions(plan_only=shared["plan_only"], shapes=shared["trt_shapes"], workspace=shared["workspace"])}
+
+def emitter_kwargs(shared: dict) -> dict:
+    """ConvertOptions keywords from EMITTER_OPTIONS: each target's options object (`target_options`),
+    checked by its class, and the route."""
+    from modelport.targets import get, load
+
+    return {"route": shared["route"],
+            "target_options": {name: load(get(name).options)(**{f: shared[p] for f, p in fields.items()})
+                               for name, fields in TARGET_FLAGS.items()}}

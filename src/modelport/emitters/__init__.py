@@ -1,11 +1,13 @@
 """Emitters turn an IRModel into a target runtime's artifact. A registry keyed by the --to name.
 
 Each emitter module has `NAME`, `RUNTIME`, `DESCRIPTION`, optionally `OPTIONS` (the frozen,
-self-validating class of its own options),
+self-validating class of its own options, the one its descriptor's `options` names),
 `preflight(model: IRModel, options: EmitOptions) -> Preflight` (what the target cannot represent;
 `emitters/preflight.py`) and `emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact`;
 the pipeline runs every target's preflight first, then validates each artifact through `runtimes/`
-against the IR's reference outputs. Adding a target is one module plus one line in EMITTERS (declared in `modelport/registry.py`).
+against the IR's reference outputs. Adding a target is its own module(s) plus one descriptor in
+`modelport/targets.py` (TARGETS), from which EMITTERS and every other table is derived;
+docs/adding_a_target.md lists the fields.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ register_emitter = EMITTERS.register
 @dataclass(frozen=True)
 class EmitOptions:
     """What every emitter reads. `target` is the emitter's own options (an instance of its module's
-    `OPTIONS` class, e.g. TFLiteOptions), or None for that class's defaults."""
+    `OPTIONS` class, e.g. TFLiteOptions; ConvertOptions.target_options), or None for that class's defaults."""
 
     precision: str = "fp32"
     opset: int | None = None

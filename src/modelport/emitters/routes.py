@@ -12,6 +12,9 @@ when the pair has none or its converter cannot do what was asked), `--route auto
 tries the routes in the native module's order (`AUTO`: "first" or "fallback") and falls back to
 the other one when the first fails to convert or to validate; the report names the route taken
 and why. Targets that consume ONNX (onnx, ort, tensorrt, pytorch code) have the ONNX route only.
+A target's native routes are its descriptor's `native` (source kind -> module, modelport.targets);
+a target whose descriptor says `onnx_route=False` has its native routes only: a source without
+one is exit 2 naming the source kinds that have one, whatever `--route` says.
 
 A native route module has `NAME` (the converter, as the report names it), `AUTO`,
 `refusal(ir, options) -> str | None` (why it cannot serve these options, checked before anything
@@ -27,20 +30,31 @@ from typing import TYPE_CHECKING
 
 from modelport.errors import BadInputError
 from modelport.registry import Registry
+from modelport.targets import TARGETS, on_register
 
 if TYPE_CHECKING:
     from modelport.ir import IRModel
 
 ROUTES = ("auto", "native", "onnx")
 
-# "source kind:target" -> module; the source kind is the parser's name
-NATIVE_ROUTES = Registry("native route", {
-    "keras:tflite": "modelport.emitters.tflite_tf",
-    "savedmodel:tflite": "modelport.emitters.tflite_tf",
-    "keras:savedmodel": "modelport.emitters.savedmodel_tf",
-    "savedmodel:savedmodel": "modelport.emitters.savedmodel_tf",
-    "pytorch:tflite": "modelport.emitters.tflite_torch",
-})
+# "source kind:target" -> module; the source kind is the parser's name. From the targets'
+# descriptors (`native`), and kept up with targets registered later.
+NATIVE_ROUTES = Registry("native route", {})
+
+
+def _add_routes(target) -> None:
+    for kind, module in target.native.items():
+        NATIVE_ROUTES.register(f"{kind}:{target.name}", module)
+
+
+def _remove_routes(target) -> None:
+    for kind in target.native:
+        NATIVE_ROUTES.unregister(f"{kind}:{target.name}")
+
+
+for _target in TARGETS.values():
+    _add_routes(_target)
+on_register(_add_routes, _remove_routes)
 
 
 @dataclass
@@ -84,11 +98,15 @@ def native_for(kind: str | None, target: str) -> ModuleType | None:
     return NATIVE_ROUTES.load(key) if kind and key in NATIVE_ROUTES else None
 
 
-def plan(ir: IRModel, target: str, asked: str, options, onnx_emitter: ModuleType) -> Plan:
-    """The routes `target` is tried by under `--route asked`; exit 2 when `native` cannot be had."""
+def plan(ir: IRModel, target: str, asked: str, options, onnx_emitter: ModuleType | None) -> Plan:
+    """The routes `target` is tried by under `--route asked`; exit 2 when `native` cannot be had,
+    or when the target has native routes only and none from this source."""
     asked = asked or "auto"
     if asked not in ROUTES:
         raise BadInputError(f"unknown route '{asked}'; known: {', '.join(ROUTES)}")
+    descriptor = TARGETS.get(target)
+    if descriptor is not None and not descriptor.onnx_route:
+        return _native_only(ir, target, asked, options)
     onnx = Route("onnx", onnx_emitter, getattr(onnx_emitter, "CONVERTER", "ONNX IR"))
     if asked == "onnx":
         return Plan(target, asked, [onnx])
@@ -111,6 +129,23 @@ def plan(ir: IRModel, target: str, asked: str, options, onnx_emitter: ModuleType
     if asked == "native":
         return Plan(target, asked, [route])
     return Plan(target, asked, [route, onnx] if native.AUTO == "first" else [onnx, route])
+
+
+def _native_only(ir: IRModel, target: str, asked: str, options) -> Plan:
+    """A target reached by its native routes only: the one from this source, or exit 2 naming the kinds that have one."""
+    kinds = [k.partition(":")[0] for k in NATIVE_ROUTES if k.endswith(f":{target}")]
+    kind = source_kind(ir)
+    if asked == "onnx":
+        raise BadInputError(f"--route onnx: {target} has no ONNX route (it is reached from {', '.join(kinds) or 'no source'})",
+                            hint="use --route native or auto")
+    native = native_for(kind, target)
+    if native is None:
+        raise BadInputError(f"no route from a {kind or 'Python object'} source to {target}: {target} is reached from "
+                            f"{', '.join(kinds) or 'no'} sources only", hint=f"convert a {' or '.join(kinds) or 'supported'} model")
+    reason = native.refusal(ir, options)
+    if reason:
+        raise BadInputError(f"{native.NAME} cannot convert to {target}: {reason}")
+    return Plan(target, asked, [Route("native", native, native.NAME)])
 
 
 def staged_source(ir: IRModel, work):

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from modelport.emitters import Artifact, EmitOptions
 from modelport.emitters.preflight import Preflight
-from modelport.errors import BadInputError
 from modelport.ir import IRModel
+from modelport.targets import check_precision as check_target_precision
 
 NAME = "savedmodel"
 RUNTIME = "savedmodel"
@@ -27,8 +27,8 @@ FOLDER = "saved_model"
 
 
 def check_precision(precision: str | None) -> None:
-    if precision not in ("fp32", None):
-        raise BadInputError(f"the savedmodel target is fp32 only, not {precision}", hint="convert with --precision fp32")
+    if precision is not None:
+        check_target_precision(NAME, precision)
 
 
 def preflight(ir: IRModel, options: EmitOptions | None = None) -> Preflight:
@@ -52,7 +52,7 @@ def artifact(path: Path, converter: str, inputs: list[str], outputs: list[str], 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.deps import version_of
     from modelport.emitters.tf_model import build, save_contract_model
-    from modelport.parsers.tf_common import import_tf
+    from modelport.frameworks.tensorflow import import_tf
     from modelport.quiet_call import captured_output
 
     check_precision(options.precision)

@@ -44,6 +44,7 @@ from modelport.emitters.preflight import Preflight, node_name, opset_of
 from modelport.emitters.tf_model import LAYOUTS, Port, build, input_layouts, save_contract_model
 from modelport.errors import BadInputError, UnsupportedError
 from modelport.ir import IRModel, Reference
+from modelport.targets import TARGETS
 
 NAME = "tflite"
 RUNTIME = "tflite"
@@ -199,8 +200,8 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     opts = options.target or TFLiteOptions()
     layout, io_dtype = opts.layout, opts.io_dtype
     precision = options.precision
-    if precision not in ("fp32", "fp16", "int8"):
-        raise BadInputError(f"TFLite precision '{precision}' is not one of fp32, fp16, int8")
+    if precision not in TARGETS[NAME].precisions:
+        raise BadInputError(f"TFLite precision '{precision}' is not one of {', '.join(TARGETS[NAME].precisions)}")
     changes = input_layouts(model, layout)[2]
     ir, pre = check(model)
     pre.raise_if_unsupported()

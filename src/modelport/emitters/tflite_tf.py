@@ -54,8 +54,9 @@ def ports(ir: IRModel) -> tuple[list[Port], list[Port]]:
 def keras_function(tf, ir: IRModel, work: Path):
     """(the Keras model, call(*inputs) -> {output name: tensor}) for the IR's Keras source."""
     from modelport.emitters.routes import staged_source
+    from modelport.frameworks.tensorflow import stdout_to_stderr
     from modelport.parsers.keras import load, output_names
-    from modelport.parsers.tf_common import rename_outputs, stdout_to_stderr
+    from modelport.parsers.tf_common import rename_outputs
 
     source, spec = staged_source(ir, work)
     with stdout_to_stderr():
@@ -80,8 +81,8 @@ def keras_function(tf, ir: IRModel, work: Path):
 def savedmodel_function(tf, ir: IRModel, work: Path):
     """(the loaded SavedModel, call(*inputs) -> {output name: tensor}) for the IR's signature."""
     from modelport.emitters.routes import staged_source
-    from modelport.parsers.savedmodel import folder_of
-    from modelport.parsers.savedmodel import load as load_savedmodel
+    from modelport.frameworks.savedmodel import folder_of
+    from modelport.frameworks.savedmodel import load as load_savedmodel
     from modelport.parsers.tf_common import rename_outputs
 
     source, spec = staged_source(ir, work)
@@ -167,7 +168,7 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
         quantization,
     )
     from modelport.errors import BadInputError
-    from modelport.parsers.tf_common import import_tf
+    from modelport.frameworks.tensorflow import import_tf
     from modelport.quiet_call import captured_output
     from modelport.runtimes.tflite import load_interpreter
 

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 
 from modelport.errors import BadInputError
 from modelport.ir import IRModel
+from modelport.targets import TARGETS
 
-PRECISIONS = ("fp32", "fp16", "best")
+PRECISIONS = TARGETS["tensorrt"].precisions  # its descriptor's (modelport.targets)
 DEFAULT_WORKSPACE_MIB = 4096
 
 

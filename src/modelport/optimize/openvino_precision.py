@@ -24,8 +24,9 @@ import numpy as np
 
 from modelport.errors import BadInputError, ValidationError
 from modelport.ir import IRModel
+from modelport.targets import TARGETS
 
-PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+PRECISIONS = TARGETS["openvino"].precisions  # its descriptor's (modelport.targets)
 INT8_MODES = ("static", "weights")
 
 

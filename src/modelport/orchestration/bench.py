@@ -26,16 +26,14 @@ import numpy as np
 
 from modelport.errors import BadInputError
 from modelport.ir import TensorSpec
-from modelport.registry import Registry
+from modelport.registry import from_targets
 
 SCHEMA = "modelport.bench/1"
 
-# artifact kind -> the runner `bench` opens it with unless --runtime names another (a RUNNERS name)
-RUNTIME_FOR_KIND = {"onnx": "onnxruntime", "ort": "onnxruntime", "tflite": "tflite", "pytorch_code": "torch_source",
-                    "tensorrt": "tensorrt", "openvino": "openvino"}
-KINDS = Registry("artifact kind", {k: k for k in RUNTIME_FOR_KIND},
-                 suffixes={".onnx": "onnx", ".ort": "ort", ".tflite": "tflite", ".plan": "tensorrt", ".engine": "tensorrt",
-                           ".xml": "openvino"})
+# artifact kind -> the runner `bench` opens it with unless --runtime names another (a RUNNERS name):
+# each target's runtime, by its suffixes (`modelport.targets`), and an emitted pytorch/ folder
+KINDS = from_targets("artifact kind", lambda t: t.runtime if t.bench and t.runner and t.suffixes else None, suffixes=True)
+RUNTIME_FOR_KIND = {**KINDS, "pytorch_code": "torch_source"}
 # runners that may be called from several threads at once on one loaded model
 THREAD_SAFE = {"onnxruntime", "torch", "torch_source"}
 

@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import InitVar, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from modelport.emitters import EmitOptions
-from modelport.emitters.openvino import OpenVINOOptions
 from modelport.emitters.routes import kind_of
-from modelport.emitters.tensorrt import TensorRTOptions
-from modelport.emitters.tflite import TFLiteOptions
 from modelport.errors import BadInputError, ModelportError, ValidationError
 from modelport.ir import IRModel, SourceRef, TensorSpec
 from modelport.optimize.pipeline import OptimizeOptions
@@ -39,8 +36,10 @@ class ConvertOptions:
 
     Each stage's options are declared (and validated) once, in the module that owns them:
     `tensorflow` (parsers.tf_common.TFSourceOptions), `optimize` (optimize.pipeline.OptimizeOptions),
-    `tflite` (emitters.tflite.TFLiteOptions), `tensorrt` (emitters.tensorrt.TensorRTOptions) and
-    `package` (serving.PackageOptions). The run's `precision`, `calibration`, `strict` and
+    `target_options` (target name -> an instance of its descriptor's `options` class, e.g.
+    {"tflite": TFLiteOptions(layout="nhwc")}; modelport.targets) and `package`
+    (serving.PackageOptions). `tflite=`, `tensorrt=` and `openvino=` are accepted as keywords and
+    land in `target_options`. The run's `precision`, `calibration`, `strict` and
     `allow_precision_fallback` apply to every stage.
     """
 
@@ -73,18 +72,21 @@ class ConvertOptions:
     allow_precision_fallback: bool = False  # deliver FP32 when the requested precision cannot hold parity
     tensorflow: TFSourceOptions = field(default_factory=TFSourceOptions)
     optimize: OptimizeOptions | str | None = None  # or a level name ("all", "auto"); None: no stage unless precision asks
-    tflite: TFLiteOptions = field(default_factory=TFLiteOptions)
-    tensorrt: TensorRTOptions = field(default_factory=TensorRTOptions)
+    target_options: dict[str, Any] = field(default_factory=dict)  # target -> its options object; absent: the defaults
     task: str | None = None  # Hugging Face folders: what to export (parsers.huggingface.TASKS); else inferred from config.json
-    openvino: OpenVINOOptions | None = None  # None: the defaults, with the optimisation stage's accuracy budget
     packages: list[str] = field(default_factory=list)  # serving systems to package for (OUT/packages/<system>/)
     package: PackageOptions = field(default_factory=lambda: PackageOptions(trust=True))  # may trace the code it emitted
     fallback_reason: str | None = None  # set by the optimisation stage when it delivered FP32 instead
     command: str = "convert"  # the report's command name
     task: str | None = None  # "text-generation": a decoder LM folder, exported with a KV cache (orchestration/text_generation.py)
     text_generation: Any = None  # its TextGenerationOptions (None: the defaults)
+    tflite: InitVar[Any] = None  # keywords for target_options["tflite"], ["tensorrt"], ["openvino"]
+    tensorrt: InitVar[Any] = None
+    openvino: InitVar[Any] = None
 
-    def __post_init__(self):
+    def __post_init__(self, tflite=None, tensorrt=None, openvino=None):
+        given = {"tflite": tflite, "tensorrt": tensorrt, "openvino": openvino}
+        self.target_options = {**{k: v for k, v in given.items() if v is not None}, **self.target_options}
         # The Python API accepts the CLI's spec strings: inputs=["input:batch,3,224,224"].
         from modelport.specs import parse_input_spec
 
@@ -120,10 +122,19 @@ class ConvertOptions:
                                 "not on its OptimizeOptions: they apply to every stage of the run")
 
     def emitter_options(self, target: str):
-        """The options object of `target`'s emitter (None: it has none)."""
-        if target == "openvino" and self.openvino is None:
-            return OpenVINOOptions(budget=self.optimize.budget if isinstance(self.optimize, OptimizeOptions) else None)
-        return {"tflite": self.tflite, "tensorrt": self.tensorrt, "openvino": self.openvino}.get(target)
+        """The options object of `target`'s emitter: `target_options[target]`, else its descriptor's
+        options class's defaults (None: it has none). A class with a `budget` field takes the
+        optimisation stage's accuracy budget by default (OpenVINO's INT8 accuracy control)."""
+        from modelport.targets import get, load
+
+        given = self.target_options.get(target)
+        if given is not None or get(target).options is None:
+            return given
+        cls = load(get(target).options)
+        budget = self.optimize.budget if isinstance(self.optimize, OptimizeOptions) else None
+        if budget is not None and "budget" in getattr(cls, "__dataclass_fields__", {}):
+            return cls(budget=budget)
+        return cls()
 
     def tolerance(self, precision: str | None = None, zoo_tol: dict | None = None) -> Tolerance:
         return tolerance_for(precision or self.precision, zoo=zoo_tol,
@@ -438,7 +449,7 @@ def artifact_runner(artifact, **options):
 
 def validate_artifact(artifact, ir: IRModel, tol: Tolerance, hop: str):
     runner = artifact_runner(artifact)
-    if artifact.target in ROUTED_TARGETS:
+    if artifact.target in routed_targets():
         artifact.details["contract_check"] = check_contract(runner, ir, artifact)
     reference = artifact.reference or ir.reference
     if artifact.precision == "int8":  # 1/100 of the amplitude lies below a calibrated resolution by design
@@ -469,7 +480,11 @@ def note_runtime_precision(artifact, runner, reference, tol: Tolerance, hop: str
     artifact.details["plain_compile"] = plain
 
 
-ROUTED_TARGETS = ("tflite", "savedmodel")  # the targets with more than one route: their inputs and outputs are checked too
+def routed_targets() -> set[str]:
+    """The targets with a native route (their descriptors' `native`): their inputs and outputs are checked too."""
+    from modelport.targets import TARGETS
+
+    return {t.name for t in TARGETS.values() if t.native}
 
 
 def check_contract(runner, ir: IRModel, artifact) -> dict:
@@ -547,8 +562,11 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
         options.task, options.text_generation = TASK, options.text_generation or TextGenerationOptions()
         return convert_text_generation(source, output_dir, options, on_stage=on_stage)
     with Run(options.command) as report:
+        from modelport.targets import check_precision
+
         for t in options.targets:
-            get_emitter(t)  # unknown targets fail before any work
+            get_emitter(t)  # unknown targets, and precisions a target does not take, fail before any work
+            check_precision(t, options.precision)
         if options.packages:
             from modelport.serving import parse_systems
 

@@ -30,11 +30,8 @@ PACKAGES = ("onnx", "onnxruntime", "onnxruntime-gpu", "onnxscript", "onnx-ir", "
             "ai-edge-litert", "litert-torch", "openvino", "nncf", "tensorrt", "polygraphy", "onnxruntime-genai", "ray",
             "tritonclient", "torchserve", "torch-model-archiver")
 
-# what each `--to` target and each source framework needs: top-level modules (deps.EXTRAS names the extra)
-TARGET_NEEDS = {"onnx": ["onnx", "onnxruntime"], "ort": ["onnx", "onnxruntime"], "pytorch": ["torch", "safetensors"],
-                "tflite": ["tensorflow", "tf_keras", "onnx2tf", "onnx_graphsurgeon", "ai_edge_litert"],
-                "tensorrt": ["tensorrt", "torch"], "openvino": ["openvino"]}
-GPU_TARGETS = {"tensorrt"}
+# what each source framework needs: top-level modules (deps.EXTRAS names the extra); what each
+# `--to` target needs is its descriptor's `needs` (and `gpu`), modelport.targets
 SOURCE_NEEDS = {"onnx": ["onnx", "onnxruntime"], "pytorch": ["torch"], "keras": ["tensorflow", "keras", "tf2onnx"],
                 "savedmodel": ["tensorflow", "tf2onnx"], "graphdef": ["tensorflow", "tf2onnx"],
                 "tflite": ["tensorflow", "tf2onnx", "ai_edge_litert"]}
@@ -103,8 +100,18 @@ def declared_extras() -> dict[str, list[str]]:
     return extras
 
 
+def target_needs() -> dict[str, list[str]]:
+    """`--to` target -> the top-level modules it needs, from the targets' descriptors."""
+    from modelport.targets import emitting
+
+    return {t.name: list(t.needs) for t in emitting() if t.needs is not None}
+
+
 def _needs(table: dict[str, list[str]], names, *, gpu: bool = True) -> list[dict]:
-    from modelport.deps import EXTRAS
+    from modelport.deps import extra_of
+    from modelport.targets import TARGETS
+
+    gpu_targets = {t.name for t in TARGETS.values() if t.gpu}
 
     out = []
     for name in names:
@@ -113,8 +120,8 @@ def _needs(table: dict[str, list[str]], names, *, gpu: bool = True) -> list[dict
             out.append({"name": name, "ready": None, "missing": [], "install": []})
             continue
         missing = [m for m in needs if not _findable(m)]
-        extras = sorted({EXTRAS.get(m, m) for m in missing})
-        if name in GPU_TARGETS and not gpu:
+        extras = sorted({extra_of(m) or m for m in missing})
+        if name in gpu_targets and not gpu:
             missing.append("an NVIDIA GPU (or --plan-only)")
         out.append({"name": name, "ready": not missing, "missing": missing, "install": extras})
     return out
@@ -182,5 +189,5 @@ def doctor() -> dict:
         "modelport": __version__, "python": platform.python_version(), "executable": sys.executable,
         "platform": platform.platform(terse=True), "extras": extras, "packages": packages,
         "onnxruntime_providers": ort_providers(), "gpu": gpu, "cpu": cpu_info(),
-        "targets": _needs(TARGET_NEEDS, list(EMITTERS), gpu=bool(gpu["gpus"])), "sources": _needs(SOURCE_NEEDS, list(PARSERS)),
+        "targets": _needs(target_needs(), list(EMITTERS), gpu=bool(gpu["gpus"])), "sources": _needs(SOURCE_NEEDS, list(PARSERS)),
     }

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from modelport.errors import BadInputError
 from modelport.ir import contract_from_onnx
-from modelport.registry import Registry
+from modelport.registry import from_targets
 
 
 def inspect_onnx(path: Path) -> dict:
@@ -41,22 +41,18 @@ def inspect_onnx(path: Path) -> dict:
 
 
 # format -> "module:function" returning inspect(path)'s dict; `suffixes` pick one by file name
-# (first match wins, "/" is any folder). A new format is one module plus one line here.
-INSPECTORS = Registry("inspector", {
-    "onnx": "modelport.orchestration.inspect:inspect_onnx",
-    "pytorch": "modelport.parsers.pytorch:inspect",
-    "keras": "modelport.parsers.keras:inspect",
-    "savedmodel": "modelport.parsers.savedmodel:inspect",
-    "graphdef": "modelport.parsers.graphdef:inspect",
-    "tflite": "modelport.parsers.tflite:inspect",
-    "tensorrt": "modelport.runtimes.tensorrt:engine_info",
-    "huggingface": "modelport.parsers.huggingface:inspect",
-    "openvino": "modelport.runtimes.openvino:inspect_ir",
-}, suffixes={
-    ".onnx": "onnx", ".pt": "pytorch", ".pth": "pytorch", ".pt2": "pytorch", ".safetensors": "pytorch",
-    ".keras": "keras", ".h5": "keras", ".hdf5": "keras", "saved_model.pb": "savedmodel", ".pb": "graphdef",
-    ".tflite": "tflite", ".plan": "tensorrt", ".engine": "tensorrt", ".xml": "openvino", "/config.json": "huggingface", "/": "savedmodel",
-})
+# (first match wins, "/" is any folder). The targets' artifact formats come from their descriptors
+# (`modelport.targets`: inspector, suffixes); the source formats parsers read follow.
+INSPECTORS = from_targets("inspector", lambda t: t.inspector, suffixes=True)
+for _name, _inspector, _suffixes in (
+    ("pytorch", "modelport.parsers.pytorch:inspect", (".pt", ".pth", ".pt2", ".safetensors")),
+    ("keras", "modelport.parsers.keras:inspect", (".keras", ".h5", ".hdf5")),
+    ("savedmodel", "modelport.parsers.savedmodel:inspect", ("saved_model.pb",)),
+    ("graphdef", "modelport.parsers.graphdef:inspect", (".pb",)),
+    ("huggingface", "modelport.parsers.huggingface:inspect", ("/config.json",)),
+    ("savedmodel", "modelport.parsers.savedmodel:inspect", ("/",)),  # any other folder, last
+):
+    INSPECTORS.register(_name, _inspector, suffixes=_suffixes)
 register_inspector = INSPECTORS.register
 
 

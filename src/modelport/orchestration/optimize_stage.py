@@ -127,7 +127,7 @@ def _auto_stage(ir: IRModel, options, asked, report, zoo_tol, *, on_stage=None):
     precision = out.provenance.get("precision", "fp32") if runtime == "onnxruntime" else selection["precision"]
     changes = {"precision": precision, "targets": targets}
     if runtime == "openvino":
-        changes["openvino"] = OpenVINOOptions(int8_mode=selection.get("int8_mode"))
+        changes["target_options"] = {**options.target_options, "openvino": OpenVINOOptions(int8_mode=selection.get("int8_mode"))}
     if opts.budget is not None and precision != "fp32":
         changes.update(atol=opts.budget.atol, rtol=opts.budget.rtol, min_cosine=opts.budget.min_cosine,
                        scaled_atol=opts.budget.scaled)

@@ -28,19 +28,13 @@ from pathlib import Path
 import numpy as np
 
 from modelport.errors import BadInputError, ValidationError
-from modelport.registry import Registry
+from modelport.registry import from_targets
 from modelport.validation import Tolerance, compare, tolerance_for
 
 # what `validate` runs: kind -> "module:function" opening a user's file as a runner (with
-# `input_specs()` and `run(feeds)`); `suffixes` pick the kind by file name. A new kind is one
-# runner module plus one line here.
-KINDS = Registry("model kind", {
-    "onnx": "modelport.runtimes.onnxruntime:open_onnx_file",
-    "ort": "modelport.runtimes.onnxruntime:OnnxRuntimeRunner",
-    "tflite": "modelport.runtimes.tflite:open_untrusted",
-    "tensorrt": "modelport.runtimes.tensorrt:open_engine",
-    "openvino": "modelport.runtimes.openvino:open_ir",
-}, suffixes={".onnx": "onnx", ".ort": "ort", ".tflite": "tflite", ".plan": "tensorrt", ".engine": "tensorrt", ".xml": "openvino"})
+# `input_specs()` and `run(feeds)`); `suffixes` pick the kind by file name. Both come from the
+# targets' descriptors (`modelport.targets`: opener, suffixes).
+KINDS = from_targets("model kind", lambda t: t.opener, suffixes=True)
 register_kind = KINDS.register
 
 

@@ -14,17 +14,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from modelport.errors import BadInputError
+from modelport.frameworks.savedmodel import folder_of, load  # noqa: F401  (the parser's own names for them)
+from modelport.frameworks.tensorflow import first_line, import_tf, stdout_to_stderr
 from modelport.ir import IRModel
-from modelport.parsers.tf_common import first_line, import_tf, parse_proto, stdout_to_stderr
+from modelport.parsers.tf_common import parse_proto
 
 NAME = "savedmodel"
 DESCRIPTION = "TensorFlow SavedModel folder (saved_model.pb inside); --signature picks the function"
 DEFAULT_SIGNATURE = "serving_default"
-
-
-def folder_of(path: Path) -> Path:
-    """A SavedModel folder given as the folder or as its saved_model.pb."""
-    return path.parent if path.is_file() and path.name == "saved_model.pb" else path
 
 
 def sniff(path: Path) -> bool:
@@ -67,15 +64,6 @@ def choose_signature(available: list[str], wanted: str | None, path=None) -> str
         raise BadInputError("the SavedModel has no signatures to convert", path=path,
                             hint="export it with signatures, e.g. Keras model.export(dir)")
     raise BadInputError(f"the SavedModel has several signatures {available}", path=path, hint="pick one with --signature NAME")
-
-
-def load(folder: Path):
-    tf = import_tf()
-    try:
-        with stdout_to_stderr():
-            return tf.saved_model.load(str(folder))
-    except Exception as e:
-        raise BadInputError(f"cannot load the SavedModel: {first_line(e)}", path=folder) from None
 
 
 def _other_tf_format(source, spec) -> IRModel:

@@ -9,15 +9,13 @@ stdout while TensorFlow or tf2onnx works is sent to stderr, so `--json` output s
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import sys
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from modelport.errors import BadInputError, UnsafeInputError, UnsupportedError
+from modelport.frameworks.tensorflow import first_line, import_tf, stdout_to_stderr  # noqa: F401  (parsers import them from here)
 from modelport.ir import IRModel, Reference, TensorSpec, guess_layout, specs_from_onnx
 
 
@@ -49,52 +47,6 @@ UNSAFE_OPS = {
     "TFRecordDataset", "TextLineDataset", "WriteSummary", "CreateSummaryFileWriter", "DebugIdentityV2",
 }
 LAYOUT_BY_RANK = {4: "NHWC", 5: "NDHWC", 2: "NC"}
-
-
-def first_line(e: BaseException) -> str:
-    """The reason in an exception's text; for a tf.function trace ("in user code: … File … Error: reason")
-    the last line, where the reason is, not the heading."""
-    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
-    if len(lines) > 1 and lines[0].startswith("in user code"):
-        return lines[-1][:300]
-    return lines[0][:300] if lines else type(e).__name__
-
-
-@contextlib.contextmanager
-def stdout_to_stderr():
-    """Send Python- and C-level writes to stdout onto stderr while TensorFlow works."""
-    sys.stdout.flush()
-    saved = None
-    try:
-        saved = os.dup(1)
-        os.dup2(2, 1)
-    except OSError:
-        saved = None
-    try:
-        with contextlib.redirect_stdout(sys.stderr):
-            yield
-    finally:
-        sys.stdout.flush()
-        if saved is not None:
-            os.dup2(saved, 1)
-            os.close(saved)
-
-
-def import_tf(purpose: str = "TensorFlow sources"):
-    """TensorFlow, imported quietly (exit 5 with the install hint when it is missing)."""
-    from modelport.deps import require
-
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    with stdout_to_stderr():
-        tf = require("tensorflow", purpose=purpose)
-    tf.get_logger().setLevel(logging.ERROR)
-    try:
-        from absl import logging as absl_logging
-
-        absl_logging.set_verbosity(absl_logging.ERROR)
-    except ImportError:
-        pass
-    return tf
 
 
 def import_tf2onnx():

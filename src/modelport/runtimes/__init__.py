@@ -14,6 +14,7 @@ import numpy as np
 from modelport.errors import BadInputError
 from modelport.ir import TensorSpec
 from modelport.registry import Registry
+from modelport.targets import TARGETS, on_register
 
 
 class Runner(Protocol):
@@ -24,16 +25,27 @@ class Runner(Protocol):
     def input_specs(self) -> list[TensorSpec]: ...
 
 
-# runtime name -> "module:factory"; the factory takes the model (object or path) and options.
-RUNNERS = Registry("runtime", {
-    "onnxruntime": "modelport.runtimes.onnxruntime:OnnxRuntimeRunner",
-    "torch": "modelport.runtimes.torch:TorchRunner",
-    "tflite": "modelport.runtimes.tflite:TFLiteRunner",
-    "torch_source": "modelport.runtimes.torch_source:TorchSourceRunner",
-    "tensorrt": "modelport.runtimes.tensorrt:TensorRTRunner",
-    "savedmodel": "modelport.runtimes.savedmodel:SavedModelRunner",
-    "openvino": "modelport.runtimes.openvino:OpenVINORunner",
-})
+# runtime name -> "module:factory"; the factory takes the model (object or path) and options. The
+# runners of targets' artifacts come from their descriptors (`modelport.targets`: runtime, runner);
+# `torch` runs PyTorch sources.
+RUNNERS = Registry("runtime", {"onnxruntime": "modelport.runtimes.onnxruntime:OnnxRuntimeRunner",
+                               "torch": "modelport.runtimes.torch:TorchRunner"})
+
+
+def _add_runner(target) -> None:
+    if target.runtime and target.runner:
+        RUNNERS.register(target.runtime, target.runner)
+
+
+def _remove_runner(target) -> None:
+    if target.runtime and target.runner and not any(t.runtime == target.runtime and t.runner for t in TARGETS.values()) \
+            and target.runtime not in ("onnxruntime", "torch"):
+        RUNNERS.unregister(target.runtime)
+
+
+for _target in TARGETS.values():
+    _add_runner(_target)
+on_register(_add_runner, _remove_runner)
 register_runner = RUNNERS.register
 
 

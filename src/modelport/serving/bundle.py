@@ -20,13 +20,23 @@ import numpy as np
 from modelport.errors import BadInputError, UnsafeInputError
 from modelport.ir import TensorSpec, contract_from_onnx
 
-# report artifact target -> artifact kind packagers ask for
-TARGET_KINDS = {"onnx": "onnx", "tensorrt": "tensorrt", "trt": "tensorrt", "tflite": "tflite", "ort": "ort",
-                "pytorch": "pytorch", "torchscript": "torchscript", "savedmodel": "savedmodel", "tf": "savedmodel",
-                "openvino": "openvino"}
-# conventional file names in a convert output folder, for folders whose report lists fewer artifacts
-CONVENTIONAL = {"onnx": "model.onnx", "tensorrt": "model.plan", "tflite": "model.tflite", "ort": "model.ort",
-                "torchscript": "model.pt", "savedmodel": "saved_model", "pytorch": "pytorch/model.py", "openvino": "model.xml"}
+
+def target_kinds() -> dict[str, str]:
+    """A report artifact's `target` (a name or alias of modelport.targets) -> the artifact kind packagers ask for."""
+    from modelport.targets import TARGETS
+
+    out = {t.name: t.name for t in TARGETS.values()}
+    for t in TARGETS.values():
+        out.update({a: t.name for a in t.aliases if a not in out})
+    return out
+
+
+def conventional() -> dict[str, str]:
+    """Artifact kind -> its conventional path in a convert output folder (the descriptors' `file`),
+    for folders whose report lists fewer artifacts."""
+    from modelport.targets import TARGETS
+
+    return {t.name: t.file for t in TARGETS.values() if t.file}
 
 
 def load_schema(name: str) -> dict:
@@ -153,15 +163,17 @@ def served_name(artifacts: Artifacts, options) -> str:
     return check_path_name(options.model_name or artifacts.name, "--name")
 
 
-# artifact kinds a serving system cannot load as they are, and why (docs/serving.md has the full matrix)
-UNSERVED = {"tflite": "a TFLite flatbuffer (.tflite)", "openvino": "OpenVINO IR (model.xml + model.bin)",
-            "tensorrt": "a TensorRT engine", "ort": "an ORT-format model (.ort)", "pytorch": "PyTorch code",
-            "torchscript": "a TorchScript model.pt", "savedmodel": "a SavedModel"}
+def artifact_words(kind: str) -> str:
+    """What an artifact kind is, in words (its descriptor's `artifact`; docs/serving.md has the full matrix)."""
+    from modelport.targets import TARGETS
+
+    t = TARGETS.get(kind)
+    return (t.artifact if t and t.artifact and kind != "onnx" else None) or kind
 
 
 def unservable(artifacts: Artifacts, system: str, accepts: str) -> BadInputError:
     """The exit-2 error for artifacts `system` cannot serve, naming what it holds and what it accepts."""
-    held = [UNSERVED.get(k, k) for k in sorted(artifacts.files)] or ["no artifact"]
+    held = [artifact_words(k) for k in sorted(artifacts.files)] or ["no artifact"]
     return BadInputError(f"{system} cannot serve what this folder holds ({'; '.join(held)}); {system} takes {accepts}",
                          path=artifacts.source, hint="convert with --to onnx as well: every system here serves ONNX")
 
@@ -202,8 +214,9 @@ def from_report(root: Path, report: dict) -> Artifacts:
     files: dict[str, Path] = {}
     entries: dict[str, dict] = {}
     precision = "fp32"
+    kinds = target_kinds()
     for a in report.get("artifacts", []):
-        kind = TARGET_KINDS.get(str(a.get("target", "")).lower(), str(a.get("target", "")).lower())
+        kind = kinds.get(str(a.get("target", "")).lower(), str(a.get("target", "")).lower())
         if a.get("path"):
             p = _report_path(root, a["path"])
             if p.exists():
@@ -211,7 +224,7 @@ def from_report(root: Path, report: dict) -> Artifacts:
                 entries.setdefault(kind, dict(a))
                 if kind == "onnx":
                     precision = a.get("precision", precision)
-    for kind, rel in CONVENTIONAL.items():
+    for kind, rel in conventional().items():
         p = root / rel
         if kind not in files and p.exists() and not p.is_symlink():
             files[kind] = p

@@ -1,0 +1,189 @@
+"""Targets: one descriptor per `--to` name (and per artifact format modelport reads), the one table
+every consumer reads.
+
+A target's code lives in its own modules (an emitter, a runner, an inspector, native-route
+modules, an options class); this table says which they are and what the rest of the program needs
+to know about its artifacts, as plain data and "package.module:attr" strings, so the base layer
+imports nothing heavy and `modelport --help` stays instant. The consumers:
+
+    registry.EMITTERS        `--to` names and aliases (emitter)
+    runtimes.RUNNERS         runtime -> runner class (runtime, runner)
+    validate / bench         a user's file by its ending (suffixes; opener for validate, runner for bench)
+    inspect                  a file's description (inspector, suffixes)
+    doctor                   what a target needs (needs, gpu)
+    deps                     the extra behind a missing module (extras)
+    serving.bundle           a convert folder's artifacts (file, artifact, aliases)
+    CLI and convert          `--precision` choices and each target's check (precisions),
+                             per-target options (options), routes (native, onnx_route)
+
+Adding a target is its own modules plus one `Target(...)` entry in TARGETS (or `register(...)`
+from a plug-in); docs/adding_a_target.md walks through the fields with OpenVINO as the example.
+A target's CLI flags are the one thing declared elsewhere, in `cli/options.py` (EMITTER_OPTIONS).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from modelport.errors import BadInputError
+
+
+@dataclass(frozen=True)
+class Target:
+    """One target or artifact format. Strings name modules ("package.module") or attributes
+    ("package.module:attr"), imported only when used."""
+
+    name: str  # what `--to` takes and what a report's artifact `target` says
+    title: str = ""  # how messages and docs name it ("OpenVINO")
+    emitter: str | None = None  # "package.module" with NAME, RUNTIME, emit, preflight; None: a format, not a --to target
+    aliases: tuple[str, ...] = ()  # other spellings `--to` and report readers accept
+    runtime: str | None = None  # the runtimes/ name its artifacts run in
+    runner: str | None = None  # "module:Class" registered in runtimes.RUNNERS under `runtime`
+    opener: str | None = None  # "module:function" opening a user's file for `validate` (a runner)
+    inspector: str | None = None  # "module:function" returning `inspect`'s dict for one of its files
+    suffixes: tuple[str, ...] = ()  # file endings (lower case) of its artifacts; "/FILE": a folder holding FILE
+    file: str | None = None  # its conventional path in a convert output folder
+    artifact: str | None = None  # what its artifact is, in words ("OpenVINO IR (model.xml + model.bin)")
+    precisions: tuple[str, ...] = ("fp32",)  # the --precision values it accepts, the first its default
+    needs: tuple[str, ...] | None = None  # top-level modules it needs (doctor); None: not checked
+    extras: dict[str, str] = field(default_factory=dict)  # module -> the pip extra that installs it (exit-5 hints)
+    gpu: bool = False  # it needs an NVIDIA GPU to build or run
+    options: str | None = None  # "module:Class": its frozen options class (ConvertOptions.target_options[name])
+    native: dict[str, str] = field(default_factory=dict)  # source kind (parser name) -> native-route module
+    onnx_route: bool = True  # False: reached by its native routes only
+    bench: bool = True  # `bench` opens its files (by suffixes, with `runner`)
+
+    @property
+    def is_target(self) -> bool:
+        return self.emitter is not None
+
+
+_ORT = "modelport.runtimes.onnxruntime"
+_TF_NATIVE = "modelport.emitters.tflite_tf"
+_SM_NATIVE = "modelport.emitters.savedmodel_tf"
+
+# In `--to` help order. A new target is one entry here.
+TARGETS: dict[str, Target] = {t.name: t for t in (
+    Target("onnx", "ONNX", "modelport.emitters.onnx", runtime="onnxruntime", runner=f"{_ORT}:OnnxRuntimeRunner",
+           opener=f"{_ORT}:open_onnx_file", inspector="modelport.orchestration.inspect:inspect_onnx", suffixes=(".onnx",),
+           file="model.onnx", artifact="an ONNX model (.onnx)", precisions=("fp32", "fp16", "int8"),
+           needs=("onnx", "onnxruntime")),
+    Target("pytorch", "PyTorch code", "modelport.emitters.pytorch_code", runtime="torch_source",
+           runner="modelport.runtimes.torch_source:TorchSourceRunner", file="pytorch/model.py", artifact="PyTorch code",
+           precisions=("fp32", "fp16", "int8"), needs=("torch", "safetensors")),
+    Target("tflite", "TFLite", "modelport.emitters.tflite", runtime="tflite", runner="modelport.runtimes.tflite:TFLiteRunner",
+           opener="modelport.runtimes.tflite:open_untrusted", inspector="modelport.parsers.tflite:inspect",
+           suffixes=(".tflite",), file="model.tflite", artifact="a TFLite flatbuffer (.tflite)",
+           precisions=("fp32", "fp16", "int8"), needs=("tensorflow", "tf_keras", "onnx2tf", "onnx_graphsurgeon", "ai_edge_litert"),
+           extras={"ai_edge_litert": "tf", "tflite_runtime": "tf", "onnx2tf": "tf", "onnx_graphsurgeon": "tf"},
+           options="modelport.emitters.tflite:TFLiteOptions",
+           native={"keras": _TF_NATIVE, "savedmodel": _TF_NATIVE, "pytorch": "modelport.emitters.tflite_torch"}),
+    Target("tensorrt", "TensorRT", "modelport.emitters.tensorrt", aliases=("trt",), runtime="tensorrt",
+           runner="modelport.runtimes.tensorrt:TensorRTRunner", opener="modelport.runtimes.tensorrt:open_engine",
+           inspector="modelport.runtimes.tensorrt:engine_info", suffixes=(".plan", ".engine"), file="model.plan",
+           artifact="a TensorRT engine", precisions=("fp32", "fp16", "best"), needs=("tensorrt", "torch"),
+           extras={"tensorrt": "tensorrt"}, gpu=True, options="modelport.emitters.tensorrt:TensorRTOptions"),
+    Target("ort", "ORT format", "modelport.emitters.ort", runtime="onnxruntime", runner=f"{_ORT}:OnnxRuntimeRunner",
+           opener=f"{_ORT}:OnnxRuntimeRunner", suffixes=(".ort",), file="model.ort", artifact="an ORT-format model (.ort)",
+           precisions=("fp32", "fp16", "int8"), needs=("onnx", "onnxruntime")),
+    Target("ort-genai", "onnxruntime-genai", "modelport.emitters.ort_genai", runtime="onnxruntime-genai",
+           precisions=("fp32", "fp16", "int8"), bench=False),
+    Target("savedmodel", "SavedModel", "modelport.emitters.savedmodel", aliases=("tensorflow", "tf", "saved_model", "keras"),
+           runtime="savedmodel", runner="modelport.runtimes.savedmodel:SavedModelRunner", file="saved_model",
+           artifact="a SavedModel", bench=False, native={"keras": _SM_NATIVE, "savedmodel": _SM_NATIVE}),
+    Target("openvino", "OpenVINO", "modelport.emitters.openvino", runtime="openvino",
+           runner="modelport.runtimes.openvino:OpenVINORunner", opener="modelport.runtimes.openvino:open_ir",
+           inspector="modelport.runtimes.openvino:inspect_ir", suffixes=(".xml",), file="model.xml",
+           artifact="OpenVINO IR (model.xml + model.bin)", precisions=("fp32", "fp16", "bf16", "int8"), needs=("openvino",),
+           extras={"openvino": "openvino", "nncf": "openvino"}, options="modelport.emitters.openvino:OpenVINOOptions"),
+    # artifact formats that are no --to target: packagers read them from a convert folder
+    Target("torchscript", "TorchScript", file="model.pt", artifact="a TorchScript model.pt", bench=False),
+)}
+
+
+def register(target: Target) -> Target:
+    """Add a target (a plug-in's, or a test's); a different entry under a taken name is an error.
+    The registries derived from this table see it from then on."""
+    known = TARGETS.get(target.name)
+    if known is not None and known != target:
+        raise ValueError(f"target '{target.name}' is already registered")
+    TARGETS[target.name] = target
+    for add, _ in _LISTENERS:
+        add(target)
+    return target
+
+
+def unregister(name: str) -> None:
+    """Take a registered target out again, from this table and the registries derived from it."""
+    target = TARGETS.pop(name)
+    for _, remove in _LISTENERS:
+        if remove is not None:
+            remove(target)
+
+
+@contextmanager
+def registered(target: Target):
+    """`target` registered for the duration of a `with` block (tests, a plug-in tried once)."""
+    register(target)
+    try:
+        yield target
+    finally:
+        unregister(target.name)
+
+
+_LISTENERS: list = []
+
+
+def on_register(add, remove=None) -> None:
+    """Call `add(target)` for every target registered later, `remove(target)` for every one taken
+    out: the registries derived from this table keep up."""
+    _LISTENERS.append((add, remove))
+
+
+def emitting() -> Iterator[Target]:
+    """The `--to` targets, in table order."""
+    return (t for t in TARGETS.values() if t.is_target)
+
+
+def get(name: str) -> Target:
+    """The target `name` (or an alias) names; exit 2 listing the known ones."""
+    key = name.strip().lower()
+    for t in TARGETS.values():
+        if key == t.name or key in t.aliases:
+            return t
+    raise BadInputError(f"unknown target '{name}'; known: {', '.join(sorted(t.name for t in emitting()))}")
+
+
+def all_precisions() -> tuple[str, ...]:
+    """Every --precision some target accepts, in table order: the choice list of convert and emit."""
+    out: list[str] = []
+    for t in emitting():
+        out += [p for p in t.precisions if p not in out]
+    return tuple(out)
+
+
+def check_precision(name: str, precision: str) -> None:
+    """Exit 2 when target `name` does not take `precision`, before any work."""
+    t = get(name)
+    if precision not in t.precisions:
+        takes = f"is {t.precisions[0]} only" if len(t.precisions) == 1 else f"takes --precision {', '.join(t.precisions)}"
+        raise BadInputError(f"the {t.name} target {takes}, not {precision}", hint=f"convert with --precision {t.precisions[0]}")
+
+
+def load(ref: str):
+    """The module or attribute a descriptor string names."""
+    import importlib
+
+    module, _, attr = ref.partition(":")
+    loaded = importlib.import_module(module)
+    return getattr(loaded, attr) if attr else loaded
+
+
+def options_for(name: str, value=None):
+    """Target `name`'s options object: `value` when given, else its class's defaults; None when it has none."""
+    t = get(name)
+    if value is not None or t.options is None:
+        return value
+    return load(t.options)()
