@@ -50,8 +50,11 @@ browser:
 		{ apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends chromium >/dev/null; }; \
 	else echo "install Debian's chromium package: the report.html test opens the page in it"; fi
 
+# The suite runs in TEST_JOBS worker processes (pytest-xdist), one test file per worker at a time:
+# the cores (at most 4), at least 2, since many tests wait on child processes and servers.
+TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; [ $$n -lt 2 ] && n=2; echo $$n)
 test: setup browser
-	$(BIN)/python -m pytest -q -p no:cacheprovider --timeout=900
+	$(BIN)/python -m pytest -q -p no:cacheprovider --timeout=900 -n $(TEST_JOBS) --dist loadfile
 
 bench: setup
 	$(BIN)/python bench/cli_bench.py
