@@ -40,8 +40,10 @@ def check_precision(precision: str | None) -> None:
 
 def preflight(ir: IRModel, options: EmitOptions | None = None) -> Preflight:
     from modelport.emitters.tflite import check
+    from modelport.runtimes.tfjs import require_tfjs
 
     check_precision(options.precision if options else None)
+    require_tfjs("validating the tfjs target")  # exit 5 before any work: its artifact is proven in Node.js
     pre = check(ir)[1]
     pre.target, pre.runtime = NAME, "onnx2tf"
     return pre

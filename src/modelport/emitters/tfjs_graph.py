@@ -102,6 +102,28 @@ def optimize(tf, frozen, sig):
     return tf_optimizer.OptimizeGraph(config, meta)
 
 
+def rewrite_for_tfjs(tf, graph_def) -> dict[str, int]:
+    """Ops TF.js lacks written with ops it has, in place: `Erfc(x)` as `1 - Erf(x)` (Keras's exact
+    GELU). Returns op -> nodes rewritten."""
+    done: dict[str, int] = {}
+    added = []
+    for node in graph_def.node:
+        if node.op == "Erfc":
+            dtype = tf.as_dtype(node.attr["T"].type).as_numpy_dtype
+            one = type(node)(name=f"{node.name}/one", op="Const")
+            one.attr["dtype"].type = node.attr["T"].type
+            one.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(np.array(1, dtype=dtype)))
+            erf = type(node)(name=f"{node.name}/erf", op="Erf", input=list(node.input[:1]), device=node.device)
+            erf.attr["T"].CopyFrom(node.attr["T"])
+            added += [one, erf]
+            node.op = "Sub"
+            del node.input[:]
+            node.input.extend([one.name, erf.name])
+            done["Erfc"] = done.get("Erfc", 0) + 1
+    graph_def.node.extend(added)
+    return done
+
+
 def unsupported_ops(graph_def) -> dict[str, list[str]]:
     """op -> the nodes (graph and functions) whose op TF.js cannot run."""
     from modelport.emitters.tfjs_ops import SUPPORTED_OPS
@@ -189,6 +211,7 @@ def convert_saved_model(tf, saved_model: Path, out_dir: Path, precision: str = "
     _loaded, frozen, in_keys, out_keys = frozen_signature(tf, saved_model, signature)
     sig = signature_def(tf, frozen, in_keys, out_keys)
     graph_def = optimize(tf, frozen, sig)
+    rewritten = rewrite_for_tfjs(tf, graph_def)
     check_ops(graph_def)
     entries, blobs = extract_weights(tf, graph_def, precision)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -211,4 +234,5 @@ def convert_saved_model(tf, saved_model: Path, out_dir: Path, precision: str = "
         ops[n.op] = ops.get(n.op, 0) + 1
     return {"format": FORMAT, "weights": {"fp32": "float32", "fp16": "float16", "uint8": "uint8 (affine, per tensor)"}[precision],
             "shards": len(shards), "weight_bytes": sum(len(b) for b in blobs), "nodes": len(graph_def.node),
-            "signature": {"inputs": in_keys, "outputs": out_keys}, "grappler": GRAPPLER_PASSES}
+            "signature": {"inputs": in_keys, "outputs": out_keys}, "grappler": GRAPPLER_PASSES,
+            **({"rewritten": rewritten} if rewritten else {})}

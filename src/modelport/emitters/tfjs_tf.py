@@ -17,9 +17,11 @@ AUTO = "first"
 
 def refusal(ir: IRModel, options: EmitOptions) -> str | None:
     from modelport.emitters.tfjs_graph import PRECISIONS
+    from modelport.runtimes.tfjs import require_tfjs
 
     if options.precision not in (*PRECISIONS, None):
         return f"precision {options.precision} (the tfjs target takes {', '.join(PRECISIONS)})"
+    require_tfjs("validating the tfjs target")  # exit 5 before any work: its artifact is proven in Node.js
     return None
 
 
