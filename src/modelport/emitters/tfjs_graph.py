@@ -4,7 +4,8 @@ format `tf.loadGraphModel` reads (tfjs-converter's `graph-model`).
 Steps: the signature's concrete function with its variables frozen into constants
 (`convert_variables_to_constants_v2`, control flow lowered to the Switch/Merge ops TF.js runs);
 grappler's pruning, constant folding, arithmetic and dependency passes on it (the passes
-tfjs-converter runs by default); every op checked against the ops TF.js 4.22 can run
+tfjs-converter runs by default); ops TF.js lacks written with ops it has (`Erfc` as `1 - Erf`);
+every op checked against the ops TF.js 4.22 can run
 (`tfjs_ops.py`: exit 2 naming the others); then each `Const` node's value moved out of the graph
 into the weights (the node keeps its dtype and shape, TF.js finds the value by the node's name).
 

@@ -121,11 +121,10 @@ def _needs(table: dict[str, list[str]], names, *, gpu: bool = True) -> list[dict
             continue
         missing = [m for m in needs if ":" not in m and not _findable(m)]
         extras = sorted({extra_of(m) or m for m in missing})
-        for probe in (m for m in needs if ":" in m):  # "module:function": what is missing outside Python, or None
+        for probe in (m for m in needs if ":" in m):  # "module:function": what is missing outside Python (and how to get it), or None
             absent = load(probe)()
             if absent:
                 missing.append(absent)
-                extras.append("make setup")
         if name in gpu_targets and not gpu:
             missing.append("an NVIDIA GPU (or --plan-only)")
         out.append({"name": name, "ready": not missing, "missing": missing, "install": extras})

@@ -51,13 +51,13 @@ def node_binary() -> str | None:
 
 
 def missing() -> str | None:
-    """What is missing to run TF.js models here (None: ready); doctor's check."""
+    """What is missing to run TF.js models here, with how to install it (None: ready); doctor's check."""
     node = node_binary()
     if not node or not Path(node).exists():
-        return "Node.js (node)"
+        return "Node.js (node; install Node.js 18+, then make setup)"
     package = modules_dir() / "node_modules" / "@tensorflow" / "tfjs" / "package.json"
     if not package.is_file():
-        return f"@tensorflow/tfjs in {modules_dir()}"
+        return f"@tensorflow/tfjs in {modules_dir()} (make setup)"
     return None
 
 
