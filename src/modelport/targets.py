@@ -105,7 +105,8 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            artifact="a TF.js graph model (model.json + weight shards)", precisions=("fp32", "fp16", "uint8"),
            needs=("tensorflow", "onnx2tf", "modelport.runtimes.tfjs:missing"),
            extras={"onnx2tf": "tf", "onnx_graphsurgeon": "tf"},
-           native={"keras": "modelport.emitters.tfjs_tf", "savedmodel": "modelport.emitters.tfjs_tf"}),
+           native={"keras": "modelport.emitters.tfjs_tf", "savedmodel": "modelport.emitters.tfjs_tf"},
+           bench=False),  # each run is a fresh Node.js process: no steady-state latency to time
     # artifact formats that are no --to target: packagers read them from a convert folder
     Target("torchscript", "TorchScript", file="model.pt", artifact="a TorchScript model.pt", bench=False),
 )}

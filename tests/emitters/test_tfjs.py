@@ -131,6 +131,38 @@ def test_two_inputs_two_outputs_keep_the_contract_names(tmp_path):
     np.testing.assert_allclose(got["dot"], dot.numpy(), atol=1e-5)
 
 
+def test_savedmodel_source_with_int64_ids_and_weights_over_one_shard(tmp_path):
+    """A SavedModel source (native route): int64 token ids (TF.js feeds int32) into a 5 MB
+    embedding, so the weights span two 4 MiB shards that TF.js must join."""
+    import tensorflow as tf
+
+    class Embed(tf.Module):
+        def __init__(self):
+            super().__init__()
+            rng = np.random.default_rng(3)
+            self.table = tf.Variable(rng.standard_normal((20000, 64)).astype(np.float32))
+            self.head = tf.Variable(rng.standard_normal((64, 3)).astype(np.float32))
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 5], tf.int64, name="ids")])
+        def serve(self, ids):
+            pooled = tf.reduce_mean(tf.gather(self.table, ids), axis=1)
+            return {"scores": tf.matmul(pooled, self.head)}
+
+    module = Embed()
+    src = tmp_path / "embed_model"
+    tf.saved_model.save(module, str(src), signatures={"serving_default": module.serve})
+    out = tmp_path / "out"
+    report = convert(src, out, ConvertOptions(targets=["tfjs"], route="native"))
+    (art,) = report["artifacts"]
+    assert art["route"] == "native" and art["shards"] == 2 and report["parity"][-1]["ok"]
+    doc = _model_json(out)
+    assert doc["signature"]["inputs"]["ids"]["dtype"] == "DT_INT64" and doc["weightsManifest"][0]["paths"] == [
+        "group1-shard1of2.bin", "group1-shard2of2.bin"]
+    ids = np.random.default_rng(4).integers(0, 20000, (2, 5)).astype(np.int64)
+    got = TFJSRunner(out / "tfjs" / "model.json").run({"ids": ids})["scores"]
+    np.testing.assert_allclose(got, module.serve(tf.constant(ids))["scores"].numpy(), atol=1e-4, rtol=1e-4)
+
+
 def _determinant_saved_model(folder):
     import tensorflow as tf
 
