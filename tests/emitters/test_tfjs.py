@@ -204,3 +204,24 @@ def test_missing_node_or_tfjs_is_exit_5_before_any_work(tmp_path, cli, monkeypat
     assert not (tmp_path / "out").exists()
     with pytest.raises(MissingDependencyError, match=named.replace(".", r"\.")):
         TFJSRunner(tmp_path / "model.json")
+
+
+def test_a_bad_model_json_is_refused_naming_the_file(tmp_path, cli):
+    layers = tmp_path / "layers" / "model.json"
+    layers.parent.mkdir()
+    layers.write_text(json.dumps({"format": "layers-model", "modelTopology": {}}))
+    r = cli("inspect", layers)
+    assert r.exit_code == 2 and "not a TF.js graph model (format 'layers-model'" in r.stderr and str(layers) in r.stderr
+    escaping = tmp_path / "escaping" / "model.json"
+    escaping.parent.mkdir()
+    (tmp_path / "outside.bin").write_bytes(b"\0" * 4)
+    escaping.write_text(json.dumps({"format": "graph-model", "modelTopology": {"node": []},
+                                    "weightsManifest": [{"paths": ["../outside.bin"], "weights": []}]}))
+    r = cli("inspect", escaping)
+    assert r.exit_code != 0 and "is not a file name beside model.json" in r.stderr
+    missing = tmp_path / "missing" / "model.json"
+    missing.parent.mkdir()
+    missing.write_text(json.dumps({"format": "graph-model", "modelTopology": {"node": []},
+                                   "weightsManifest": [{"paths": ["group1-shard1of1.bin"], "weights": []}]}))
+    r = cli("validate", missing, missing)
+    assert r.exit_code == 2 and "weight shard group1-shard1of1.bin is missing" in r.stderr
