@@ -218,7 +218,7 @@ def test_a_bad_model_json_is_refused_naming_the_file(tmp_path, cli):
     escaping.write_text(json.dumps({"format": "graph-model", "modelTopology": {"node": []},
                                     "weightsManifest": [{"paths": ["../outside.bin"], "weights": []}]}))
     r = cli("inspect", escaping)
-    assert r.exit_code != 0 and "is not a file name beside model.json" in r.stderr
+    assert r.exit_code == 3 and "is not a file name beside model.json" in r.stderr
     missing = tmp_path / "missing" / "model.json"
     missing.parent.mkdir()
     missing.write_text(json.dumps({"format": "graph-model", "modelTopology": {"node": []},
