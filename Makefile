@@ -3,11 +3,13 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.modelport-installed
+TFJS_NODE  := src/modelport/runtimes/tfjs_node
+TFJS_STAMP := $(VENV)/tfjs/.installed
 EXTRAS ?= torch,optimize,tf,serve,openvino,ray,genai,executorch,coreml,dev
 
 .PHONY: setup browser demo test test-fast bench coverage lint clean check-pins
 
-setup: $(STAMP)
+setup: $(STAMP) $(TFJS_STAMP)
 
 # litert-torch (PyTorch -> LiteRT) and the packages it needs beyond the extras above, without
 # their dependencies: xdsl declares typing-extensions<4.13, which would downgrade pydantic and
@@ -19,6 +21,15 @@ LITERT_TORCH := litert-torch==0.10.0 ai-edge-quantizer==0.10.0 litert-converter=
 # out at test time (TFLite from mediapipe, ONNX from rapidocr, ONNX and TorchScript from silero-vad,
 # ONNX from basic-pitch).
 FIXTURE_WHEELS := mediapipe==0.10.21 rapidocr-onnxruntime==1.4.4 silero-vad==6.2.3 basic-pitch==0.4.0
+
+# TF.js for validating the tfjs target in Node.js: the npm packages pinned by the lock file,
+# installed into $(VENV)/tfjs (where runtimes/tfjs.py finds them). Without Node.js or npm the step
+# is skipped with a note; the tfjs target then exits 5 and `doctor` reports it.
+$(TFJS_STAMP): $(TFJS_NODE)/package.json $(TFJS_NODE)/package-lock.json
+	@if command -v node >/dev/null && command -v npm >/dev/null; then \
+		mkdir -p $(VENV)/tfjs && cp $(TFJS_NODE)/package.json $(TFJS_NODE)/package-lock.json $(VENV)/tfjs/ && \
+		npm ci --prefix $(VENV)/tfjs --silent --no-audit --no-fund --ignore-scripts && touch $@; \
+	else echo "Node.js and npm not found: the tfjs target cannot be validated here (install Node.js 18+, rerun make setup)"; fi
 
 # One resolve for everything; torch is pinned to the CPU wheel (torch==2.13.0) in pyproject.
 # tf_keras is installed without its dependencies: it would otherwise pull the full `tensorflow`

@@ -37,7 +37,7 @@ def test_one_descriptor_makes_a_target(tiny, tiny_onnx, tmp_path, cli):
     from modelport.orchestration.validate import validate_models
     from modelport.registry import EMITTERS
 
-    assert "tiny" in EMITTERS and targets.all_precisions() == ("fp32", "fp16", "int8", "best", "bf16")
+    assert "tiny" in EMITTERS and targets.all_precisions() == ("fp32", "fp16", "int8", "best", "bf16", "uint8")
     assert ConvertOptions(targets=["tiny"]).emitter_options("tiny") == tiny_target.TinyOptions()
     out = tmp_path / "out"
     r = cli("convert", tiny_onnx, "--to", "onnx,tiny", "-o", out, "--json")  # the CLI's --to and convert's checks

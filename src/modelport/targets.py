@@ -47,7 +47,8 @@ class Target:
     file: str | None = None  # its conventional path in a convert output folder
     artifact: str | None = None  # what its artifact is, in words ("OpenVINO IR (model.xml + model.bin)")
     precisions: tuple[str, ...] = ("fp32",)  # the --precision values it accepts, the first its default
-    needs: tuple[str, ...] | None = None  # top-level modules it needs (doctor); None: not checked
+    needs: tuple[str, ...] | None = None  # top-level modules it needs (doctor), or "module:function" probes returning
+    # what is missing outside Python (None when ready); None: not checked
     extras: dict[str, str] = field(default_factory=dict)  # module -> the pip extra that installs it (exit-5 hints)
     gpu: bool = False  # it needs an NVIDIA GPU to build or run
     options: str | None = None  # "module:Class": its frozen options class (ConvertOptions.target_options[name])
@@ -98,6 +99,14 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            inspector="modelport.runtimes.openvino:inspect_ir", suffixes=(".xml",), file="model.xml",
            artifact="OpenVINO IR (model.xml + model.bin)", precisions=("fp32", "fp16", "bf16", "int8"), needs=("openvino",),
            extras={"openvino": "openvino", "nncf": "openvino"}, options="modelport.emitters.openvino:OpenVINOOptions"),
+    Target("tfjs", "TF.js", "modelport.emitters.tfjs", aliases=("tensorflowjs", "tensorflow.js"), runtime="tfjs",
+           runner="modelport.runtimes.tfjs:TFJSRunner", opener="modelport.runtimes.tfjs:open_model_json",
+           inspector="modelport.runtimes.tfjs:inspect_model_json", suffixes=("model.json", "/model.json"), file="tfjs/model.json",
+           artifact="a TF.js graph model (model.json + weight shards)", precisions=("fp32", "fp16", "uint8"),
+           needs=("tensorflow", "onnx2tf", "modelport.runtimes.tfjs:missing"),
+           extras={"onnx2tf": "tf", "onnx_graphsurgeon": "tf"},
+           native={"keras": "modelport.emitters.tfjs_tf", "savedmodel": "modelport.emitters.tfjs_tf"},
+           bench=False),  # each run is a fresh Node.js process: no steady-state latency to time
     # artifact formats that are no --to target: packagers read them from a convert folder
     Target("torchscript", "TorchScript", file="model.pt", artifact="a TorchScript model.pt", bench=False),
 )}

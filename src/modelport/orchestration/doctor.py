@@ -109,7 +109,7 @@ def target_needs() -> dict[str, list[str]]:
 
 def _needs(table: dict[str, list[str]], names, *, gpu: bool = True) -> list[dict]:
     from modelport.deps import extra_of
-    from modelport.targets import TARGETS
+    from modelport.targets import TARGETS, load
 
     gpu_targets = {t.name for t in TARGETS.values() if t.gpu}
 
@@ -119,8 +119,12 @@ def _needs(table: dict[str, list[str]], names, *, gpu: bool = True) -> list[dict
         if needs is None:
             out.append({"name": name, "ready": None, "missing": [], "install": []})
             continue
-        missing = [m for m in needs if not _findable(m)]
+        missing = [m for m in needs if ":" not in m and not _findable(m)]
         extras = sorted({extra_of(m) or m for m in missing})
+        for probe in (m for m in needs if ":" in m):  # "module:function": what is missing outside Python (and how to get it), or None
+            absent = load(probe)()
+            if absent:
+                missing.append(absent)
         if name in gpu_targets and not gpu:
             missing.append("an NVIDIA GPU (or --plan-only)")
         out.append({"name": name, "ready": not missing, "missing": missing, "install": extras})

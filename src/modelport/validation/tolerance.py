@@ -85,6 +85,7 @@ DEFAULT_TOLERANCES = {
     "fp32": Tolerance(1e-4, 1e-3, 0.999),
     "fp16": Tolerance(1e-2, 1e-2, 0.999),
     "int8": Tolerance(float("inf"), float("inf"), 0.98),
+    "uint8": Tolerance(float("inf"), float("inf"), 0.99),  # 8-bit weights, float activations (TF.js)
     "bf16": Tolerance(2e-2, 2e-2, 0.999),  # 8-bit mantissa: about 3 significant digits per rounding
 }
 

@@ -1,0 +1,87 @@
+"""The TF.js target: a TF.js graph model (`tfjs/model.json` + `group1-shard*.bin`), the format
+`tf.loadGraphModel` reads in a web page, validated by running it in Node.js with @tensorflow/tfjs
+(CPU backend) fed and read through `model.json`'s signature (`runtimes/tfjs.py`).
+
+Route: every source through a SavedModel. ONNX-side sources (PyTorch, ONNX, TFLite, ...) through
+the savedmodel target's ONNX route (onnx2tf, `emitters/savedmodel.py`); Keras and SavedModel
+sources natively (`emitters/tfjs_tf.py`: Keras's export or the signature saved again, no ONNX).
+The SavedModel's `serving_default` signature, whose keys are the contract's names, is then
+frozen, optimised and written as a graph model by modelport's own writer (`emitters/tfjs_graph.py`):
+the `tensorflowjs` pip converter pins tensorflow 2.19, tf_keras 2.19, protobuf 5 and numpy 2.1,
+below this environment's, so it is not used.
+
+Precisions (`--precision`): `fp32`, `fp16` (float16 weights) and `uint8` (affine uint8 weights
+with per-tensor min/scale in the manifest), the weight quantisations of tfjs-converter; TF.js
+decodes them to float32 at load and computes in float32.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from pathlib import Path
+
+from modelport.emitters import Artifact, EmitOptions
+from modelport.emitters.preflight import Preflight
+from modelport.ir import IRModel
+from modelport.targets import check_precision as check_target_precision
+
+NAME = "tfjs"
+RUNTIME = "tfjs"
+DESCRIPTION = "TF.js graph model (model.json + weight shards; fp32, fp16 or uint8 weights), run in Node.js by @tensorflow/tfjs"
+CONVERTER = "onnx2tf SavedModel -> TF.js graph model"
+FOLDER = "tfjs"
+
+
+def check_precision(precision: str | None) -> None:
+    if precision is not None:
+        check_target_precision(NAME, precision)
+
+
+def preflight(ir: IRModel, options: EmitOptions | None = None) -> Preflight:
+    from modelport.emitters.tflite import check
+    from modelport.runtimes.tfjs import require_tfjs
+
+    check_precision(options.precision if options else None)
+    require_tfjs("validating the tfjs target")  # exit 5 before any work: its artifact is proven in Node.js
+    pre = check(ir)[1]
+    pre.target, pre.runtime = NAME, "onnx2tf"
+    return pre
+
+
+def saved_model_options(options: EmitOptions) -> EmitOptions:
+    """The options of the SavedModel step: fp32 (the precision applies to the graph model's weights)."""
+    return dataclasses.replace(options, precision="fp32", target=None)
+
+
+def write(saved: Artifact, out_dir: Path, precision: str, converter: str) -> Artifact:
+    """The graph model of a SavedModel artifact (written in a temporary folder), in `out_dir/tfjs`."""
+    from modelport.emitters.tfjs_graph import convert_saved_model
+    from modelport.frameworks.tensorflow import import_tf
+    from modelport.quiet_call import captured_output
+
+    tf = import_tf("writing a TF.js graph model")
+    dest = out_dir / FOLDER
+    with captured_output(saved.path.parent / "tfjs.log", "TF.js graph model"):
+        details = convert_saved_model(tf, saved.path, dest, precision)
+    path = dest / "model.json"
+    files = [path, *sorted(p for p in dest.glob("group*-shard*.bin"))]
+    keep = {k: saved.details[k] for k in ("inputs_layout", "outputs_layout") if k in saved.details}
+    return Artifact(target=NAME, runtime=RUNTIME, path=path, files=files, precision=precision,
+                    details={"converter": f"{converter} -> TF.js graph model (modelport writer)",
+                             "saved_model": saved.details.get("converter"), **details, **keep,
+                             "validation": "Node.js @tensorflow/tfjs (cpu backend): tf.loadGraphModel, executeAsync "
+                                           "by the signature's input and output keys"},
+                    runner="tfjs")
+
+
+def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
+    from modelport.emitters import savedmodel
+
+    precision = options.precision or "fp32"
+    check_precision(precision)
+    preflight(model).raise_if_unsupported()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="modelport-tfjs-") as tmp:
+        saved = savedmodel.emit(model, Path(tmp), saved_model_options(options))
+        return write(saved, out_dir, precision, saved.details.get("converter", "onnx2tf"))

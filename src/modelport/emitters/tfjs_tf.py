@@ -1,0 +1,37 @@
+"""The native TF.js route for TensorFlow sources (`emitters/routes.py`): no ONNX in between. The
+Keras or SavedModel source is written as the savedmodel target's native route writes it
+(`emitters/savedmodel_tf.py`: Keras's export, or the signature saved again behind the contract's
+names), and that SavedModel as a graph model (`emitters/tfjs.py`, `emitters/tfjs_graph.py`)."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from modelport.emitters import Artifact, EmitOptions
+from modelport.ir import IRModel
+
+NAME = "Keras export / tf.saved_model.save -> TF.js graph model"
+AUTO = "first"
+
+
+def refusal(ir: IRModel, options: EmitOptions) -> str | None:
+    from modelport.emitters.tfjs_graph import PRECISIONS
+    from modelport.runtimes.tfjs import require_tfjs
+
+    if options.precision not in (*PRECISIONS, None):
+        return f"precision {options.precision} (the tfjs target takes {', '.join(PRECISIONS)})"
+    require_tfjs("validating the tfjs target")  # exit 5 before any work: its artifact is proven in Node.js
+    return None
+
+
+def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
+    from modelport.emitters import savedmodel_tf
+    from modelport.emitters.tfjs import check_precision, saved_model_options, write
+
+    precision = options.precision or "fp32"
+    check_precision(precision)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="modelport-tfjs-native-") as tmp:
+        saved = savedmodel_tf.emit(model, Path(tmp), saved_model_options(options))
+        return write(saved, out_dir, precision, saved.details.get("converter", savedmodel_tf.NAME))
