@@ -28,7 +28,7 @@ FIXTURE_WHEELS := mediapipe==0.10.21 rapidocr-onnxruntime==1.4.4 silero-vad==6.2
 $(TFJS_STAMP): $(TFJS_NODE)/package.json $(TFJS_NODE)/package-lock.json
 	@if command -v node >/dev/null && command -v npm >/dev/null; then \
 		mkdir -p $(VENV)/tfjs && cp $(TFJS_NODE)/package.json $(TFJS_NODE)/package-lock.json $(VENV)/tfjs/ && \
-		npm ci --prefix $(VENV)/tfjs --silent --no-audit --no-fund --ignore-scripts && touch $@; \
+		(cd $(VENV)/tfjs && npm ci --silent --no-audit --no-fund --ignore-scripts) && touch $@; \
 	else echo "Node.js and npm not found: the tfjs target cannot be validated here (install Node.js 18+, rerun make setup)"; fi
 
 # One resolve for everything; torch is pinned to the CPU wheel (torch==2.13.0) in pyproject.
