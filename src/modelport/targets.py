@@ -98,6 +98,12 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            inspector="modelport.runtimes.openvino:inspect_ir", suffixes=(".xml",), file="model.xml",
            artifact="OpenVINO IR (model.xml + model.bin)", precisions=("fp32", "fp16", "bf16", "int8"), needs=("openvino",),
            extras={"openvino": "openvino", "nncf": "openvino"}, options="modelport.emitters.openvino:OpenVINOOptions"),
+    Target("executorch", "ExecuTorch", "modelport.emitters.executorch", aliases=("pte",), runtime="executorch",
+           runner="modelport.runtimes.executorch:ExecuTorchRunner", opener="modelport.runtimes.executorch:open_pte",
+           inspector="modelport.runtimes.executorch:inspect_pte", suffixes=(".pte",), file="model.pte",
+           artifact="an ExecuTorch program (.pte)", precisions=("fp32", "int8"), needs=("executorch", "torch"),
+           extras={"executorch": "executorch"}, options="modelport.emitters.executorch:ExecuTorchOptions",
+           native={"pytorch": "modelport.emitters.executorch_torch"}),
     # artifact formats that are no --to target: packagers read them from a convert folder
     Target("torchscript", "TorchScript", file="model.pt", artifact="a TorchScript model.pt", bench=False),
 )}
