@@ -84,6 +84,8 @@ CASES = [
     ("openvino", "emit {root}/onnx/m.onnx --to openvino --precision bf16 -o {out}", "openvino"),
     ("nncf", "convert {root}/onnx/m.onnx --to openvino --precision int8 -o {out}", "openvino"),
     ("openvino", "convert {root}/onnx/m.onnx --optimize auto --runtimes onnxruntime,openvino -o {out}", "openvino"),
+    ("executorch", "convert {root}/onnx/m.onnx --to executorch -o {out}", "executorch"),
+    ("executorch", "convert {root}/mlp/model.pt2 --to executorch -o {out}", "executorch"),
 ]
 
 

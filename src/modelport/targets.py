@@ -107,6 +107,12 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            extras={"onnx2tf": "tf", "onnx_graphsurgeon": "tf"},
            native={"keras": "modelport.emitters.tfjs_tf", "savedmodel": "modelport.emitters.tfjs_tf"},
            bench=False),  # each run is a fresh Node.js process: no steady-state latency to time
+    Target("executorch", "ExecuTorch", "modelport.emitters.executorch", aliases=("pte",), runtime="executorch",
+           runner="modelport.runtimes.executorch:ExecuTorchRunner", opener="modelport.runtimes.executorch:open_pte",
+           inspector="modelport.runtimes.executorch:inspect_pte", suffixes=(".pte",), file="model.pte",
+           artifact="an ExecuTorch program (.pte)", precisions=("fp32", "int8"), needs=("executorch", "torch"),
+           extras={"executorch": "executorch"}, options="modelport.emitters.executorch:ExecuTorchOptions",
+           native={"pytorch": "modelport.emitters.executorch_torch"}),
     # artifact formats that are no --to target: packagers read them from a convert folder
     Target("torchscript", "TorchScript", file="model.pt", artifact="a TorchScript model.pt", bench=False),
 )}

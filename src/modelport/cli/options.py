@@ -25,6 +25,7 @@ EMIT_PRECISIONS = all_precisions()  # every target's (modelport.targets); each t
 TFLITE_LAYOUTS = ("source", "nhwc")  # emitters.tflite.LAYOUTS (tests/cli/test_options.py keeps them equal)
 TFLITE_IO_DTYPES = ("float32", "int8", "uint8")  # emitters.tflite.IO_DTYPES
 ROUTES = ("auto", "native", "onnx")  # emitters.routes.ROUTES
+EXECUTORCH_BACKENDS = ("xnnpack", "portable")  # emitters.executorch.BACKENDS
 HF_TASK_EXAMPLES = ("text-classification", "image-classification", "text2text-generation", "text-generation")  # in TASKS
 
 
@@ -100,8 +101,10 @@ TFLiteIODtype = Annotated[str, typer.Option("--tflite-io-dtype", help="Full-inte
                                                                       f"{', '.join(TFLITE_IO_DTYPES)}.")]
 TRTShapes = Annotated[list[str], typer.Option("--trt-shapes", help="TensorRT profile of an input: its min, opt and max "
                                                                    "shapes, e.g. ids:1x16:8x128:32x512 (repeatable).")]
-Route = Annotated[str, typer.Option("--route", help=f"How tflite and savedmodel are reached: {', '.join(ROUTES)} (auto: the source "
+Route = Annotated[str, typer.Option("--route", help=f"How tflite, savedmodel and executorch are reached: {', '.join(ROUTES)} (auto: the source "
                                                      "framework's own converter where there is one, else or on failure ONNX).")]
+ExecuTorchBackend = Annotated[str, typer.Option("--executorch-backend", help=f"ExecuTorch delegate: {' or '.join(EXECUTORCH_BACKENDS)} "
+                                                                          "(XNNPACK where it takes the ops, or the portable kernels alone).")]
 Workspace = Annotated[int | None, typer.Option("--workspace", help="TensorRT builder workspace limit in MiB (default 4096).")]
 
 # --- serving -------------------------------------------------------------------------------------
@@ -119,7 +122,7 @@ PREPROCESSING = (("layout", Layout, []), ("mean", Mean, []), ("std", Std, []), (
                  ("channel_order", ChannelOrder, None))
 EMITTER_OPTIONS = (("plan_only", PlanOnly, False), ("tflite_layout", TFLiteLayout, "source"),
                    ("tflite_io_dtype", TFLiteIODtype, "float32"), ("trt_shapes", TRTShapes, []), ("workspace", Workspace, None),
-                   ("route", Route, "auto"))
+                   ("executorch_backend", ExecuTorchBackend, "xnnpack"), ("route", Route, "auto"))
 
 
 def taking(*groups):
@@ -168,7 +171,8 @@ def preprocessing_kwargs(shared: dict) -> dict:
 # target -> {its options class's field: the EMITTER_OPTIONS parameter that sets it}; the class is the
 # target's descriptor's `options` (modelport.targets). A new target's flags go here and in EMITTER_OPTIONS.
 TARGET_FLAGS = {"tflite": {"layout": "tflite_layout", "io_dtype": "tflite_io_dtype"},
-                "tensorrt": {"plan_only": "plan_only", "shapes": "trt_shapes", "workspace": "workspace"}}
+                "tensorrt": {"plan_only": "plan_only", "shapes": "trt_shapes", "workspace": "workspace"},
+                "executorch": {"backend": "executorch_backend"}}
 
 
 def emitter_kwargs(shared: dict) -> dict:

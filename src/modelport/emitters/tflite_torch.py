@@ -7,7 +7,7 @@ the file: a `.pt2`'s program, a state dict on its `--arch`, a trusted TorchScrip
 (token ids) stay 64-bit (`enable_x64`), so the file takes what the contract says. The file is given
 the contract's names (`tflite._name_io`: signature `serving_default`, I/O tensors by name).
 
-litert-torch 0.10 converts with static shapes, so each dynamic dim is fixed (`fixed_sizes`): at
+litert-torch 0.10 converts with static shapes, so each dynamic dim is fixed (`emitters/fixed_dims.py`): at
 the size the user declared (`--dim`, `--data`, a zoo entry's or a `.pt2`'s own sample size), else a
 batch (a dynamic leading dim) at 1, what a caller of a one-sample file feeds, and any other dim at
 its sample size. The file is converted on the reference's inputs cut to those sizes and validated
@@ -22,8 +22,6 @@ from __future__ import annotations
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-
-import numpy as np
 
 from modelport.emitters import Artifact, EmitOptions
 from modelport.emitters.tf_model import Port
@@ -65,7 +63,6 @@ def _output_keys(data: bytes, outputs: list[Port]) -> list[Port]:
     """The ports with litert-torch's signature keys for the outputs: `output_N` in flattening order,
     or a dict output's own keys (a `transformers` ModelOutput's `last_hidden_state`, …)."""
     import re
-    from dataclasses import replace
 
     from tensorflow.lite.tools import flatbuffer_utils
 
@@ -80,60 +77,16 @@ def _output_keys(data: bytes, outputs: list[Port]) -> list[Port]:
     raise UnsupportedError(f"{NAME} named the outputs {keys}; the contract's are {names} (unnumbered: {unnumbered})")
 
 
-def fixed_sizes(ir: IRModel) -> dict[str, int]:
-    """{dynamic dim: the size the file fixes it at}, for every dynamic dim of the inputs.
-
-    Declared sizes win: the IR's sample dims (`--dim`, a zoo entry, a `.pt2`'s range) and the
-    dims of inputs the user gave data for. Otherwise a batch is 1 (the sample's 2 would leave a
-    file that answers a one-sample call with two rows) and any other dim keeps its sample size,
-    which the source is known to run at."""
-    given = getattr(ir.source.spec, "given", None) if ir.source else None
-    declared = dict(ir.sample_dims)
-    for s in ir.inputs:
-        if given and s.name in given and np.ndim(given[s.name]) > 0:
-            shape = ir.reference.inputs[s.name].shape
-            declared.update({d: int(n) for d, n in zip(s.shape, shape, strict=True) if isinstance(d, str)})
-    batches = {s.shape[0] for s in ir.inputs if s.shape and isinstance(s.shape[0], str)}
-    sizes: dict[str, int] = {}
-    for s in ir.inputs:
-        sample = ir.reference.inputs[s.name].shape
-        for axis, d in enumerate(s.shape):
-            if isinstance(d, str) and d not in sizes:
-                sizes[d] = int(declared[d]) if d in declared else 1 if d in batches else int(sample[axis])
-    return sizes
-
-
 def reference_at(ir: IRModel, module, sizes: dict[str, int]) -> Reference:
-    """The reference at `sizes`: the IR's own when its inputs have those sizes, else its inputs cut
-    to them (a fixed size is never above the sample's) and the source module run on the cut inputs."""
-    from modelport.runtimes.torch import TorchRunner
+    """The reference at the fixed `sizes` (`fixed_dims.reference_at`)."""
+    from modelport.emitters.fixed_dims import reference_at as at
 
-    ref = ir.reference
-
-    def cut(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return {s.name: np.ascontiguousarray(inputs[s.name][tuple(slice(0, sizes[d]) if isinstance(d, str) else slice(None)
-                                                                  for d in s.shape)]) for s in ir.inputs}
-
-    runner = TorchRunner(module, input_names=[s.name for s in ir.inputs], output_names=[s.name for s in ir.outputs], inputs=ir.inputs)
-
-    def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        try:
-            return {k: np.asarray(v) for k, v in runner.run(feeds).items()}
-        except Exception as e:
-            shapes = {n: list(a.shape) for n, a in feeds.items()}
-            raise UnsupportedError(f"{NAME} fixes the dynamic dims at {sizes}, and the source does not run on inputs {shapes}: "
-                                   f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}",
-                                   hint="declare the sizes the file should take with --dim NAME=N") from None
-
-    feeds = cut(ref.inputs)
-    if all(feeds[n].shape == ref.inputs[n].shape for n in feeds):
-        return ref
-    extra = [replace(x, inputs=cut(x.inputs), outputs=run(cut(x.inputs))) for x in ref.extra]
-    return Reference(feeds, run(feeds), ref.producer, extra=extra, first_kind=ref.first_kind)
+    return at(ir, module, sizes, NAME)
 
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.deps import version_of
+    from modelport.emitters.fixed_dims import fixed_sizes
     from modelport.emitters.routes import staged_source
     from modelport.emitters.tflite import SIGNATURE, _check_ops, _name_io
     from modelport.quiet_call import captured_output

@@ -48,7 +48,8 @@ PER_SET_TIMEOUT_S = 20.0  # added to the run timeout for each sample set beyond 
 FRAMEWORKS = ("torch", "torchvision", "torchaudio", "tensorflow", "tf_keras", "keras", "jax", "jaxlib", "onnxruntime",
               "onnxruntime_genai", "openvino", "nncf", "onnx", "onnxscript", "onnx_ir", "onnxsim", "onnx2tf", "tf2onnx",
               "transformers", "ai_edge_litert", "litert_torch", "tensorrt", "executorch", "coremltools", "safetensors")
-# runtime -> the frameworks its artifacts may use: what a user of that artifact has installed.
+# runtime -> the frameworks its artifacts may use: what a user of that artifact has installed
+# (a runtime not listed: its targets' `needs`, modelport.targets).
 # A SavedModel's users have `tensorflow` (which depends on keras 3) but not tf_keras; a TFLite
 # file's have LiteRT; generated PyTorch code's have torch (and safetensors for its weights).
 RUNTIME_IMPORTS = {
@@ -195,8 +196,27 @@ class _Blocked:
 
 
 def block_imports(names, runtime: str) -> None:
-    """Make `names` (top-level modules) unimportable in this process from now on."""
-    sys.meta_path.insert(0, _Blocked(names, runtime))
+    """Make `names` (top-level modules) unimportable in this process from now on. To
+    `importlib.util.find_spec` they are absent (None), as where they are not installed: libraries
+    probe for optional frameworks that way (torch._dynamo for onnx, tensorflow, tensorrt)."""
+    import importlib.util
+
+    blocked = _Blocked(names, runtime)
+    sys.meta_path.insert(0, blocked)
+    probe = importlib.util.find_spec
+
+    def find_spec(name, package=None):
+        top = (importlib.util.resolve_name(name, package) if name.startswith(".") else name).partition(".")[0]
+        return None if top in blocked.names else probe(name, package)
+
+    importlib.util.find_spec = find_spec
+
+
+def runtime_needs(runtime: str) -> tuple[str, ...]:
+    """The modules the targets whose artifacts run in `runtime` need (their descriptors' `needs`)."""
+    from modelport.targets import TARGETS
+
+    return tuple(m for t in TARGETS.values() if t.runtime == runtime for m in t.needs or ())
 
 
 def blocked_for(runtime: str) -> list[str]:
@@ -204,7 +224,7 @@ def blocked_for(runtime: str) -> list[str]:
     (LiteRT's users may run TFLite files through TensorFlow when LiteRT is not installed here)."""
     import importlib.util
 
-    allowed = set(RUNTIME_IMPORTS.get(runtime, ()))
+    allowed = set(RUNTIME_IMPORTS.get(runtime) or runtime_needs(runtime))
     if runtime == "tflite" and importlib.util.find_spec("ai_edge_litert") is None:
         allowed.add("tensorflow")
     return [m for m in FRAMEWORKS if m not in allowed]

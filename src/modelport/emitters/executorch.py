@@ -1,0 +1,248 @@
+"""The ExecuTorch target: an ExecuTorch program (`model.pte`), validated in ExecuTorch's own runtime.
+
+Routes (`emitters/routes.py`): a PyTorch source goes straight through `torch.export`
+(`emitters/executorch_torch.py`, the native route); every other source (ONNX, TFLite, SavedModel,
+Keras, ...) through modelport's generated PyTorch code for its ONNX IR (`pytorch_code.module_from_ir`),
+so a model the generator cannot write is exit 2 naming its ops. Both then take the same steps
+(`lower`):
+
+- the module is exported (`torch.export`) on the reference's inputs, every dynamic dim fixed at
+  the size `emitters/fixed_dims.py` chooses (ExecuTorch plans its memory for static shapes), and
+  validated against the source run at those sizes;
+- `--precision int8`: PT2E post-training quantisation (torchao's `prepare_pt2e`/`convert_pt2e`
+  with ExecuTorch's `XNNPACKQuantizer`, symmetric per-channel weights, per-tensor activations),
+  calibrated on `--calibration` data cut to the fixed sizes, else on the sample inputs;
+- lowered to the edge dialect and, with `--executorch-backend xnnpack` (the default), delegated to
+  XNNPACK where XNNPACK takes the ops; what it leaves runs on ExecuTorch's portable kernels.
+  `portable` delegates nothing (fp32 only: the int8 program is XNNPACK's);
+- an op outside the Core ATen opset, or one the runtime has no kernel for, is exit 2 naming it.
+
+The program carries the contract's names: two constant methods, `input_names` and `output_names`
+(lists of strings, read with `program.load_method("input_names").execute([])`), besides `forward`,
+which takes the inputs positionally in that order and returns the outputs in that order.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from modelport.emitters import Artifact, EmitOptions
+from modelport.emitters.preflight import Preflight, opset_of
+from modelport.errors import BadInputError, UnsupportedError
+from modelport.ir import IRModel
+
+NAME = "executorch"
+RUNTIME = "executorch"
+DESCRIPTION = "an ExecuTorch program (.pte): torch.export → edge dialect, XNNPACK-delegated; fp32 or int8 (PT2E); run in ExecuTorch"
+CONVERTER = "generated PyTorch code → torch.export → ExecuTorch"
+FILE = "model.pte"
+BACKENDS = ("xnnpack", "portable")
+NAMES = ("input_names", "output_names")  # the program's constant methods holding the contract's names
+CALIBRATION_SETS = 32  # at most this many calibration batches are run through the prepared model
+
+
+@dataclass(frozen=True)
+class ExecuTorchOptions:
+    """The ExecuTorch emitter's own options. `backend`: `xnnpack` (delegate to XNNPACK where it
+    takes the ops, the rest on the portable kernels) or `portable` (no delegate)."""
+
+    backend: str = "xnnpack"
+
+    def __post_init__(self):
+        from modelport.registry import choice
+
+        object.__setattr__(self, "backend", choice(self.backend or "xnnpack", BACKENDS, "ExecuTorch backend"))
+
+
+OPTIONS = ExecuTorchOptions
+
+
+def target_options(options: EmitOptions) -> ExecuTorchOptions:
+    """The options, checked against the precision before any work: exit 2 for int8 on `portable`."""
+    opts = options.target or ExecuTorchOptions()
+    if options.precision == "int8" and opts.backend != "xnnpack":
+        raise BadInputError(f"--precision int8 needs --executorch-backend xnnpack (the quantised program is XNNPACK's), "
+                            f"not {opts.backend}", hint="drop --executorch-backend portable, or convert at fp32")
+    return opts
+
+
+def require_executorch(purpose: str = "the ExecuTorch target"):
+    """`executorch.exir`, or exit 5 naming the extra."""
+    from modelport.deps import require
+
+    return require("executorch.exir", purpose=purpose)
+
+
+def preflight(ir: IRModel, options: EmitOptions) -> Preflight:
+    """The generated-code route's: the ops modelport's PyTorch code generator cannot write."""
+    from modelport.emitters import pytorch_code
+
+    target_options(options)
+    code = pytorch_code.preflight(ir, options)
+    pre = Preflight(NAME, "ExecuTorch (through generated PyTorch code)", None, opset_of(ir.model), None,
+                    nodes=code.nodes, unsupported=code.unsupported, hint=code.hint)
+    if pre.unsupported:
+        pre.reason = f"cannot write the PyTorch code ExecuTorch is reached through: unsupported ops: {pre.op_counts()}"
+    return pre
+
+
+def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
+    """The ONNX-side route: the IR's generated PyTorch module, lowered to ExecuTorch."""
+    from modelport.emitters.pytorch_code import module_from_ir
+
+    target_options(options)
+    require_executorch()
+    if model.reference is None:
+        raise BadInputError("the ExecuTorch target needs sample inputs to export on")
+    with tempfile.TemporaryDirectory(prefix="modelport-executorch-") as tmp:
+        module = module_from_ir(model, Path(tmp))
+        return lower(model, module, out_dir, options, CONVERTER)
+
+
+def lower(ir: IRModel, module, out_dir: Path, options: EmitOptions, converter: str) -> Artifact:
+    """`module` (taking the contract's inputs in order, giving its outputs in order) as `out_dir/model.pte`."""
+    import torch
+
+    from modelport.deps import version_of
+    from modelport.emitters.fixed_dims import fixed_sizes, reference_at
+    from modelport.quiet_call import captured_output
+
+    opts = target_options(options)
+    require_executorch()
+    sizes = fixed_sizes(ir)
+    reference = reference_at(ir, module, sizes, "ExecuTorch")
+    args = tuple(torch.from_numpy(reference.inputs[s.name].copy()) for s in ir.inputs)
+    in_names, out_names = [s.name for s in ir.inputs], [s.name for s in ir.outputs]
+    with tempfile.TemporaryDirectory(prefix="modelport-executorch-") as tmp:
+        log = Path(tmp) / "convert.log"
+        with captured_output(log, NAME):
+            program = _export(module, args)
+            quantisation = "none"
+            if options.precision == "int8":
+                sets = _calibration(ir, options, reference, sizes)
+                program = _quantise(module, args, sets, in_names)
+                quantisation = (f"PT2E int8 (XNNPACKQuantizer: symmetric per-channel weights, per-tensor activations), "
+                                f"calibrated on {len(sets)} set(s) of {'--calibration data' if options.calibration else 'the sample inputs'}")
+            produced = len(program.graph_signature.user_outputs)
+            if produced != len(out_names):
+                raise UnsupportedError(f"the exported program gives {produced} outputs; the contract has {len(out_names)} ({out_names})")
+            executorch_program, info = _lower(program, opts.backend, in_names, out_names)
+    _check_kernels(info["operators"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / FILE
+    path.write_bytes(executorch_program.buffer)
+    fixed = {s.name: {d: sizes[d] for d in s.shape if isinstance(d, str)}
+             for s in ir.inputs if any(isinstance(d, str) for d in s.shape)}
+    return Artifact(
+        target=NAME, runtime=RUNTIME, path=path, files=[path], precision=options.precision,
+        details={"converter": f"{converter} (executorch {version_of('executorch')})", "backend": opts.backend,
+                 "delegated_partitions": info["delegates"], "portable_ops": info["operators"],
+                 "methods": {"forward": "the inputs positionally in the contract's order, the outputs in its order",
+                             NAMES[0]: in_names, NAMES[1]: out_names},
+                 "fixed_dims": fixed, "quantization": quantisation,
+                 "validation": "ExecuTorch's runtime (executorch.runtime) runs `forward` on the inputs"
+                               + ("" if reference is ir.reference else
+                                  f" cut to the fixed sizes {sizes}, against the source run on them")},
+        runner=RUNTIME, reference=None if reference is ir.reference else reference,
+    )
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [""])[0][:300]
+
+
+def _export(module, args):
+    import torch
+
+    try:
+        return torch.export.export(module, args)
+    except Exception as e:
+        raise UnsupportedError(f"torch.export could not export the model for ExecuTorch: {type(e).__name__}: {_first_line(e)}") from None
+
+
+def _calibration(ir: IRModel, options: EmitOptions, reference, sizes: dict[str, int]) -> list[dict[str, np.ndarray]]:
+    """Calibration feed sets at the fixed sizes: `--calibration` data (split along a dynamic leading
+    dim into batches of the fixed size, other dynamic dims cut), else the reference's sample sets."""
+    from modelport.emitters.fixed_dims import cut
+    from modelport.optimize.calibration import load_calibration
+
+    if not options.calibration:
+        return [reference.inputs] + [x.inputs for x in reference.extra]
+    sets = []
+    for feeds in load_calibration(options.calibration, ir):
+        lead = {s.shape[0] for s in ir.inputs if s.shape and isinstance(s.shape[0], str)}
+        step = sizes[next(iter(lead))] if len(lead) == 1 and all(s.shape and s.shape[0] in lead for s in ir.inputs) else None
+        rows = min(len(feeds[s.name]) for s in ir.inputs) if step else 0
+        chunks = [{n: a[i:i + step] for n, a in feeds.items()} for i in range(0, rows - step + 1, step)] if step else [feeds]
+        for chunk in chunks:
+            small = [s.name for s in ir.inputs for d, n in zip(s.shape, np.shape(chunk[s.name]), strict=False)
+                     if isinstance(d, str) and n < sizes[d]]
+            if small:
+                raise BadInputError(f"calibration data for {sorted(set(small))} is smaller than the program's fixed sizes {sizes}",
+                                    path=options.calibration)
+            sets.append(cut(ir, chunk, sizes))
+    return sets[:CALIBRATION_SETS]
+
+
+def _quantise(module, args, sets: list[dict[str, np.ndarray]], names: list[str]):
+    """PT2E static int8 for XNNPACK: the module prepared with observers, run on `sets`, converted, exported again."""
+    import torch
+    from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    try:
+        graph = torch.export.export(module, args).module()
+        quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+        prepared = prepare_pt2e(graph, quantizer)
+        with torch.no_grad():
+            for feeds in sets:
+                prepared(*[torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in names])
+        return torch.export.export(convert_pt2e(prepared), args)
+    except (BadInputError, MemoryError):
+        raise
+    except Exception as e:
+        raise UnsupportedError(f"PT2E int8 quantisation failed: {type(e).__name__}: {_first_line(e)}") from None
+
+
+_NOT_CORE = re.compile(r"Operator (?:torch\._ops\.)?([\w.:]+) is not (?:in )?(?:Core ATen|Aten Canonical)")
+
+
+def _lower(program, backend: str, in_names: list[str], out_names: list[str]):
+    """(the ExecuTorch program, {"delegates": N, "operators": the ops left to the runtime's kernels})."""
+    from executorch.exir import to_edge_transform_and_lower
+
+    partitioner = []
+    if backend == "xnnpack":
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+        partitioner = [XnnpackPartitioner()]
+    try:
+        edge = to_edge_transform_and_lower(program, partitioner=partitioner,
+                                           constant_methods={NAMES[0]: list(in_names), NAMES[1]: list(out_names)})
+        et = edge.to_executorch()
+    except Exception as e:
+        text = str(e)
+        found = _NOT_CORE.search(text)
+        if found:
+            raise UnsupportedError(f"ExecuTorch cannot take the op {found.group(1)}: it is not in the Core ATen opset the edge "
+                                   "dialect accepts", hint="rewrite the model without it, or convert to another target") from None
+        raise UnsupportedError(f"ExecuTorch could not lower the model ({backend}): {type(e).__name__}: {_first_line(e)}") from None
+    plan = next(p for p in et.executorch_program.execution_plan if p.name == "forward")
+    operators = sorted({f"{o.name}.{o.overload}" if o.overload else o.name for o in plan.operators})
+    return et, {"delegates": len(plan.delegates), "operators": operators}
+
+
+def _check_kernels(operators: list[str]) -> None:
+    """Exit 2 naming the ops ExecuTorch's runtime here has no kernel for (the program would not load)."""
+    from executorch.extension.pybindings import portable_lib
+
+    known = set(portable_lib._get_operator_names())
+    missing = [op for op in operators if op not in known]
+    if missing:
+        raise UnsupportedError(f"ExecuTorch's runtime has no kernel for the op(s) {', '.join(missing)}",
+                               hint="rewrite the model without them, or convert to another target")

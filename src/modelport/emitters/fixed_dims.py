@@ -1,0 +1,67 @@
+"""Dynamic dims fixed for converters that write static shapes (litert-torch, ExecuTorch).
+
+`fixed_sizes(ir)` chooses the size each dynamic input dim is fixed at; `reference_at(ir, module,
+sizes, converter)` is the reference at those sizes, what the fixed-size artifact is validated on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from modelport.errors import UnsupportedError
+from modelport.ir import IRModel, Reference
+
+
+def fixed_sizes(ir: IRModel) -> dict[str, int]:
+    """{dynamic dim: the size the file fixes it at}, for every dynamic dim of the inputs.
+
+    Declared sizes win: the IR's sample dims (`--dim`, a zoo entry, a `.pt2`'s range) and the
+    dims of inputs the user gave data for. Otherwise a batch is 1 (the sample's 2 would leave a
+    file that answers a one-sample call with two rows) and any other dim keeps its sample size,
+    which the source is known to run at."""
+    given = getattr(ir.source.spec, "given", None) if ir.source else None
+    declared = dict(ir.sample_dims)
+    for s in ir.inputs:
+        if given and s.name in given and np.ndim(given[s.name]) > 0:
+            shape = ir.reference.inputs[s.name].shape
+            declared.update({d: int(n) for d, n in zip(s.shape, shape, strict=True) if isinstance(d, str)})
+    batches = {s.shape[0] for s in ir.inputs if s.shape and isinstance(s.shape[0], str)}
+    sizes: dict[str, int] = {}
+    for s in ir.inputs:
+        sample = ir.reference.inputs[s.name].shape
+        for axis, d in enumerate(s.shape):
+            if isinstance(d, str) and d not in sizes:
+                sizes[d] = int(declared[d]) if d in declared else 1 if d in batches else int(sample[axis])
+    return sizes
+
+
+def cut(ir: IRModel, inputs: dict[str, np.ndarray], sizes: dict[str, int]) -> dict[str, np.ndarray]:
+    """`inputs` cut to `sizes` along their dynamic dims (a fixed size is never above the sample's)."""
+    return {s.name: np.ascontiguousarray(inputs[s.name][tuple(slice(0, sizes[d]) if isinstance(d, str) else slice(None)
+                                                              for d in s.shape)]) for s in ir.inputs}
+
+
+def reference_at(ir: IRModel, module, sizes: dict[str, int], converter: str) -> Reference:
+    """The reference at `sizes`: the IR's own when its inputs have those sizes, else its inputs cut
+    to them and the source module run on the cut inputs."""
+    from modelport.runtimes.torch import TorchRunner
+
+    ref = ir.reference
+    runner = TorchRunner(module, input_names=[s.name for s in ir.inputs], output_names=[s.name for s in ir.outputs], inputs=ir.inputs)
+
+    def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        try:
+            return {k: np.asarray(v) for k, v in runner.run(feeds).items()}
+        except Exception as e:
+            shapes = {n: list(a.shape) for n, a in feeds.items()}
+            raise UnsupportedError(f"{converter} fixes the dynamic dims at {sizes}, and the source does not run on inputs {shapes}: "
+                                   f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}",
+                                   hint="declare the sizes the file should take with --dim NAME=N") from None
+
+    feeds = cut(ir, ref.inputs, sizes)
+    if all(feeds[n].shape == ref.inputs[n].shape for n in feeds):
+        return ref
+    extra = [replace(x, inputs=cut(ir, x.inputs, sizes), outputs=run(cut(ir, x.inputs, sizes))) for x in ref.extra]
+    return Reference(feeds, run(feeds), ref.producer, extra=extra, first_kind=ref.first_kind)
