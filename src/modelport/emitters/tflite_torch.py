@@ -103,7 +103,7 @@ def fixed_sizes(ir: IRModel) -> dict[str, int]:
     return sizes
 
 
-def reference_at(ir: IRModel, module, sizes: dict[str, int]) -> Reference:
+def reference_at(ir: IRModel, module, sizes: dict[str, int], *, converter: str = NAME) -> Reference:
     """The reference at `sizes`: the IR's own when its inputs have those sizes, else its inputs cut
     to them (a fixed size is never above the sample's) and the source module run on the cut inputs."""
     from modelport.runtimes.torch import TorchRunner
@@ -121,7 +121,7 @@ def reference_at(ir: IRModel, module, sizes: dict[str, int]) -> Reference:
             return {k: np.asarray(v) for k, v in runner.run(feeds).items()}
         except Exception as e:
             shapes = {n: list(a.shape) for n, a in feeds.items()}
-            raise UnsupportedError(f"{NAME} fixes the dynamic dims at {sizes}, and the source does not run on inputs {shapes}: "
+            raise UnsupportedError(f"{converter} fixes the dynamic dims at {sizes}, and the source does not run on inputs {shapes}: "
                                    f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}",
                                    hint="declare the sizes the file should take with --dim NAME=N") from None
 

@@ -58,6 +58,7 @@ RUNTIME_IMPORTS = {
     "savedmodel": ("tensorflow", "keras"),
     "torch_source": ("torch", "safetensors"),
     "torch": ("torch", "safetensors"),
+    "coreml": ("coremltools",),
 }
 
 
