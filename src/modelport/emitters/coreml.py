@@ -149,7 +149,14 @@ def convert_module(module, model: IRModel, out_dir: Path, options: EmitOptions, 
 
     from modelport.emitters.tflite_torch import fixed_sizes, reference_at
     from modelport.quiet_call import captured_output
-    from modelport.runtimes.coreml import META_CONTRACT, META_DTYPES, META_NAMES, META_PRECISION, cannot_run_reason, require_coremltools
+    from modelport.runtimes.coreml import (
+        META_CONTRACT,
+        META_DTYPES,
+        META_NAMES,
+        META_PRECISION,
+        cannot_run_reason,
+        require_coremltools,
+    )
 
     ct = require_coremltools("the Core ML target")
     opts = options.target or CoreMLOptions()

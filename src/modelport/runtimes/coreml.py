@@ -73,7 +73,7 @@ def require_coremltools(purpose: str = "Core ML"):
     from modelport.deps import require
 
     logging.getLogger("coremltools").setLevel(logging.ERROR)
-    if "coremltools" in sys.modules:
+    if sys.modules.get("coremltools") is not None:
         return sys.modules["coremltools"]
     import tempfile
 
