@@ -209,3 +209,9 @@ def test_missing_coremltools_is_exit_5(onnx_two, tmp_path):
                        capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 5, r.stderr
     assert 'pip install "modelport[coreml]"' in r.stderr and "coremltools" in r.stderr and not out.exists()
+
+
+def test_fp16_is_the_default_where_the_targets_share_it():
+    assert ConvertOptions(targets=["coreml"]).precision == "fp16"
+    assert ConvertOptions(targets="coreml,onnx").precision == "fp32"  # targets that disagree: fp32
+    assert ConvertOptions(targets=["onnx"]).precision == "fp32" and ConvertOptions(targets=["coreml"], precision="fp32").precision == "fp32"

@@ -39,8 +39,7 @@ def register(app: typer.Typer) -> None:
         precision: str = typer.Option("fp32", "--precision", help="Default tolerances for this precision of B."),
         by_position: bool = typer.Option(False, "--match-by-position", help="Pair outputs in order instead of by name (two models whose outputs are named differently)."),
         trust: flags.Trust = False,
-        strict: bool = typer.Option(False, "--strict", help="Fail (exit 4) when a model cannot be run here (a Core ML package "
-                                                            "off macOS) instead of checking its inputs and outputs only."),
+        strict: flags.Strict = False,
         legacy_inputs: list[str] = typer.Option([], "--inputs", hidden=True, help="Deprecated: --data FILE.npz (a file) or "
                                                                                   "--input NAME:SHAPE (a spec)."),
         **shared,

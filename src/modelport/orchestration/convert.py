@@ -58,7 +58,7 @@ class ConvertOptions:
     min_cosine: float | None = None
     output_tolerances: dict[str, dict[str, float]] = field(default_factory=dict)  # {"probs": {"atol": 0.1}}
     scaled_atol: bool = True  # atol times each output's scale (False: an absolute accuracy budget)
-    precision: str = "fp32"
+    precision: str | None = None  # None: the targets' default (their descriptors' first precision) when they share one, else fp32
     calibration: str | None = None  # .npz of named inputs or a folder of images (optimisation stage and emitters)
     sample_dims: dict[str, int] = field(default_factory=dict)
     seed: int = 0
@@ -97,6 +97,8 @@ class ConvertOptions:
             self.arch_args = parse_arch_args(self.arch_args)
         if isinstance(self.targets, str):
             self.targets = [t.strip() for t in self.targets.split(",") if t.strip()]
+        if self.precision is None:
+            self.precision = default_precision(self.targets)
         if isinstance(self.optimize, str):
             self.optimize = OptimizeOptions(level=self.optimize)
         if self.task is not None:
@@ -143,6 +145,20 @@ class ConvertOptions:
 
 
 StageCallback = Callable[[str], None]
+
+
+def default_precision(targets: list[str]) -> str:
+    """The precision a run that names none converts at: the default its targets share (a descriptor's
+    first precision: fp16 for Core ML), else fp32."""
+    from modelport.targets import TARGETS
+
+    known = [t for t in TARGETS.values() if t.is_target]
+    defaults = set()
+    for name in targets:
+        key = str(name).strip().lower()
+        target = next((t for t in known if key == t.name or key in t.aliases), None)
+        defaults.add(target.precisions[0] if target is not None else "fp32")
+    return defaults.pop() if len(defaults) == 1 else "fp32"
 
 
 def source_inputs(source, options: ConvertOptions | None = None) -> list[Path]:
