@@ -155,6 +155,7 @@ def convert_module(module, model: IRModel, out_dir: Path, options: EmitOptions, 
         META_NAMES,
         META_PRECISION,
         cannot_run_reason,
+        make_reproducible,
         require_coremltools,
     )
 
@@ -205,6 +206,8 @@ def convert_module(module, model: IRModel, out_dir: Path, options: EmitOptions, 
     renamed.update({s.name: f.name for s, f in zip(model.outputs, d.output, strict=True) if s.name != f.name})
     narrowed = {s.name: "int32" for s in model.inputs + model.outputs if s.dtype in ("int64", "int16", "int8", "uint8")}
     meta = mlmodel.user_defined_metadata
+    if "com.github.apple.coremltools.conversion_date" in meta:  # a rerun writes the same bytes
+        del meta["com.github.apple.coremltools.conversion_date"]
     meta[META_PRECISION] = precision
     meta[META_NAMES] = json.dumps(renamed)
     meta[META_DTYPES] = json.dumps(narrowed)
@@ -212,6 +215,7 @@ def convert_module(module, model: IRModel, out_dir: Path, options: EmitOptions, 
     mlmodel.short_description = f"converted by modelport from {model.provenance.get('path') or model.provenance.get('framework') or 'a model'}"
     path = out_dir / FILE
     mlmodel.save(str(path))
+    make_reproducible(path)
     files = sorted(p for p in path.rglob("*") if p.is_file())
     fixed = {s.name: {dim: int(n) for dim, n in zip(s.shape, reference.inputs[s.name].shape, strict=False) if isinstance(dim, str)}
              for s in model.inputs if any(isinstance(dim, str) for dim in s.shape)}

@@ -43,6 +43,26 @@ CANNOT_RUN = ("Core ML runs on macOS (and iOS) only; on {system} coremltools con
 ARRAY_DTYPES = {"FLOAT32": "float32", "FLOAT16": "float16", "DOUBLE": "float64", "INT32": "int32", "INT8": "int8"}
 
 
+def make_reproducible(package: Path) -> None:
+    """The package written again byte for byte by a rerun: coremltools names the Manifest's items
+    by random UUIDs (here: UUIDs derived from each item's path and the model's bytes), and stamps the
+    conversion date into the metadata (dropped by the emitter before saving). A file coremltools
+    leaves beside the model for ExecuTorch's debugger is not part of the package and is removed."""
+    import hashlib
+    import uuid
+
+    (package / "executorch_debug_handle_mapping.json").unlink(missing_ok=True)
+    manifest = package / "Manifest.json"
+    doc = json.loads(manifest.read_text())
+    digest = hashlib.sha256()
+    for f in sorted(p for p in (package / "Data").rglob("*") if p.is_file()):
+        digest.update(str(f.relative_to(package)).encode() + b"\0" + f.read_bytes())
+    text = manifest.read_text()
+    for key, item in doc.get("itemInfoEntries", {}).items():
+        text = text.replace(key, str(uuid.uuid5(uuid.NAMESPACE_URL, f"modelport:{item.get('path')}:{digest.hexdigest()}")))
+    manifest.write_text(text)
+
+
 def cannot_run_reason() -> str | None:
     """Why Core ML cannot run here, or None where it can (macOS)."""
     if sys.platform == "darwin":
@@ -55,11 +75,22 @@ def cannot_run_reason() -> str | None:
 NOT_FOR_COREMLTOOLS = ("tensorflow", "tf_keras", "keras", "executorch", "sklearn", "xgboost", "libsvm")
 
 
+TF_FAMILY = ("tensorflow", "tf_keras", "keras")
+
+
 class _Unneeded:
-    """A meta-path finder that refuses the NOT_FOR_COREMLTOOLS modules while coremltools is imported."""
+    """A meta-path finder that refuses the NOT_FOR_COREMLTOOLS modules while coremltools is imported,
+    except those this process loaded already (TensorFlow's family as a whole: a loaded TensorFlow
+    imports Keras modules on use)."""
+
+    def __init__(self):
+        loaded = {m for m in NOT_FOR_COREMLTOOLS if m in sys.modules}
+        if loaded & set(TF_FAMILY):
+            loaded |= set(TF_FAMILY)
+        self.names = frozenset(NOT_FOR_COREMLTOOLS) - loaded
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname.partition(".")[0] in NOT_FOR_COREMLTOOLS:
+        if fullname.partition(".")[0] in self.names:
             raise ModuleNotFoundError(f"No module named '{fullname}' (not loaded for coremltools)", name=fullname)
         return None
 
