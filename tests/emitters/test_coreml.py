@@ -220,3 +220,11 @@ def test_fp16_is_the_default_where_the_targets_share_it():
     assert ConvertOptions(targets=["coreml"]).precision == "fp16"
     assert ConvertOptions(targets="coreml,onnx").precision == "fp32"  # targets that disagree: fp32
     assert ConvertOptions(targets=["onnx"]).precision == "fp32" and ConvertOptions(targets=["coreml"], precision="fp32").precision == "fp32"
+
+
+def test_an_op_it_cannot_take_is_exit_2_naming_it(tmp_path, cli):
+    from tests.emitters.models import det_model, save_onnx
+
+    src = save_onnx(det_model(), tmp_path / "src", "det.onnx")
+    r = cli("convert", src, "--to", "coreml", "-o", tmp_path / "out", "-q")
+    assert r.exit_code == 2 and "det_node (Det)" in r.stderr and "Core ML" in r.stderr and not (tmp_path / "out").exists()

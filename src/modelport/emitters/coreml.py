@@ -73,7 +73,8 @@ def preflight(ir: IRModel, options: EmitOptions | None = None):
     pre = code_preflight(ir, options)
     pre.target, pre.runtime = NAME, "PyTorch code generator (for Core ML)"
     if pre.unsupported:
-        pre.reason = f"cannot write the PyTorch code Core ML is converted from: unsupported ops: {pre.op_counts()}"
+        nodes = ", ".join(f"{u['node']} ({u['op']})" for u in pre.unsupported[:5]) + (" …" if len(pre.unsupported) > 5 else "")
+        pre.reason = f"cannot write the PyTorch code Core ML is converted from: unsupported ops: {pre.op_counts()}: {nodes}"
     return pre
 
 
