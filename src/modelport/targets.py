@@ -10,7 +10,7 @@ imports nothing heavy and `modelport --help` stays instant. The consumers:
     runtimes.RUNNERS         runtime -> runner class (runtime, runner)
     validate / bench         a user's file by its ending (suffixes; opener for validate, runner for bench)
     inspect                  a file's description (inspector, suffixes)
-    doctor                   what a target needs (needs, gpu)
+    doctor                   what a target needs (needs, gpu), where its artifacts run (runs_on)
     deps                     the extra behind a missing module (extras)
     serving.bundle           a convert folder's artifacts (file, artifact, aliases)
     CLI and convert          `--precision` choices and each target's check (precisions),
@@ -55,6 +55,7 @@ class Target:
     native: dict[str, str] = field(default_factory=dict)  # source kind (parser name) -> native-route module
     onnx_route: bool = True  # False: reached by its native routes only
     bench: bool = True  # `bench` opens its files (by suffixes, with `runner`)
+    runs_on: tuple[str, ...] | None = None  # the systems (sys.platform) its artifacts run on; None: any
 
     @property
     def is_target(self) -> bool:
@@ -113,6 +114,12 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            artifact="an ExecuTorch program (.pte)", precisions=("fp32", "int8"), needs=("executorch", "torch"),
            extras={"executorch": "executorch"}, options="modelport.emitters.executorch:ExecuTorchOptions",
            native={"pytorch": "modelport.emitters.executorch_torch"}),
+    Target("coreml", "Core ML", "modelport.emitters.coreml", runtime="coreml", runner="modelport.runtimes.coreml:CoreMLRunner",
+           opener="modelport.runtimes.coreml:open_mlpackage", inspector="modelport.runtimes.coreml:inspect_mlpackage",
+           suffixes=(".mlpackage", "/Manifest.json"), file="model.mlpackage", artifact="a Core ML package (.mlpackage)",
+           precisions=("fp16", "fp32"), needs=("coremltools", "torch"), extras={"coremltools": "coreml"},
+           options="modelport.emitters.coreml:CoreMLOptions", native={"pytorch": "modelport.emitters.coreml_torch"},
+           bench=False, runs_on=("darwin",)),
     # artifact formats that are no --to target: packagers read them from a convert folder
     Target("torchscript", "TorchScript", file="model.pt", artifact="a TorchScript model.pt", bench=False),
 )}

@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
         signature: str | None = typer.Option(None, "--signature", help="SavedModel/TFLite signature to convert (default serving_default)."),
         input_names: list[str] = typer.Option([], "--input-names", help="New names for the model's inputs, in order, comma-separated (TF sources)."),
         optimize: str | None = typer.Option(None, "--optimize", "-O", help="Optimisation level: none, basic, extended, all or auto."),
-        precision: flags.EmitPrecision = "fp32",
+        precision: flags.EmitPrecision = None,
         accuracy_budget: flags.AccuracyBudget = None,
         runtimes: str | None = typer.Option(None, "--runtimes", help="--optimize auto: CPU runtimes whose candidates compete, "
                                             "e.g. onnxruntime,openvino (default: each installed one that writes a --to target)."),

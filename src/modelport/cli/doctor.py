@@ -27,6 +27,9 @@ def print_doctor(d: dict) -> None:
         for t in d[kind]:
             state = "ready" if t["ready"] else ("not checked" if t["ready"] is None else "missing " + ", ".join(t["missing"]))
             hint = "".join(f'pip install "modelport[{x}]"' for x in t["install"][:1]) + (" …" if len(t["install"]) > 1 else "")
+            if t.get("runs_here") is False:
+                state = "build only" if t["ready"] else state
+                hint = "; ".join(x for x in (hint, t["note"]) if x)
             rows.append([f"{'--to' if kind == 'targets' else '--from'} {t['name']}", state, hint])
     print_rows("modelport doctor", ["item", "state", "details"], rows)
 

@@ -21,7 +21,7 @@ def register(app: typer.Typer) -> None:
     def emit_cmd(
         model: str = typer.Argument(..., help="ONNX model file."),
         to: flags.Targets = ...,
-        precision: flags.EmitPrecision = "fp32",
+        precision: flags.EmitPrecision = None,
         **shared,
     ):
         """Emit deployment artifacts (TFLite, TensorRT, ORT format) from an ONNX model, each validated."""

@@ -7,8 +7,8 @@ import typer
 from modelport.cli import options as flags
 from modelport.cli._common import fmt_size, print_rows, run
 
-HEAD = ("format", "ir_version", "opsets", "producer", "model_type", "architectures", "task", "nodes", "parameters", "size",
-        "signatures", "note")
+HEAD = ("format", "ir_version", "opsets", "producer", "model_type", "spec_version", "precision", "architectures", "task", "nodes",
+        "parameters", "size", "signatures", "note")
 
 
 def _shape(shape) -> str:

@@ -68,8 +68,9 @@ NoStructured = Annotated[bool, typer.Option("--no-structured-samples", help="Jud
 Atol = _tolerance("--atol", "Absolute tolerance (scaled by each output's magnitude), e.g. 1e-4")
 Rtol = _tolerance("--rtol", "Relative tolerance, e.g. 1e-3")
 MinCosine = _tolerance("--min-cosine", "Minimum cosine similarity, e.g. 0.999")
-Strict = Annotated[bool, typer.Option("--strict", help="An optimisation pass that breaks parity, or a source output that ignores "
-                                                       "its input, fails the run (exit 4).")]
+Strict = Annotated[bool, typer.Option("--strict", help="An optimisation pass that breaks parity, a source output that ignores "
+                                                       "its input, or a model that cannot be run here (Core ML off macOS) fails the "
+                                                       "run (exit 4).")]
 AllowFallback = Annotated[bool, typer.Option("--allow-precision-fallback", help="Accept an FP32 artifact when --precision cannot "
                                                                                 "be delivered within tolerance (else exit 4).")]
 
@@ -81,7 +82,7 @@ Task = Annotated[str | None, typer.Option("--task", help=f"Hugging Face folders:
 # --- precision and optimisation ------------------------------------------------------------------
 Precision = Annotated[str, typer.Option("--precision", help=f"{', '.join(PRECISIONS)}.")]
 EmitPrecision = Annotated[str, typer.Option("--precision", help=f"{', '.join(EMIT_PRECISIONS)} (bf16: OpenVINO only; best: TensorRT only; "
-                                                                "int4 and auto: --task text-generation only).")]
+                                                                "int4 and auto: --task text-generation only). Default: fp32, or the targets' own default when they share one (coreml: fp16).")]
 Calibration = Annotated[str | None, typer.Option("--calibration", help="INT8 calibration data: .npz of named inputs or a folder of images.")]
 AccuracyBudget = Annotated[str | None, typer.Option("--accuracy-budget", help="e.g. cosine>=0.999 or max_abs<=0.01 (precision passes and auto).")]
 

@@ -46,6 +46,11 @@ class Artifact:
     # how to run it: a runtimes/ name and options, or None when no runtime here can (e.g. no GPU)
     runner: str | None = None
     runner_options: dict[str, Any] = field(default_factory=dict)
+    # why it cannot be validated here (Core ML off macOS, a TensorRT plan without an engine), or None.
+    # The pipeline then checks what it can (with a runner: its I/O against the contract, from the
+    # runner's input/output specs, nothing run), records `validated: false` with this reason, warns,
+    # and fails the run under --strict (exit 4).
+    not_validated: str | None = None
     # the data to validate it with when the emitter judged it on other data than the IR's
     # references (a model calibrated for INT8 is judged on its calibration data); None: the IR's
     reference: Any = None

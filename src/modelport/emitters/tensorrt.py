@@ -7,7 +7,8 @@ ONNX file and, for FP16, an FP16 ONNX file for TensorRT 11's strongly typed buil
 (3) where `tensorrt` and a CUDA GPU are present, the engine is built with the same build script
 and validated by the pipeline through the TensorRT runner.
 
-Without TensorRT or a GPU: with `plan_only` the run succeeds with the plan and no engine; without
+Without TensorRT or a GPU: with `plan_only` the run succeeds with the plan and no engine (the
+report's `validated: false` says so, and `--strict` fails it); without
 it the run fails with exit 5 and, like every failed run, leaves no output (the message says to
 pass --plan-only).
 """
@@ -119,7 +120,8 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
                "tensorrt": None}
     if plan_only:
         return Artifact(target=NAME, runtime=RUNTIME, path=folder, files=files, precision=_tol_precision(options.precision),
-                        details=details, runner=None)
+                        details=details, runner=None,
+                        not_validated="--plan-only: the build plan is written and no engine was built, so nothing ran")
     from modelport.quiet_call import captured_output
     from modelport.runtimes.trt_build_script import build
 

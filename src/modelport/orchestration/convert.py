@@ -58,7 +58,7 @@ class ConvertOptions:
     min_cosine: float | None = None
     output_tolerances: dict[str, dict[str, float]] = field(default_factory=dict)  # {"probs": {"atol": 0.1}}
     scaled_atol: bool = True  # atol times each output's scale (False: an absolute accuracy budget)
-    precision: str = "fp32"
+    precision: str | None = None  # None: the targets' default (their descriptors' first precision) when they share one, else fp32
     calibration: str | None = None  # .npz of named inputs or a folder of images (optimisation stage and emitters)
     sample_dims: dict[str, int] = field(default_factory=dict)
     seed: int = 0
@@ -97,6 +97,8 @@ class ConvertOptions:
             self.arch_args = parse_arch_args(self.arch_args)
         if isinstance(self.targets, str):
             self.targets = [t.strip() for t in self.targets.split(",") if t.strip()]
+        if self.precision is None:
+            self.precision = default_precision(self.targets)
         if isinstance(self.optimize, str):
             self.optimize = OptimizeOptions(level=self.optimize)
         if self.task is not None:
@@ -143,6 +145,20 @@ class ConvertOptions:
 
 
 StageCallback = Callable[[str], None]
+
+
+def default_precision(targets: list[str]) -> str:
+    """The precision a run that names none converts at: the default its targets share (a descriptor's
+    first precision: fp16 for Core ML), else fp32."""
+    from modelport.targets import TARGETS
+
+    known = [t for t in TARGETS.values() if t.is_target]
+    defaults = set()
+    for name in targets:
+        key = str(name).strip().lower()
+        target = next((t for t in known if key == t.name or key in t.aliases), None)
+        defaults.add(target.precisions[0] if target is not None else "fp32")
+    return defaults.pop() if len(defaults) == 1 else "fp32"
 
 
 def source_inputs(source, options: ConvertOptions | None = None) -> list[Path]:
@@ -345,7 +361,9 @@ def _emit_once(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop,
     if entry["requested_precision"] != artifact.precision and options.fallback_reason:
         entry["precision_fallback"] = {"requested": entry["requested_precision"], "reason": options.fallback_reason}
     report.add_artifact(entry, attempt=target)
-    if artifact.runner:
+    if artifact.not_validated:
+        note_not_validated(artifact, entry, ir, target, options, report, on_stage=on_stage, part=part, out=out)
+    elif artifact.runner:
         ttol = options.tolerance(artifact.precision, zoo_tol)
         with run_stage(report, f"validate:{target}" + (f":{part}" if part else ""), on_stage=on_stage):
             parity = validate_artifact(artifact, ir, ttol, hop)
@@ -370,6 +388,31 @@ def _emit_once(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop,
             if checked["fixed_dims"]:
                 report.warn(f"{target}: the artifact fixes dynamic dims: {checked['fixed_dims']}; it takes those sizes only "
                             "(declare others with --dim NAME=N or --input NAME:SHAPE)")
+
+
+def note_not_validated(artifact, entry: dict, ir: IRModel, target: str, options: ConvertOptions, report: Report, *,
+                       on_stage=None, part: str | None = None, out: Path | None = None) -> None:
+    """An artifact no runtime here can run (`Artifact.not_validated`: Core ML off macOS, a TensorRT
+    plan without an engine): its I/O checked against the contract where a runner can describe it
+    (nothing is run), `validated: false` and the reason in its entry, a warning; exit 4 under --strict."""
+    if artifact.runner:
+        with run_stage(report, f"validate:{target}" + (f":{part}" if part else ""), on_stage=on_stage) as checked:
+            runner = artifact_runner(artifact)
+            entry["contract_check"] = check_contract(runner, ir, artifact)
+            if getattr(runner, "modules", None) is not None:
+                entry["validated_with"] = {"process": "child", "frameworks": runner.modules}
+            checked.note(ran=False)
+    entry["validated"] = False
+    entry["not_validated"] = artifact.not_validated
+    text = f"{target}: the artifact is not validated here: {artifact.not_validated}" + (
+        "; its inputs and outputs were checked against the contract" if artifact.runner else "")
+    if options.strict:
+        raise ValidationError(f"{text} (--strict: every artifact must be validated)", path=out)
+    report.warn(text)
+    fixed = (entry.get("contract_check") or {}).get("fixed_dims")
+    if fixed:
+        report.warn(f"{target}: the artifact fixes dynamic dims: {fixed}; it takes those sizes only "
+                    "(declare others with --dim NAME=N or --input NAME:SHAPE)")
 
 
 def plan_routes(ir: IRModel, options: ConvertOptions, emit_options) -> dict:
@@ -529,10 +572,11 @@ def _check_tensors(kind: str, described: list[TensorSpec], contract: list[Tensor
         raise ValidationError(f"{what} {verb} {sorted(specs)}; the contract's are {sorted(s.name for s in contract)}", path=path)
     changes = artifact.details.get("layout_changes") or {}
     integer_io = artifact.details.get("io_dtype") in ("int8", "uint8")
+    narrowed = artifact.details.get("io_dtypes") or {}  # {tensor: dtype} the format keeps it at (Core ML: int64 as int32)
     for want in contract:
         got = specs[want.name]
         shape = [want.shape[k] for k in changes[want.name]] if want.name in changes else list(want.shape)
-        if got.dtype != want.dtype and not integer_io:
+        if got.dtype != want.dtype and not integer_io and got.dtype != narrowed.get(want.name):
             raise ValidationError(f"{what}'s {kind} '{want.name}' is {got.dtype}; the contract's is {want.dtype}", path=path)
         if kind == "output" and not (_known_rank(got) and _known_rank(want)):
             continue

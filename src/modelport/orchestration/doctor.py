@@ -127,8 +127,24 @@ def _needs(table: dict[str, list[str]], names, *, gpu: bool = True) -> list[dict
                 missing.append(absent)
         if name in gpu_targets and not gpu:
             missing.append("an NVIDIA GPU (or --plan-only)")
-        out.append({"name": name, "ready": not missing, "missing": missing, "install": extras})
+        entry = {"name": name, "ready": not missing, "missing": missing, "install": extras}
+        elsewhere = _runs_elsewhere(TARGETS.get(name))
+        if elsewhere:  # built here, run (and validated) only where its runtime is
+            entry.update(runs_here=False, note=elsewhere)
+        out.append(entry)
     return out
+
+
+SYSTEMS = {"darwin": "macOS", "linux": "Linux", "win32": "Windows"}
+
+
+def _runs_elsewhere(target) -> str | None:
+    """'its artifacts can be built here but run on macOS only …' for a target whose `runs_on` excludes this system."""
+    if target is None or not target.runs_on or sys.platform in target.runs_on:
+        return None
+    where = " and ".join(SYSTEMS.get(p, p) for p in target.runs_on)
+    return (f"{target.title or target.name} artifacts can be built here but run on {where} only: not validated on "
+            f"{SYSTEMS.get(sys.platform, sys.platform)} (validate them there)")
 
 
 def cpu_info(cpuinfo: str | None = None) -> dict:

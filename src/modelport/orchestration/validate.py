@@ -80,6 +80,19 @@ class _Side:
     def io_note(self):
         return self.runner.io_note() if self.runner is not None and hasattr(self.runner, "io_note") else None
 
+    def cannot_run(self) -> str | None:
+        """Why this side's runtime cannot run here (its target's `runs_on` excludes this system), else None."""
+        import sys
+
+        from modelport.targets import TARGETS
+
+        target = TARGETS.get(self.kind)
+        if self.runner is None or target is None or not target.runs_on or sys.platform in target.runs_on:
+            return None
+        describe = getattr(self.runner, "describe", None)
+        info = describe() if describe else None
+        return (info or {}).get("cannot_run") or f"{target.title or target.name} runs on {', '.join(target.runs_on)} only"
+
 
 def _align_outputs(a: dict, b: dict) -> dict:
     """B's outputs, transposed channels-last -> channels-first where that is what makes them match A's."""
@@ -97,13 +110,14 @@ def _align_outputs(a: dict, b: dict) -> dict:
 def validate_models(a: str | Path, b: str | Path, *, data: str | Path | None = None, values: list[str] = (), dims: dict[str, int] | None = None,
                     seed: int = 0, tolerance: Tolerance | None = None, precision: str = "fp32",
                     localize: bool = False, by_position: bool = False, inputs: list = (), trust: bool = False,
-                    on_stage=None, sampling: dict | None = None) -> dict:
+                    on_stage=None, sampling: dict | None = None, strict: bool = False) -> dict:
     """Compare B against A on the same inputs; returns the report, raises ValidationError on a mismatch.
 
     Either side may be a source a parser reads (`inputs` are its `--input` specs; `trust` lets it
     run code, and allows an emitted pytorch/ folder's model.py). Both are run on every sample set
     (`samples.sample_sets`, `sampling` its options) where B is a runner; a source as B is parsed
-    on the first set only."""
+    on the first set only. A side whose runtime cannot run here (a Core ML package off macOS) is
+    checked without running (`check_without_running`); `strict` then fails the run (exit 4)."""
     from modelport.file_checks import check_model_file
     from modelport.ir import Reference
     from modelport.samples import load_data, make_inputs, parse_values, reference_samples, run_reference
@@ -119,6 +133,11 @@ def validate_models(a: str | Path, b: str | Path, *, data: str | Path | None = N
         raise BadInputError("--input describes a source model's inputs; for two runnable models size dims with --dim")
     sa, sb = (_Side(p, k, trust=trust, inputs=inputs, dims=dims or {}, seed=seed) for p, k in ((pa, ka), (pb, kb)))
     given = {**(load_data(data) if data else {}), **parse_values(list(values))}
+    idle = [side for side in (sa, sb) if side.cannot_run()]
+    if idle:
+        if len(idle) == 2:
+            raise BadInputError(f"neither model can run here ({sa.cannot_run()})", path=pa)
+        return check_without_running(sa, sb, given=given, seed=seed, strict=strict, on_stage=on_stage)
     tol = tolerance or tolerance_for(precision)
     stage(f"run:{pa.name} ({ka})")
     if sa.runner is not None:
@@ -164,6 +183,60 @@ def validate_models(a: str | Path, b: str | Path, *, data: str | Path | None = N
                 reason += f"; first diverging node: {where['node']} ({where['op_type']}, tensor '{where['tensor']}')"
             raise ValidationError(reason, path=pb, parity=parity.to_dict(),
                                   hint="--match-by-position pairs the outputs in order" if named else None)
+    return report.to_dict()
+
+
+def check_without_running(sa: _Side, sb: _Side, *, given: dict, seed: int, strict: bool, on_stage=None) -> dict:
+    """One side cannot run here: its inputs and outputs, as its file describes them, against the
+    other side's. Inputs: the names, dtypes and ranks the other side takes, each fixed dim kept.
+    Outputs: the other side is run at the input sizes the file takes, and the file must give the
+    same names, dtypes and shapes. The report says `validated: false` with the reason and warns;
+    a mismatch is exit 4, and so is the unvalidated result under `strict`."""
+    from types import SimpleNamespace
+
+    from modelport.ir import TensorSpec
+    from modelport.orchestration.convert import check_contract
+    from modelport.samples import make_inputs
+    from modelport.validation.report import Run
+
+    idle, ref = (sa, sb) if sa.cannot_run() else (sb, sa)
+    reason = idle.cannot_run()
+    if on_stage:
+        on_stage(f"read:{idle.path.name} ({idle.kind})")
+    described = idle.runner.input_specs()
+    info = idle.runner.describe() if hasattr(idle.runner, "describe") else None
+    artifact = SimpleNamespace(path=idle.path, target=idle.kind, details={"io_dtypes": (info or {}).get("io_dtypes") or {}})
+    if ref.runner is not None:
+        ref_inputs = ref.runner.input_specs()
+    else:
+        ref_inputs = ref.parse(given).inputs
+    by_name = {s.name: s for s in described}
+    dims = {}
+    for spec in ref_inputs:
+        got = by_name.get(spec.name)
+        if got is not None and len(got.shape) == len(spec.shape):
+            dims.update({d: int(n) for d, n in zip(spec.shape, got.shape, strict=True) if isinstance(d, str) and isinstance(n, int)})
+    contract = SimpleNamespace(inputs=ref_inputs, outputs=[])
+    check_contract(SimpleNamespace(input_specs=lambda: described), contract, artifact)  # the inputs first: they size the run below
+    if on_stage:
+        on_stage(f"run:{ref.path.name} ({ref.kind})")
+    feeds = make_inputs(ref_inputs, dims, seed=seed, given=given, path=ref.path)
+    outputs = ref.runner.run(feeds) if ref.runner is not None else dict(ref.parse(feeds).reference.outputs)
+    contract.outputs = [TensorSpec(name, dtype=str(v.dtype), shape=list(v.shape)) for name, v in outputs.items()]
+    checked = check_contract(idle.runner, contract, artifact)
+    checked["outputs"] = f"names, dtypes and shapes as {ref.path.name}'s, run at the input sizes the file takes"
+    with Run("validate") as report:
+        side_idle = {"path": str(idle.path), "kind": idle.kind, "validated": False, "not_validated": reason, "contract_check": checked}
+        side_ref = {"path": str(ref.path), "kind": ref.kind}
+        a, b = (side_idle, side_ref) if idle is sa else (side_ref, side_idle)
+        report.set_source({"path": str(sa.path), "framework": sa.kind, "format": sa.kind})
+        report.set_sides(a, b, {k: list(v.shape) for k, v in feeds.items()})
+        text = (f"{idle.path.name} is not validated here: {reason}; its inputs and outputs match {ref.path.name}'s "
+                "(names, dtypes, shapes), nothing was run")
+        if strict:
+            raise ValidationError(f"{text} (--strict: the models must be compared)", path=idle.path,
+                                  hint="validate it where its runtime runs")
+        report.warn(text)
     return report.to_dict()
 
 

@@ -59,6 +59,7 @@ RUNTIME_IMPORTS = {
     "savedmodel": ("tensorflow", "keras"),
     "torch_source": ("torch", "safetensors"),
     "torch": ("torch", "safetensors"),
+    "coreml": ("coremltools",),
 }
 
 
