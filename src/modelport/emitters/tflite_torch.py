@@ -103,9 +103,10 @@ def fixed_sizes(ir: IRModel) -> dict[str, int]:
     return sizes
 
 
-def reference_at(ir: IRModel, module, sizes: dict[str, int]) -> Reference:
+def reference_at(ir: IRModel, module, sizes: dict[str, int], run=None) -> Reference:
     """The reference at `sizes`: the IR's own when its inputs have those sizes, else its inputs cut
-    to them (a fixed size is never above the sample's) and the source module run on the cut inputs."""
+    to them (a fixed size is never above the sample's) and the source run on the cut inputs: the
+    source `module`, or `run(feeds) -> outputs` when given (the IR's ONNX in ONNX Runtime)."""
     from modelport.runtimes.torch import TorchRunner
 
     ref = ir.reference
@@ -114,38 +115,57 @@ def reference_at(ir: IRModel, module, sizes: dict[str, int]) -> Reference:
         return {s.name: np.ascontiguousarray(inputs[s.name][tuple(slice(0, sizes[d]) if isinstance(d, str) else slice(None)
                                                                   for d in s.shape)]) for s in ir.inputs}
 
-    runner = TorchRunner(module, input_names=[s.name for s in ir.inputs], output_names=[s.name for s in ir.outputs], inputs=ir.inputs)
+    feeds = cut(ref.inputs)
+    if all(feeds[n].shape == ref.inputs[n].shape for n in feeds):
+        return ref
+    if run is None:
+        run = TorchRunner(module, input_names=[s.name for s in ir.inputs], output_names=[s.name for s in ir.outputs],
+                          inputs=ir.inputs).run
 
-    def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def source(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         try:
-            return {k: np.asarray(v) for k, v in runner.run(feeds).items()}
+            return {k: np.asarray(v) for k, v in run(feeds).items()}
         except Exception as e:
             shapes = {n: list(a.shape) for n, a in feeds.items()}
             raise UnsupportedError(f"{NAME} fixes the dynamic dims at {sizes}, and the source does not run on inputs {shapes}: "
                                    f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}",
                                    hint="declare the sizes the file should take with --dim NAME=N") from None
 
-    feeds = cut(ref.inputs)
-    if all(feeds[n].shape == ref.inputs[n].shape for n in feeds):
-        return ref
-    extra = [replace(x, inputs=cut(x.inputs), outputs=run(cut(x.inputs))) for x in ref.extra]
-    return Reference(feeds, run(feeds), ref.producer, extra=extra, first_kind=ref.first_kind)
+    extra = [replace(x, inputs=cut(x.inputs), outputs=source(cut(x.inputs))) for x in ref.extra]
+    return Reference(feeds, source(feeds), ref.producer, extra=extra, first_kind=ref.first_kind)
 
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
-    from modelport.deps import version_of
     from modelport.emitters.routes import staged_source
-    from modelport.emitters.tflite import SIGNATURE, _check_ops, _name_io
-    from modelport.quiet_call import captured_output
-    from modelport.runtimes.tflite import load_interpreter
 
     reason = refusal(model, options)
     if reason:
         raise BadInputError(f"{NAME} cannot convert to tflite: {reason}")
-    import torch
-
     from modelport.parsers.pytorch import load_module
 
+    with tempfile.TemporaryDirectory(prefix="modelport-litert-") as tmp:
+        source, spec = staged_source(model, Path(tmp))
+        module, _, _ = load_module(source, spec)
+        return convert_module(model, module, out_dir)
+
+
+def convert_module(model: IRModel, module, out_dir: Path, *, order: list[str] | None = None,
+                   outputs_order: list[str] | None = None, run_source=None, how: str = "torch.export → LiteRT") -> Artifact:
+    """`module` (an `nn.Module` computing the IR) converted by litert-torch into `out_dir/model.tflite`
+    behind the contract's names, at the fixed sizes of `fixed_sizes`. The module takes the inputs
+    positionally in `order` (default: the contract's) and returns the outputs in `outputs_order`
+    (default: the contract's); `run_source(feeds)` recomputes the reference at the fixed sizes
+    (default: the module itself, the source). `how` goes into the report's converter."""
+    import torch
+
+    from modelport.deps import version_of
+    from modelport.emitters.tflite import SIGNATURE, _check_ops, _name_io
+    from modelport.quiet_call import captured_output
+    from modelport.runtimes.tflite import load_interpreter
+
+    specs = {s.name: s for s in model.inputs + model.outputs}
+    in_specs = [specs[n] for n in order] if order else list(model.inputs)
+    out_specs = [specs[n] for n in outputs_order] if outputs_order else list(model.outputs)
     sizes = fixed_sizes(model)
     wide = any(s.dtype in ("int64", "float64", "uint64") for s in model.inputs + model.outputs)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -154,35 +174,32 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
         log = work / "convert.log"
         with captured_output(log, NAME):  # its import prints torchao and jax notices
             litert_torch = require_litert()
-        source, spec = staged_source(model, work)
-        module, _, _ = load_module(source, spec)
         try:
             module.eval()
         except Exception:
             pass  # an ExportedProgram's module is in inference mode already and refuses train()/eval()
-        reference = reference_at(model, module, sizes)
+        reference = reference_at(model, module, sizes, run_source)
         inputs = [Port(s.name, f"args_{i}", s.dtype, list(reference.inputs[s.name].shape),
-                       layout=f"{s.layout} (as source)" if s.layout else "as source") for i, s in enumerate(model.inputs)]
+                       layout=f"{s.layout} (as source)" if s.layout else "as source") for i, s in enumerate(in_specs)]
         outputs = [Port(s.name, f"output_{j}", s.dtype, list(reference.outputs[s.name].shape),
-                        layout=f"{s.layout} (as source)" if s.layout else "as source") for j, s in enumerate(model.outputs)]
-        args = tuple(torch.from_numpy(reference.inputs[s.name].copy()) for s in model.inputs)
+                        layout=f"{s.layout} (as source)" if s.layout else "as source") for j, s in enumerate(out_specs)]
+        args = tuple(torch.from_numpy(reference.inputs[s.name].copy()) for s in in_specs)
         try:
             with captured_output(log, NAME):
                 edge = litert_torch.convert(module, args, enable_x64=wide)
                 edge.export(str(work / "model.tflite"))
         except Exception as e:
-            raise UnsupportedError(f"{NAME} could not convert the model: {type(e).__name__}: "
-                                   f"{(str(e).strip().splitlines() or [''])[0][:300]}") from None
+            raise UnsupportedError(f"{NAME} could not convert the model: {conversion_failure(e)}") from None
         data = (work / "model.tflite").read_bytes()
     outputs = _output_keys(data, outputs)
     path = out_dir / "model.tflite"
     path.write_bytes(_name_io(data, inputs, outputs))
     ops = _check_ops(load_interpreter(path), path)
     fixed = {s.name: {d: n for d, n in zip(s.shape, p.shape, strict=False) if isinstance(d, str)}
-             for s, p in zip(model.inputs + model.outputs, inputs + outputs, strict=True) if any(isinstance(d, str) for d in s.shape)}
+             for s, p in zip(in_specs + out_specs, inputs + outputs, strict=True) if any(isinstance(d, str) for d in s.shape)}
     return Artifact(
         target="tflite", runtime="tflite", path=path, files=[path], precision="fp32",
-        details={"converter": f"litert-torch {version_of('litert-torch') or version_of('litert_torch')} (torch.export → LiteRT)",
+        details={"converter": f"litert-torch {version_of('litert-torch') or version_of('litert_torch')} ({how})",
                  "layout": "source", "inputs_layout": {p.name: p.layout for p in inputs},
                  "outputs_layout": {p.name: p.layout for p in outputs},
                  "signature": {"key": SIGNATURE, "inputs": [p.name for p in inputs], "outputs": [p.name for p in outputs]},
@@ -195,3 +212,16 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
         runner="tflite", runner_options={"signature": SIGNATURE},
         reference=None if reference is model.reference else reference,
     )
+
+
+def conversion_failure(e: Exception) -> str:
+    """litert-torch's error in one line, led by the op it names when it names one (an aten op it
+    has no lowering for, or a torch.export failure on one)."""
+    import re
+
+    text = str(e).strip()
+    first = (text.splitlines() or [""])[0][:300]
+    op = re.search(r"\b((?:aten|prims|torch\.ops\.[a-z_]+)[.:][A-Za-z0-9_.]+)", text)
+    if op and op.group(1) not in first:
+        return f"{type(e).__name__} on {op.group(1)}: {first}"
+    return f"{type(e).__name__}: {first}"
