@@ -215,13 +215,17 @@ def convert_module(model: IRModel, module, out_dir: Path, *, order: list[str] | 
 
 
 def conversion_failure(e: Exception) -> str:
-    """litert-torch's error in one line, led by the op it names when it names one (an aten op it
-    has no lowering for, or a torch.export failure on one)."""
+    """litert-torch's error in one line, led by the ops it names when it names any: ops with no
+    TFLite builtin (its "TF Select ops: …" / "Custom ops: …" lines), or an aten op it could not lower."""
     import re
 
     text = str(e).strip()
     first = (text.splitlines() or [""])[0][:300]
-    op = re.search(r"\b((?:aten|prims|torch\.ops\.[a-z_]+)[.:][A-Za-z0-9_.]+)", text)
+    lines = re.findall(r"^\s*((?:TF Select|Flex|Custom) ops):\s*(.+)$", text, flags=re.MULTILINE)
+    if lines:
+        named = "; ".join(f"{kind}: {ops.strip()}" for kind, ops in lines)
+        return f"no TFLite builtin for {named} (the LiteRT interpreter has no TF Select ops)"
+    op = re.search(r"\b((?:aten|prims)\.[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)?)", text)
     if op and op.group(1) not in first:
         return f"{type(e).__name__} on {op.group(1)}: {first}"
     return f"{type(e).__name__}: {first}"
