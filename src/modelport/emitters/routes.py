@@ -6,6 +6,9 @@ every pair; a native route uses the source framework's own converter for the pai
     keras      → savedmodel   Keras's export (ExportArchive), the contract's names on the signature
     savedmodel → savedmodel   the signature saved again behind the contract's names
     pytorch    → tflite       litert-torch (torch.export → LiteRT)
+    onnx, graphdef, huggingface → tflite
+                              the IR's generated PyTorch code → litert-torch (after onnx2tf)
+    tflite     → tflite       the source's own flatbuffer emitted again (fp16/int8: ai-edge-quantizer)
 
 `--route onnx` takes the ONNX route, `--route native` the native one (exit 2 naming the reason
 when the pair has none or its converter cannot do what was asked), `--route auto` (the default)
