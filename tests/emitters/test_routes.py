@@ -110,3 +110,18 @@ def test_unknown_route_and_registry_keys():
     assert kind_of({"framework": "tensorflow", "format": "graphdef"}) == "graphdef"
     assert kind_of({"framework": "tensorflow", "format": "savedmodel"}) == "savedmodel"
     assert kind_of({"framework": "keras"}) == "keras"
+
+
+def test_a_run_goes_on_from_the_source_only_where_every_target_is_re_emitted():
+    """When tf2onnx's IR of a `.tflite` drifts from the source, the run may still re-emit it: only
+    when every target has a route that reads the source alone and takes the options."""
+    from modelport.orchestration import ConvertOptions
+    from modelport.orchestration.convert import from_source_alone
+
+    tfl = _ir("tflite")
+    assert from_source_alone(tfl, ConvertOptions(targets=["tflite"]))
+    assert from_source_alone(tfl, ConvertOptions(targets=["tflite"], precision="fp16"))
+    assert not from_source_alone(tfl, ConvertOptions(targets=["tflite"], route="onnx"))
+    assert not from_source_alone(tfl, ConvertOptions(targets=["tflite", "onnx"]))
+    assert not from_source_alone(tfl, ConvertOptions(targets=["tflite"], precision="int8", calibration="calib.npz"))
+    assert not from_source_alone(_ir("onnx"), ConvertOptions(targets=["tflite"]))  # the generated code reads the IR
