@@ -89,3 +89,16 @@ def test_a_quantised_source_is_not_quantised_again(cli, tmp_path):
     assert r.exit_code == 2, r
     assert "the TFLite file is quantised already" in r.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_source_with_integer_io_keeps_it(cli, tmp_path):
+    """A full-integer file (int8 input and output) re-emitted at fp32: the same int8 tensors, compared
+    as stored against the source's own int8 reference."""
+    (tmp_path / "src").mkdir()
+    src = write_int8_io_tflite(tmp_path / "src" / "q.tflite")
+    report = _convert(cli, src, tmp_path / "out")
+    art = report["artifacts"][0]
+    assert (art["route_converter"], art["io_dtype"]) == ("TFLite re-emission", "int8") and report["parity"][-1]["ok"]
+    assert report["parity"][-1]["outputs"][0]["max_abs"] == 0
+    interp = load_interpreter(tmp_path / "out" / "model.tflite")
+    assert [np.dtype(d["dtype"]).name for d in interp.get_input_details() + interp.get_output_details()] == ["int8", "int8"]

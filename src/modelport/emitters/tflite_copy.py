@@ -92,9 +92,10 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
                  "source_signature": done["source_signature"],
                  "validation": f"signature '{SIGNATURE}' fed and read by the contract's names, as the file is, with no "
                                "transpose, against the source file run in LiteRT",
-                 "quantization": quantization(precision, "float32"), "io_dtype": "as the source",
+                 "quantization": quantization(precision, "float32"), "io_dtype": done.get("integer_io") or "as the source",
                  "tflite_ops": done["ops"], "quantized_ops": done.get("quantized_ops")},
-        runner="tflite", runner_options={"signature": SIGNATURE},
+        # a source with integer I/O was referenced as stored (`parsers.tflite`): its outputs are read so too
+        runner="tflite", runner_options={"signature": SIGNATURE, "dequantize_outputs": False},
     )
 
 
@@ -103,6 +104,8 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
 def reemit_in_child(work: Path, request: dict) -> dict:
     """The source's flatbuffer under the contract's names, re-quantised as asked, written to
     `work/model.tflite`; returns what the report says about it."""
+    import numpy as np
+
     from modelport.emitters.tflite import SIGNATURE, _check_ops
     from modelport.runtimes.tflite import load_interpreter
 
@@ -129,7 +132,9 @@ def reemit_in_child(work: Path, request: dict) -> dict:
     out = work / "model.tflite"
     out.write_bytes(renamed)
     ops = _check_ops(load_interpreter(out), out)
-    return {"ops": len(ops), "source_signature": source_signature, "quantized_ops": quantized or None}
+    integer = sorted({np.dtype(d["dtype"]).name for d in ins + outs if (d.get("quantization") or (0.0, 0))[0]})
+    return {"ops": len(ops), "source_signature": source_signature, "quantized_ops": quantized or None,
+            "integer_io": integer[0] if len(integer) == 1 else None}
 
 
 def _tensors(interp) -> list[dict]:
