@@ -47,3 +47,21 @@ def write_int8_io_tflite(path: Path) -> Path:
     conv.inference_input_type = conv.inference_output_type = tf.int8
     path.write_bytes(conv.convert())
     return path
+
+
+def write_dense_tflite(path: Path) -> Path:
+    """x[batch,16] → FULLY_CONNECTED(32) → ReLU → FULLY_CONNECTED(4) → y, float weights, with a
+    signature: the weights a re-emission casts to float16 or quantises to int8."""
+    tf = _tf()
+    rng = np.random.default_rng(0)
+    w1, b1 = tf.constant(rng.standard_normal((16, 32)).astype(np.float32) * 0.3), tf.constant(rng.standard_normal(32).astype(np.float32))
+    w2, b2 = tf.constant(rng.standard_normal((32, 4)).astype(np.float32) * 0.3), tf.constant(rng.standard_normal(4).astype(np.float32))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 16], tf.float32, name="x")])
+    def f(x):
+        return {"y": tf.matmul(tf.nn.relu(tf.matmul(x, w1) + b1), w2) + b2}
+
+    owner = tf.Module()
+    owner.f = f
+    path.write_bytes(tf.lite.TFLiteConverter.from_concrete_functions([f.get_concrete_function()], owner).convert())
+    return path

@@ -65,6 +65,7 @@ class Target:
 _ORT = "modelport.runtimes.onnxruntime"
 _TF_NATIVE = "modelport.emitters.tflite_tf"
 _SM_NATIVE = "modelport.emitters.savedmodel_tf"
+_TFL_CODE = "modelport.emitters.tflite_code"
 
 # In `--to` help order. A new target is one entry here.
 TARGETS: dict[str, Target] = {t.name: t for t in (
@@ -81,7 +82,9 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            precisions=("fp32", "fp16", "int8"), needs=("tensorflow", "tf_keras", "onnx2tf", "onnx_graphsurgeon", "ai_edge_litert"),
            extras={"ai_edge_litert": "tf", "tflite_runtime": "tf", "onnx2tf": "tf", "onnx_graphsurgeon": "tf"},
            options="modelport.emitters.tflite:TFLiteOptions",
-           native={"keras": _TF_NATIVE, "savedmodel": _TF_NATIVE, "pytorch": "modelport.emitters.tflite_torch"}),
+           native={"keras": _TF_NATIVE, "savedmodel": _TF_NATIVE, "pytorch": "modelport.emitters.tflite_torch",
+                   "onnx": _TFL_CODE, "graphdef": _TFL_CODE, "huggingface": _TFL_CODE,
+                   "tflite": "modelport.emitters.tflite_copy"}),
     Target("tensorrt", "TensorRT", "modelport.emitters.tensorrt", aliases=("trt",), runtime="tensorrt",
            runner="modelport.runtimes.tensorrt:TensorRTRunner", opener="modelport.runtimes.tensorrt:open_engine",
            inspector="modelport.runtimes.tensorrt:engine_info", suffixes=(".plan", ".engine"), file="model.plan",

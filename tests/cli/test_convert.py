@@ -320,9 +320,9 @@ def test_route_is_in_the_report_and_the_table(cli, keras_cnn_file, tmp_path):
 
 
 def test_route_native_where_there_is_none_and_unknown_route_are_exit_2(cli, tiny_onnx, tmp_path):
-    r = cli("convert", tiny_onnx, "--to", "tflite", "--route", "native", "-o", tmp_path / "a", "--json")
+    r = cli("convert", tiny_onnx, "--to", "savedmodel", "--route", "native", "-o", tmp_path / "a", "--json")
     assert r.exit_code == 2, r
-    assert "no native route from a onnx source to tflite" in r.json()["error"]["message"]
+    assert "no native route from a onnx source to savedmodel" in r.json()["error"]["message"]
     r = cli("emit", tiny_onnx, "--to", "tflite", "--route", "fastest", "-o", tmp_path / "b")
     assert r.exit_code == 2 and "unknown route 'fastest'; known: auto, native, onnx" in r.stderr, r
     assert tree(tmp_path) == ["src", "src/tiny.onnx"]

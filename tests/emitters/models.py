@@ -41,3 +41,29 @@ def bitwise_model():
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     m.ir_version = 8
     return m
+
+
+def groupnorm_model():
+    """Two inputs, two outputs, a float64 input: Conv → GroupNormalization → Relu gives `features`,
+    their spatial mean times `gain` (CastLike to float) gives `score`. onnxruntime runs it; onnx2tf
+    has no converter for GroupNormalization or CastLike, modelport's PyTorch code has both."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    init = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+            numpy_helper.from_array(rng.uniform(0.5, 1.5, (4,)).astype(np.float32), "scale"),
+            numpy_helper.from_array(rng.standard_normal((4,)).astype(np.float32), "bias"),
+            numpy_helper.from_array(np.array([2, 3], np.int64), "axes")]
+    nodes = [helper.make_node("Conv", ["image", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("GroupNormalization", ["c", "scale", "bias"], ["g"], num_groups=2, epsilon=1e-5),
+             helper.make_node("Relu", ["g"], ["features"]),
+             helper.make_node("ReduceMean", ["features", "axes"], ["pooled"], keepdims=0),
+             helper.make_node("CastLike", ["gain", "pooled"], ["gainf"]),
+             helper.make_node("Mul", ["pooled", "gainf"], ["score"])]
+    graph = helper.make_graph(nodes, "groupnorm", [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["batch", 3, 8, 8]),
+                                                   helper.make_tensor_value_info("gain", TensorProto.DOUBLE, ["batch", 1])],
+                              [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", 4, 8, 8]),
+                               helper.make_tensor_value_info("score", TensorProto.FLOAT, ["batch", 4])], initializer=init)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    return m

@@ -464,3 +464,23 @@ def test_module_from_ir_runs_like_the_onnx_model(tiny_onnx, tmp_path):
     got = got if isinstance(got, (tuple, list)) else (got,)
     for spec, value in zip(ir.outputs, got, strict=True):
         np.testing.assert_allclose(value.numpy(), ir.reference.outputs[spec.name], atol=1e-5)
+
+
+@pytest.mark.parametrize("mode,pads,shape", [("reflect", [0, 2, 0, 0, 3, 0], (1, 6, 1)), ("edge", [0, 1, 0, 2], (3, 5)),
+                                             ("reflect", [0, 2, 0, 1], (3, 6))],
+                         ids=["reflect-3d-dims-1-2", "edge-2d-dim-1", "reflect-2d-dim-1"])
+def test_an_unbatched_pad_is_written_on_the_batched_form(mode, pads, shape):
+    """A reflect/replicate pad on every dim but the first of a tensor (basic-pitch pads [b, 171, 1]
+    along its time axis) is `F.pad(x.unsqueeze(0), …).squeeze(0)`: the same numbers, and the form
+    litert-torch lowers (its unbatched reflection pad fails with "perm tensor elements size is not
+    equal to input tensor rank")."""
+    from onnx import TensorProto, numpy_helper
+
+    graph = helper.make_graph([helper.make_node("Pad", ["x", "pads"], ["y"], mode=mode)], "pad",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              initializer=[numpy_helper.from_array(np.array(pads, np.int64), "pads")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    text = _generated_matches_reference(model, np.random.default_rng(0).standard_normal(shape).astype(np.float32))
+    assert ".unsqueeze(0), (" in text and ".squeeze(0)" in text

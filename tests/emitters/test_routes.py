@@ -44,15 +44,47 @@ def test_onnx_route_is_always_there_and_alone():
 
 
 def test_auto_without_a_native_route_says_so():
-    p = _plan("graphdef", "tflite", "auto")
-    assert [r.name for r in p.routes] == ["onnx"] and p.notes == ["no native route from graphdef to tflite"]
+    p = _plan("pytorch", "savedmodel", "auto")
+    assert [r.name for r in p.routes] == ["onnx"] and p.notes == ["no native route from pytorch to savedmodel"]
 
 
 def test_native_where_there_is_none_is_exit_2_naming_the_routes():
     with pytest.raises(BadInputError) as e:
-        _plan("onnx", "tflite", "native")
-    assert e.value.exit_code == 2 and "no native route from a onnx source to tflite" in e.value.message
-    assert "keras→tflite" in e.value.message and "pytorch→tflite" in e.value.message
+        _plan("pytorch", "savedmodel", "native")
+    assert e.value.exit_code == 2 and "no native route from a pytorch source to savedmodel" in e.value.message
+    assert "keras→savedmodel" in e.value.message and "onnx→tflite" in e.value.message
+
+
+def test_onnx_side_sources_reach_tflite_by_generated_code_after_onnx2tf():
+    """ONNX, GraphDef and Hugging Face sources: onnx2tf first, then the IR's PyTorch code through
+    litert-torch; `--route native` takes the second alone. The route needs the IR's graph."""
+    for kind in ("onnx", "graphdef", "huggingface"):
+        assert NATIVE_ROUTES.load(f"{kind}:tflite").NAME == "PyTorch code + litert-torch"
+    ir = _ir("onnx", layout="NC")
+    ir.model = _onnx_identity()
+    p = plan(ir, "tflite", "auto", EmitOptions(), get_emitter("tflite"))
+    assert [(r.name, r.converter) for r in p.routes] == [("onnx", "onnx2tf"), ("native", "PyTorch code + litert-torch")]
+    assert [r.name for r in plan(ir, "tflite", "native", EmitOptions(), get_emitter("tflite")).routes] == ["native"]
+    p = plan(ir, "tflite", "auto", EmitOptions(precision="int8"), get_emitter("tflite"))
+    assert [r.name for r in p.routes] == ["onnx"] and "precision int8" in p.notes[0]
+
+
+def test_tflite_sources_are_re_emitted_first():
+    p = _plan("tflite", "tflite", "auto")
+    assert [(r.name, r.converter) for r in p.routes] == [("native", "TFLite re-emission"), ("onnx", "onnx2tf")]
+    p = _plan("tflite", "tflite", "auto", precision="int8", calibration="calib.npz")
+    assert [r.name for r in p.routes] == ["onnx"] and "--calibration" in p.notes[0]
+    with pytest.raises(BadInputError, match="keeps the file's layouts"):
+        plan(_ir("tflite"), "tflite", "native", EmitOptions(target=TFLiteOptions(layout="nhwc")), get_emitter("tflite"))
+
+
+def _onnx_identity():
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Identity", ["image"], ["probs"])], "g",
+                              [helper.make_tensor_value_info("image", TensorProto.FLOAT, ["batch", 4])],
+                              [helper.make_tensor_value_info("probs", TensorProto.FLOAT, ["batch", 4])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def test_native_refusing_the_options_is_exit_2_and_auto_falls_back_with_the_reason():
@@ -74,7 +106,22 @@ def test_unknown_route_and_registry_keys():
     with pytest.raises(BadInputError, match="unknown route 'fast'"):
         _plan("keras", "tflite", "fast")
     assert set(NATIVE_ROUTES) == {"keras:tflite", "savedmodel:tflite", "keras:savedmodel", "savedmodel:savedmodel",
-                                  "pytorch:tflite"}
+                                  "pytorch:tflite", "onnx:tflite", "graphdef:tflite", "huggingface:tflite", "tflite:tflite"}
     assert kind_of({"framework": "tensorflow", "format": "graphdef"}) == "graphdef"
     assert kind_of({"framework": "tensorflow", "format": "savedmodel"}) == "savedmodel"
     assert kind_of({"framework": "keras"}) == "keras"
+
+
+def test_a_run_goes_on_from_the_source_only_where_every_target_is_re_emitted():
+    """When tf2onnx's IR of a `.tflite` drifts from the source, the run may still re-emit it: only
+    when every target has a route that reads the source alone and takes the options."""
+    from modelport.orchestration import ConvertOptions
+    from modelport.orchestration.convert import from_source_alone
+
+    tfl = _ir("tflite")
+    assert from_source_alone(tfl, ConvertOptions(targets=["tflite"]))
+    assert from_source_alone(tfl, ConvertOptions(targets=["tflite"], precision="fp16"))
+    assert not from_source_alone(tfl, ConvertOptions(targets=["tflite"], route="onnx"))
+    assert not from_source_alone(tfl, ConvertOptions(targets=["tflite", "onnx"]))
+    assert not from_source_alone(tfl, ConvertOptions(targets=["tflite"], precision="int8", calibration="calib.npz"))
+    assert not from_source_alone(_ir("onnx"), ConvertOptions(targets=["tflite"]))  # the generated code reads the IR

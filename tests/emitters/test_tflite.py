@@ -296,7 +296,7 @@ def test_unsupported_op_names_the_node_and_leaves_nothing(tmp_path):
     src = save_onnx(bitwise_model(), tmp_path / "src", "bits.onnx")
     out = tmp_path / "out"
     with pytest.raises(UnsupportedError) as e:
-        convert(src, out, ConvertOptions(targets=["tflite"]))
+        convert(src, out, ConvertOptions(targets=["tflite"], route="onnx"))
     assert "band (BitwiseAnd)" in e.value.message and e.value.exit_code == 2
     assert not out.exists() and tree(tmp_path) == ["src", "src/bits.onnx"]
 
@@ -326,8 +326,8 @@ def test_failing_route_is_one_stderr_line_and_its_library_log_is_in_the_report(c
     """A real process: the libraries' own lines (onnxruntime's C++ logger, onnx2tf's coloured
     ERROR lines) never reach the terminal, not even quoted in the error; the failed stages keep them."""
     src = save_onnx(_gridsample_neck_model(), tmp_path / "src", "neck.onnx")
-    r = cli_proc("convert", src, "--dim", "height=64", "--dim", "width=64", "--to", "tflite,savedmodel", "-o", tmp_path / "o",
-                 "--json")
+    r = cli_proc("convert", src, "--dim", "height=64", "--dim", "width=64", "--to", "tflite,savedmodel", "--route", "onnx",
+                 "-o", tmp_path / "o", "--json")
     assert r.exit_code == 4, r  # both targets failed: exit 4 naming each
     (line,) = r.stderr.strip().splitlines()
     assert "[E:onnxruntime" not in line and "ERROR:" not in line and "\x1b" not in line
@@ -414,7 +414,7 @@ def test_ocr_detector_with_dynamic_height_and_width_names_the_dims(cli, tmp_path
     from tests.wheel_models import wheel_model
 
     path = wheel_model("rapidocr/det", tmp_path / "src")
-    r = cli("convert", path, "--to", "tflite", "-o", tmp_path / "out")
+    r = cli("convert", path, "--to", "tflite", "--route", "onnx", "-o", tmp_path / "out")
     assert r.exit_code == 2, r.stderr
     assert "input 'x' axis 2 'p2o.DynamicDimension.1' (sampled at 2)" in r.stderr and "--dim NAME=N" in r.stderr, r.stderr
     assert not (tmp_path / "out").exists()

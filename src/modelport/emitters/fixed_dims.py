@@ -43,17 +43,19 @@ def cut(ir: IRModel, inputs: dict[str, np.ndarray], sizes: dict[str, int]) -> di
                                                               for d in s.shape)]) for s in ir.inputs}
 
 
-def reference_at(ir: IRModel, module, sizes: dict[str, int], converter: str) -> Reference:
+def reference_at(ir: IRModel, module, sizes: dict[str, int], converter: str, run_source=None) -> Reference:
     """The reference at `sizes`: the IR's own when its inputs have those sizes, else its inputs cut
-    to them and the source module run on the cut inputs."""
+    to them and the source run on the cut inputs: the source `module`, or `run_source(feeds) -> outputs`
+    when given (the IR's ONNX in ONNX Runtime, for a module generated from it)."""
     from modelport.runtimes.torch import TorchRunner
 
     ref = ir.reference
-    runner = TorchRunner(module, input_names=[s.name for s in ir.inputs], output_names=[s.name for s in ir.outputs], inputs=ir.inputs)
+    source = run_source or TorchRunner(module, input_names=[s.name for s in ir.inputs], output_names=[s.name for s in ir.outputs],
+                                       inputs=ir.inputs).run
 
     def run(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         try:
-            return {k: np.asarray(v) for k, v in runner.run(feeds).items()}
+            return {k: np.asarray(v) for k, v in source(feeds).items()}
         except Exception as e:
             shapes = {n: list(a.shape) for n, a in feeds.items()}
             raise UnsupportedError(f"{converter} fixes the dynamic dims at {sizes}, and the source does not run on inputs {shapes}: "

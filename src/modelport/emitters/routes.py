@@ -6,6 +6,9 @@ every pair; a native route uses the source framework's own converter for the pai
     keras      → savedmodel   Keras's export (ExportArchive), the contract's names on the signature
     savedmodel → savedmodel   the signature saved again behind the contract's names
     pytorch    → tflite       litert-torch (torch.export → LiteRT)
+    onnx, graphdef, huggingface → tflite
+                              the IR's generated PyTorch code → litert-torch (after onnx2tf)
+    tflite     → tflite       the source's own flatbuffer emitted again (fp16/int8: ai-edge-quantizer)
 
 `--route onnx` takes the ONNX route, `--route native` the native one (exit 2 naming the reason
 when the pair has none or its converter cannot do what was asked), `--route auto` (the default)
@@ -19,7 +22,10 @@ one is exit 2 naming the source kinds that have one, whatever `--route` says.
 A native route module has `NAME` (the converter, as the report names it), `AUTO`,
 `refusal(ir, options) -> str | None` (why it cannot serve these options, checked before anything
 runs) and `emit(ir, out_dir, options) -> Artifact`; it reads the source through `ir.source`
-(`ir.SourceRef`), and works on a copy of a source file, never on the user's file.
+(`ir.SourceRef`), and works on a copy of a source file, never on the user's file. A module that
+reads the source alone, never the ONNX IR, says `SOURCE_ONLY = True` (the TFLite re-emission): a run
+whose targets all have such a route goes on when the IR fails parity with the source
+(`orchestration.convert.from_source_alone`).
 """
 
 from __future__ import annotations

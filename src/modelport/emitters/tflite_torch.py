@@ -24,9 +24,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from modelport.emitters import Artifact, EmitOptions
+from modelport.emitters.fixed_dims import fixed_sizes, reference_at
 from modelport.emitters.tf_model import Port
 from modelport.errors import BadInputError, UnsupportedError
-from modelport.ir import IRModel, Reference
+from modelport.ir import IRModel
 
 NAME = "litert-torch"
 AUTO = "fallback"  # measured: the ONNX route keeps dynamic dims; this one fixes them, and serves transformers
@@ -77,28 +78,37 @@ def _output_keys(data: bytes, outputs: list[Port]) -> list[Port]:
     raise UnsupportedError(f"{NAME} named the outputs {keys}; the contract's are {names} (unnumbered: {unnumbered})")
 
 
-def reference_at(ir: IRModel, module, sizes: dict[str, int]) -> Reference:
-    """The reference at the fixed `sizes` (`fixed_dims.reference_at`)."""
-    from modelport.emitters.fixed_dims import reference_at as at
-
-    return at(ir, module, sizes, NAME)
-
-
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
-    from modelport.deps import version_of
-    from modelport.emitters.fixed_dims import fixed_sizes
     from modelport.emitters.routes import staged_source
-    from modelport.emitters.tflite import SIGNATURE, _check_ops, _name_io
-    from modelport.quiet_call import captured_output
-    from modelport.runtimes.tflite import load_interpreter
 
     reason = refusal(model, options)
     if reason:
         raise BadInputError(f"{NAME} cannot convert to tflite: {reason}")
-    import torch
-
     from modelport.parsers.pytorch import load_module
 
+    with tempfile.TemporaryDirectory(prefix="modelport-litert-") as tmp:
+        source, spec = staged_source(model, Path(tmp))
+        module, _, _ = load_module(source, spec)
+        return convert_module(model, module, out_dir)
+
+
+def convert_module(model: IRModel, module, out_dir: Path, *, order: list[str] | None = None,
+                   outputs_order: list[str] | None = None, run_source=None, how: str = "torch.export → LiteRT") -> Artifact:
+    """`module` (an `nn.Module` computing the IR) converted by litert-torch into `out_dir/model.tflite`
+    behind the contract's names, at the fixed sizes of `fixed_sizes`. The module takes the inputs
+    positionally in `order` (default: the contract's) and returns the outputs in `outputs_order`
+    (default: the contract's); `run_source(feeds)` recomputes the reference at the fixed sizes
+    (default: the module itself, the source). `how` goes into the report's converter."""
+    import torch
+
+    from modelport.deps import version_of
+    from modelport.emitters.tflite import SIGNATURE, _check_ops, _name_io
+    from modelport.quiet_call import captured_output
+    from modelport.runtimes.tflite import load_interpreter
+
+    specs = {s.name: s for s in model.inputs + model.outputs}
+    in_specs = [specs[n] for n in order] if order else list(model.inputs)
+    out_specs = [specs[n] for n in outputs_order] if outputs_order else list(model.outputs)
     sizes = fixed_sizes(model)
     wide = any(s.dtype in ("int64", "float64", "uint64") for s in model.inputs + model.outputs)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -107,35 +117,32 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
         log = work / "convert.log"
         with captured_output(log, NAME):  # its import prints torchao and jax notices
             litert_torch = require_litert()
-        source, spec = staged_source(model, work)
-        module, _, _ = load_module(source, spec)
         try:
             module.eval()
         except Exception:
             pass  # an ExportedProgram's module is in inference mode already and refuses train()/eval()
-        reference = reference_at(model, module, sizes)
+        reference = reference_at(model, module, sizes, NAME, run_source)
         inputs = [Port(s.name, f"args_{i}", s.dtype, list(reference.inputs[s.name].shape),
-                       layout=f"{s.layout} (as source)" if s.layout else "as source") for i, s in enumerate(model.inputs)]
+                       layout=f"{s.layout} (as source)" if s.layout else "as source") for i, s in enumerate(in_specs)]
         outputs = [Port(s.name, f"output_{j}", s.dtype, list(reference.outputs[s.name].shape),
-                        layout=f"{s.layout} (as source)" if s.layout else "as source") for j, s in enumerate(model.outputs)]
-        args = tuple(torch.from_numpy(reference.inputs[s.name].copy()) for s in model.inputs)
+                        layout=f"{s.layout} (as source)" if s.layout else "as source") for j, s in enumerate(out_specs)]
+        args = tuple(torch.from_numpy(reference.inputs[s.name].copy()) for s in in_specs)
         try:
             with captured_output(log, NAME):
                 edge = litert_torch.convert(module, args, enable_x64=wide)
                 edge.export(str(work / "model.tflite"))
         except Exception as e:
-            raise UnsupportedError(f"{NAME} could not convert the model: {type(e).__name__}: "
-                                   f"{(str(e).strip().splitlines() or [''])[0][:300]}") from None
+            raise UnsupportedError(f"{NAME} could not convert the model: {conversion_failure(e)}") from None
         data = (work / "model.tflite").read_bytes()
     outputs = _output_keys(data, outputs)
     path = out_dir / "model.tflite"
     path.write_bytes(_name_io(data, inputs, outputs))
     ops = _check_ops(load_interpreter(path), path)
     fixed = {s.name: {d: n for d, n in zip(s.shape, p.shape, strict=False) if isinstance(d, str)}
-             for s, p in zip(model.inputs + model.outputs, inputs + outputs, strict=True) if any(isinstance(d, str) for d in s.shape)}
+             for s, p in zip(in_specs + out_specs, inputs + outputs, strict=True) if any(isinstance(d, str) for d in s.shape)}
     return Artifact(
         target="tflite", runtime="tflite", path=path, files=[path], precision="fp32",
-        details={"converter": f"litert-torch {version_of('litert-torch') or version_of('litert_torch')} (torch.export → LiteRT)",
+        details={"converter": f"litert-torch {version_of('litert-torch') or version_of('litert_torch')} ({how})",
                  "layout": "source", "inputs_layout": {p.name: p.layout for p in inputs},
                  "outputs_layout": {p.name: p.layout for p in outputs},
                  "signature": {"key": SIGNATURE, "inputs": [p.name for p in inputs], "outputs": [p.name for p in outputs]},
@@ -148,3 +155,20 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
         runner="tflite", runner_options={"signature": SIGNATURE},
         reference=None if reference is model.reference else reference,
     )
+
+
+def conversion_failure(e: Exception) -> str:
+    """litert-torch's error in one line, led by the ops it names when it names any: ops with no
+    TFLite builtin (its "TF Select ops: …" / "Custom ops: …" lines), or an aten op it could not lower."""
+    import re
+
+    text = str(e).strip()
+    first = (text.splitlines() or [""])[0][:300]
+    lines = re.findall(r"^\s*((?:TF Select|Flex|Custom) ops):\s*(.+)$", text, flags=re.MULTILINE)
+    if lines:
+        named = "; ".join(f"{kind}: {ops.strip()}" for kind, ops in lines)
+        return f"no TFLite builtin for {named} (the LiteRT interpreter has no TF Select ops)"
+    op = re.search(r"\b((?:aten|prims)\.[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)?)", text)
+    if op and op.group(1) not in first:
+        return f"{type(e).__name__} on {op.group(1)}: {first}"
+    return f"{type(e).__name__}: {first}"

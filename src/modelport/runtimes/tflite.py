@@ -154,8 +154,12 @@ class TFLiteRunner:
         return {"inputs": [io_detail(d) for d in self.inputs], "outputs": [io_detail(d) for d in self.outputs]}
 
     def input_specs(self) -> list[TensorSpec]:
-        """Inputs in the interpreter's order under their stripped names; dynamic dims symbolic ('dimK')."""
-        return [TensorSpec(tflite_name(d["name"]), d["dtype"],
+        """Inputs in the interpreter's order under the names a caller feeds them by (the signature's
+        keys when it runs through one, else the stripped tensor names); dynamic dims symbolic ('dimK')."""
+        keys = {}
+        if self.signature is not None:
+            keys = {int(d["index"]): k for k, d in self.interpreter.get_signature_runner(self.signature).get_input_details().items()}
+        return [TensorSpec(keys.get(d["index"]) or tflite_name(d["name"]), d["dtype"],
                            [int(x) if x > 0 else f"dim{k}" for k, x in enumerate(d["shape_signature"])])
                 for d in self.describe()["inputs"]]
 

@@ -307,12 +307,16 @@ def pad(n):
     while len(flat) > 2 and flat[-1] == 0 and flat[-2] == 0:
         flat = flat[:-2]
     n.use("F")
-    args = [x, "(" + ", ".join(str(v) for v in flat) + ")"]
+    # a reflect/replicate/circular pad of a tensor with no batch dim in front of the padded ones (3-D
+    # padded on its last two dims, 2-D on its last one) is written on the batched form: the same numbers, and the form
+    # every exporter lowers (litert-torch mis-lowers the unbatched one)
+    unbatched = mode != "constant" and rank == len(flat) // 2 + 1
+    args = [f"{x}.unsqueeze(0)" if unbatched else x, "(" + ", ".join(str(v) for v in flat) + ")"]
     if mode != "constant":
         args.append(f'mode="{PAD_MODES[mode]}"')
     elif value not in (None, "0", "0.0"):
         args.append(f"value={value}")
-    n.emit(f"F.pad({', '.join(args)})")
+    n.emit(f"F.pad({', '.join(args)})" + (".squeeze(0)" if unbatched else ""))
 
 
 @converter("ConstantOfShape")
