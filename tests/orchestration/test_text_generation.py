@@ -136,6 +136,34 @@ def test_requests_the_route_cannot_deliver_are_exit_2_before_work(cli, llama, tm
     assert not (tmp_path / "out").exists()
 
 
+def test_a_folder_too_large_for_the_memory_available_is_exit_2_before_work(cli, llama, tmp_path, monkeypatch):
+    """The route's peak is estimated from the safetensors headers before anything loads: more than
+    the memory available is exit 2 naming both figures and how to run anyway, with no output left
+    and the folder untouched; enough memory runs and records both figures in the preflight row."""
+    from modelport.orchestration.text_generation import LIBRARIES
+
+    before = {p.name: p.read_bytes() for p in llama.iterdir()}
+    monkeypatch.setenv("MODELPORT_AVAILABLE_MEMORY", "300M")  # below the libraries alone
+    r = cli("convert", llama, "--task", "text-generation", "-o", tmp_path / "out", "--json")
+    assert r.exit_code == 2, r
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and str(llama) in lines[0], r.stderr
+    assert "converting needs about 1.2 GB of memory" in lines[0] and "315 MB is available" in lines[0]
+    assert "MODELPORT_AVAILABLE_MEMORY=<bytes> to run anyway" in lines[0]
+    assert r.json()["exit_code"] == 2 and [s["name"] for s in r.json()["stages"]] == ["preflight"]
+    assert not (tmp_path / "out").exists() and {p.name: p.read_bytes() for p in llama.iterdir()} == before
+    monkeypatch.setenv("MODELPORT_AVAILABLE_MEMORY", "64G")
+    r = cli("convert", llama, "--task", "text-generation", "-o", tmp_path / "out", "--json", "--new-tokens", "2")
+    assert r.exit_code == 0, r
+    row = r.json()["stages"][0]
+    from safetensors import safe_open
+
+    with safe_open(str(llama / "model.safetensors"), "np") as f:
+        params = sum(int(np.prod(f.get_slice(k).get_shape())) for k in f.keys())  # noqa: SIM118 (safe_open is no dict)
+    assert row["name"] == "preflight" and row["parameters"] == params and row["available_memory"] == 64 << 30
+    assert LIBRARIES < row["estimated_peak_rss"] < LIBRARIES + 10 * 4 * params
+
+
 def test_unsupported_family_is_exit_2_with_one_line(cli, tmp_path):
     folder = tmp_path / "gpt2"
     folder.mkdir()

@@ -1,6 +1,8 @@
 """`convert --task text-generation`: a decoder LM folder → KV-cache ONNX (fp32, int8 or int4
 weight-only) and/or an onnxruntime-genai folder, each proven by generation.
 
+    preflight  the peak memory estimated from the checkpoint's headers, against the memory available
+               (exit 2 before any work when it does not fit; see `check_memory`)
     parse      export with a KV cache (parsers/hf_decoder.py), checked on one left-padded decode step
     reference  transformers `generate` (greedy) from fixed prompts on the same weights
     optimize   --optimize all: onnxruntime fusions (optimize/decoder_fusion.py), kept only when the
@@ -42,6 +44,11 @@ TASK = "text-generation"
 TARGETS = ("onnx", "ort-genai")
 PRECISIONS = ("fp32", "int8", "int4")
 AUTO = "auto"  # --precision auto (with --optimize auto): every precision of PRECISIONS competes
+# The route's peak resident memory (process tree), estimated before any work from the checkpoint's
+# parameter count P: LIBRARIES + WEIGHT_COPIES x 4P (the weights in fp32, as transformers holds them
+# for the reference). Measured with bench/llm_scale.py (report.json's peak_rss) and rounded up.
+LIBRARIES = 1.2e9  # torch, transformers, onnxruntime and the exporter, imported (a tiny model's peak)
+WEIGHT_COPIES = {"fp32": 4.5, "int8": 4.5, "int4": 4.5, AUTO: 6.0}  # AUTO: --optimize auto holds its variants
 DEFAULT_QUANT_BUDGET = GenerationBudget(min_tokens=0.9)
 
 
@@ -101,6 +108,32 @@ def check_request(options) -> None:
     runtimes = options.optimize.runtimes if options.optimize is not None else None
     if runtimes and tuple(runtimes) != ("onnxruntime",):
         raise BadInputError(f"--task {TASK} --optimize auto times onnxruntime variants; not --runtimes {','.join(runtimes)}")
+
+
+def estimate_peak(parameters: int, options) -> int:
+    """Bytes of memory the route is expected to need at its peak for a checkpoint of `parameters`."""
+    level = options.optimize.level if options.optimize is not None else None
+    copies = WEIGHT_COPIES[AUTO] if level == "auto" else WEIGHT_COPIES[options.precision]
+    return int(LIBRARIES + copies * 4 * parameters)
+
+
+def check_memory(folder: Path, options, report, *, on_stage=None) -> None:
+    """Refuse (exit 2, before any work) a folder whose conversion is estimated to need more memory
+    than is available, rather than be killed part way; the `preflight` row records both figures.
+    MODELPORT_AVAILABLE_MEMORY overrides the memory counted as available (to run anyway)."""
+    from modelport import memory
+    from modelport.parsers.huggingface import parameter_count, weight_files
+    from modelport.validation.report import run_stage
+
+    with run_stage(report, "preflight", on_stage=on_stage) as row:
+        parameters = parameter_count(weight_files(folder)[0])
+        need, free = estimate_peak(parameters, options), memory.available()
+        row.note(parameters=parameters, estimated_peak_rss=need, available_memory=free)
+    if free is not None and need > free:
+        raise BadInputError(
+            f"converting needs about {memory.fmt_bytes(need)} of memory ({parameters / 1e6:,.0f} M parameters, held in "
+            f"fp32 by the transformers reference and the ONNX passes) and {memory.fmt_bytes(free)} is available",
+            path=folder, hint=f"free memory, or set {memory.AVAILABLE_ENV}=<bytes> to run anyway (it may be killed)")
 
 
 def export_and_reference(folder: Path, options, report, scratch: Path, *, on_stage=None):
@@ -182,6 +215,7 @@ def convert_text_generation(folder, output_dir, options, *, on_stage=None) -> di
         if sniff(folder):  # the Hugging Face folder rules: remote code, pickled weights, links leading outside
             check_safety(folder, read_config(folder), trust=options.trust)
             companion_files(folder)
+        check_memory(folder, options, report, on_stage=on_stage)
         with tempfile.TemporaryDirectory(prefix="modelport-text-generation-") as tmp:
             scratch = Path(tmp)
             ir, cfg, ref, prompts, export = export_and_reference(folder, options, report, scratch, on_stage=on_stage)
