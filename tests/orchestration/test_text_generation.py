@@ -49,7 +49,8 @@ def test_fp32_onnx_and_ort_genai_generate_like_transformers(cli, llama, tmp_path
     assert set(gens) == {"onnx", "ort-genai"}
     for g in gens.values():
         assert g["ok"] and g["token_agreement"] == 1.0 and g["max_abs"] < 1e-4 and g["new_tokens"] == 16 and g["prompts"] == 3
-    assert [s["name"] for s in report["stages"]][:3] == ["parse", "reference:generate", "validate:ir"]
+    assert [s["name"] for s in report["stages"]][:4] == ["preflight", "parse", "reference:generate", "validate:ir"]
+    assert all(s["peak_rss"] > 0 for s in report["stages"]) and report["peak_rss"] == max(s["peak_rss"] for s in report["stages"])
     assert report["parity"][0]["ok"]
     folder = out / "ort-genai"
     config = json.loads((folder / "genai_config.json").read_text())
@@ -148,7 +149,7 @@ def test_a_folder_too_large_for_the_memory_available_is_exit_2_before_work(cli, 
     assert r.exit_code == 2, r
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and str(llama) in lines[0], r.stderr
-    assert "converting needs about 1.2 GB of memory" in lines[0] and "315 MB is available" in lines[0]
+    assert "converting needs about 1.3 GB of memory" in lines[0] and "315 MB is available" in lines[0]
     assert "MODELPORT_AVAILABLE_MEMORY=<bytes> to run anyway" in lines[0]
     assert r.json()["exit_code"] == 2 and [s["name"] for s in r.json()["stages"]] == ["preflight"]
     assert not (tmp_path / "out").exists() and {p.name: p.read_bytes() for p in llama.iterdir()} == before
@@ -194,6 +195,22 @@ def test_python_api(llama, tmp_path):
     options = modelport.ConvertOptions(task="text-generation", text_generation=TextGenerationOptions(new_tokens=4))
     report = modelport.convert(llama, tmp_path / "out", options=options)
     assert report["status"] == "ok" and report["generation"][0]["token_agreement"] == 1.0
+
+
+def test_large_artifacts_keep_their_weights_in_a_data_file(llama, tmp_path, monkeypatch):
+    """Past EXTERNAL_WEIGHTS the artifacts' weights go to model.onnx.data (onnxruntime then does not
+    hold a whole single-file model while it builds a session); they generate as before."""
+    import modelport
+    from modelport.orchestration import text_generation
+
+    monkeypatch.setattr(text_generation, "EXTERNAL_WEIGHTS", 1 << 16)  # the tiny model's weights are past it
+    options = modelport.ConvertOptions(task="text-generation", targets=["onnx", "ort-genai"],
+                                       text_generation=text_generation.TextGenerationOptions(new_tokens=4))
+    report = modelport.convert(llama, tmp_path / "out", options=options)
+    assert report["status"] == "ok" and [g["token_agreement"] for g in report["generation"]] == [1.0, 1.0]
+    files = {f for a in report["artifacts"] for f in a["files"]}
+    assert {"model.onnx", "model.onnx.data", "ort-genai/model.onnx", "ort-genai/model.onnx.data"} <= files
+    assert (tmp_path / "out" / "model.onnx.data").stat().st_size > 1 << 16
 
 
 def test_precision_auto_needs_the_text_generation_task(cli, tiny_onnx, tmp_path):
