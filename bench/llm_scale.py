@@ -137,6 +137,15 @@ def split_wall(report: Path) -> tuple[float | None, float | None]:
     return total - check, check
 
 
+def stage_lines(report: Path) -> list[str]:
+    """Each stage's wall time and the process tree's peak RSS during it, from report.json."""
+    try:
+        stages = json.loads(report.read_text()).get("stages", [])
+    except (OSError, ValueError):
+        return []
+    return [f"    {s['name']:<28} {s.get('seconds') or 0:7.1f} s  {(s.get('peak_rss') or 0) / 1e9:6.2f} GB" for s in stages]
+
+
 def agreement(report: Path) -> float | None:
     try:
         gens = json.loads(report.read_text()).get("generation", [])
@@ -180,6 +189,8 @@ def main() -> int:
                 cmd += ["--precision", precision, "--optimize", "all", "--accuracy-budget", "tokens>=0"]
             rc, wall, peak = measured(cmd, work / f"modelport_{precision}.log", env)
             convert_s, check_s = split_wall(out / "report.json")
+            print(f"modelport {precision}: exit {rc}, {wall:.1f} s, peak {peak / 1e9:.2f} GB", *stage_lines(out / "report.json"),
+                  sep="\n", flush=True)
             keep(rows, f"modelport {precision}", rc, wall, peak, convert=convert_s, validate=check_s,
                  tokens=agreement(out / "report.json"))
             if a.no_builder:
@@ -188,6 +199,7 @@ def main() -> int:
             cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(src), "-o", str(out), "-p", precision,
                    "-e", "cpu", "-c", str(work / "cache")]
             rc, wall, peak = measured(cmd, work / f"builder_{precision}.log", env)
+            print(f"builder {precision}: exit {rc}, {wall:.1f} s, peak {peak / 1e9:.2f} GB", flush=True)
             keep(rows, f"builder {precision}", rc, wall, peak, convert=wall)
     print(f"\n{a.layers} layers, hidden {a.hidden}, intermediate {a.intermediate}, heads {a.heads}:{a.kv_heads}, "
           f"vocab {a.vocab}; checkpoint {checkpoint / 1e6:.0f} MB (bf16); best of {a.rounds} interleaved round(s); "

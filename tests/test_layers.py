@@ -25,7 +25,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "modelport"
 
 # (layer name, module prefixes); a module takes the layer of its longest matching prefix
 LAYERS = [
-    ("base", ["modelport.errors", "modelport.registry", "modelport.deps", "modelport.names", "modelport.progress",
+    ("base", ["modelport.errors", "modelport.registry", "modelport.deps", "modelport.names", "modelport.progress", "modelport.memory",
               "modelport.file_checks", "modelport.staging", "modelport.ir", "modelport.specs", "modelport.samples",
               "modelport.onnx_io", "modelport.quiet_call", "modelport.version", "modelport.targets"]),
     ("validation/runtimes", ["modelport.validation", "modelport.runtimes"]),

@@ -198,6 +198,20 @@ def test_a_model_is_written_tensor_by_tensor_as_the_same_bytes(tmp_path):
     assert (tmp_path / "heavy.onnx").stat().st_size > 200 << 20
 
 
+def test_the_progress_line_names_the_tensor_being_written(tmp_path, monkeypatch):
+    """A long save names the tensor it writes ("writing w4 (5/5)") to the live display, at least its
+    first and last; without a listener nothing is announced."""
+    from modelport import progress
+
+    monkeypatch.setattr(progress, "TICK_SECONDS", 0.0)
+    model = _heavy_model(mib=1, count=5)
+    for external in (True, False):
+        seen: list[str | None] = []
+        with progress.listening(seen.append):
+            onnx_io.save_onnx(model, tmp_path / f"m{external}.onnx", external=external)
+        assert [d for d in seen if d] == [f"writing w{i} ({i + 1}/5)" for i in range(5)]
+
+
 def test_external_data_is_written_without_changing_the_model(tmp_path):
     """With external data the model in memory is only read: it is unchanged, its weights are not
     moved out and read back in (which with the upb runtime leaves the model holding them twice),

@@ -208,8 +208,12 @@ def write_external(model, path: Path, data_name: str) -> None:
     skeleton = onnx.ModelProto()
     _copy_fields(model, skeleton, skip=("graph",))
     _copy_fields(model.graph, skeleton.graph, skip=("initializer",))
+    from modelport.progress import tick
+
+    total = len(model.graph.initializer)
     with open(path.parent / data_name, "wb") as data:
-        for tensor in model.graph.initializer:
+        for index, tensor in enumerate(model.graph.initializer):
+            tick("writing", tensor.name, index, total)
             out = skeleton.graph.initializer.add()
             if raw_nbytes(tensor) < EXTERNAL_MIN_BYTES or tensor.data_location == onnx.TensorProto.EXTERNAL:
                 out.CopyFrom(tensor)
@@ -234,6 +238,8 @@ def write_streamed(model, path: Path) -> None:
     buffer up to twice that again (a 390 MB model measured +1.2 GB while `onnx.save_model` ran)."""
     import onnx
 
+    from modelport.progress import tick
+
     graph_field = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"]
     init_field = onnx.GraphProto.DESCRIPTOR.fields_by_name["initializer"]
     head, tail, graph_head, graph_tail = onnx.ModelProto(), onnx.ModelProto(), onnx.GraphProto(), onnx.GraphProto()
@@ -252,7 +258,9 @@ def write_streamed(model, path: Path) -> None:
         if model.HasField("graph"):
             f.write(_varint(graph_field.number << 3 | 2) + _varint(graph_size))
             f.write(graph_head.SerializeToString())
-            for tensor, size in zip(graph.initializer, sizes, strict=True):
+            for index, (tensor, size) in enumerate(zip(graph.initializer, sizes, strict=True)):
+                if size >= 1 << 20:  # the ones that take time
+                    tick("writing", tensor.name, index, len(sizes))
                 f.write(init_tag + _varint(size))
                 start = f.tell()
                 _write_tensor(f, tensor)

@@ -249,11 +249,11 @@ def test_per_output_tolerance_and_unknown_output_name(cli, tiny_onnx, tmp_path):
     assert cli("convert", tiny_onnx, "-o", tmp_path / "bad2", "--min-cosine", "y=abc").exit_code == 2
 
 
-TIMINGS = ("started", "seconds")
+TIMINGS = ("started", "seconds", "peak_rss")
 
 
 def without_timings(value):
-    """report.json minus its wall-clock fields, the only ones a rerun may change."""
+    """report.json minus its wall-clock and memory measurements, the only fields a rerun may change."""
     if isinstance(value, dict):
         return {k: without_timings(v) for k, v in value.items() if k not in TIMINGS}
     if isinstance(value, list):

@@ -58,3 +58,14 @@ def test_a_model_without_constant_matmul_weights_is_refused():
     with pytest.raises(BadInputError, match="no MatMul with a constant weight"):
         quantize_weight_only(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), WeightOnlyOptions())
     onnx.checker.check_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_quantising_in_place_gives_the_same_model_as_on_a_copy(bits):
+    """The text-generation route quantises the model where it is (`in_place`, no second copy of the
+    float weights): the result must be the model quantising a copy gives, byte for byte."""
+    options = WeightOnlyOptions(bits=bits, block_size=16)
+    copied, details = quantize_weight_only(_two_matmuls(), options)
+    work = _two_matmuls()
+    in_place, details_in_place = quantize_weight_only(work, options, in_place=True)
+    assert in_place.SerializeToString() == copied.SerializeToString() and details_in_place == details

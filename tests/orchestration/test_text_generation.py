@@ -49,7 +49,8 @@ def test_fp32_onnx_and_ort_genai_generate_like_transformers(cli, llama, tmp_path
     assert set(gens) == {"onnx", "ort-genai"}
     for g in gens.values():
         assert g["ok"] and g["token_agreement"] == 1.0 and g["max_abs"] < 1e-4 and g["new_tokens"] == 16 and g["prompts"] == 3
-    assert [s["name"] for s in report["stages"]][:3] == ["parse", "reference:generate", "validate:ir"]
+    assert [s["name"] for s in report["stages"]][:4] == ["preflight", "parse", "reference:generate", "validate:ir"]
+    assert all(s["peak_rss"] > 0 for s in report["stages"]) and report["peak_rss"] == max(s["peak_rss"] for s in report["stages"])
     assert report["parity"][0]["ok"]
     folder = out / "ort-genai"
     config = json.loads((folder / "genai_config.json").read_text())
@@ -136,6 +137,34 @@ def test_requests_the_route_cannot_deliver_are_exit_2_before_work(cli, llama, tm
     assert not (tmp_path / "out").exists()
 
 
+def test_a_folder_too_large_for_the_memory_available_is_exit_2_before_work(cli, llama, tmp_path, monkeypatch):
+    """The route's peak is estimated from the safetensors headers before anything loads: more than
+    the memory available is exit 2 naming both figures and how to run anyway, with no output left
+    and the folder untouched; enough memory runs and records both figures in the preflight row."""
+    from modelport.orchestration.text_generation import LIBRARIES
+
+    before = {p.name: p.read_bytes() for p in llama.iterdir()}
+    monkeypatch.setenv("MODELPORT_AVAILABLE_MEMORY", "300M")  # below the libraries alone
+    r = cli("convert", llama, "--task", "text-generation", "-o", tmp_path / "out", "--json")
+    assert r.exit_code == 2, r
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and str(llama) in lines[0], r.stderr
+    assert "converting needs about 1.3 GB of memory" in lines[0] and "315 MB is available" in lines[0]
+    assert "MODELPORT_AVAILABLE_MEMORY=<bytes> to run anyway" in lines[0]
+    assert r.json()["exit_code"] == 2 and [s["name"] for s in r.json()["stages"]] == ["preflight"]
+    assert not (tmp_path / "out").exists() and {p.name: p.read_bytes() for p in llama.iterdir()} == before
+    monkeypatch.setenv("MODELPORT_AVAILABLE_MEMORY", "64G")
+    r = cli("convert", llama, "--task", "text-generation", "-o", tmp_path / "out", "--json", "--new-tokens", "2")
+    assert r.exit_code == 0, r
+    row = r.json()["stages"][0]
+    from safetensors import safe_open
+
+    with safe_open(str(llama / "model.safetensors"), "np") as f:
+        params = sum(int(np.prod(f.get_slice(k).get_shape())) for k in f.keys())  # noqa: SIM118 (safe_open is no dict)
+    assert row["name"] == "preflight" and row["parameters"] == params and row["available_memory"] == 64 << 30
+    assert LIBRARIES < row["estimated_peak_rss"] < LIBRARIES + 10 * 4 * params
+
+
 def test_unsupported_family_is_exit_2_with_one_line(cli, tmp_path):
     folder = tmp_path / "gpt2"
     folder.mkdir()
@@ -166,6 +195,22 @@ def test_python_api(llama, tmp_path):
     options = modelport.ConvertOptions(task="text-generation", text_generation=TextGenerationOptions(new_tokens=4))
     report = modelport.convert(llama, tmp_path / "out", options=options)
     assert report["status"] == "ok" and report["generation"][0]["token_agreement"] == 1.0
+
+
+def test_large_artifacts_keep_their_weights_in_a_data_file(llama, tmp_path, monkeypatch):
+    """Past EXTERNAL_WEIGHTS the artifacts' weights go to model.onnx.data (onnxruntime then does not
+    hold a whole single-file model while it builds a session); they generate as before."""
+    import modelport
+    from modelport.orchestration import text_generation
+
+    monkeypatch.setattr(text_generation, "EXTERNAL_WEIGHTS", 1 << 16)  # the tiny model's weights are past it
+    options = modelport.ConvertOptions(task="text-generation", targets=["onnx", "ort-genai"],
+                                       text_generation=text_generation.TextGenerationOptions(new_tokens=4))
+    report = modelport.convert(llama, tmp_path / "out", options=options)
+    assert report["status"] == "ok" and [g["token_agreement"] for g in report["generation"]] == [1.0, 1.0]
+    files = {f for a in report["artifacts"] for f in a["files"]}
+    assert {"model.onnx", "model.onnx.data", "ort-genai/model.onnx", "ort-genai/model.onnx.data"} <= files
+    assert (tmp_path / "out" / "model.onnx.data").stat().st_size > 1 << 16
 
 
 def test_precision_auto_needs_the_text_generation_task(cli, tiny_onnx, tmp_path):
@@ -289,7 +334,7 @@ def test_each_family_generates_through_convert_and_onnxruntime_genai(cli, family
     assert r.exit_code == 0, r
     report = r.json()
     _schema_ok(report)
-    assert report["stages"][0]["family"] == family
+    assert next(s for s in report["stages"] if s["name"] == "parse")["family"] == family
     gens = {g["hop"].split("→")[1].split(" ")[0]: g for g in report["generation"]}
     assert set(gens) == {"onnx", "ort-genai"}
     for g in gens.values():

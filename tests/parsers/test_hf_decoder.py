@@ -234,3 +234,38 @@ def test_an_export_failure_is_one_line_naming_its_cause(tmp_path):
     assert e.value.exit_code == 2 and "\n" not in text and "\x1b" not in text
     assert text.startswith(f"{dynamic}: LlamaForCausalLM cannot be exported with a KV cache: Could not guard on data-dependent")
     assert "(at transformers/modeling_rope_utils.py:" in text and text.endswith(", in dynamic_frequency_update)")
+
+
+@pytest.mark.parametrize("family", ["llama-tied", "phi3"])
+def test_the_export_streamed_to_a_file_holds_the_same_model_as_in_memory(exports, family, tmp_path):
+    """The text-generation route has the exporter write its weights straight to a data file
+    (`save_to`) and reads them back tensor by tensor (optimize/weight_store.py): the graph and every
+    weight must be the ones the in-memory export holds, the same bytes, and the two files generate
+    the same tokens and logits in onnxruntime."""
+    import onnx
+
+    from modelport.onnx_io import save_onnx
+    from modelport.optimize.weight_store import WeightStore
+
+    folder, model, cfg, ir, _ = exports(family)
+    path = tmp_path / "stream" / "model.onnx"
+    path.parent.mkdir()
+    streamed, _ = hf_decoder.export_decoder(folder, model=model, cfg=cfg, save_to=path)
+    external = [t.name for t in streamed.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    assert external and all(not t.raw_data for t in streamed.graph.initializer if t.name in external)
+    WeightStore(path.parent).attach(streamed)
+    in_memory = ir.model
+    assert [n.SerializeToString() for n in streamed.graph.node] == [n.SerializeToString() for n in in_memory.graph.node]
+    assert ([(i.name, i.SerializeToString()) for i in streamed.graph.input]
+            == [(i.name, i.SerializeToString()) for i in in_memory.graph.input])
+    mine = {t.name: onnx.numpy_helper.to_array(t) for t in in_memory.graph.initializer}
+    theirs = {t.name: onnx.numpy_helper.to_array(t) for t in streamed.graph.initializer}
+    assert mine.keys() == theirs.keys()
+    for name, value in mine.items():
+        assert value.dtype == theirs[name].dtype and value.shape == theirs[name].shape, name
+        assert value.tobytes() == theirs[name].tobytes(), name
+    save_onnx(in_memory, tmp_path / "memory.onnx")
+    prompts = generation.fixed_prompts(cfg.vocab_size, seed=0, avoid=(cfg.safe_pad,))
+    a = generation.generate_onnx(path, prompts, 4, cfg.safe_pad)
+    b = generation.generate_onnx(tmp_path / "memory.onnx", prompts, 4, cfg.safe_pad)
+    assert np.array_equal(a.tokens, b.tokens) and np.array_equal(a.logits, b.logits)

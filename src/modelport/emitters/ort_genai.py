@@ -72,12 +72,14 @@ def genai_config(decoder: dict, *, filename: str = "model.onnx", share_buffer: b
     }
 
 
-def write_folder(model, decoder: dict, source_folder: str | Path | None, out_dir: Path) -> list[Path]:
-    """The ort-genai folder for an ONNX decoder model (a ModelProto); returns the files written."""
+def write_folder(model, decoder: dict, source_folder: str | Path | None, out_dir: Path, *,
+                 external: bool | None = None) -> list[Path]:
+    """The ort-genai folder for an ONNX decoder model (a ModelProto); returns the files written.
+    `external`: the weights in model.onnx.data (None: only past onnx_io's size threshold)."""
     from modelport.onnx_io import save_onnx
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    files = save_onnx(model, out_dir / "model.onnx")
+    files = save_onnx(model, out_dir / "model.onnx", external=external)
     cfg = out_dir / "genai_config.json"
     share = any(n.op_type == "GroupQueryAttention" and n.domain == "com.microsoft" for n in model.graph.node)
     cfg.write_text(json.dumps(genai_config(decoder, share_buffer=share), indent=2) + "\n")

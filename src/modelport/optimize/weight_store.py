@@ -85,8 +85,12 @@ class WeightStore:
         reference into this store (once each, tensor by tensor)."""
         import onnx
 
-        for tensor in model.graph.initializer:
+        from modelport.progress import tick
+
+        total = len(model.graph.initializer)
+        for index, tensor in enumerate(model.graph.initializer):
             if tensor.data_location == onnx.TensorProto.EXTERNAL:
+                tick("reading", tensor.name, index, total)
                 self._fill(tensor, tensor)
 
     def _fill(self, out, tensor) -> None:

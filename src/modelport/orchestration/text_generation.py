@@ -1,6 +1,8 @@
 """`convert --task text-generation`: a decoder LM folder → KV-cache ONNX (fp32, int8 or int4
 weight-only) and/or an onnxruntime-genai folder, each proven by generation.
 
+    preflight  the peak memory estimated from the checkpoint's headers, against the memory available
+               (exit 2 before any work when it does not fit; see `check_memory`)
     parse      export with a KV cache (parsers/hf_decoder.py), checked on one left-padded decode step
     reference  transformers `generate` (greedy) from fixed prompts on the same weights
     optimize   --optimize all: onnxruntime fusions (optimize/decoder_fusion.py), kept only when the
@@ -42,6 +44,18 @@ TASK = "text-generation"
 TARGETS = ("onnx", "ort-genai")
 PRECISIONS = ("fp32", "int8", "int4")
 AUTO = "auto"  # --precision auto (with --optimize auto): every precision of PRECISIONS competes
+# The route's peak resident memory (process tree), estimated before any work from the checkpoint's
+# parameter count P: LIBRARIES + WEIGHT_COPIES x 4P (the weights in fp32, as transformers holds them
+# for the reference). Measured with bench/llm_scale.py (report.json's peak_rss) on random-init Qwen2
+# folders: 118 M parameters fp32 1.80 GB, int4 1.50 GB; 494 M (Qwen2.5-0.5B) fp32 3.47 GB, int4
+# 3.88 GB, i.e. about 1.27 GB + 1.1 (fp32) to 1.3 (int4) x 4P; rounded up. --optimize auto, which
+# builds and times several variants, is not measured at that size: a wider margin.
+LIBRARIES = 1.3e9
+WEIGHT_COPIES = {"fp32": 1.5, "int8": 1.6, "int4": 1.6, AUTO: 2.5}
+# Artifacts whose weights reach this size keep them in model.onnx.data (as the model builder's do):
+# onnxruntime then reads each weight from that file, where a single file is held whole while the
+# session is built (a 474 MB fp32 model: session peak 1.07 GB single, 0.78 GB with external data)
+EXTERNAL_WEIGHTS = 256 << 20
 DEFAULT_QUANT_BUDGET = GenerationBudget(min_tokens=0.9)
 
 
@@ -101,6 +115,32 @@ def check_request(options) -> None:
     runtimes = options.optimize.runtimes if options.optimize is not None else None
     if runtimes and tuple(runtimes) != ("onnxruntime",):
         raise BadInputError(f"--task {TASK} --optimize auto times onnxruntime variants; not --runtimes {','.join(runtimes)}")
+
+
+def estimate_peak(parameters: int, options) -> int:
+    """Bytes of memory the route is expected to need at its peak for a checkpoint of `parameters`."""
+    level = options.optimize.level if options.optimize is not None else None
+    copies = WEIGHT_COPIES[AUTO] if level == "auto" else WEIGHT_COPIES[options.precision]
+    return int(LIBRARIES + copies * 4 * parameters)
+
+
+def check_memory(folder: Path, options, report, *, on_stage=None) -> None:
+    """Refuse (exit 2, before any work) a folder whose conversion is estimated to need more memory
+    than is available, rather than be killed part way; the `preflight` row records both figures.
+    MODELPORT_AVAILABLE_MEMORY overrides the memory counted as available (to run anyway)."""
+    from modelport import memory
+    from modelport.parsers.huggingface import parameter_count, weight_files
+    from modelport.validation.report import run_stage
+
+    with run_stage(report, "preflight", on_stage=on_stage) as row:
+        parameters = parameter_count(weight_files(folder)[0])
+        need, free = estimate_peak(parameters, options), memory.available()
+        row.note(parameters=parameters, estimated_peak_rss=need, available_memory=free)
+    if free is not None and need > free:
+        raise BadInputError(
+            f"converting needs about {memory.fmt_bytes(need)} of memory ({parameters / 1e6:,.0f} M parameters, held in "
+            f"fp32 by the transformers reference and the ONNX passes) and {memory.fmt_bytes(free)} is available",
+            path=folder, hint=f"free memory, or set {memory.AVAILABLE_ENV}=<bytes> to run anyway, at the risk of being killed")
 
 
 def export_and_reference(folder: Path, options, report, scratch: Path, *, on_stage=None):
@@ -182,6 +222,7 @@ def convert_text_generation(folder, output_dir, options, *, on_stage=None) -> di
         if sniff(folder):  # the Hugging Face folder rules: remote code, pickled weights, links leading outside
             check_safety(folder, read_config(folder), trust=options.trust)
             companion_files(folder)
+        check_memory(folder, options, report, on_stage=on_stage)
         with tempfile.TemporaryDirectory(prefix="modelport-text-generation-") as tmp:
             scratch = Path(tmp)
             ir, cfg, ref, prompts, export = export_and_reference(folder, options, report, scratch, on_stage=on_stage)
@@ -299,17 +340,18 @@ def emit(target, model, precision, cfg, source, stage: Path, options, report, *,
          variant: str | None = None) -> Path:
     """Write one target's artifact into `stage` (its report entry added); returns its path."""
     from modelport.emitters import ort_genai
-    from modelport.onnx_io import save_onnx
+    from modelport.onnx_io import save_onnx, tensor_bytes
     from modelport.staging import describe_files
     from modelport.validation.report import run_stage
 
+    external = tensor_bytes(model) >= EXTERNAL_WEIGHTS
     with run_stage(report, f"emit:{target}", on_stage=on_stage):
         if target == "onnx":
             path = stage / "model.onnx"
-            files = save_onnx(model, path)
+            files = save_onnx(model, path, external=external)
         else:
             path = stage / "ort-genai"
-            files = ort_genai.write_folder(model, cfg.to_dict(), source, path)
+            files = ort_genai.write_folder(model, cfg.to_dict(), source, path, external=external)
     report.add_artifact({"target": target, "runtime": "onnxruntime" if target == "onnx" else ort_genai.RUNTIME,
                          "precision": precision, "requested_precision": options.precision,
                          **describe_files(path, files, stage), "nodes": len(model.graph.node),

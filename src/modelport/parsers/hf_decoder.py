@@ -309,7 +309,8 @@ def export_decoder(folder: str | Path, *, opset: int | None = None, model=None, 
         return onnx_model, cfg
     import onnx
 
-    prog.save(str(save_to), external_data=True)
+    with doing(f"writing the export's weights to {save_to.name}.data"):
+        prog.save(str(save_to), external_data=True)
     del prog
     onnx_model = onnx.load(str(save_to), load_external_data=False)
     name_dims(onnx_model, cfg)

@@ -577,10 +577,23 @@ def _task_io(config: dict, folder: Path, task: Task) -> dict:
     return {"inputs": [s.to_dict() for s in specs], "outputs": [{"name": n} for n in task.outputs]}
 
 
-def inspect(path: Path) -> dict:
-    """The folder's model type, architecture, inferred task, weights and companion files; nothing is loaded."""
+def parameter_count(files: list[Path]) -> int:
+    """The number of parameters in safetensors `files`, read from their headers (nothing is loaded)."""
     from modelport.parsers.pytorch import check_safetensors_header
 
+    params = 0
+    for f in files:
+        for key, t in check_safetensors_header(f).items():
+            if key != "__metadata__":
+                n = 1
+                for d in t.get("shape", []):
+                    n *= int(d)
+                params += n
+    return params
+
+
+def inspect(path: Path) -> dict:
+    """The folder's model type, architecture, inferred task, weights and companion files; nothing is loaded."""
     config = read_config(path)
     safe, pickled = weight_files(path)
     info: dict = {"format": "huggingface", "model_type": config["model_type"],
@@ -590,17 +603,8 @@ def inspect(path: Path) -> dict:
     if info.get("task") in TASKS and TASKS[info["task"]].supported and not TASKS[info["task"]].export:
         with contextlib.suppress(Exception):
             info.update(_task_io(config, path, TASKS[info["task"]]))
-    params = 0
-    for f in safe:
-        header = check_safetensors_header(f)
-        for key, t in header.items():
-            if key != "__metadata__":
-                n = 1
-                for d in t.get("shape", []):
-                    n *= int(d)
-                params += n
     if safe:
-        info["parameters"] = params
+        info["parameters"] = parameter_count(safe)
     info["weights"] = [p.name for p in safe + pickled]
     info["files"] = [p.name for p in companion_files(path)]
     notes = []

@@ -189,12 +189,13 @@ def render_report(report: dict) -> str:
     arts = [[_e(a.get("target")), _e(a.get("runtime")), _e(a.get("precision")), *([_e(a.get("route"))] if routed else []),
              _e(a.get("path")), _size(a.get("size")), _e(a.get("nodes", ""))] for a in report.get("artifacts") or []]
     art_cols = ["target", "runtime", "precision", *(["route"] if routed else []), "path", "size", "nodes"]
-    stages = [[_e(s.get("name")), _num(s.get("seconds"))] for s in report.get("stages") or [] if "pass" not in s]
+    stages = [[_e(s.get("name")), _num(s.get("seconds")), _size(s.get("peak_rss"))] for s in report.get("stages") or []
+              if "pass" not in s]
     tools = ", ".join(f"{k} {v}" for k, v in (report.get("tool") or {}).items())
     body = (head + (f"<h2>Warnings</h2><ul>{warnings}</ul>" if warnings else "") + _contract(report)
             + ("<h2>Artifacts</h2>" + _table(art_cols, arts) if arts else "")
             + _parity(report) + _passes(report) + _auto(report) + _decoder_auto(report)
-            + ("<h2>Stages</h2>" + _table(["stage", "seconds"], stages, {1}) if stages else "")
+            + ("<h2>Stages</h2>" + _table(["stage", "seconds", "peak RSS"], stages, {1, 2}) if stages else "")
             + f"<p class=muted>{_e(tools)}</p>")
     return _page(f"modelport {report.get('command')} report", body)
 

@@ -3,7 +3,7 @@
 Schema `modelport.report/1` (documented in the README):
   schema, command, status ("ok" | "failed"), exit_code, error, started, seconds,
   tool (versions), source {path, framework, format, sha256, size},
-  contract {inputs, outputs, sample_dims}, stages [{name, seconds, ...}],
+  contract {inputs, outputs, sample_dims}, stages [{name, seconds, peak_rss, ...}], peak_rss,
   artifacts [{target, runtime, precision, requested_precision, files, size, nodes}],
   parity [{hop, ok, tolerance, outputs}], warnings [str].
 Later stages add their own keys to stages/artifacts entries; existing keys keep their meaning.
@@ -76,11 +76,13 @@ class Report:
         """A timed stage row; the yielded `StageRow` adds details to it (`row.note(nodes=12)`). When
         the stage fails, what the libraries it called printed (captured by `quiet_call`, kept off
         the terminal) is its `log`."""
+        from modelport import memory
         from modelport.quiet_call import MAX_LOG_LINES, collecting_logs
 
         entry = {"name": name, **details}
         t = time.perf_counter()
         self._data["stages"].append(entry)
+        measured = memory.window()
         with collecting_logs() as lines:
             try:
                 yield StageRow(entry)
@@ -90,6 +92,9 @@ class Report:
                 raise
             finally:
                 entry["seconds"] = round(time.perf_counter() - t, 4)
+                peak = measured.close()
+                if peak:
+                    entry["peak_rss"] = peak
 
     @property
     def stage_names(self) -> list[str]:
@@ -188,7 +193,14 @@ class Report:
         self._data["error"] = error
         self._data["seconds"] = round(time.perf_counter() - self._t0, 4)
         self._data["tool"] = tool_versions()
+        self._set_peak(self._data)
         return self.to_dict()
+
+    def _set_peak(self, doc: dict) -> None:
+        """`peak_rss`: the largest of the stages' (the process tree's peak while the run worked)."""
+        peaks = [s["peak_rss"] for s in doc["stages"] if isinstance(s.get("peak_rss"), int)]
+        if peaks:
+            doc["peak_rss"] = max(peaks)
 
     def to_dict(self) -> dict:
         return copy.deepcopy(self._data)
@@ -210,6 +222,7 @@ class Report:
         """`folder/report.json` of a run that failed (status failed, the error), the report itself left open."""
         doc = {**self.to_dict(), "status": "failed", "exit_code": exit_code, "error": error,
                "seconds": round(time.perf_counter() - self._t0, 4), "tool": tool_versions()}
+        self._set_peak(doc)
         path = Path(folder) / "report.json"
         path.write_text(json.dumps(doc, indent=2, default=json_default))
         write_html_beside(path, doc)

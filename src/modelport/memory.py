@@ -1,0 +1,191 @@
+"""Memory: the peak RSS of this process and its children while a stage runs, and the memory free
+for a run that is about to start.
+
+`window()` opens a measurement: a background thread sums the RSS of the process and all its
+children (validation runs runtimes in child processes) every `INTERVAL` seconds while any window is
+open, and each window keeps the largest sum seen. A spike shorter than the interval is still counted
+for this process and for children that ended: `getrusage`'s high-water marks (RUSAGE_SELF,
+RUSAGE_CHILDREN: the largest child that was waited for) are lower bounds of the peak whenever they
+rose inside the window. Without psutil only those high-water marks are read.
+
+`available()` is what the kernel could give a new allocation without swapping
+(psutil.virtual_memory().available, /proc/meminfo's MemAvailable without psutil), or
+MODELPORT_AVAILABLE_MEMORY (bytes, or with a K/M/G/T suffix) when set.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+
+INTERVAL = 0.1  # seconds between samples of the process tree
+AVAILABLE_ENV = "MODELPORT_AVAILABLE_MEMORY"
+
+
+def tree_rss() -> int | None:
+    """The RSS of this process and all its descendants, in bytes (None without psutil)."""
+    try:
+        import psutil
+    except ImportError:
+        return None
+    try:
+        me = psutil.Process()
+        procs = [me, *me.children(recursive=True)]
+    except psutil.Error:
+        return None
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:  # ended between listing and reading
+            pass
+    return total
+
+
+def _high_water() -> tuple[int, int]:
+    """(largest RSS this process had, largest RSS of a child that ended), bytes; (0, 0) off Unix."""
+    try:
+        import resource
+    except ImportError:
+        return 0, 0
+    scale = 1 if os.uname().sysname == "Darwin" else 1024  # bytes on macOS, KiB on Linux
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale,
+            resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * scale)
+
+
+class Window:
+    """The peak of one measurement (see `window`)."""
+
+    def __init__(self):
+        self.sampled = 0
+        self._marks = _high_water()
+        self.closed = False
+        self._peak: int | None = None
+
+    def see(self, rss: int) -> None:
+        self.sampled = max(self.sampled, rss)
+
+    def close(self) -> int:
+        """Stop measuring; returns the peak in bytes."""
+        if self._peak is None:
+            _sampler.remove(self)
+            rss = tree_rss()
+            if rss is not None:
+                self.see(rss)
+            peak = self.sampled
+            for before, after in zip(self._marks, _high_water(), strict=True):
+                if after > before:  # the high-water mark rose inside the window: it was reached here
+                    peak = max(peak, after)
+            self._peak = peak
+            self.closed = True
+        return self._peak
+
+    @property
+    def peak(self) -> int:
+        """The peak so far (the final one once closed)."""
+        return self._peak if self._peak is not None else self.sampled
+
+
+class _Sampler:
+    """One thread for all open windows; it ends when the last window closes."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._windows: list[Window] = []
+        self._thread: threading.Thread | None = None
+        self._wake = threading.Event()
+
+    def add(self, w: Window) -> None:
+        rss = tree_rss()
+        if rss is None:
+            return
+        w.see(rss)
+        with self._lock:
+            self._windows.append(w)
+            if self._thread is None or not self._thread.is_alive():
+                self._wake.clear()
+                self._thread = threading.Thread(target=self._run, name="modelport-memory", daemon=True)
+                self._thread.start()
+
+    def remove(self, w: Window) -> None:
+        with self._lock:
+            if w in self._windows:
+                self._windows.remove(w)
+            if not self._windows:
+                self._wake.set()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                windows = list(self._windows)
+                if not windows:
+                    self._thread = None
+                    return
+            rss = tree_rss()
+            if rss is not None:
+                for w in windows:
+                    w.see(rss)
+            if self._wake.wait(INTERVAL):
+                self._wake.clear()
+
+
+_sampler = _Sampler()
+
+
+def window() -> Window:
+    """Start measuring the process tree's peak RSS; `close()` ends it and returns the peak."""
+    w = Window()
+    _sampler.add(w)
+    return w
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """'12G', '512 MiB', '1.5T', '1048576' -> bytes (powers of 1024)."""
+    m = _SIZE.match(text)
+    if not m:
+        raise ValueError(f"not a size: {text!r} (bytes, or a number with K, M, G or T)")
+    return int(float(m[1]) * 1024 ** " KMGT".index((m[2] or " ").upper()))
+
+
+def available() -> int | None:
+    """Bytes of memory a new allocation can get without swapping (MODELPORT_AVAILABLE_MEMORY
+    overrides; None when it cannot be read)."""
+    given = os.environ.get(AVAILABLE_ENV)
+    if given:
+        from modelport.errors import BadInputError
+
+        try:
+            return parse_size(given)
+        except ValueError as e:
+            raise BadInputError(f"{AVAILABLE_ENV}: {e}") from None
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except ImportError:
+        pass
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def fmt_bytes(n: int | float) -> str:
+    """1.2 GB, 830 MB (decimal units, as the README's figures)."""
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
+
+
+def wait_idle(seconds: float = 1.0) -> None:
+    """Let the sampler thread end (tests)."""
+    end = time.monotonic() + seconds
+    while _sampler._thread is not None and time.monotonic() < end:
+        time.sleep(0.01)
