@@ -106,7 +106,8 @@ def test_unknown_route_and_registry_keys():
     with pytest.raises(BadInputError, match="unknown route 'fast'"):
         _plan("keras", "tflite", "fast")
     assert set(NATIVE_ROUTES) == {"keras:tflite", "savedmodel:tflite", "keras:savedmodel", "savedmodel:savedmodel",
-                                  "pytorch:tflite", "onnx:tflite", "graphdef:tflite", "huggingface:tflite", "tflite:tflite"}
+                                  "pytorch:tflite", "onnx:tflite", "graphdef:tflite", "huggingface:tflite", "tflite:tflite",
+                                  "keras:tfjs", "savedmodel:tfjs", "pytorch:executorch", "pytorch:coreml"}
     assert kind_of({"framework": "tensorflow", "format": "graphdef"}) == "graphdef"
     assert kind_of({"framework": "tensorflow", "format": "savedmodel"}) == "savedmodel"
     assert kind_of({"framework": "keras"}) == "keras"
