@@ -219,14 +219,14 @@ def convert_saved_model(tf, saved_model: Path, out_dir: Path, precision: str = "
     shards = write_shards(blobs, out_dir)
     from modelport.version import __version__
 
-    model_json = {
+    model_json = {  # protobuf maps (node attrs, signature keys) in a fixed order: reruns write the same bytes
         "format": FORMAT,
         "generatedBy": tf.__version__,
         "convertedBy": f"modelport {__version__}",
-        "signature": json_format.MessageToDict(sig),
+        "signature": _ordered_signature(json_format.MessageToDict(sig), in_keys, out_keys),
         "userDefinedMetadata": {"modelport": {"precision": precision, "signature": signature, "tfjs": TFJS_VERSION,
                                               **(metadata or {})}},
-        "modelTopology": json_format.MessageToDict(graph_def),
+        "modelTopology": _sorted_attrs(json_format.MessageToDict(graph_def)),
         "weightsManifest": [{"paths": shards, "weights": entries}],
     }
     (out_dir / "model.json").write_text(json.dumps(model_json))
@@ -237,3 +237,19 @@ def convert_saved_model(tf, saved_model: Path, out_dir: Path, precision: str = "
             "shards": len(shards), "weight_bytes": sum(len(b) for b in blobs), "nodes": len(graph_def.node),
             "signature": {"inputs": in_keys, "outputs": out_keys}, "grappler": GRAPPLER_PASSES,
             **({"rewritten": rewritten} if rewritten else {})}
+
+
+def _sorted_attrs(topology: dict) -> dict:
+    """Each node's attr map by key (grappler's maps come back in no fixed order)."""
+    for node in topology.get("node", []) + [n for f in topology.get("library", {}).get("function", []) for n in f.get("nodeDef", [])]:
+        if "attr" in node:
+            node["attr"] = dict(sorted(node["attr"].items()))
+    return topology
+
+
+def _ordered_signature(signature: dict, in_keys, out_keys) -> dict:
+    """The signature's inputs and outputs in the contract's order."""
+    for field, keys in (("inputs", list(in_keys)), ("outputs", list(out_keys))):
+        if field in signature:
+            signature[field] = {k: signature[field][k] for k in keys if k in signature[field]} | signature[field]
+    return signature
