@@ -82,7 +82,7 @@ CORPUS = [Model(f"wheel/{m.name}", m.build, m.file, m.args) if m.build.startswit
 CORPUS = [Model(m.name, m.build, m.file, m.args, m.name in QUICK) for m in CORPUS]
 
 
-TABLE_ROUTES = ("onnx", "pytorch", "tflite", "ort")  # the table's columns; `--routes` runs others too
+TABLE_ROUTES = ("onnx", "pytorch", "tflite", "ort", "executorch", "coreml", "tfjs")  # the table's columns; `--routes` runs others too
 
 
 def routes(extra: bool = False) -> dict[str, tuple[str, ...]]:
