@@ -228,3 +228,19 @@ def test_an_op_it_cannot_take_is_exit_2_naming_it(tmp_path, cli):
     src = save_onnx(det_model(), tmp_path / "src", "det.onnx")
     r = cli("convert", src, "--to", "coreml", "-o", tmp_path / "out", "-q")
     assert r.exit_code == 2 and "det_node (Det)" in r.stderr and "Core ML" in r.stderr and not (tmp_path / "out").exists()
+
+
+def test_coremltools_import_leaves_torch_dynamo_whole():
+    """The frameworks kept out of coremltools' import look absent to `find_spec` while it runs:
+    torch._dynamo, imported on the way, probes for tensorflow that way and an exception there left it
+    half-initialised (`torch.export` then failed with "torch._dynamo has no attribute 'exc'")."""
+    code = ("import sys, importlib.util\n"
+            "from modelport.runtimes.coreml import require_coremltools\n"
+            "probe = importlib.util.find_spec\n"
+            "require_coremltools()\n"
+            "import torch._dynamo\n"
+            "assert hasattr(torch._dynamo, 'exc'), 'torch._dynamo half-initialised'\n"
+            "assert 'tensorflow' not in sys.modules\n"
+            "assert importlib.util.find_spec is probe\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
