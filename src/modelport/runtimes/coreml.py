@@ -106,22 +106,16 @@ def require_coremltools(purpose: str = "Core ML"):
     logging.getLogger("coremltools").setLevel(logging.ERROR)
     if sys.modules.get("coremltools") is not None:
         return sys.modules["coremltools"]
-    import importlib.util
     import tempfile
 
     from modelport.quiet_call import captured_output
+    from modelport.runtimes.isolated import absent_to_find_spec
 
     unneeded = _Unneeded()
     sys.meta_path.insert(0, unneeded)
     # to `find_spec` the refused modules are absent (None), as where they are not installed: torch._dynamo,
     # imported on the way, probes for tensorflow that way and is left half-initialised by an exception
-    probe = importlib.util.find_spec
-
-    def find_spec(name, package=None):
-        top = (importlib.util.resolve_name(name, package) if name.startswith(".") else name).partition(".")[0]
-        return None if top in unneeded.names else probe(name, package)
-
-    importlib.util.find_spec = find_spec
+    undo = absent_to_find_spec(unneeded.names)
     try:
         with tempfile.TemporaryDirectory(prefix="modelport-coremltools-") as tmp, \
                 captured_output(Path(tmp) / "import.log", "coremltools"), warnings.catch_warnings():
@@ -129,7 +123,7 @@ def require_coremltools(purpose: str = "Core ML"):
             return require("coremltools", purpose=purpose)
     finally:
         sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _Unneeded)]
-        importlib.util.find_spec = probe
+        undo()
 
 
 def check_package(path: Path) -> Path:

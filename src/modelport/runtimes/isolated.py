@@ -200,17 +200,28 @@ def block_imports(names, runtime: str) -> None:
     """Make `names` (top-level modules) unimportable in this process from now on. To
     `importlib.util.find_spec` they are absent (None), as where they are not installed: libraries
     probe for optional frameworks that way (torch._dynamo for onnx, tensorflow, tensorrt)."""
-    import importlib.util
-
     blocked = _Blocked(names, runtime)
     sys.meta_path.insert(0, blocked)
+    absent_to_find_spec(blocked.names)
+
+
+def absent_to_find_spec(names):
+    """Make `importlib.util.find_spec` answer None for `names` (top-level modules) and their
+    submodules, as where they are not installed; returns the function that undoes it."""
+    import importlib.util
+
     probe = importlib.util.find_spec
+    hidden = frozenset(names)
 
     def find_spec(name, package=None):
         top = (importlib.util.resolve_name(name, package) if name.startswith(".") else name).partition(".")[0]
-        return None if top in blocked.names else probe(name, package)
+        return None if top in hidden else probe(name, package)
+
+    def undo() -> None:
+        importlib.util.find_spec = probe
 
     importlib.util.find_spec = find_spec
+    return undo
 
 
 def runtime_needs(runtime: str) -> tuple[str, ...]:
