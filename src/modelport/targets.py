@@ -189,8 +189,10 @@ def all_precisions() -> tuple[str, ...]:
     return tuple(out)
 
 
-def check_precision(name: str, precision: str) -> None:
-    """Exit 2 when target `name` does not take `precision`, before any work."""
+def check_precision(name: str, precision: str | None) -> None:
+    """Exit 2 when target `name` does not take `precision`, before any work (None: the target's default)."""
+    if precision is None:
+        return
     t = get(name)
     if precision not in t.precisions:
         takes = f"is {t.precisions[0]} only" if len(t.precisions) == 1 else f"takes --precision {', '.join(t.precisions)}"

@@ -24,7 +24,7 @@ from pathlib import Path
 from modelport.emitters import Artifact, EmitOptions
 from modelport.emitters.preflight import Preflight
 from modelport.ir import IRModel
-from modelport.targets import check_precision as check_target_precision
+from modelport.targets import check_precision
 
 NAME = "tfjs"
 RUNTIME = "tfjs"
@@ -33,16 +33,12 @@ CONVERTER = "onnx2tf SavedModel -> TF.js graph model"
 FOLDER = "tfjs"
 
 
-def check_precision(precision: str | None) -> None:
-    if precision is not None:
-        check_target_precision(NAME, precision)
-
 
 def preflight(ir: IRModel, options: EmitOptions | None = None) -> Preflight:
     from modelport.emitters.tflite import check
     from modelport.runtimes.tfjs import require_tfjs
 
-    check_precision(options.precision if options else None)
+    check_precision(NAME, options.precision if options else None)
     require_tfjs("validating the tfjs target")  # exit 5 before any work: its artifact is proven in Node.js
     pre = check(ir)[1]
     pre.target, pre.runtime = NAME, "onnx2tf"
@@ -79,7 +75,7 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.emitters import savedmodel
 
     precision = options.precision or "fp32"
-    check_precision(precision)
+    check_precision(NAME, precision)
     preflight(model).raise_if_unsupported()
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="modelport-tfjs-") as tmp:

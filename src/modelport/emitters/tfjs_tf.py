@@ -27,10 +27,12 @@ def refusal(ir: IRModel, options: EmitOptions) -> str | None:
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.emitters import savedmodel_tf
-    from modelport.emitters.tfjs import check_precision, saved_model_options, write
+    from modelport.emitters.tfjs import NAME as TFJS
+    from modelport.emitters.tfjs import saved_model_options, write
+    from modelport.targets import check_precision
 
     precision = options.precision or "fp32"
-    check_precision(precision)
+    check_precision(TFJS, precision)
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="modelport-tfjs-native-") as tmp:
         saved = savedmodel_tf.emit(model, Path(tmp), saved_model_options(options))
