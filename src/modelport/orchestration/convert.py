@@ -150,14 +150,14 @@ StageCallback = Callable[[str], None]
 def default_precision(targets: list[str]) -> str:
     """The precision a run that names none converts at: the default its targets share (a descriptor's
     first precision: fp16 for Core ML), else fp32."""
-    from modelport.targets import TARGETS
+    from modelport import targets as table
 
-    known = [t for t in TARGETS.values() if t.is_target]
     defaults = set()
     for name in targets:
-        key = str(name).strip().lower()
-        target = next((t for t in known if key == t.name or key in t.aliases), None)
-        defaults.add(target.precisions[0] if target is not None else "fp32")
+        try:
+            defaults.add(table.get(str(name)).precisions[0])
+        except BadInputError:  # an unknown name is refused where the targets are resolved
+            defaults.add("fp32")
     return defaults.pop() if len(defaults) == 1 else "fp32"
 
 
