@@ -168,11 +168,14 @@ def raw_nbytes(tensor) -> int:
         return len(tensor.raw_data)
 
 
-def save_onnx(model, path: str | Path, *, external: bool | None = None) -> list[Path]:
+def save_onnx(model, path: str | Path, *, external: bool | None = None, base_dir: str | Path | None = None) -> list[Path]:
     """Save `model` (with all data in memory) to `path`; returns the files written. `model` is not changed.
 
     External data goes to `<name>.data` beside the model when asked for or when the tensors
     would not fit the protobuf limit. Any existing data file is removed first (onnx appends).
+    `base_dir`: `model`'s initializers that refer to external data are read from there, one at a
+    time, and copied into the new data file (`external` must then be true): a model whose weights
+    are in files is saved without ever being held in memory.
     """
 
     path = Path(path)
@@ -183,8 +186,10 @@ def save_onnx(model, path: str | Path, *, external: bool | None = None) -> list[
     if external is None:
         external = tensor_bytes(model) + (1 << 20) > min(EXTERNAL_DATA_THRESHOLD, protobuf_limit())
     if external:
-        write_external(model, path, data_name)
+        write_external(model, path, data_name, base_dir=Path(base_dir) if base_dir is not None else None)
         return [path, data_path] if data_path.exists() else [path]
+    if base_dir is not None:
+        raise ValueError(f"{path.name}: weights read from {base_dir} are saved as external data only")
     if tensor_bytes(model) + (1 << 20) > protobuf_limit():
         raise ValueError(f"{path.name}: the model's tensors pass the 2 GiB protobuf limit; save it with external data")
     write_streamed(model, path)
@@ -195,19 +200,20 @@ EXTERNAL_MIN_BYTES = 1024  # initializers at least this large go to the data fil
 EXTERNAL_ALIGN = 4096  # each tensor starts on a page boundary of the data file
 
 
-def write_external(model, path: Path, data_name: str) -> None:
+def write_external(model, path: Path, data_name: str, *, base_dir: Path | None = None) -> None:
     """`model` as `path` (the graph) and `data_name` beside it (the initializers' bytes, one after
     another), written tensor by tensor without changing `model`.
 
     onnx's own external-data save moves every tensor's bytes out of the model and clears them; with
     the upb protobuf runtime the cleared bytes stay allocated as long as the model lives, and putting
     them back allocates the model's size a second time. Here the model is only read: the file holds
-    a copy of the graph whose large initializers name their place in the data file instead."""
+    a copy of the graph whose large initializers name their place in the data file instead.
+    `base_dir`: initializers already external are copied from their file there (chunk by chunk)."""
     import onnx
 
     skeleton = onnx.ModelProto()
-    _copy_fields(model, skeleton, skip=("graph",))
-    _copy_fields(model.graph, skeleton.graph, skip=("initializer",))
+    copy_fields(model, skeleton, skip=("graph",))
+    copy_fields(model.graph, skeleton.graph, skip=("initializer",))
     from modelport.progress import tick
 
     total = len(model.graph.initializer)
@@ -215,13 +221,17 @@ def write_external(model, path: Path, data_name: str) -> None:
         for index, tensor in enumerate(model.graph.initializer):
             tick("writing", tensor.name, index, total)
             out = skeleton.graph.initializer.add()
-            if raw_nbytes(tensor) < EXTERNAL_MIN_BYTES or tensor.data_location == onnx.TensorProto.EXTERNAL:
+            stored = tensor.data_location == onnx.TensorProto.EXTERNAL
+            if (raw_nbytes(tensor) < EXTERNAL_MIN_BYTES and not stored) or (stored and base_dir is None):
                 out.CopyFrom(tensor)
                 continue
-            _copy_fields(tensor, out, skip=("raw_data",))
+            copy_fields(tensor, out, skip=("raw_data", "external_data", "data_location"))
             offset = -data.tell() % EXTERNAL_ALIGN + data.tell()
             data.seek(offset)
-            data.write(tensor.raw_data)
+            if stored:
+                _copy_stored(tensor, base_dir, data)
+            else:
+                data.write(tensor.raw_data)
             out.data_location = onnx.TensorProto.EXTERNAL
             for key, value in (("location", data_name), ("offset", str(offset)), ("length", str(data.tell() - offset))):
                 entry = out.external_data.add()
@@ -229,6 +239,23 @@ def write_external(model, path: Path, data_name: str) -> None:
     if not any(t.data_location == onnx.TensorProto.EXTERNAL for t in skeleton.graph.initializer):
         (path.parent / data_name).unlink()
     write_streamed(skeleton, path)
+
+
+def _copy_stored(tensor, base_dir: Path, out, chunk: int = 64 << 20) -> None:
+    """Append the bytes of external `tensor` (its file in `base_dir`) to the open file `out`."""
+    info = {e.key: e.value for e in tensor.external_data}
+    source = base_dir / info["location"]
+    if not source.resolve().is_relative_to(base_dir.resolve()):
+        raise ValueError(f"initializer {tensor.name!r} refers to data outside {base_dir}")
+    left = int(info.get("length") or 0) or (source.stat().st_size - int(info.get("offset") or 0))
+    with open(source, "rb") as f:
+        f.seek(int(info.get("offset") or 0))
+        while left > 0:
+            block = f.read(min(chunk, left))
+            if not block:
+                raise ValueError(f"{source.name} ends inside initializer {tensor.name!r}")
+            out.write(block)
+            left -= len(block)
 
 
 def write_streamed(model, path: Path) -> None:
@@ -245,11 +272,11 @@ def write_streamed(model, path: Path) -> None:
     head, tail, graph_head, graph_tail = onnx.ModelProto(), onnx.ModelProto(), onnx.GraphProto(), onnx.GraphProto()
     graph = model.graph
     fields = _set_fields(model)
-    _copy_fields(model, head, only=[f for f in fields if f.number < graph_field.number])
-    _copy_fields(model, tail, only=[f for f in fields if f.number > graph_field.number])
+    copy_fields(model, head, only=[f for f in fields if f.number < graph_field.number])
+    copy_fields(model, tail, only=[f for f in fields if f.number > graph_field.number])
     fields = _set_fields(graph)
-    _copy_fields(graph, graph_head, only=[f for f in fields if f.number < init_field.number])
-    _copy_fields(graph, graph_tail, only=[f for f in fields if f.number > init_field.number])
+    copy_fields(graph, graph_head, only=[f for f in fields if f.number < init_field.number])
+    copy_fields(graph, graph_tail, only=[f for f in fields if f.number > init_field.number])
     sizes = [_serialized_size(t) for t in graph.initializer]
     init_tag = _varint(init_field.number << 3 | 2)
     graph_size = graph_head.ByteSize() + sum(len(init_tag) + len(_varint(n)) + n for n in sizes) + graph_tail.ByteSize()
@@ -281,8 +308,8 @@ def _write_tensor(f, tensor) -> None:
     field = onnx.TensorProto.DESCRIPTOR.fields_by_name["raw_data"]
     head, tail = onnx.TensorProto(), onnx.TensorProto()
     fields = _set_fields(tensor)
-    _copy_fields(tensor, head, only=[f for f in fields if f.number < field.number])
-    _copy_fields(tensor, tail, only=[f for f in fields if f.number > field.number])
+    copy_fields(tensor, head, only=[f for f in fields if f.number < field.number])
+    copy_fields(tensor, tail, only=[f for f in fields if f.number > field.number])
     data = tensor.raw_data
     f.write(head.SerializeToString() + _varint(field.number << 3 | 2) + _varint(len(data)))
     f.write(data)
@@ -297,7 +324,7 @@ def _serialized_size(tensor) -> int:
     if not tensor.HasField("raw_data"):
         return tensor.ByteSize()
     meta = onnx.TensorProto()
-    _copy_fields(tensor, meta, skip=("raw_data",))
+    copy_fields(tensor, meta, skip=("raw_data",))
     field = onnx.TensorProto.DESCRIPTOR.fields_by_name["raw_data"]
     n = raw_nbytes(tensor)
     return meta.ByteSize() + len(_varint(field.number << 3 | 2)) + len(_varint(n)) + n
@@ -323,7 +350,7 @@ def _set_fields(message) -> list:
     return [f for f in fields if (len(getattr(message, f.name)) if _is_repeated(f) else message.HasField(f.name))]
 
 
-def _copy_fields(src, dst, *, skip=(), only=None) -> None:
+def copy_fields(src, dst, *, skip=(), only=None) -> None:
     """Copy the set fields of protobuf message `src` into `dst`: those in `only` (descriptors) or
     else all, except the ones named in `skip`."""
     for field in only if only is not None else _set_fields(src):
@@ -442,3 +469,65 @@ def read_contract(model) -> dict | None:
             except json.JSONDecodeError:
                 return None
     return None
+
+
+class DataFile:
+    """An external-data file written tensor by tensor as a model is built or rewritten: `add` appends
+    an array and returns the TensorProto that refers to it (small arrays stay inline), `copy` appends
+    the bytes of an external TensorProto read from its own file. Nothing is held after it is written."""
+
+    def __init__(self, path: Path):
+        self.path, self.offset = Path(path), 0
+        self._out = open(self.path, "wb")  # noqa: SIM115 - closed by close() / the with block
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def close(self) -> None:
+        self._out.close()
+
+    def _start(self) -> int:
+        pad = -self.offset % EXTERNAL_ALIGN
+        if pad:
+            self._out.write(b"\0" * pad)
+            self.offset += pad
+        return self.offset
+
+    def _refer(self, out, start: int) -> None:
+        import onnx
+
+        out.data_location = onnx.TensorProto.EXTERNAL
+        for key, value in (("location", self.path.name), ("offset", str(start)), ("length", str(self.offset - start))):
+            entry = out.external_data.add()
+            entry.key, entry.value = key, value
+
+    def add(self, name: str, value):
+        import numpy as np
+        import onnx
+        from onnx import numpy_helper
+
+        value = np.ascontiguousarray(value)
+        if value.nbytes < EXTERNAL_MIN_BYTES:
+            return numpy_helper.from_array(value, name)
+        start = self._start()
+        self._out.write(value.data)
+        self.offset += value.nbytes
+        out = onnx.TensorProto(name=name, data_type=onnx.helper.np_dtype_to_tensor_dtype(value.dtype), dims=value.shape)
+        self._refer(out, start)
+        return out
+
+    def copy(self, tensor, base_dir: Path):
+        """`tensor` (external, its file in `base_dir`) appended here; returns the new TensorProto."""
+        import onnx
+
+        out = onnx.TensorProto()
+        copy_fields(tensor, out, skip=("raw_data", "external_data", "data_location"))
+        start = self._start()
+        _copy_stored(tensor, base_dir, self._out)
+        self.offset = self._out.tell()
+        self._refer(out, start)
+        return out

@@ -374,21 +374,25 @@ def test_phi3_longrope_converts_for_its_original_context(cli, tmp_path):
 def _perturbed_fusion(monkeypatch):
     """Replace the fusion by the real one with noise (std 0.05) added to its largest weight: a real
     fused model that onnxruntime runs, which generates differently from the source."""
+    import onnx
     from onnx import numpy_helper
 
-    from modelport.optimize import decoder_fusion
+    from modelport.onnx_io import save_onnx
+    from modelport.orchestration import text_generation
 
-    real = decoder_fusion.fuse_decoder
+    real = text_generation.fused_model
 
-    def fuse_and_perturb(model, **kw):
-        fused, details = real(model, **kw)
+    def fuse_and_perturb(ir, cfg, path, export):
+        details = real(ir, cfg, path, export)
+        fused = onnx.load(str(path))
         init = max(fused.graph.initializer, key=lambda t: np.prod(t.dims) if t.data_type == 1 else 0)
         w = numpy_helper.to_array(init)
         noise = np.random.default_rng(0).normal(0, 0.05, w.shape).astype(np.float32)
         init.CopyFrom(numpy_helper.from_array(w + noise, init.name))
-        return fused, details
+        save_onnx(fused, path, external=True)
+        return details
 
-    monkeypatch.setattr(decoder_fusion, "fuse_decoder", fuse_and_perturb)
+    monkeypatch.setattr(text_generation, "fused_model", fuse_and_perturb)
 
 
 def test_a_fusion_that_changes_generation_is_rolled_back(cli, llama, tmp_path, monkeypatch):

@@ -73,13 +73,14 @@ def genai_config(decoder: dict, *, filename: str = "model.onnx", share_buffer: b
 
 
 def write_folder(model, decoder: dict, source_folder: str | Path | None, out_dir: Path, *,
-                 external: bool | None = None) -> list[Path]:
+                 external: bool | None = None, base_dir: Path | None = None) -> list[Path]:
     """The ort-genai folder for an ONNX decoder model (a ModelProto); returns the files written.
-    `external`: the weights in model.onnx.data (None: only past onnx_io's size threshold)."""
+    `external`: the weights in model.onnx.data (None: only past onnx_io's size threshold).
+    `base_dir`: the folder of `model`'s own data file, when it refers to one (onnx_io.save_onnx)."""
     from modelport.onnx_io import save_onnx
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    files = save_onnx(model, out_dir / "model.onnx", external=external)
+    files = save_onnx(model, out_dir / "model.onnx", external=external, base_dir=base_dir)
     cfg = out_dir / "genai_config.json"
     share = any(n.op_type == "GroupQueryAttention" and n.domain == "com.microsoft" for n in model.graph.node)
     cfg.write_text(json.dumps(genai_config(decoder, share_buffer=share), indent=2) + "\n")

@@ -73,3 +73,91 @@ def quantize_weight_only(model, options: WeightOnlyOptions, *, in_place: bool = 
     details = {"bits": options.bits, "block_size": options.block_size, "symmetric": options.symmetric,
                "accuracy_level": options.accuracy_level, "matmuls": before, "quantized": after}
     return out, details
+
+
+def quantize_stored(model, base_dir, path, options: WeightOnlyOptions):
+    """`quantize_weight_only` for a model whose weights are in files: (the quantised ModelProto, graph
+    only, its weights in `path`.data, which the model is also saved as; details). Each MatMul's
+    weight is read from `base_dir`, quantised and written before the next is read, and every other
+    initializer is copied across, so memory holds one weight at a time, never the model. The graph
+    is the one onnxruntime's MatMulNBitsQuantizer writes (same node, initializer and attribute
+    names, same packing by the same kernels), so the numbers are the same as the in-memory route's."""
+    from pathlib import Path
+
+    import numpy as np
+    import onnx
+
+    require("onnxruntime", purpose="weight-only quantisation")
+    from onnxruntime.capi._pybind_state import quantize_matmul_4bits, quantize_matmul_8bits
+
+    from modelport.onnx_io import DataFile, copy_fields
+    from modelport.optimize.weight_store import WeightStore
+    from modelport.progress import tick
+
+    base_dir, path = Path(base_dir), Path(path)
+    store = WeightStore(base_dir)
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    uses: dict[str, int] = {}
+    for n in graph.node:
+        for i in n.input:
+            uses[i] = uses.get(i, 0) + 1
+    targets = [n for n in graph.node if n.op_type == "MatMul" and n.domain in ("", "ai.onnx") and n.input[1] in inits
+               and len(inits[n.input[1]].dims) == 2 and inits[n.input[1]].data_type == onnx.TensorProto.FLOAT]
+    if not targets:
+        raise BadInputError("no MatMul with a constant weight to quantise (weight-only quantisation needs them)")
+    out = onnx.ModelProto()
+    copy_fields(model, out, skip=("graph",))
+    copy_fields(graph, out.graph, skip=("initializer", "node"))
+    kpack = 8 // options.bits
+    replaced: dict[int, onnx.NodeProto] = {}
+    dropped: set[str] = set()
+    with DataFile(path.parent / (path.name + ".data")) as data:
+        new_inits = []
+        for index, node in enumerate(targets):
+            tensor = inits[node.input[1]]
+            tick("quantising", tensor.name, index, len(targets))
+            weight = np.ascontiguousarray(store.array(tensor).astype(np.float32, copy=False))
+            rows, cols = weight.shape
+            k_blocks = (rows + options.block_size - 1) // options.block_size
+            if k_blocks * options.block_size > rows:
+                weight = np.pad(weight, ((0, k_blocks * options.block_size - rows), (0, 0)))
+            blob = (options.block_size + kpack - 1) // kpack
+            packed = np.zeros((cols, k_blocks, blob), dtype=np.uint8)
+            zero_points = np.zeros((cols, (k_blocks + kpack - 1) // kpack), dtype=np.uint8)
+            scales = np.zeros((cols, k_blocks), dtype=np.float32)
+            kernel = quantize_matmul_4bits if options.bits == 4 else quantize_matmul_8bits
+            kernel(packed, weight, scales, zero_points, options.block_size, cols, rows, options.symmetric)
+            del weight
+            names = [node.input[0], data_name(new_inits, data, f"{tensor.name}_Q{options.bits}", packed),
+                     data_name(new_inits, data, f"{tensor.name}_scales", scales)]
+            if not options.symmetric:
+                names.append(data_name(new_inits, data, f"{tensor.name}_zero_points", zero_points))
+            attrs = {"K": rows, "N": cols, "bits": options.bits, "block_size": options.block_size}
+            if options.accuracy_level:
+                attrs["accuracy_level"] = options.accuracy_level
+            replaced[id(node)] = onnx.helper.make_node("MatMulNBits", names, list(node.output),
+                                                       name=f"{node.name}_Q{options.bits}" if node.name else "",
+                                                       domain="com.microsoft", **attrs)
+            uses[tensor.name] -= 1
+            if uses[tensor.name] == 0:
+                dropped.add(tensor.name)
+        for tensor in graph.initializer:
+            if tensor.name in dropped:
+                continue
+            kept = data.copy(tensor, base_dir) if tensor.data_location == onnx.TensorProto.EXTERNAL else tensor
+            out.graph.initializer.append(kept)
+        out.graph.initializer.extend(new_inits)
+    out.graph.node.extend(replaced.get(id(n), n) for n in graph.node)
+    if not any(o.domain == "com.microsoft" for o in out.opset_import):
+        out.opset_import.append(onnx.helper.make_opsetid("com.microsoft", 1))
+    onnx.save_model(out, str(path))
+    details = {"bits": options.bits, "block_size": options.block_size, "symmetric": options.symmetric,
+               "accuracy_level": options.accuracy_level, "matmuls": len(targets) + sum(
+                   1 for n in graph.node if n.op_type == "MatMul" and id(n) not in replaced), "quantized": len(targets)}
+    return out, details
+
+
+def data_name(inits: list, data, name: str, value) -> str:
+    inits.append(data.add(name, value))
+    return name

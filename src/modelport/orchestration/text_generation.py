@@ -164,10 +164,19 @@ def export_and_reference(folder: Path, options, report, scratch: Path, *, on_sta
     spec = SourceSpec(path=folder, opset=options.opset, seed=options.seed)
     export = scratch / "export" / "model.onnx"
     export.parent.mkdir(parents=True, exist_ok=True)
+    from modelport.parsers import hf_decoder_graph
+
     with run_stage(report, "parse", on_stage=on_stage) as parsed:
         cfg = hf_decoder.read_decoder_config(folder)
-        model = hf_decoder.load_model(folder)
-        ir = hf_decoder.parse_loaded(folder, spec, model, cfg, save_to=export)
+        why = hf_decoder_graph.unsupported(folder, cfg, options.opset)
+        if why is None:  # written from the config and the safetensors: no model loaded, nothing traced
+            graph, _ = hf_decoder_graph.write_decoder(folder, cfg, export)
+            model = None
+            ir = hf_decoder.ir_of(folder, spec, graph, cfg, None, exporter=hf_decoder_graph.EXPORTER)
+        else:
+            model = hf_decoder.load_model(folder)
+            ir = hf_decoder.parse_loaded(folder, spec, model, cfg, save_to=export)
+            parsed.note(writer_skipped=why)
         parsed.note(nodes=len(ir.model.graph.node), exporter=ir.provenance.get("exporter"), family=cfg.family)
     report.set_source({k: ir.provenance.get(k) for k in ("path", "framework", "format")})
     report.set_contract(ir.contract())
@@ -181,7 +190,11 @@ def export_and_reference(folder: Path, options, report, scratch: Path, *, on_sta
         raise BadInputError(f"--new-tokens {tg.new_tokens} with a {longest - tg.new_tokens}-token prompt passes the model's "
                             f"context of {cfg.context_length} tokens", path=folder)
     with run_stage(report, "reference:generate", on_stage=on_stage, new_tokens=tg.new_tokens, prompts=len(prompts)):
-        ref = generation.generate_transformers(model, prompts, tg.new_tokens, cfg.safe_pad)
+        if model is None:  # the written graph's reference: transformers on the same weights, in fp32, in a child
+            ir.reference, ref = hf_decoder.transformers_reference(folder, cfg, seed=spec.seed, prompts=prompts,
+                                                                  new_tokens=tg.new_tokens)
+        else:
+            ref = generation.generate_transformers(model, prompts, tg.new_tokens, cfg.safe_pad)
     del model
     gc.collect()  # the transformers model: released before onnxruntime loads the export
     tol = options.tolerance("fp32")
@@ -230,16 +243,17 @@ def convert_text_generation(folder, output_dir, options, *, on_stage=None) -> di
             variant = None
             if level == "auto":
                 ir = attach_weights(ir, export)
-                model, precision, variant = auto_variant(ir, cfg, ref, prompts, options, report, on_stage=on_stage)
-            else:
-                ir = fused(ir, cfg, ref, prompts, options, report, export, on_stage=on_stage) if level == "all" \
-                    else attach_weights(ir, export)
-                ir, precision = quantized(ir, options, report, on_stage=on_stage)
+                model, precision, variant = auto_variant(ir, cfg, ref, prompts, options, report, export, on_stage=on_stage)
+                weights = None  # the chosen variant holds its weights in memory
+            else:  # the model stays a graph whose weights are in files, read one tensor at a time from here on
+                ir, weights = fused(ir, cfg, ref, prompts, options, report, export, on_stage=on_stage) if level == "all" \
+                    else (ir, export.parent)
+                ir, weights, precision = quantized(ir, weights, options, report, scratch, on_stage=on_stage)
                 model = ir.model
             source, ir = ir.provenance.get("path"), None
             with staged_dir(out, [folder], force=options.force) as stage:
                 paths = {target: emit(target, model, precision, cfg, source, stage, options, report, on_stage=on_stage,
-                                      variant=variant) for target in options.targets}
+                                      variant=variant, weights=weights) for target in options.targets}
                 del model  # every artifact is written: onnxruntime validates each from its files, one at a time
                 for target, path in paths.items():
                     generate_and_judge(target, path, precision, cfg, ref, prompts, options, report, out, on_stage=on_stage)
@@ -248,46 +262,61 @@ def convert_text_generation(folder, output_dir, options, *, on_stage=None) -> di
 
 
 def fused(ir, cfg, ref, prompts, options, report, export: Path, *, on_stage=None):
-    """The IR with onnxruntime's decoder fusions, kept only when it still generates the reference's
+    """(IR, the folder of its weights' data file): the IR with onnxruntime's decoder fusions, kept only when it still generates the reference's
     tokens with logits within the fp32 tolerance (else the unfused IR, and the row says why;
-    under --strict the run fails). `ir`'s model is the export's graph, its weights in `export`'s
-    data file: the fusion reads them from there, so the fused model is the only one in memory, and it is
-    written to a file of its own and dropped while onnxruntime generates with it."""
+    under --strict the run fails). A written graph (parsers/hf_decoder_graph.py) is written again
+    in its fused form, from the folder; an exported one goes through the fusion passes, which read
+    its weights from `export`'s data file, so the fused model is the only one in memory. Either is
+    written to a file of its own and not held while onnxruntime generates with it (`validate:fused`)."""
     import onnx
 
     from modelport.errors import ValidationError
-    from modelport.onnx_io import save_onnx
-    from modelport.optimize.decoder_fusion import fuse_decoder
     from modelport.validation import generation
     from modelport.validation.report import run_stage
 
     tg = options.text_generation
     tol = options.tolerance("fp32")
+    path = export.parent.parent / "fused" / "model.onnx"
+    path.parent.mkdir()
     with run_stage(report, "optimize:decoder-fusion", on_stage=on_stage) as row:
-        model, details = fuse_decoder(ir.model, context_length=cfg.context_length, base_dir=export.parent)
-        path = export.parent.parent / "fused" / "model.onnx"
-        path.parent.mkdir()
-        save_onnx(model, path, external=True)  # onnxruntime reads the weights from the file, not from a serialised copy
-        del model  # not held while onnxruntime runs it: read back from the file when kept
+        details = fused_model(ir, cfg, path, export)
+        row.note(**details)
+    with run_stage(report, "validate:fused", on_stage=on_stage):
         result, _ = generation.judge_onnx(path, ref, prompts, tg.new_tokens, cfg.safe_pad, hop="fused", atol=tol.atol,
                                           rtol=tol.rtol)
-        row.note(**details, kept=result.ok, token_agreement=round(result.tokens, 6), max_abs=result.max_abs)
-        if not result.ok:
-            row.note(reason=result.reason)
-            if options.strict:
-                raise ValidationError(f"decoder fusion breaks generation: {result.reason} (--strict)")
-            report.warn(f"decoder fusion rolled back: {result.reason}")
-            return attach_weights(ir, export)
-    model = ir.clone(onnx.load(str(path), load_external_data=False))
-    return attach_weights(model, path)
+    row.note(kept=result.ok, token_agreement=round(result.tokens, 6), max_abs=result.max_abs)
+    if not result.ok:
+        row.note(reason=result.reason)
+        if options.strict:
+            raise ValidationError(f"decoder fusion breaks generation: {result.reason} (--strict)")
+        report.warn(f"decoder fusion rolled back: {result.reason}")
+        return ir, export.parent
+    return ir.clone(onnx.load(str(path), load_external_data=False)), path.parent
 
 
-def auto_variant(ir, cfg, ref, prompts, options, report, *, on_stage=None):
+def fused_model(ir, cfg, path: Path, export: Path) -> dict:
+    """Write the fused form of `ir` to `path` (with its weights in a data file beside it); returns the
+    fusion's details. A written graph is written again from the folder; an exported one is fused by
+    the passes, its weights read from `export`'s data file where `ir`'s model does not hold them."""
+    from modelport.parsers import hf_decoder_graph
+
+    before = len(ir.model.graph.node)
+    if ir.provenance.get("exporter") == hf_decoder_graph.EXPORTER:
+        _, details = hf_decoder_graph.write_decoder(ir.provenance["path"], cfg, path, fused=True)
+        return {"nodes_before": before, **details}
+    from modelport.onnx_io import save_onnx
+    from modelport.optimize.decoder_fusion import fuse_decoder
+
+    model, details = fuse_decoder(ir.model, context_length=cfg.context_length, base_dir=export.parent)
+    save_onnx(model, path, external=True)  # onnxruntime reads the weights from the file, not from a serialised copy
+    return details
+
+
+def auto_variant(ir, cfg, ref, prompts, options, report, export: Path, *, on_stage=None):
     """`--optimize auto`: (the chosen variant's ModelProto, its precision, its name). One
     `optimize:auto` stage row holds the table every variant competed in; none passing is exit 4."""
     from modelport.errors import ValidationError
     from modelport.optimize import decoder_auto
-    from modelport.optimize.decoder_fusion import fuse_decoder
     from modelport.optimize.weight_only import quantize_weight_only
     from modelport.validation import generation
     from modelport.validation.report import run_stage
@@ -307,7 +336,7 @@ def auto_variant(ir, cfg, ref, prompts, options, report, *, on_stage=None):
 
     with run_stage(report, "optimize:auto", on_stage=on_stage, precisions=list(precisions)) as row:
         variants, fusion = decoder_auto.build_variants(
-            ir.model, precisions, quantize, fuse=lambda m: fuse_decoder(m, context_length=cfg.context_length), on_stage=on_stage)
+            ir.model, precisions, quantize, fuse=lambda m: fuse(ir, cfg, export), on_stage=on_stage)
         selection = decoder_auto.select(variants, judge, pad=cfg.safe_pad, vocab_size=cfg.vocab_size,
                                         context_length=cfg.context_length, options=tg.auto, on_stage=on_stage)
         row.note(**selection, fusion=fusion)
@@ -318,40 +347,72 @@ def auto_variant(ir, cfg, ref, prompts, options, report, *, on_stage=None):
     return chosen.model, chosen.precision, chosen.name
 
 
-def quantized(ir, options, report, *, on_stage=None):
-    """(the IR at the requested precision, precision). The model is quantised in place and `ir` is
-    not to be used after (its model would hold the float weights the quantiser replaced)."""
-    from modelport.optimize.weight_only import quantize_weight_only
+def fuse(ir, cfg, export: Path):
+    """(the fused ModelProto with its weights in memory, details) for `--optimize auto`."""
+    import onnx
+
+    from modelport.optimize.weight_store import WeightStore
+
+    path = export.parent.parent / "auto-fused" / "model.onnx"
+    path.parent.mkdir(exist_ok=True)
+    details = fused_model(ir, cfg, path, export)
+    model = onnx.load(str(path), load_external_data=False)
+    WeightStore(path.parent).attach(model)
+    return model, details
+
+
+def quantized(ir, weights: Path | None, options, report, scratch: Path, *, on_stage=None):
+    """(the IR at the requested precision, the folder of its weights' data file or None when the model
+    holds them, precision). `weights`: the folder of `ir`'s data file (None: the model holds its
+    weights). From files, each weight is read, quantised and written before the next
+    (`quantize_stored`); in memory the model is quantised in place and `ir` is not to be used after."""
+    from modelport.optimize.weight_only import quantize_stored, quantize_weight_only
     from modelport.validation.report import run_stage
 
     if options.precision == "fp32":
-        return ir, "fp32"
+        return ir, weights, "fp32"
     tg = options.text_generation
     wo = WeightOnlyOptions(bits=BITS[options.precision], block_size=tg.block_size, symmetric=tg.symmetric)
     with run_stage(report, f"quantize:{options.precision}", on_stage=on_stage) as row:
         nodes_before = len(ir.model.graph.node)
-        model, details = quantize_weight_only(ir.model, wo, in_place=True)
-        ir.model = None  # the float model, changed by the quantiser: freed here
+        if weights is not None:
+            path = scratch / "quantized" / "model.onnx"
+            path.parent.mkdir()
+            model, details = quantize_stored(ir.model, weights, path, wo)
+            weights = path.parent
+        else:
+            model, details = quantize_weight_only(ir.model, wo, in_place=True)
+        ir.model = None  # the float model: freed here
         row.note(nodes_before=nodes_before, nodes=len(model.graph.node), **details)
-    return ir.clone(model), options.precision
+    return ir.clone(model), weights, options.precision
 
 
 def emit(target, model, precision, cfg, source, stage: Path, options, report, *, on_stage=None,
-         variant: str | None = None) -> Path:
-    """Write one target's artifact into `stage` (its report entry added); returns its path."""
+         variant: str | None = None, weights: Path | None = None) -> Path:
+    """Write one target's artifact into `stage` (its report entry added); returns its path.
+    `weights`: the folder of `model`'s data file, from which its weights are copied tensor by tensor
+    (None: `model` holds them)."""
     from modelport.emitters import ort_genai
     from modelport.onnx_io import save_onnx, tensor_bytes
+    from modelport.optimize.weight_store import WeightStore
     from modelport.staging import describe_files
     from modelport.validation.report import run_stage
 
     external = tensor_bytes(model) >= EXTERNAL_WEIGHTS
     with run_stage(report, f"emit:{target}", on_stage=on_stage):
+        if weights is not None and not external:  # small: the weights go inside model.onnx
+            import onnx
+
+            held = onnx.ModelProto()
+            held.CopyFrom(model)
+            WeightStore(weights).attach(held)
+            model, weights = held, None
         if target == "onnx":
             path = stage / "model.onnx"
-            files = save_onnx(model, path, external=external)
+            files = save_onnx(model, path, external=external, base_dir=weights)
         else:
             path = stage / "ort-genai"
-            files = ort_genai.write_folder(model, cfg.to_dict(), source, path, external=external)
+            files = ort_genai.write_folder(model, cfg.to_dict(), source, path, external=external, base_dir=weights)
     report.add_artifact({"target": target, "runtime": "onnxruntime" if target == "onnx" else ort_genai.RUNTIME,
                          "precision": precision, "requested_precision": options.precision,
                          **describe_files(path, files, stage), "nodes": len(model.graph.node),
@@ -378,8 +439,11 @@ def generate_and_judge(target, path: Path, precision, cfg, ref, prompts, options
             result, ours = generation.judge_onnx(model_file, ref, prompts, tg.new_tokens, cfg.safe_pad, hop=hop,
                                                  precision=precision, budget=budget, atol=tol.atol, rtol=tol.rtol)
             if target == "ort-genai":  # the runtime must generate what our loop generates on the same file
+                # quantised: by the same budget (their int4/int8 kernels differ from onnxruntime's, so a near-tie
+                # may break the other way; at fp32 the two must agree exactly)
                 same = generation.compare_generation(ours, generate_ort_genai(path, prompts, tg.new_tokens, cfg),
-                                                     hop=f"onnxruntime→{target} ({precision})", atol=tol.atol, rtol=tol.rtol)
+                                                     hop=f"onnxruntime→{target} ({precision})", precision=precision,
+                                                     budget=budget, atol=tol.atol, rtol=tol.rtol)
                 result.details.update(runtime_agreement=round(same.tokens, 6))
                 if result.ok and not same.ok:
                     result.ok, result.reason = False, f"onnxruntime-genai generates differently from onnxruntime: {same.reason}"

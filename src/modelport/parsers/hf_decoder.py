@@ -363,15 +363,13 @@ def export_task(task, ctx) -> IRModel:
 def parse_loaded(folder: Path, spec, model, cfg: DecoderConfig, *, save_to: Path | None = None) -> IRModel:
     """`parse` for a model already loaded (the caller keeps it, e.g. to generate references).
     `save_to`: see `export_decoder` (the IR's model is then the graph, its weights in that file)."""
-    import numpy as np
-    torch = require("torch")
-
     onnx_model, cfg = export_decoder(folder, opset=spec.opset, model=model, cfg=cfg, save_to=save_to)
-    feeds = sample_step(cfg, seed=spec.seed)
-    module = flat_cache_module(model, cfg)
-    with torch.no_grad():
-        outs = module(*[torch.from_numpy(feeds[n]) for n in cfg.input_names])
-    reference = {n: o.detach().numpy().astype(np.float32) for n, o in zip(cfg.output_names, outs, strict=True)}
+    return ir_of(folder, spec, onnx_model, cfg, model, exporter="torch.onnx dynamo (flat KV cache)")
+
+
+def ir_of(folder: Path, spec, onnx_model, cfg: DecoderConfig, model, *, exporter: str) -> IRModel:
+    """The IR of a decoder graph (exported or written); its reference is the transformers `model`'s
+    outputs on one left-padded decode step (none when `model` is None: see `reference_step`)."""
     inputs = specs_from_onnx(onnx_model.graph.input)
     for s in inputs:
         if s.name == "input_ids":
@@ -382,15 +380,64 @@ def parse_loaded(folder: Path, spec, model, cfg: DecoderConfig, *, save_to: Path
         outputs=specs_from_onnx(onnx_model.graph.output),
         provenance={
             "framework": "transformers", "format": f"Hugging Face folder ({cfg.architecture})", "path": str(folder),
-            "exporter": "torch.onnx dynamo (flat KV cache)", "task": TASK, "decoder": cfg.to_dict(),
+            "exporter": exporter, "task": TASK, "decoder": cfg.to_dict(),
             "opset": next((o.version for o in onnx_model.opset_import if o.domain in ("", "ai.onnx")), None),
         },
-        reference=Reference(feeds, reference, producer=f"transformers {require('transformers').__version__}"),
+        reference=reference_step(model, cfg, spec.seed) if model is not None else None,
         sample_dims={"batch": 2, "sequence": SAMPLE_SEQUENCE, "past_sequence": SAMPLE_PAST,
                      "total_sequence": SAMPLE_PAST + SAMPLE_SEQUENCE},
     )
 
 
+def reference_step(model, cfg: DecoderConfig, seed: int) -> Reference:
+    """The transformers `model`'s outputs on the left-padded decode step of `sample_step(cfg, seed=seed)`."""
+    import numpy as np
+    torch = require("torch")
+
+    feeds = sample_step(cfg, seed=seed)
+    module = flat_cache_module(model, cfg)
+    with torch.no_grad():
+        outs = module(*[torch.from_numpy(feeds[n]) for n in cfg.input_names])
+    reference = {n: o.detach().numpy().astype(np.float32) for n, o in zip(cfg.output_names, outs, strict=True)}
+    return Reference(feeds, reference, producer=f"transformers {require('transformers').__version__}")
+
+
 def decoder_config_of(ir: IRModel) -> DecoderConfig | None:
     d = ir.provenance.get("decoder")
     return DecoderConfig(**d) if isinstance(d, dict) else None
+
+
+def transformers_reference(folder: Path, cfg: DecoderConfig, *, seed: int, prompts: list[list[int]], new_tokens: int):
+    """(the decode-step Reference, the greedy Generation) of the folder's transformers model, computed
+    in a child process: the fp32 model lives and dies there, so none of its memory stays with the
+    caller (freed tensors of that size are not all given back to the system by the allocator)."""
+    from modelport.runtimes.isolated import CONVERT_TIMEOUT_S, call_in_child, read_arrays, timeout_for
+    from modelport.validation.generation import Generation
+
+    def collect(work: Path, response: dict):
+        step, gen = read_arrays(work, "step"), read_arrays(work, "generation")
+        feeds = {n: step.pop(f"in:{n}") for n in cfg.input_names}
+        outputs = {n: step.pop(f"out:{n}") for n in cfg.output_names}
+        return (Reference(feeds, outputs, producer=response["producer"]),
+                Generation(tokens=gen["tokens"], logits=gen["logits"], producer=response["producer"]))
+
+    return call_in_child("modelport.parsers.hf_decoder:_reference_child",
+                         {"folder": str(folder), "seed": seed, "prompts": prompts, "new_tokens": new_tokens},
+                         path=folder, timeout=timeout_for(CONVERT_TIMEOUT_S), what="the transformers reference",
+                         collect=collect)
+
+
+def _reference_child(work: Path, request: dict) -> dict:
+    """The child's side of `transformers_reference`."""
+    from modelport.runtimes.isolated import write_arrays
+    from modelport.validation.generation import generate_transformers
+
+    folder = Path(request["folder"])
+    cfg = read_decoder_config(folder)
+    model = load_model(folder)
+    ref = reference_step(model, cfg, int(request["seed"]))
+    gen = generate_transformers(model, [list(p) for p in request["prompts"]], int(request["new_tokens"]), cfg.safe_pad)
+    write_arrays(work, "step", {**{f"in:{n}": v for n, v in ref.inputs.items()},
+                                **{f"out:{n}": v for n, v in ref.outputs.items()}})
+    write_arrays(work, "generation", {"tokens": gen.tokens, "logits": gen.logits})
+    return {"producer": ref.producer}
