@@ -276,8 +276,7 @@ def fused(ir, cfg, ref, prompts, options, report, export: Path, *, on_stage=None
 
     tg = options.text_generation
     tol = options.tolerance("fp32")
-    path = export.parent.parent / "fused" / "model.onnx"
-    path.parent.mkdir()
+    path = export.parent / "fused.onnx"  # beside the export: a written graph's fused form shares its data file
     with run_stage(report, "optimize:decoder-fusion", on_stage=on_stage) as row:
         details = fused_model(ir, cfg, path, export)
         row.note(**details)
@@ -301,8 +300,9 @@ def fused_model(ir, cfg, path: Path, export: Path) -> dict:
     from modelport.parsers import hf_decoder_graph
 
     before = len(ir.model.graph.node)
-    if ir.provenance.get("exporter") == hf_decoder_graph.EXPORTER:
-        _, details = hf_decoder_graph.write_decoder(ir.provenance["path"], cfg, path, fused=True)
+    if ir.provenance.get("exporter") == hf_decoder_graph.EXPORTER:  # the fused graph over the export's own weights
+        reuse = ir.model if path.parent == export.parent else None
+        _, details = hf_decoder_graph.write_decoder(ir.provenance["path"], cfg, path, fused=True, reuse=reuse)
         return {"nodes_before": before, **details}
     from modelport.onnx_io import save_onnx
     from modelport.optimize.decoder_fusion import fuse_decoder
@@ -353,8 +353,7 @@ def fuse(ir, cfg, export: Path):
 
     from modelport.optimize.weight_store import WeightStore
 
-    path = export.parent.parent / "auto-fused" / "model.onnx"
-    path.parent.mkdir(exist_ok=True)
+    path = export.parent / "auto-fused.onnx"
     details = fused_model(ir, cfg, path, export)
     model = onnx.load(str(path), load_external_data=False)
     WeightStore(path.parent).attach(model)

@@ -24,8 +24,8 @@ Two forms, from one description of the layer:
            valid: optimize/gqa_fusion.py says why each input is needed for left-padded batches), gate and
            up in one MatMul
 
-The rotary tables are transformers' own rotary module evaluated at positions 0..context-1, so any
-rope scaling it implements (linear, llama3) is reproduced exactly. A folder outside this description
+The rotary tables are computed as transformers computes them, in float32 (rope types default,
+linear and llama3). A folder outside this description
 (another family, a sliding window shorter than the context, an activation other than SiLU, an
 unexpected tensor) is named by `unsupported` and goes to the dynamo export instead.
 """
@@ -150,16 +150,25 @@ class Weights:
     def __contains__(self, name: str) -> bool:
         return name in self._where
 
-    def get(self, name: str) -> np.ndarray:
+    def shape(self, name: str) -> list[int]:
+        return self._where[name][2]
+
+    def get(self, name: str, *, transpose: bool = False) -> np.ndarray:
+        """The tensor in float32 (a 2-D one transposed, when asked: widened and transposed in one pass)."""
         path, dtype, shape, offset, length = self._where[name]
         raw = np.empty(length // np.dtype(DTYPES[dtype]).itemsize, dtype=DTYPES[dtype])
         with open(path, "rb") as f:
             f.seek(offset)
             if f.readinto(memoryview(raw).cast("B")) != length:
                 raise BadInputError(f"the safetensors file ends inside tensor {name!r}", path=path)
-        if dtype == "BF16":
-            raw = (raw.astype(np.uint32) << 16).view(np.float32)
-        return raw.astype(np.float32, copy=False).reshape(shape)
+        raw = raw.reshape(shape)
+        if transpose:
+            raw = raw.T
+        if dtype == "BF16":  # bf16 is the top half of a float32
+            wide = np.empty(raw.shape, dtype=np.uint32)
+            np.left_shift(raw, 16, out=wide, dtype=np.uint32)
+            return wide.view(np.float32)
+        return np.ascontiguousarray(raw, dtype=np.float32)
 
 
 @dataclass
@@ -167,20 +176,27 @@ class GraphWriter:
     """Nodes, initializers and a data file written as the graph is built (weights never kept)."""
 
     data: Path
+    reuse: dict = field(default_factory=dict)  # name -> TensorProto already in a data file of this folder
     nodes: list = field(default_factory=list)
     initializers: list = field(default_factory=list)
-
-    def __post_init__(self):
-        from modelport.onnx_io import DataFile
-
-        self._file = DataFile(self.data)
+    _file: object = None
 
     def close(self):
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
 
     def tensor(self, name: str, value) -> str:
-        """An initializer: small ones inline, the rest appended to the data file."""
-        self.initializers.append(self._file.add(name, np.asarray(value)))
+        """An initializer: small ones inline, the rest appended to the data file (created when first
+        needed). `value` is an array or a function giving it, called only when the tensor is not
+        one of `reuse` (a tensor another form of the graph already wrote)."""
+        if name in self.reuse:
+            self.initializers.append(self.reuse[name])
+            return name
+        if self._file is None:
+            from modelport.onnx_io import DataFile
+
+            self._file = DataFile(self.data)
+        self.initializers.append(self._file.add(name, np.asarray(value() if callable(value) else value)))
         return name
 
     def node(self, op: str, inputs: list[str], outputs: list[str] | int = 1, *, name: str, domain: str = "", **attrs):
@@ -195,36 +211,46 @@ class GraphWriter:
         return outs[0] if len(outs) == 1 else outs
 
 
+def inverse_frequencies(text: dict, head_dim: int) -> np.ndarray:
+    """The rotary inverse frequencies [head_dim/2] float32, as transformers computes them (in float32)
+    for rope types default, linear and llama3 (`transformers.modeling_rope_utils`)."""
+    rope = text.get("rope_parameters") or text.get("rope_scaling") or {}
+    kind = rope.get("rope_type") or rope.get("type") or "default"
+    base = float(rope.get("rope_theta", text.get("rope_theta", 10000.0)))
+    inv = np.float32(1.0) / (np.float32(base) ** (np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / head_dim))
+    if kind == "linear":
+        inv = inv / np.float32(rope["factor"])
+    elif kind == "llama3":
+        factor, low, high = (np.float32(rope[k]) for k in ("factor", "low_freq_factor", "high_freq_factor"))
+        old = np.float32(rope["original_max_position_embeddings"])
+        low_wavelen, high_wavelen = old / low, old / high
+        wavelen = np.float32(2 * np.pi) / inv
+        scaled = np.where(wavelen > low_wavelen, inv / factor, inv)
+        smooth = (old / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+        inv = np.where(medium, smoothed, scaled)
+    elif kind != "default":
+        raise ValueError(f"rope type {kind}")
+    return inv.astype(np.float32)
+
+
 def rotary_tables(folder: Path, cfg: DecoderConfig) -> tuple[np.ndarray, np.ndarray]:
-    """(cos, sin) [context_length, head_dim/2] float32: transformers' rotary module of the folder's
-    family evaluated at every position (its scaling and attention factor included)."""
-    import importlib
-
-    import torch
-    import transformers
-
-    from modelport.parsers.huggingface import offline
-
-    with offline():
-        config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True)
-    config = getattr(config, "text_config", None) or config
-    module = importlib.import_module(type(config).__module__.replace(".configuration_", ".modeling_"))
-    prefix = cfg.architecture.removesuffix("ForCausalLM")
-    rotary = getattr(module, f"{prefix}RotaryEmbedding")(config=config)
-    positions = torch.arange(cfg.context_length, dtype=torch.int64)[None, :]
-    with torch.no_grad():
-        cos, sin = rotary(torch.zeros(1, dtype=torch.float32), positions)
-    cos, sin = cos[0].float().numpy(), sin[0].float().numpy()
-    half = cfg.head_dim // 2
-    if cos.shape != (cfg.context_length, cfg.head_dim) or not (np.array_equal(cos[:, :half], cos[:, half:])
-                                                               and np.array_equal(sin[:, :half], sin[:, half:])):
-        raise BadInputError(f"{prefix}RotaryEmbedding does not give one angle per pair of the head's halves", path=folder)
-    return np.ascontiguousarray(cos[:, :half]), np.ascontiguousarray(sin[:, :half])
+    """(cos, sin) [context_length, head_dim/2] float32 at positions 0..context_length-1: the angles
+    position · inverse frequency in float32, as the families' rotary modules compute them."""
+    inv = inverse_frequencies(_text_config(folder), cfg.head_dim)
+    angles = np.arange(cfg.context_length, dtype=np.int64).astype(np.float32)[:, None] * inv[None, :]
+    return np.cos(angles), np.sin(angles)
 
 
-def write_decoder(folder: str | Path, cfg: DecoderConfig, path: Path, *, fused: bool = False):
+def write_decoder(folder: str | Path, cfg: DecoderConfig, path: Path, *, fused: bool = False, reuse=None):
     """Write the folder's decoder to `path` (model.onnx, its weights in model.onnx.data beside it);
-    returns (the ModelProto, graph only: its initializers refer to the data file, details)."""
+    returns (the ModelProto, graph only: its initializers refer to the data file, details).
+    `reuse`: a model written here before into the same folder as `path` (the other form): the
+    tensors it holds in its data file are referred to there, not read or written again (the two
+    forms share every weight, so the second form is a graph alone)."""
+    import functools
+
     import onnx
 
     from modelport.progress import doing
@@ -233,12 +259,12 @@ def write_decoder(folder: str | Path, cfg: DecoderConfig, path: Path, *, fused: 
     text = _text_config(folder)
     eps = float(text.get("rms_norm_eps", 1e-6))
     weights = Weights(folder, expected_shapes(folder, cfg))
-    cos, sin = rotary_tables(folder, cfg)
-    w = GraphWriter(path.parent / (path.name + ".data"))
+    shared = {t.name: t for t in reuse.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL} if reuse else {}
+    w = GraphWriter(path.parent / (path.name + ".data"), shared)
     try:
         b = _Builder(w, weights, cfg, eps, fused)
-        b.inputs_and_masks(cos, sin)
-        hidden = w.node("Gather", [w.tensor("model.embed_tokens.weight", weights.get("model.embed_tokens.weight")),
+        b.inputs_and_masks(functools.cache(lambda: rotary_tables(folder, cfg)))
+        hidden = w.node("Gather", [w.tensor("model.embed_tokens.weight", lambda: weights.get("model.embed_tokens.weight")),
                                    "input_ids"], name="embed_tokens")
         residual, normed = hidden, None
         for i in range(cfg.num_layers):
@@ -283,21 +309,27 @@ class _Builder:
 
     def linear(self, x: str, names: list[str], out: str) -> str:
         """x · [W_a | W_b | …]ᵀ (+ their biases): one MatMul over the named projections' weights,
-        packed side by side (the HF weights are [out, in]: transposed here once)."""
-        mats = [self.weights.get(f"{n}.weight").T for n in names]
-        weight = mats[0] if len(mats) == 1 else np.concatenate(mats, axis=1)
+        packed side by side (the HF weights are [out, in]: transposed as they are read)."""
+        def weight():
+            mats = [self.weights.get(f"{n}.weight", transpose=True) for n in names]
+            return mats[0] if len(mats) == 1 else np.concatenate(mats, axis=1)
+
         y = self.w.node("MatMul", [x, self.w.tensor(f"{out}.weight", weight)], name=out)
-        del mats, weight
         biases = [f"{n}.bias" for n in names]
         if any(bn in self.weights for bn in biases):
-            bias = np.concatenate([self.weights.get(bn) if bn in self.weights else
-                                   np.zeros(self.weights.get(f"{n}.weight").shape[0], np.float32)
-                                   for n, bn in zip(names, biases, strict=True)])
+            def bias():
+                return np.concatenate([self.weights.get(bn) if bn in self.weights else
+                                       np.zeros(self.weights.shape(f"{n}.weight")[0], np.float32)
+                                       for n, bn in zip(names, biases, strict=True)])
+
             y = self.w.node("Add", [y, self.w.tensor(f"{out}.bias", bias)], name=f"{out}/bias")
         return y
 
+    def split(self, x: str, sizes: list[int], name: str) -> list[str]:
+        return self.w.node("Split", [x, self.const(sizes)], len(sizes), name=name, axis=-1)
+
     def rms_norm(self, x: str, weight: str, name: str) -> str:
-        w = self.w.tensor(weight, self.weights.get(weight))
+        w = self.w.tensor(weight, lambda: self.weights.get(weight))
         if self.fused:
             return self.w.node("SimplifiedLayerNormalization", [x, w], name=name, axis=-1, epsilon=self.eps)
         sq = self.w.node("Mul", [x, x], name=f"{name}/square")
@@ -310,7 +342,7 @@ class _Builder:
     def add_norm(self, x: str, residual: str, weight: str, name: str) -> tuple[str, str]:
         """(residual + x, RMSNorm of it)."""
         if self.fused:
-            w = self.w.tensor(weight, self.weights.get(weight))
+            w = self.w.tensor(weight, lambda: self.weights.get(weight))
             out = self.w.node("SkipSimplifiedLayerNormalization", [x, residual, w],
                               [f"{name}/out", "", "", f"{name}/sum"], name=name, domain=MS, epsilon=self.eps)
             return f"{name}/sum", out[0]
@@ -335,11 +367,12 @@ class _Builder:
         kv = ["batch", cfg.kv_heads, "total_sequence", cfg.head_dim]
         return [vi("logits", T.FLOAT, ["batch", "sequence", cfg.vocab_size]), *[vi(n, T.FLOAT, kv) for n in cfg.present_names]]
 
-    def inputs_and_masks(self, cos: np.ndarray, sin: np.ndarray) -> None:
-        """What every layer shares: the rotary tables and the attention bias (plain form: causal and
-        padding; fused: padding only, with GroupQueryAttention's sequence lengths)."""
+    def inputs_and_masks(self, tables) -> None:
+        """What every layer shares: the rotary tables (`tables()` gives them) and the attention bias
+        (plain form: causal and padding; fused: padding only, with GroupQueryAttention's sequence lengths)."""
         w, c = self.w, self.const
-        self.cos, self.sin = w.tensor("rotary/cos_cache", cos), w.tensor("rotary/sin_cache", sin)
+        self.cos = w.tensor("rotary/cos_cache", lambda: tables()[0])
+        self.sin = w.tensor("rotary/sin_cache", lambda: tables()[1])
         total = w.node("Gather", [w.node("Shape", ["attention_mask"], name="mask/shape"), c(1)], name="mask/total", axis=0)
         sequence = w.node("Shape", ["input_ids"], name="ids/sequence", start=1, end=2)
         batch = w.node("Shape", ["input_ids"], name="ids/batch", start=0, end=1)
@@ -410,11 +443,15 @@ class _Builder:
                          do_rotary=1, rotary_interleaved=0)
             return self.linear(out[0], [f"{p}.o_proj"], f"{p}.o_proj")
         rep = cfg.num_heads // cfg.kv_heads
-        q = self.heads(self.linear(x, [f"{p}.q_proj"], f"{p}.q_proj"), cfg.num_heads, f"{p}.q",
-                       f"{p}.q_norm.weight" if qk_norm else None)
-        k = self.heads(self.linear(x, [f"{p}.k_proj"], f"{p}.k_proj"), cfg.kv_heads, f"{p}.k",
-                       f"{p}.k_norm.weight" if qk_norm else None)
-        v = self.heads(self.linear(x, [f"{p}.v_proj"], f"{p}.v_proj"), cfg.kv_heads, f"{p}.v")
+        if qk_norm:
+            q, k, v = (self.linear(x, [f"{p}.{proj}_proj"], f"{p}.{proj}_proj") for proj in "qkv")
+        else:  # packed as in the fused form, so both forms share their weights
+            q, k, v = self.split(self.linear(x, [f"{p}.q_proj", f"{p}.k_proj", f"{p}.v_proj"], f"{p}.qkv_proj"),
+                                 [cfg.num_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim],
+                                 f"{p}/qkv")
+        q = self.heads(q, cfg.num_heads, f"{p}.q", f"{p}.q_norm.weight" if qk_norm else None)
+        k = self.heads(k, cfg.kv_heads, f"{p}.k", f"{p}.k_norm.weight" if qk_norm else None)
+        v = self.heads(v, cfg.kv_heads, f"{p}.v")
         q = self.rotate(q, f"{p}.q/rotary")
         k = self.rotate(k, f"{p}.k/rotary")
         key = w.node("Concat", [f"past_key_values.{i}.key", k], [f"present.{i}.key"], name=f"{p}/present_key", axis=2)
@@ -436,11 +473,8 @@ class _Builder:
     def mlp(self, i: int, x: str) -> str:
         w = self.w
         p = f"model.layers.{i}.mlp"
-        if self.fused:
-            gate, up = w.node("Split", [self.linear(x, [f"{p}.gate_proj", f"{p}.up_proj"], f"{p}.gate_up_proj")], 2,
-                              name=f"{p}/gate_up", axis=-1, num_outputs=2)
-        else:
-            gate, up = self.linear(x, [f"{p}.gate_proj"], f"{p}.gate_proj"), self.linear(x, [f"{p}.up_proj"], f"{p}.up_proj")
+        gate, up = w.node("Split", [self.linear(x, [f"{p}.gate_proj", f"{p}.up_proj"], f"{p}.gate_up_proj")], 2,
+                          name=f"{p}/gate_up", axis=-1, num_outputs=2)
         silu = w.node("Mul", [gate, w.node("Sigmoid", [gate], name=f"{p}/sigmoid")], name=f"{p}/silu")
         return self.linear(w.node("Mul", [silu, up], name=f"{p}/gated"), [f"{p}.down_proj"], f"{p}.down_proj")
 
@@ -461,5 +495,5 @@ class _Builder:
         w = self.w
         _, x = self.add_norm(pending, residual, "model.norm.weight", "model.norm")
         name = "model.embed_tokens.weight" if self.cfg.tied_embeddings else "lm_head.weight"
-        weight = w.tensor("lm_head.weight_t", self.weights.get(name).T)
+        weight = w.tensor("lm_head.weight_t", lambda: self.weights.get(name, transpose=True))
         w.node("MatMul", [x, weight], ["logits"], name="lm_head")
