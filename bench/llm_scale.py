@@ -14,12 +14,12 @@ every 0.2 s and keeps the largest sum (the tree's peak; `/usr/bin/time` only giv
 process). modelport's wall time is split into conversion and validation from its report.json
 (stages `validate:*` and `reference:*` are validation). Random weights leave int4 logits near-tied,
 so the int4 rows pass `--accuracy-budget tokens>=0` and print the token agreement beside them. The
-modelport rows write model.onnx, not --to ort-genai: on random weights onnxruntime-genai's int4 kernels
-break near-ties differently from onnxruntime's (token agreement 0.98 between the two runtimes on the
-small folder), which the ort-genai validation refuses whatever the budget.
+int4 rows write an onnxruntime-genai folder (`--to ort-genai`, validated by generating with
+onnxruntime-genai itself), and both int4 folders are then timed at decoding with onnxruntime-genai
+(`DECODE`: 64 greedy tokens after a 16-token prompt, one intra-op thread and onnxruntime's default).
 
 Usage: python bench/llm_scale.py [--layers 24 --hidden 896 --intermediate 4864 --heads 14 --kv-heads 2
-                                  --vocab 151936 --rounds 1 --work DIR --no-builder]
+                                  --vocab 151936 --rounds 1 --precisions fp32,int4 --decode int4 --work DIR --no-builder]
 """
 
 from __future__ import annotations
@@ -72,6 +72,46 @@ def build_folder(folder: Path, **overrides) -> Path:
     (folder / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "GPT2Tokenizer", "bos_token": "<s>",
                                                               "eos_token": "</s>", "pad_token": "<pad>"}))
     return folder
+
+
+# decode tokens/s of an onnxruntime-genai folder, in a child: a 16-token prompt, then `steps` greedy
+# tokens (end-of-sequence held off by min_length), the best of two runs; `threads` 0 = onnxruntime's default
+DECODE = """
+import json, sys, time
+import numpy as np
+import onnxruntime_genai as og
+folder, threads, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+config = og.Config(folder)
+if threads:
+    config.overlay(json.dumps({"model": {"decoder": {"session_options": {"intra_op_num_threads": threads,
+                                                                          "inter_op_num_threads": 1}}}}))
+model = og.Model(config)
+prompt = np.arange(3, 19, dtype=np.int32)[None]
+best = 0.0
+for _ in range(2):
+    params = og.GeneratorParams(model)
+    params.set_search_options(max_length=16 + steps + 1, min_length=16 + steps + 1, do_sample=False)
+    gen = og.Generator(model, params)
+    gen.append_tokens(prompt)
+    gen.generate_next_token()
+    start, n = time.perf_counter(), 0
+    while not gen.is_done() and n < steps:
+        gen.generate_next_token()
+        n += 1
+    best = max(best, n / (time.perf_counter() - start))
+print(json.dumps({"tokens_per_s": best}))
+"""
+
+
+def decode_rate(folder: Path, threads: int, env: dict, steps: int = 64) -> float | None:
+    """Decode tokens/s of an onnxruntime-genai folder (None when it cannot run)."""
+    proc = subprocess.run([sys.executable, "-c", DECODE, str(folder), str(threads), str(steps)], capture_output=True, text=True,
+                          env=env)
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])["tokens_per_s"]
+    except (IndexError, ValueError, KeyError):
+        print(f"decode {folder} ({threads} threads) failed: {proc.stderr.strip().splitlines()[-1:]}", flush=True)
+        return None
 
 
 def tree_rss(proc) -> int:
@@ -164,6 +204,7 @@ def main() -> int:
     ap.add_argument("--vocab", type=int, default=QWEN25_05B["vocab_size"])
     ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds (the best of each row is kept)")
     ap.add_argument("--precisions", default="fp32,int4")
+    ap.add_argument("--decode", default="int4", help="precisions whose ort-genai folders are timed at decoding")
     ap.add_argument("--work", type=Path, default=None)
     ap.add_argument("--no-builder", action="store_true")
     a = ap.parse_args()
@@ -185,14 +226,14 @@ def main() -> int:
             out = work / f"modelport_{precision}"
             cmd = [sys.executable, "-m", "modelport", "convert", str(src), "--task", "text-generation", "-o", str(out),
                    "--force", "--json"]
-            if precision != "fp32":
-                cmd += ["--precision", precision, "--optimize", "all", "--accuracy-budget", "tokens>=0"]
+            if precision != "fp32":  # as the builder writes it: an onnxruntime-genai folder, generated from there
+                cmd += ["--precision", precision, "--optimize", "all", "--accuracy-budget", "tokens>=0", "--to", "ort-genai"]
             rc, wall, peak = measured(cmd, work / f"modelport_{precision}.log", env)
             convert_s, check_s = split_wall(out / "report.json")
             print(f"modelport {precision}: exit {rc}, {wall:.1f} s, peak {peak / 1e9:.2f} GB", *stage_lines(out / "report.json"),
                   sep="\n", flush=True)
             keep(rows, f"modelport {precision}", rc, wall, peak, convert=convert_s, validate=check_s,
-                 tokens=agreement(out / "report.json"))
+                 tokens=agreement(out / "report.json"), **decode_rates(out / "ort-genai", precision, a, env))
             if a.no_builder:
                 continue
             out = work / f"builder_{precision}"
@@ -200,22 +241,34 @@ def main() -> int:
                    "-e", "cpu", "-c", str(work / "cache")]
             rc, wall, peak = measured(cmd, work / f"builder_{precision}.log", env)
             print(f"builder {precision}: exit {rc}, {wall:.1f} s, peak {peak / 1e9:.2f} GB", flush=True)
-            keep(rows, f"builder {precision}", rc, wall, peak, convert=wall)
+            keep(rows, f"builder {precision}", rc, wall, peak, convert=wall, **decode_rates(out, precision, a, env))
     print(f"\n{a.layers} layers, hidden {a.hidden}, intermediate {a.intermediate}, heads {a.heads}:{a.kv_heads}, "
           f"vocab {a.vocab}; checkpoint {checkpoint / 1e6:.0f} MB (bf16); best of {a.rounds} interleaved round(s); "
           "peak RSS of the process tree")
     print("| row | exit | wall s | convert s | validate s | peak RSS GB | x checkpoint | vs builder RSS | vs builder wall "
-          "| tokens |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| tokens | decode tok/s 1 thread | decode tok/s default | vs builder decode (1 / default) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name, r in rows.items():
         base = rows.get(f"builder {name.split()[-1]}")
         vs_rss = f"{r['peak'] / base['peak']:.2f}x" if base and name.startswith("modelport") else ""
         vs_wall = f"{r['convert'] / base['convert']:.2f}x" if base and name.startswith("modelport") and r["convert"] else ""
         fmt = (lambda v: f"{v:.1f}" if isinstance(v, float) else "")  # noqa: E731
         tokens = f"{r['tokens']:.2f}" if r.get("tokens") is not None else ""
+        vs_decode = ""
+        if base and name.startswith("modelport") and all(x.get(k) for x in (r, base) for k in ("decode_1", "decode_n")):
+            vs_decode = f"{r['decode_1'] / base['decode_1']:.2f}x / {r['decode_n'] / base['decode_n']:.2f}x"
         print(f"| {name} | {r['rc']} | {r['wall']:.1f} | {fmt(r.get('convert'))} | {fmt(r.get('validate'))} | "
-              f"{r['peak'] / 1e9:.2f} | {r['peak'] / checkpoint:.1f} | {vs_rss} | {vs_wall} | {tokens} |")
+              f"{r['peak'] / 1e9:.2f} | {r['peak'] / checkpoint:.1f} | {vs_rss} | {vs_wall} | {tokens} | "
+              f"{fmt(r.get('decode_1'))} | {fmt(r.get('decode_n'))} | {vs_decode} |")
     return 0 if all(r["rc"] == 0 for r in rows.values()) else 1
+
+
+def decode_rates(folder: Path, precision: str, a, env: dict) -> dict:
+    """{"decode_1": tokens/s with one thread, "decode_n": with onnxruntime's default} of an ort-genai
+    folder, for the precisions of --decode (none for the others)."""
+    if precision not in a.decode.split(",") or not (folder / "genai_config.json").is_file():
+        return {}
+    return {"decode_1": decode_rate(folder, 1, env), "decode_n": decode_rate(folder, 0, env)}
 
 
 def keep(rows: dict, name: str, rc: int, wall: float, peak: int, **extra) -> None:
@@ -227,6 +280,9 @@ def keep(rows: dict, name: str, rc: int, wall: float, peak: int, **extra) -> Non
         for k in ("convert", "validate"):
             if old.get(k) is not None and row.get(k) is not None:
                 row[k] = min(old[k], row[k])
+        for k in ("decode_1", "decode_n"):  # rates: the best is the highest
+            if old.get(k) is not None and row.get(k) is not None:
+                row[k] = max(old[k], row[k])
     rows[name] = row
 
 

@@ -191,3 +191,20 @@ def test_rotary_tables_are_what_the_rotary_module_computes(rope, tmp_path):
     half = cfg.head_dim // 2
     assert cos.shape == (cfg.context_length, half) and cos.dtype == np.float32
     assert np.abs(cos - want_cos[0, :, :half].numpy()).max() < 1e-5 and np.abs(sin - want_sin[0, :, :half].numpy()).max() < 1e-5
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_reference_model_loaded_per_tensor_is_the_one_from_pretrained_loads(folders, family):
+    """The reference child's loader (one tensor mapped at a time) against transformers' own: the same
+    parameters and buffers (rotary frequencies included), the output projection tied where it is."""
+    import torch
+
+    from modelport.parsers import hf_decoder
+
+    ours, theirs = hf_decoder.load_model_per_tensor(folders[family]), hf_decoder.load_model(folders[family])
+    a, b = ours.state_dict(), theirs.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    buffers = dict(theirs.named_buffers())
+    assert all(torch.equal(v, buffers[n]) for n, v in ours.named_buffers())
+    tied = ours.lm_head.weight.data_ptr() == ours.model.embed_tokens.weight.data_ptr()
+    assert tied == (theirs.lm_head.weight.data_ptr() == theirs.model.embed_tokens.weight.data_ptr())

@@ -192,7 +192,7 @@ def export_and_reference(folder: Path, options, report, scratch: Path, *, on_sta
     with run_stage(report, "reference:generate", on_stage=on_stage, new_tokens=tg.new_tokens, prompts=len(prompts)):
         if model is None:  # the written graph's reference: transformers on the same weights, in fp32, in a child
             ir.reference, ref = hf_decoder.transformers_reference(folder, cfg, seed=spec.seed, prompts=prompts,
-                                                                  new_tokens=tg.new_tokens)
+                                                                  new_tokens=tg.new_tokens, per_tensor=True)
         else:
             ref = generation.generate_transformers(model, prompts, tg.new_tokens, cfg.safe_pad)
     del model

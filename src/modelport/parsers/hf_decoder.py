@@ -217,6 +217,62 @@ def load_model(folder: str | Path):
     return model.eval()
 
 
+def load_model_per_tensor(folder: str | Path):
+    """`load_model` for the checkpoints the decoder writer takes (parsers/hf_decoder_graph.py checked
+    their tensors against config.json): the model is built without weights from config.json, given
+    fp32 storage, and each parameter is copied from its safetensors file, opened for that tensor
+    alone. `from_pretrained` maps the whole checkpoint while it converts it, so its pages are resident
+    beside the fp32 model (a bf16 0.5 B folder: 3.3 GB at its peak, 2.4 GB once loaded); here the peak
+    is the fp32 model and one tensor. The rotary buffers, computed from config.json at construction,
+    are computed again on the CPU (they are not in the checkpoint); a tensor the checkpoint lacks
+    (other than a tied output projection) or one of another shape is a BadInputError."""
+    folder = Path(folder)
+    read_decoder_config(folder)
+    torch = require("torch", purpose="Hugging Face text-generation sources")
+    transformers = require("transformers", purpose="Hugging Face text-generation sources")
+    from safetensors import safe_open
+
+    from modelport.parsers.huggingface import offline, weight_files
+
+    transformers.logging.set_verbosity_error()
+    with offline(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True)
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model = model.to_empty(device="cpu")
+    where = {}
+    for f in weight_files(folder)[0]:
+        with safe_open(str(f), framework="pt") as handle:
+            where.update(dict.fromkeys(handle.keys(), f))
+    tied = getattr(model, "_tied_weights_keys", None) or {}
+    tied = tied if isinstance(tied, dict) else {}
+    state = model.state_dict(keep_vars=True)
+    tie = config.get_text_config().tie_word_embeddings
+    with torch.no_grad():
+        for name, param in state.items():
+            if tie and name in tied:  # tie_weights below points it at its source (its own storage never touched)
+                continue
+            if name not in where:
+                raise BadInputError(f"the weights do not fit config.json: no {name} in the weights", path=folder)
+            source = name
+            with safe_open(str(where[source]), framework="pt") as handle:  # mapped for this tensor alone
+                value = handle.get_tensor(source)
+                if list(value.shape) != list(param.shape):
+                    raise BadInputError(f"the weights do not fit config.json: {source} is {list(value.shape)} in the "
+                                        f"weights but {list(param.shape)} by the config", path=folder)
+                param.copy_(value)
+                del value
+        model.tie_weights()
+        for module in model.modules():  # non-persistent buffers: the rotary tables' frequencies
+            persistent = set(module.state_dict().keys())
+            missing = [n for n, _ in module.named_buffers(recurse=False) if n not in persistent]
+            if missing:
+                fresh = type(module)(config=module.config)
+                for n in missing:
+                    getattr(module, n).copy_(getattr(fresh, n))
+    return model.eval()
+
+
 def flat_cache_module(model, cfg: DecoderConfig):
     """An nn.Module `(input_ids, attention_mask, position_ids, *past) -> (logits, *present)` around
     a transformers decoder: the cache travels as flat tensors, which is what ONNX can carry."""
@@ -407,10 +463,12 @@ def decoder_config_of(ir: IRModel) -> DecoderConfig | None:
     return DecoderConfig(**d) if isinstance(d, dict) else None
 
 
-def transformers_reference(folder: Path, cfg: DecoderConfig, *, seed: int, prompts: list[list[int]], new_tokens: int):
+def transformers_reference(folder: Path, cfg: DecoderConfig, *, seed: int, prompts: list[list[int]], new_tokens: int,
+                           per_tensor: bool = False):
     """(the decode-step Reference, the greedy Generation) of the folder's transformers model, computed
     in a child process: the fp32 model lives and dies there, so none of its memory stays with the
-    caller (freed tensors of that size are not all given back to the system by the allocator)."""
+    caller (freed tensors of that size are not all given back to the system by the allocator).
+    `per_tensor`: loaded by `load_model_per_tensor` (a checkpoint the decoder writer checked)."""
     from modelport.runtimes.isolated import CONVERT_TIMEOUT_S, call_in_child, read_arrays, timeout_for
     from modelport.validation.generation import Generation
 
@@ -422,7 +480,8 @@ def transformers_reference(folder: Path, cfg: DecoderConfig, *, seed: int, promp
                 Generation(tokens=gen["tokens"], logits=gen["logits"], producer=response["producer"]))
 
     return call_in_child("modelport.parsers.hf_decoder:_reference_child",
-                         {"folder": str(folder), "seed": seed, "prompts": prompts, "new_tokens": new_tokens},
+                         {"folder": str(folder), "seed": seed, "prompts": prompts, "new_tokens": new_tokens,
+                          "per_tensor": per_tensor},
                          path=folder, timeout=timeout_for(CONVERT_TIMEOUT_S), what="the transformers reference",
                          collect=collect)
 
@@ -434,7 +493,7 @@ def _reference_child(work: Path, request: dict) -> dict:
 
     folder = Path(request["folder"])
     cfg = read_decoder_config(folder)
-    model = load_model(folder)
+    model = load_model_per_tensor(folder) if request.get("per_tensor") else load_model(folder)
     ref = reference_step(model, cfg, int(request["seed"]))
     gen = generate_transformers(model, [list(p) for p in request["prompts"]], int(request["new_tokens"]), cfg.safe_pad)
     write_arrays(work, "step", {**{f"in:{n}": v for n, v in ref.inputs.items()},
