@@ -270,3 +270,32 @@ def test_fuzzed_models_fail_only_with_our_errors(tiny_onnx, tmp_path, cut, flips
         onnx_io.load_onnx(p)
     except ModelportError:
         pass
+
+
+def test_a_model_whose_weights_are_in_files_saves_as_the_model_in_memory_does(tmp_path):
+    """save_onnx(base_dir=...) copies each external tensor from its file: the same model file and the
+    same data file bytes as saving the model with its weights in memory."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from modelport.onnx_io import save_onnx
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+             for n, s in (("w1", (64, 32)), ("w2", (32, 16)), ("b", (4,)))]
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("MatMul", ["h", "w2"], ["y"])],
+                              "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 16])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    first, second, third = (tmp_path / d / "model.onnx" for d in ("a", "b", "c"))
+    for p in (first, second, third):
+        p.parent.mkdir()
+    save_onnx(model, first, external=True)
+    stored = onnx.load(str(first), load_external_data=False)
+    save_onnx(stored, second, external=True, base_dir=first.parent)
+    save_onnx(model, third, external=True)
+    assert second.read_bytes() == third.read_bytes()
+    assert (second.parent / "model.onnx.data").read_bytes() == (third.parent / "model.onnx.data").read_bytes()
+    with pytest.raises(ValueError, match="external data only"):
+        save_onnx(stored, tmp_path / "d.onnx", external=False, base_dir=first.parent)

@@ -69,3 +69,43 @@ def test_quantising_in_place_gives_the_same_model_as_on_a_copy(bits):
     work = _two_matmuls()
     in_place, details_in_place = quantize_weight_only(work, options, in_place=True)
     assert in_place.SerializeToString() == copied.SerializeToString() and details_in_place == details
+
+
+@pytest.mark.parametrize("bits,symmetric", [(4, True), (4, False), (8, True), (8, False)])
+def test_quantising_from_files_gives_the_model_quantising_in_memory_gives(tmp_path, bits, symmetric):
+    """`quantize_stored` reads each weight from the data file and writes the quantised ones to a new
+    one: the same nodes, initializers and outputs as `quantize_weight_only` on the model in memory."""
+    import onnxruntime as ort
+
+    from modelport.onnx_io import save_onnx
+    from modelport.optimize.weight_only import quantize_stored
+    from modelport.optimize.weight_store import WeightStore
+
+    options = WeightOnlyOptions(bits=bits, block_size=16, symmetric=symmetric)
+    memory, details = quantize_weight_only(_two_matmuls(), options)
+    src = tmp_path / "src" / "model.onnx"
+    src.parent.mkdir()
+    save_onnx(_two_matmuls(), src, external=True)
+    graph = onnx.load(str(src), load_external_data=False)
+    assert all(t.data_location == TensorProto.EXTERNAL for t in graph.graph.initializer)
+    out = tmp_path / "out" / "model.onnx"
+    out.parent.mkdir()
+    stored, stored_details = quantize_stored(graph, src.parent, out, options)
+    assert stored_details == details
+    assert any(t.data_location == TensorProto.EXTERNAL for t in stored.graph.initializer if t.name.endswith(f"_Q{bits}"))
+    WeightStore(out.parent).attach(stored)
+
+    def nodes(m):
+        return [(n.op_type, n.domain, n.name, list(n.input), list(n.output), sorted(str(a) for a in n.attribute))
+                for n in m.graph.node]
+
+    def inits(m):
+        return {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+
+    assert nodes(stored) == nodes(memory)
+    a, b = inits(stored), inits(memory)
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    x = np.random.default_rng(1).standard_normal((3, 64)).astype(np.float32)
+    run = [ort.InferenceSession(p, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+           for p in (str(out), memory.SerializeToString())]
+    assert np.array_equal(run[0], run[1])
