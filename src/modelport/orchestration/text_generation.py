@@ -45,13 +45,17 @@ TARGETS = ("onnx", "ort-genai")
 PRECISIONS = ("fp32", "int8", "int4")
 AUTO = "auto"  # --precision auto (with --optimize auto): every precision of PRECISIONS competes
 # The route's peak resident memory (process tree), estimated before any work from the checkpoint's
-# parameter count P: LIBRARIES + WEIGHT_COPIES x 4P (the weights in fp32, as transformers holds them
-# for the reference). Measured with bench/llm_scale.py (report.json's peak_rss) on random-init Qwen2
-# folders: 118 M parameters fp32 1.80 GB, int4 1.50 GB; 494 M (Qwen2.5-0.5B) fp32 3.47 GB, int4
-# 3.88 GB, i.e. about 1.27 GB + 1.1 (fp32) to 1.3 (int4) x 4P; rounded up. --optimize auto, which
-# builds and times several variants, is not measured at that size: a wider margin.
+# parameter count P: LIBRARIES + copies x 4P (the weights in fp32, as transformers holds them for
+# the reference). Exported with dynamo (WEIGHT_COPIES), measured with bench/llm_scale.py on
+# random-init Qwen2 folders: 494 M (Qwen2.5-0.5B) fp32 3.47 GB, int4 3.88 GB, i.e. about 1.27 GB +
+# 1.1 (fp32) to 1.3 (int4) x 4P; rounded up. Written by parsers/hf_decoder_graph.py
+# (WRITTEN_COPIES), the peak is the reference's child holding the fp32 model (the writer, the
+# quantiser and emission hold one tensor at a time): 494 M fp32 2.64 GB, int4 2.6 GB, i.e. about
+# 0.66 GB + 1.0 x 4P. --optimize auto, which builds and times several variants in memory, is not
+# measured at that size: a wider margin.
 LIBRARIES = 1.3e9
 WEIGHT_COPIES = {"fp32": 1.5, "int8": 1.6, "int4": 1.6, AUTO: 2.5}
+WRITTEN_COPIES = {"fp32": 1.15, "int8": 1.15, "int4": 1.15, AUTO: 2.5}
 # Artifacts whose weights reach this size keep them in model.onnx.data (as the model builder's do):
 # onnxruntime then reads each weight from that file, where a single file is held whole while the
 # session is built (a 474 MB fp32 model: session peak 1.07 GB single, 0.78 GB with external data)
@@ -117,10 +121,12 @@ def check_request(options) -> None:
         raise BadInputError(f"--task {TASK} --optimize auto times onnxruntime variants; not --runtimes {','.join(runtimes)}")
 
 
-def estimate_peak(parameters: int, options) -> int:
-    """Bytes of memory the route is expected to need at its peak for a checkpoint of `parameters`."""
+def estimate_peak(parameters: int, options, *, written: bool = False) -> int:
+    """Bytes of memory the route is expected to need at its peak for a checkpoint of `parameters`
+    (`written`: the graph is written by parsers/hf_decoder_graph.py, not exported)."""
     level = options.optimize.level if options.optimize is not None else None
-    copies = WEIGHT_COPIES[AUTO] if level == "auto" else WEIGHT_COPIES[options.precision]
+    table = WRITTEN_COPIES if written else WEIGHT_COPIES
+    copies = table[AUTO] if level == "auto" else table[options.precision]
     return int(LIBRARIES + copies * 4 * parameters)
 
 
@@ -129,12 +135,14 @@ def check_memory(folder: Path, options, report, *, on_stage=None) -> None:
     than is available, rather than be killed part way; the `preflight` row records both figures.
     MODELPORT_AVAILABLE_MEMORY overrides the memory counted as available (to run anyway)."""
     from modelport import memory
+    from modelport.parsers import hf_decoder, hf_decoder_graph
     from modelport.parsers.huggingface import parameter_count, weight_files
     from modelport.validation.report import run_stage
 
     with run_stage(report, "preflight", on_stage=on_stage) as row:
         parameters = parameter_count(weight_files(folder)[0])
-        need, free = estimate_peak(parameters, options), memory.available()
+        written = hf_decoder_graph.unsupported(folder, hf_decoder.read_decoder_config(folder), options.opset) is None
+        need, free = estimate_peak(parameters, options, written=written), memory.available()
         row.note(parameters=parameters, estimated_peak_rss=need, available_memory=free)
     if free is not None and need > free:
         raise BadInputError(
