@@ -147,7 +147,8 @@ def check_memory(folder: Path, options, report, *, on_stage=None) -> None:
     if free is not None and need > free:
         raise BadInputError(
             f"converting needs about {memory.fmt_bytes(need)} of memory ({parameters / 1e6:,.0f} M parameters, held in "
-            f"fp32 by the transformers reference and the ONNX passes) and {memory.fmt_bytes(free)} is available",
+            f"fp32 by the transformers reference{'' if written else ' and the ONNX passes'}) and "
+            f"{memory.fmt_bytes(free)} is available",
             path=folder, hint=f"free memory, or set {memory.AVAILABLE_ENV}=<bytes> to run anyway, at the risk of being killed")
 
 
