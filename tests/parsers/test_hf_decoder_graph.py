@@ -117,10 +117,17 @@ def test_uncovered_folders_take_the_dynamo_export(cli, tmp_path):
 
 
 def test_covered_folders_are_written_not_traced(cli, folders, tmp_path):
-    r = cli("convert", folders["qwen2"], "--task", "text-generation", "-o", tmp_path / "out", "--json", "--new-tokens", "4")
+    """Written at the opset asked for (from 18 on), the fused form too."""
+    import onnx
+
+    r = cli("convert", folders["qwen2"], "--task", "text-generation", "-o", tmp_path / "out", "--json", "--new-tokens", "4",
+            "--opset", "20", "--optimize", "all")
     assert r.exit_code == 0, r
     parse = next(s for s in r.json()["stages"] if s["name"] == "parse")
     assert parse["exporter"] == "modelport decoder writer (config + safetensors)" and "writer_skipped" not in parse
+    model = onnx.load(str(tmp_path / "out" / "model.onnx"), load_external_data=False)
+    assert {o.domain: o.version for o in model.opset_import}[""] == 20
+    assert any(n.op_type == "GroupQueryAttention" for n in model.graph.node)
 
 
 def test_a_tensor_the_config_does_not_describe_is_refused(tmp_path):

@@ -179,7 +179,7 @@ def export_and_reference(folder: Path, options, report, scratch: Path, *, on_sta
         cfg = hf_decoder.read_decoder_config(folder)
         why = hf_decoder_graph.unsupported(folder, cfg, options.opset)
         if why is None:  # written from the config and the safetensors: no model loaded, nothing traced
-            graph, _ = hf_decoder_graph.write_decoder(folder, cfg, export)
+            graph, _ = hf_decoder_graph.write_decoder(folder, cfg, export, opset=options.opset)
             model = None
             ir = hf_decoder.ir_of(folder, spec, graph, cfg, None, exporter=hf_decoder_graph.EXPORTER)
         else:
@@ -311,7 +311,8 @@ def fused_model(ir, cfg, path: Path, export: Path) -> dict:
     before = len(ir.model.graph.node)
     if ir.provenance.get("exporter") == hf_decoder_graph.EXPORTER:  # the fused graph over the export's own weights
         reuse = ir.model if path.parent == export.parent else None
-        _, details = hf_decoder_graph.write_decoder(ir.provenance["path"], cfg, path, fused=True, reuse=reuse)
+        _, details = hf_decoder_graph.write_decoder(ir.provenance["path"], cfg, path, fused=True, reuse=reuse,
+                                                    opset=ir.provenance.get("opset"))
         return {"nodes_before": before, **details}
     from modelport.onnx_io import save_onnx
     from modelport.optimize.decoder_fusion import fuse_decoder

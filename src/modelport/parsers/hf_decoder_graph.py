@@ -257,12 +257,14 @@ def rotary_tables(folder: Path, cfg: DecoderConfig) -> tuple[np.ndarray, np.ndar
     return np.cos(angles), np.sin(angles)
 
 
-def write_decoder(folder: str | Path, cfg: DecoderConfig, path: Path, *, fused: bool = False, reuse=None):
+def write_decoder(folder: str | Path, cfg: DecoderConfig, path: Path, *, fused: bool = False, reuse=None,
+                  opset: int | None = None):
     """Write the folder's decoder to `path` (model.onnx, its weights in model.onnx.data beside it);
     returns (the ModelProto, graph only: its initializers refer to the data file, details).
     `reuse`: a model written here before into the same folder as `path` (the other form): the
     tensors it holds in its data file are referred to there, not read or written again (the two
-    forms share every weight, so the second form is a graph alone)."""
+    forms share every weight, so the second form is a graph alone). `opset`: the default opset's
+    version (OPSET when None; the ops written are the same from OPSET on)."""
     import functools
 
     import onnx
@@ -289,7 +291,7 @@ def write_decoder(folder: str | Path, cfg: DecoderConfig, path: Path, *, fused: 
     finally:
         w.close()
     graph = onnx.helper.make_graph(w.nodes, "decoder", b.graph_inputs(), b.graph_outputs(), initializer=w.initializers)
-    opsets = [onnx.helper.make_opsetid("", OPSET)] + ([onnx.helper.make_opsetid(MS, 1)] if fused else [])
+    opsets = [onnx.helper.make_opsetid("", opset or OPSET)] + ([onnx.helper.make_opsetid(MS, 1)] if fused else [])
     model = onnx.helper.make_model(graph, opset_imports=opsets, producer_name="modelport")
     model.ir_version = min(model.ir_version, 10)
     onnx.save_model(model, str(path))
