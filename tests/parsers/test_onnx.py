@@ -51,3 +51,76 @@ def test_newer_ir_version_is_lowered_for_onnxruntime(tmp_path):
     assert ir.model.ir_version == min(onnx.IR_VERSION, max_onnxruntime_ir_version())
     if onnx.IR_VERSION > max_onnxruntime_ir_version():
         assert "lowered" in ir.provenance["ir_version_note"]
+
+
+def _shaped_model(weight_rows: int = 64):
+    """MatMul by a weight, Reshape by a small shape tensor, and an If whose branches read another weight."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((weight_rows, 32)).astype(np.float32), "w")
+    shape = numpy_helper.from_array(np.array([-1, 4, 8], np.int64), "shape")
+    inner = numpy_helper.from_array(rng.standard_normal((32, 32)).astype(np.float32), "inner")
+    branch = helper.make_graph([helper.make_node("MatMul", ["h", "inner"], ["b"])], "branch", [],
+                               [helper.make_tensor_value_info("b", TensorProto.FLOAT, None)], [inner])
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]), helper.make_node("Reshape", ["h", "shape"], ["y"]),
+             helper.make_node("If", ["cond"], ["z"], then_branch=branch, else_branch=branch)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", weight_rows]),
+                                           helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                               helper.make_tensor_value_info("z", TensorProto.FLOAT, None)], [w, shape])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_shapes_are_inferred_without_the_weights_as_with_them():
+    """infer_and_check runs onnx's inference and checker on a copy without the large weights: the
+    shapes recorded (main graph and subgraphs) are those inference on the whole model gives, the
+    weights are untouched, and an invalid model is still refused."""
+    import onnx
+
+    from modelport.parsers.onnx import infer_and_check, weightless
+
+    model = _shaped_model()
+    whole = onnx.shape_inference.infer_shapes(_shaped_model(), strict_mode=False, data_prop=True)
+    weights = [t.SerializeToString() for t in model.graph.initializer]
+    skeleton, size = weightless(model)
+    assert size == 64 * 32 * 4 + 2 * 32 * 32 * 4 and all(not t.raw_data for t in skeleton.graph.initializer if t.name != "shape")
+    out = infer_and_check(model)
+    assert out is model and [t.SerializeToString() for t in model.graph.initializer] == weights
+    assert model.graph.value_info == whole.graph.value_info and model.graph.output == whole.graph.output
+    assert [str(o.type) for o in model.graph.output] == [str(o.type) for o in whole.graph.output]
+    assert model.graph.output[0].type.tensor_type.shape.dim[1].dim_value == 4
+    bad = _shaped_model()
+    bad.graph.node[0].input[1] = "missing"
+    with pytest.raises(BadInputError, match="invalid ONNX model"):
+        infer_and_check(bad)
+
+
+CHECK = """
+import resource, sys
+from modelport.parsers.onnx import infer_and_check
+from tests.parsers.test_onnx import _shaped_model
+small, big = _shaped_model(64), _shaped_model(int(sys.argv[1]))
+infer_and_check(small)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+infer_and_check(big)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before)
+"""
+
+
+def test_checking_a_large_model_does_not_copy_its_weights(tmp_path):
+    """A model of 256 MB of weights checked in a child: the high-water mark grows by a small part of
+    it (serialising it for onnx's inference and checker held it three times over)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    rows = 2_000_000  # 2e6 x 32 float32: 256 MB
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", CHECK, str(rows)], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    grown = int(proc.stdout.split()[-1])
+    assert grown < 0.5 * rows * 32 * 4, grown

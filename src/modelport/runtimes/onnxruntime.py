@@ -15,6 +15,9 @@ ORT_TYPES = {"tensor(float)": "float32", "tensor(float16)": "float16", "tensor(i
              "tensor(bool)": "bool", "tensor(double)": "float64"}
 
 
+SESSION_FROM_FILE_BYTES = 256 << 20  # models with this much tensor data reach onnxruntime through a file
+
+
 class OnnxRuntimeRunner:
     name = "onnxruntime"
 
@@ -44,7 +47,10 @@ class OnnxRuntimeRunner:
         else:
             from modelport.onnx_io import protobuf_limit, save_onnx, tensor_bytes
 
-            if tensor_bytes(model) + (1 << 20) > protobuf_limit():
+            # a large model is handed over as a file with external data: serialised, it would be held
+            # once more as bytes and once more by onnxruntime's parse of them (a 0.9 GB encoder's
+            # session: 5.6 GB at its peak from bytes)
+            if tensor_bytes(model) + (1 << 20) > min(protobuf_limit(), SESSION_FROM_FILE_BYTES):
                 self._tmp = tempfile.TemporaryDirectory(prefix="modelport-ort-")
                 path = Path(self._tmp.name) / "model.onnx"
                 save_onnx(model, path, external=True)
