@@ -189,3 +189,24 @@ def wait_idle(seconds: float = 1.0) -> None:
     end = time.monotonic() + seconds
     while _sampler._thread is not None and time.monotonic() < end:
         time.sleep(0.01)
+
+
+def give_back() -> bool:
+    """Hand the memory this process has freed back to the system (glibc's `malloc_trim`): the
+    allocator keeps freed blocks for reuse, so a model dropped after its export still counts in the
+    process's resident memory, beside everything that comes after. True when it ran (glibc only)."""
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        trim = getattr(libc, "malloc_trim", None)
+    except OSError:
+        return False
+    if trim is None:
+        return False
+    trim(0)
+    return True

@@ -641,6 +641,11 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
             ir = parse_noting_attempts(parse, src, spec, parsed, report)
             parts = ir.parts or {"": ir}  # a model exported as several (an encoder and a decoder) goes to OUT/<part>/
             parsed.note(nodes=sum(len(p.model.graph.node) for p in parts.values()), exporter=ir.provenance.get("exporter"))
+        from modelport.memory import give_back
+        from modelport.optimize.weight_store import forget_onnxscript_matches
+
+        forget_onnxscript_matches()  # the export's graph, whose tensors are the torch model's parameters
+        give_back()  # what the source framework and its exporter freed: not kept beside the IR
         source_ref = SourceRef(kind_of(ir.provenance), src, spec)  # for the native routes
         for pir in parts.values():
             pir.source = source_ref
