@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.orchestration.test_text_generation_memory import TreePeak
+from tests.orchestration.test_text_generation_memory import TreePeak, check_copies
 
 COPIES = 4.4  # measured 3.80; 5.06 before shape inference ran without the weights and the export's graph was let go
 
@@ -41,11 +41,4 @@ def test_converting_an_encoder_holds_its_weights_a_bounded_number_of_times(tmp_p
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")]), "HF_HUB_OFFLINE": "1"}
     runs = [TreePeak([sys.executable, "-m", "modelport", "convert", str(f), "--task", "feature-extraction",
                       "-o", str(tmp_path / f"out-{f.name}")], env) for f in (small, big)]
-    (rc_small, peak_small, log_small), (rc_big, peak_big, log_big) = (r.wait() for r in runs)
-    assert rc_small == 0, log_small[-2000:]
-    assert rc_big == 0, log_big[-2000:]
-    copies = (peak_big - peak_small) / extra
-    print(f"peak {peak_small / 1e6:.0f} MB -> {peak_big / 1e6:.0f} MB for {extra / 1e6:.0f} MB more fp32 weights: "
-          f"{copies:.2f} copies")
-    assert copies <= COPIES, (f"converting {extra / 1e6:.0f} MB more weights took {(peak_big - peak_small) / 1e6:.0f} MB "
-                              f"more memory at peak: {copies:.1f} copies of them (at most {COPIES})")
+    check_copies(*runs, extra=extra, bound=COPIES)
