@@ -4,7 +4,7 @@ Two random-init Qwen2 folders that differ only in their vocabulary are converted
 child processes (int4 with --optimize all: export, reference, fusion, quantiser and every onnxruntime
 session run), while a sampler reads the RSS of each child's whole process tree. The difference between the two
 peaks is the memory the extra weights cost (libraries, arenas and code paths are the same in both),
-and must stay within two copies of those weights (fp32): Qwen2 is written from its safetensors a
+and must stay within two and a half copies of those weights (fp32): Qwen2 is written from its safetensors a
 tensor at a time, the transformers reference holds the model in its own process, fusion, the
 quantiser and emission read and write the weights a tensor at a time, and one onnxruntime session
 runs at a time. A pass, quantiser or session that keeps another copy of the model pushes it past the
@@ -28,8 +28,9 @@ from tests.hf_folders import build
 BIG = dict(vocab_size=256_000, hidden_size=128, intermediate_size=256, num_hidden_layers=1, num_attention_heads=4,
            num_key_value_heads=2)
 SMALL = {**BIG, "vocab_size": 128}
-COPIES = 2.0  # peak(BIG) - peak(SMALL) <= COPIES x the extra fp32 weight bytes (measured 1.10 with the decoder writer, 2.6
-# with the dynamo export, 8.6 before that; one more copy fails)
+COPIES = 2.5  # peak(BIG) - peak(SMALL) <= COPIES x the extra fp32 weight bytes (measured 1.1-1.9 with the decoder
+# writer: the fp32 session holds the embedding and its transpose for the output projection; 2.6 with the dynamo
+# export, 8.6 before that)
 
 
 class TreePeak:
