@@ -138,7 +138,9 @@ def forget_onnxscript_matches() -> int:
         return 0
     count = 0
     for obj in gc.get_objects():
-        if isinstance(obj, matcher):
+        # type(), not isinstance(): isinstance falls back to `obj.__class__`, which a dead weak proxy
+        # raises from and a deprecated alias (torch.distributed.reduce_op) warns from
+        if issubclass(type(obj), matcher):
             for name in MATCH_STATE:
                 if name in obj.__dict__:
                     obj.__dict__[name] = None
