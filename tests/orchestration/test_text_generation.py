@@ -111,6 +111,43 @@ def test_int8_onnx_and_ort_genai_within_the_default_budget(cli, llama, tmp_path)
     assert gens[1]["runtime_agreement"] == 1.0  # onnxruntime-genai generates what our loop generates on the same file
 
 
+def test_fp16_onnx_and_ort_genai_in_float16_within_the_default_budget(cli, llama, tmp_path):
+    """fp16: the fused graph written again in float16 (weights, cache, logits), half the fp32 weights'
+    bytes; both artifacts judged against the fp32 reference by the default budget, and
+    onnxruntime-genai generating from the folder what our loop generates."""
+    import onnx
+
+    out = tmp_path / "out"
+    r = cli("convert", llama, "--task", "text-generation", "--to", "onnx,ort-genai", "-o", out, "--json",
+            "--precision", "fp16", "--optimize", "all", "--new-tokens", "16")
+    assert r.exit_code == 0, r
+    report = r.json()
+    _schema_ok(report)
+    names = [s["name"] for s in report["stages"]]
+    assert names.index("validate:fused") < names.index("precision:fp16") < names.index("emit:onnx")
+    row = next(s for s in report["stages"] if s["name"] == "precision:fp16")
+    assert row["form"] == "fused" and row["dtype"] == "float16" and "clamped" not in row
+    model = onnx.load(str(out / "model.onnx"))
+    T = onnx.TensorProto
+    assert {o.type.tensor_type.elem_type for o in model.graph.output} == {T.FLOAT16}
+    assert {i.type.tensor_type.elem_type for i in model.graph.input[3:]} == {T.FLOAT16}
+    assert {t.data_type for t in model.graph.initializer if t.data_type in (T.FLOAT, T.FLOAT16)} == {T.FLOAT16}
+    assert any(n.op_type == "GroupQueryAttention" for n in model.graph.node)
+    assert [a["precision"] for a in report["artifacts"]] == ["fp16", "fp16"]
+    gens = report["generation"]
+    assert [g["precision"] for g in gens] == ["fp16", "fp16"]
+    assert all(g["ok"] and g["budget"] == "tokens>=0.9" and g["token_agreement"] >= 0.9 and g["max_abs"] < 0.05 for g in gens)
+    assert gens[1]["runtime_agreement"] == 1.0
+
+
+def test_fp16_of_a_family_the_writer_does_not_cover_is_exit_2_before_work(cli, tmp_path):
+    folder = build("phi3", tmp_path / "src" / "phi3")
+    r = cli("convert", folder, "--task", "text-generation", "-o", tmp_path / "out", "--precision", "fp16")
+    assert r.exit_code == 2, r
+    assert "--precision fp16 is written for llama, mistral, qwen2, qwen3 decoders; this one has family phi3" in r.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_missed_budget_is_exit_4_and_leaves_nothing(cli, llama, tmp_path):
     out = tmp_path / "out"
     r = cli("convert", llama, "--task", "text-generation", "-o", out, "--precision", "int4",
@@ -122,7 +159,8 @@ def test_a_missed_budget_is_exit_4_and_leaves_nothing(cli, llama, tmp_path):
 
 @pytest.mark.parametrize("args,message", [
     (["--to", "tflite"], "writes onnx, ort-genai; not tflite"),
-    (["--precision", "fp16"], "takes --precision fp32, int8, int4"),
+    (["--precision", "uint8"], "takes --precision fp32, fp16, int8, int4 or auto; not uint8"),
+    (["--precision", "fp16", "--optimize", "auto"], "--optimize auto times its variants on the CPU, where fp16 is not meant"),
     (["--accuracy-budget", "cosine>=0.9"], "bad --accuracy-budget 'cosine>=0.9' for text generation"),
     (["--block-size", "48"], "bad --block-size 48"),
     (["--optimize", "basic"], "takes --optimize none, all or auto; not basic"),

@@ -25,28 +25,30 @@ def folders(tmp_path_factory):
     return {f: build(f, root / f) for f in FAMILIES}
 
 
-def _transformers_outputs(folder: Path, feeds: dict):
+def _transformers_outputs(folder: Path, feeds: dict, *, half: bool = False):
     import torch
 
     from modelport.parsers import hf_decoder
 
     cfg = hf_decoder.read_decoder_config(folder)
-    module = hf_decoder.flat_cache_module(hf_decoder.load_model(folder), cfg)
+    model = hf_decoder.load_model(folder)
+    module = hf_decoder.flat_cache_module(model.half() if half else model, cfg)
     with torch.no_grad():
         outs = module(*[torch.from_numpy(feeds[n]) for n in cfg.input_names])
-    return {n: o.numpy() for n, o in zip(cfg.output_names, outs, strict=True)}
+    return {n: o.float().numpy() for n, o in zip(cfg.output_names, outs, strict=True)}
 
 
-def _written_outputs(folder: Path, out: Path, feeds: dict, *, fused: bool):
+def _written_outputs(folder: Path, out: Path, feeds: dict, *, fused: bool, dtype: str = "float32"):
     import onnxruntime as ort
 
     from modelport.parsers import hf_decoder, hf_decoder_graph
 
     cfg = hf_decoder.read_decoder_config(folder)
     out.mkdir(parents=True, exist_ok=True)
-    hf_decoder_graph.write_decoder(folder, cfg, out / "model.onnx", fused=fused)
+    hf_decoder_graph.write_decoder(folder, cfg, out / "model.onnx", fused=fused, dtype=dtype)
     session = ort.InferenceSession(str(out / "model.onnx"), providers=["CPUExecutionProvider"])
-    return dict(zip(cfg.output_names, session.run(None, feeds), strict=True)), session
+    outs = session.run(None, feeds)
+    return dict(zip(cfg.output_names, [o.astype(np.float32) for o in outs], strict=True)), session
 
 
 @pytest.mark.parametrize("fused", [False, True], ids=["plain", "fused"])
@@ -74,6 +76,59 @@ def test_written_graph_computes_what_transformers_computes(folders, family, fuse
         assert "GroupQueryAttention" in ops and "SkipSimplifiedLayerNormalization" in ops
     else:
         assert all(n.domain in ("", "ai.onnx") for n in nodes) and "Softmax" in ops
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["plain", "fused"])
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3"])
+def test_a_float16_graph_computes_what_transformers_computes_in_float16(folders, family, fused, tmp_path):
+    """float16 weights, activations, cache and logits: the logits and cache of a float16
+    transformers model within float16's rounding, NaN-free in padded rows."""
+    import onnx
+
+    from modelport.parsers import hf_decoder
+
+    folder = folders[family]
+    cfg = hf_decoder.read_decoder_config(folder)
+    for name, feeds in (("decode", hf_decoder.sample_step(cfg, seed=1)),
+                        ("prefill", hf_decoder.sample_step(cfg, seed=2, past=0, sequence=6))):
+        feeds = {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in feeds.items()}
+        want = _transformers_outputs(folder, feeds, half=True)
+        got, session = _written_outputs(folder, tmp_path / name, feeds, fused=fused, dtype="float16")
+        real = feeds["attention_mask"][:, -feeds["input_ids"].shape[1]:] == 1
+        scale = max(1.0, float(np.abs(want["logits"][real]).max()))
+        assert np.abs(got["logits"][real] - want["logits"][real]).max() < 4e-3 * scale, name
+        assert np.isfinite(got["logits"]).all()  # padded rows too: the softmax runs in float32 over a float32 bias
+        for n in cfg.present_names:
+            keep = feeds["attention_mask"] == 1
+            assert np.abs(got[n].transpose(0, 2, 1, 3)[keep] - want[n].transpose(0, 2, 1, 3)[keep]).max() < 1e-2, (name, n)
+        assert {t.type for t in (*session.get_inputs()[3:], *session.get_outputs())} == {"tensor(float16)"}
+    model = onnx.load(str(tmp_path / "decode" / "model.onnx"), load_external_data=False)
+    floats = {t.data_type for t in model.graph.initializer} - {onnx.TensorProto.INT64, onnx.TensorProto.INT32}
+    norms_in_float32 = {onnx.TensorProto.FLOAT} if not fused else set()  # the RMSNorm epsilon of the float32 island
+    assert floats == {onnx.TensorProto.FLOAT16} | norms_in_float32
+
+
+def test_float16_clamps_weights_beyond_its_range_and_says_so(tmp_path):
+    import onnx
+    from safetensors.numpy import load_file, save_file
+
+    from modelport.parsers import hf_decoder, hf_decoder_graph
+
+    folder = build("llama", tmp_path / "src")
+    tensors = load_file(str(folder / "model.safetensors"))
+    big = tensors["model.layers.1.mlp.down_proj.weight"].copy()
+    big[0, :3] = [1e5, -7e4, 6e4]  # two beyond float16's 65504, one within
+    save_file({**tensors, "model.layers.1.mlp.down_proj.weight": big}, str(folder / "model.safetensors"))
+    out = tmp_path / "out"
+    out.mkdir()
+    _, details = hf_decoder_graph.write_decoder(folder, hf_decoder.read_decoder_config(folder), out / "model.onnx",
+                                                dtype="float16")
+    assert details["dtype"] == "float16" and details["clamped"] == {"model.layers.1.mlp.down_proj.weight": 2}
+    model = onnx.load(str(out / "model.onnx"))
+    (down,) = [t for t in model.graph.initializer if t.name.startswith("model.layers.1.mlp.down_proj")]
+    values = onnx.numpy_helper.to_array(down)
+    assert values.dtype == np.float16 and np.isfinite(values).all()
+    assert sorted(values[:3, 0].tolist()) == [-65504.0, 60000.0, 65504.0]
 
 
 def test_a_bf16_checkpoint_is_read_as_transformers_reads_it(tmp_path):

@@ -1,4 +1,4 @@
-"""`convert --task text-generation`: a decoder LM folder → KV-cache ONNX (fp32, int8 or int4
+"""`convert --task text-generation`: a decoder LM folder → KV-cache ONNX (fp32, fp16, int8 or int4
 weight-only) and/or an onnxruntime-genai folder, each proven by generation.
 
     preflight  the peak memory estimated from the checkpoint's headers, against the memory available
@@ -7,7 +7,9 @@ weight-only) and/or an onnxruntime-genai folder, each proven by generation.
     reference  transformers `generate` (greedy) from fixed prompts on the same weights
     optimize   --optimize all: onnxruntime fusions (optimize/decoder_fusion.py), kept only when the
                fused model still generates the reference's tokens and logits
-    quantize   MatMulNBits for --precision int4/int8 (optimize/weight_only.py)
+    quantize   MatMulNBits for --precision int4/int8 (optimize/weight_only.py); --precision fp16 writes
+               the graph again in float16 from the folder (weights, activations, cache and logits; the
+               families parsers/hf_decoder_graph.py writes, in the form --optimize chose)
     auto       --optimize auto instead of the two above (optimize/decoder_auto.py): {unfused, fused}
                variants at the --precision given (fp32 by default), or at fp32, int8 and int4 with
                --precision auto, each judged by generation as below (a failing one is discarded)
@@ -17,7 +19,7 @@ weight-only) and/or an onnxruntime-genai folder, each proven by generation.
     validate   our greedy loop over each model in onnxruntime, compared token by token and logit by
                logit; the ort-genai folder generates with onnxruntime-genai itself
 
-FP32 must give identical tokens and logits within tolerance; int8/int4 are judged by token
+FP32 must give identical tokens and logits within tolerance; fp16/int8/int4 are judged by token
 agreement and worst logit error against `--accuracy-budget` (default `tokens>=0.9`). Everything
 is written through a staging folder: a failed run leaves nothing.
 
@@ -42,8 +44,12 @@ from modelport.validation.generation import DEFAULT_NEW_TOKENS, GenerationBudget
 
 TASK = "text-generation"
 TARGETS = ("onnx", "ort-genai")
-PRECISIONS = ("fp32", "int8", "int4")
-AUTO = "auto"  # --precision auto (with --optimize auto): every precision of PRECISIONS competes
+PRECISIONS = ("fp32", "fp16", "int8", "int4")
+# --precision auto (with --optimize auto): the precisions of AUTO_PRECISIONS compete, timed in onnxruntime
+# on the CPU. fp16 is not among them: it is meant for GPUs, and on a CPU it is slower than fp32 (the
+# CPU's float16 kernels convert to float32), so timing it here would say nothing of where it runs.
+AUTO = "auto"
+AUTO_PRECISIONS = ("fp32", "int8", "int4")
 # The route's peak resident memory (process tree), estimated before any work from the checkpoint's
 # parameter count P: LIBRARIES + copies x 4P (the weights in fp32, as transformers holds them for
 # the reference). Exported with dynamo (WEIGHT_COPIES), measured with bench/llm_scale.py on
@@ -54,8 +60,8 @@ AUTO = "auto"  # --precision auto (with --optimize auto): every precision of PRE
 # 0.66 GB + 1.0 x 4P. --optimize auto, which builds and times several variants in memory, is not
 # measured at that size: a wider margin.
 LIBRARIES = 1.3e9
-WEIGHT_COPIES = {"fp32": 1.5, "int8": 1.6, "int4": 1.6, AUTO: 2.5}
-WRITTEN_COPIES = {"fp32": 1.15, "int8": 1.15, "int4": 1.15, AUTO: 2.5}
+WEIGHT_COPIES = {"fp32": 1.5, "fp16": 1.5, "int8": 1.6, "int4": 1.6, AUTO: 2.5}
+WRITTEN_COPIES = {"fp32": 1.15, "fp16": 1.15, "int8": 1.15, "int4": 1.15, AUTO: 2.5}
 # Artifacts whose weights reach this size keep them in model.onnx.data (as the model builder's do):
 # onnxruntime then reads each weight from that file, where a single file is held whole while the
 # session is built (a 474 MB fp32 model: session peak 1.07 GB single, 0.78 GB with external data)
@@ -114,8 +120,11 @@ def check_request(options) -> None:
     if level not in (None, "none", "all", "auto"):
         raise BadInputError(f"--task {TASK} takes --optimize none, all or auto; not {level}")
     if options.precision == AUTO and level != "auto":
-        raise BadInputError(f"--task {TASK}: --precision auto lets --optimize auto pick among {', '.join(PRECISIONS)}",
+        raise BadInputError(f"--task {TASK}: --precision auto lets --optimize auto pick among {', '.join(AUTO_PRECISIONS)}",
                             hint="add --optimize auto, or name one precision")
+    if options.precision == "fp16" and level == "auto":
+        raise BadInputError(f"--task {TASK}: --optimize auto times its variants on the CPU, where fp16 is not meant to run",
+                            hint="--optimize all --precision fp16 writes the fused fp16 model")
     runtimes = options.optimize.runtimes if options.optimize is not None else None
     if runtimes and tuple(runtimes) != ("onnxruntime",):
         raise BadInputError(f"--task {TASK} --optimize auto times onnxruntime variants; not --runtimes {','.join(runtimes)}")
@@ -240,7 +249,8 @@ def convert_text_generation(folder, output_dir, options, *, on_stage=None) -> di
         from modelport.parsers import hf_decoder
         from modelport.parsers.huggingface import check_safety, companion_files, read_config, sniff
 
-        hf_decoder.read_decoder_config(folder)  # an unsupported family is named first
+        cfg = hf_decoder.read_decoder_config(folder)  # an unsupported family is named first
+        check_fp16(folder, cfg, options)
         if sniff(folder):  # the Hugging Face folder rules: remote code, pickled weights, links leading outside
             check_safety(folder, read_config(folder), trust=options.trust)
             companion_files(folder)
@@ -257,7 +267,7 @@ def convert_text_generation(folder, output_dir, options, *, on_stage=None) -> di
             else:  # the model stays a graph whose weights are in files, read one tensor at a time from here on
                 ir, weights = fused(ir, cfg, ref, prompts, options, report, export, on_stage=on_stage) if level == "all" \
                     else (ir, export.parent)
-                ir, weights, precision = quantized(ir, weights, options, report, scratch, on_stage=on_stage)
+                ir, weights, precision = quantized(ir, weights, cfg, options, report, scratch, on_stage=on_stage)
                 model = ir.model
             source, ir = ir.provenance.get("path"), None
             with staged_dir(out, [folder], force=options.force) as stage:
@@ -268,6 +278,19 @@ def convert_text_generation(folder, output_dir, options, *, on_stage=None) -> di
                     generate_and_judge(target, path, precision, cfg, ref, prompts, options, report, out, on_stage=on_stage)
                 report.write(stage)
     return report.to_dict()
+
+
+def check_fp16(folder: Path, cfg, options) -> None:
+    """--precision fp16 is written from the folder (parsers/hf_decoder_graph.py): a folder the writer
+    does not cover is exit 2 before any work, naming why."""
+    from modelport.parsers import hf_decoder_graph
+
+    if options.precision != "fp16":
+        return
+    why = hf_decoder_graph.unsupported(folder, cfg, options.opset)
+    if why is not None:
+        raise BadInputError(f"--precision fp16 is written for {', '.join(hf_decoder_graph.FAMILIES)} decoders; this one "
+                            f"has {why}", path=folder, hint="--precision fp32, int8 or int4 export it with dynamo")
 
 
 def fused(ir, cfg, ref, prompts, options, report, export: Path, *, on_stage=None):
@@ -333,7 +356,7 @@ def auto_variant(ir, cfg, ref, prompts, options, report, export: Path, *, on_sta
 
     tg = options.text_generation
     tol = options.tolerance("fp32")
-    precisions = PRECISIONS if options.precision == AUTO else (options.precision,)
+    precisions = AUTO_PRECISIONS if options.precision == AUTO else (options.precision,)
 
     def quantize(model, precision):
         return quantize_weight_only(model, WeightOnlyOptions(bits=BITS[precision], block_size=tg.block_size,
@@ -370,16 +393,33 @@ def fuse(ir, cfg, export: Path):
     return model, details
 
 
-def quantized(ir, weights: Path | None, options, report, scratch: Path, *, on_stage=None):
+def quantized(ir, weights: Path | None, cfg, options, report, scratch: Path, *, on_stage=None):
     """(the IR at the requested precision, the folder of its weights' data file or None when the model
     holds them, precision). `weights`: the folder of `ir`'s data file (None: the model holds its
     weights). From files, each weight is read, quantised and written before the next
-    (`quantize_stored`); in memory the model is quantised in place and `ir` is not to be used after."""
+    (`quantize_stored`); in memory the model is quantised in place and `ir` is not to be used after.
+    fp16: the graph written again from the folder in float16, in the same form (fused or plain)."""
     from modelport.optimize.weight_only import quantize_stored, quantize_weight_only
     from modelport.validation.report import run_stage
 
     if options.precision == "fp32":
         return ir, weights, "fp32"
+    if options.precision == "fp16":
+        from modelport.parsers import hf_decoder_graph
+
+        fused = any(n.domain == hf_decoder_graph.MS for n in ir.model.graph.node)
+        with run_stage(report, "precision:fp16", on_stage=on_stage) as row:
+            path = scratch / "fp16" / "model.onnx"
+            path.parent.mkdir()
+            model, details = hf_decoder_graph.write_decoder(ir.provenance["path"], cfg, path, fused=fused, dtype="float16",
+                                                            opset=ir.provenance.get("opset"))
+            row.note(nodes_before=len(ir.model.graph.node), nodes=len(model.graph.node), form="fused" if fused else "plain",
+                     **{k: details[k] for k in ("dtype", "clamped") if k in details})
+            if details.get("clamped"):
+                report.warn(f"{sum(details['clamped'].values())} weight values beyond float16's range clamped to ±65504 "
+                            f"({', '.join(list(details['clamped'])[:3])})")
+        ir.model = None
+        return ir.clone(model), path.parent, "fp16"
     tg = options.text_generation
     wo = WeightOnlyOptions(bits=BITS[options.precision], block_size=tg.block_size, symmetric=tg.symmetric)
     with run_stage(report, f"quantize:{options.precision}", on_stage=on_stage) as row:

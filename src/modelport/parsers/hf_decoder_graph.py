@@ -25,7 +25,15 @@ Two forms, from one description of the layer:
            up in one MatMul
 
 The rotary tables are computed as transformers computes them, in float32 (rope types default,
-linear and llama3). A folder outside this description
+linear and llama3).
+
+`dtype="float16"` writes either form in half precision, as a float16 transformers model computes:
+weights, activations, the key/value cache and the logits in float16; the RMSNorm statistics and the
+attention softmax in float32 (cast there and back, as transformers upcasts them), the rotary tables
+computed in float32 and stored in float16. A weight beyond float16's range is clamped to ±65504 and
+counted in the details (`clamped`).
+
+A folder outside this description
 (another family, a sliding window shorter than the context, an activation other than SiLU, an
 unexpected tensor) is named by `unsupported` and goes to the dynamo export instead.
 """
@@ -46,6 +54,7 @@ FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
 OPSET = 18
 MS = "com.microsoft"
 BIAS_MIN = float(np.finfo(np.float32).min)  # transformers' own masked-out value: finite, so padded rows stay NaN-free
+DTYPES_WRITTEN = {"float32": np.float32, "float16": np.float16}
 ROPE_TYPES = ("default", "linear", "llama3")
 
 
@@ -258,13 +267,14 @@ def rotary_tables(folder: Path, cfg: DecoderConfig) -> tuple[np.ndarray, np.ndar
 
 
 def write_decoder(folder: str | Path, cfg: DecoderConfig, path: Path, *, fused: bool = False, reuse=None,
-                  opset: int | None = None):
+                  opset: int | None = None, dtype: str = "float32"):
     """Write the folder's decoder to `path` (model.onnx, its weights in model.onnx.data beside it);
     returns (the ModelProto, graph only: its initializers refer to the data file, details).
     `reuse`: a model written here before into the same folder as `path` (the other form): the
     tensors it holds in its data file are referred to there, not read or written again (the two
     forms share every weight, so the second form is a graph alone). `opset`: the default opset's
-    version (OPSET when None; the ops written are the same from OPSET on)."""
+    version (OPSET when None; the ops written are the same from OPSET on). `dtype`: float32 or float16
+    (see the module docstring)."""
     import functools
 
     import onnx
@@ -278,9 +288,9 @@ def write_decoder(folder: str | Path, cfg: DecoderConfig, path: Path, *, fused: 
     shared = {t.name: t for t in reuse.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL} if reuse else {}
     w = GraphWriter(path.parent / (path.name + ".data"), shared)
     try:
-        b = _Builder(w, weights, cfg, eps, fused)
+        b = _Builder(w, weights, cfg, eps, fused, DTYPES_WRITTEN[dtype])
         b.inputs_and_masks(functools.cache(lambda: rotary_tables(folder, cfg)))
-        hidden = w.node("Gather", [w.tensor("model.embed_tokens.weight", lambda: weights.get("model.embed_tokens.weight")),
+        hidden = w.node("Gather", [b.weight("model.embed_tokens.weight", lambda: weights.get("model.embed_tokens.weight")),
                                    "input_ids"], name="embed_tokens")
         residual, normed = hidden, None
         for i in range(cfg.num_layers):
@@ -300,7 +310,8 @@ def write_decoder(folder: str | Path, cfg: DecoderConfig, path: Path, *, fused: 
     from modelport.optimize.decoder_fusion import FUSED_OPS
 
     ops = Counter(n.op_type for n in model.graph.node)
-    details = {"writer": EXPORTER, "nodes": len(model.graph.node), "fused": {op: ops[op] for op in FUSED_OPS if ops[op]}}
+    details = {"writer": EXPORTER, "nodes": len(model.graph.node), "fused": {op: ops[op] for op in FUSED_OPS if ops[op]},
+               "dtype": dtype, **({"clamped": b.clamped} if b.clamped else {})}
     if fused:
         details["group_query_attention"] = {"fused": list(range(cfg.num_layers)), "unfused": {},
                                             "packed_qkv": b.packed_qkv}
@@ -310,12 +321,46 @@ def write_decoder(folder: str | Path, cfg: DecoderConfig, path: Path, *, fused: 
 class _Builder:
     """One decoder's nodes, layer by layer (see the module docstring for the two forms)."""
 
-    def __init__(self, w: GraphWriter, weights: Weights, cfg: DecoderConfig, eps: float, fused: bool):
+    def __init__(self, w: GraphWriter, weights: Weights, cfg: DecoderConfig, eps: float, fused: bool, dtype=np.float32):
+        import onnx
+
         self.w, self.weights, self.cfg, self.eps, self.fused = w, weights, cfg, eps, fused
+        self.dtype = np.dtype(dtype)  # of the weights, activations, cache and logits
+        self.half = self.dtype == np.float16
+        self.elem = onnx.helper.np_dtype_to_tensor_dtype(self.dtype)
         self.packed_qkv = 0
+        self.clamped: dict[str, int] = {}  # tensor -> values clamped to float16's range
         self._consts: dict = {}
 
     # -- small helpers -------------------------------------------------------------------------
+    def stored(self, name: str, value: np.ndarray) -> np.ndarray:
+        """A float32 value at the graph's dtype (float16: rounded, beyond its range clamped and counted)."""
+        if not self.half:
+            return value
+        big = float(np.finfo(np.float16).max)
+        over = int(np.count_nonzero(np.abs(value) > big))
+        if over:
+            self.clamped[name] = over
+            np.clip(value, -big, big, out=value)
+        return value.astype(np.float16)
+
+    def weight(self, name: str, get) -> str:
+        """The initializer `name` at the graph's dtype; `get()` gives it in float32 when it is written."""
+        return self.w.tensor(name, lambda: self.stored(name, get()))
+
+    def float_const(self, value) -> str:
+        """A scalar or array constant at the graph's dtype."""
+        return self.const(value, self.dtype)
+
+    def to(self, x: str, dtype, name: str) -> str:
+        """`x` cast to `dtype` in a float16 graph, between its float32 islands and the rest (a float32
+        graph has none: `x` as it is)."""
+        import onnx
+
+        if not self.half:
+            return x
+        return self.w.node("Cast", [x], name=name, to=onnx.helper.np_dtype_to_tensor_dtype(np.dtype(dtype)))
+
     def const(self, value, dtype=np.int64) -> str:
         value = np.asarray(value, dtype=dtype)
         key = (value.dtype.str, value.shape, value.tobytes())
@@ -330,7 +375,7 @@ class _Builder:
             mats = [self.weights.get(f"{n}.weight", transpose=True) for n in names]
             return mats[0] if len(mats) == 1 else np.concatenate(mats, axis=1)
 
-        y = self.w.node("MatMul", [x, self.w.tensor(f"{out}.weight", weight)], name=out)
+        y = self.w.node("MatMul", [x, self.weight(f"{out}.weight", weight)], name=out)
         biases = [f"{n}.bias" for n in names]
         if any(bn in self.weights for bn in biases):
             def bias():
@@ -338,27 +383,29 @@ class _Builder:
                                        np.zeros(self.weights.shape(f"{n}.weight")[0], np.float32)
                                        for n, bn in zip(names, biases, strict=True)])
 
-            y = self.w.node("Add", [y, self.w.tensor(f"{out}.bias", bias)], name=f"{out}/bias")
+            y = self.w.node("Add", [y, self.weight(f"{out}.bias", bias)], name=f"{out}/bias")
         return y
 
     def split(self, x: str, sizes: list[int], name: str) -> list[str]:
         return self.w.node("Split", [x, self.const(sizes)], len(sizes), name=name, axis=-1)
 
     def rms_norm(self, x: str, weight: str, name: str) -> str:
-        w = self.w.tensor(weight, lambda: self.weights.get(weight))
+        """The statistics in float32 (float16 input: cast there and back, as transformers does)."""
+        w = self.weight(weight, lambda: self.weights.get(weight))
         if self.fused:
             return self.w.node("SimplifiedLayerNormalization", [x, w], name=name, axis=-1, epsilon=self.eps)
+        x = self.to(x, np.float32, f"{name}/float32")
         sq = self.w.node("Mul", [x, x], name=f"{name}/square")
         mean = self.w.node("ReduceMean", [sq, self.const([-1])], name=f"{name}/mean", keepdims=1)
         std = self.w.node("Sqrt", [self.w.node("Add", [mean, self.const(self.eps, np.float32)], name=f"{name}/eps")],
                           name=f"{name}/sqrt")
         scaled = self.w.node("Mul", [x, self.w.node("Reciprocal", [std], name=f"{name}/inv")], name=f"{name}/scale")
-        return self.w.node("Mul", [scaled, w], name=f"{name}/weight")
+        return self.w.node("Mul", [self.to(scaled, self.dtype, f"{name}/back"), w], name=f"{name}/weight")
 
     def add_norm(self, x: str, residual: str, weight: str, name: str) -> tuple[str, str]:
         """(residual + x, RMSNorm of it)."""
         if self.fused:
-            w = self.w.tensor(weight, lambda: self.weights.get(weight))
+            w = self.weight(weight, lambda: self.weights.get(weight))
             out = self.w.node("SkipSimplifiedLayerNormalization", [x, residual, w],
                               [f"{name}/out", "", "", f"{name}/sum"], name=name, domain=MS, epsilon=self.eps)
             return f"{name}/sum", out[0]
@@ -373,22 +420,23 @@ class _Builder:
         vi = onnx.helper.make_tensor_value_info
         kv = ["batch", cfg.kv_heads, "past_sequence", cfg.head_dim]
         return [vi("input_ids", T.INT64, ["batch", "sequence"]), vi("attention_mask", T.INT64, ["batch", "total_sequence"]),
-                vi("position_ids", T.INT64, ["batch", "sequence"]), *[vi(n, T.FLOAT, kv) for n in cfg.past_names]]
+                vi("position_ids", T.INT64, ["batch", "sequence"]), *[vi(n, self.elem, kv) for n in cfg.past_names]]
 
     def graph_outputs(self):
         import onnx
 
-        cfg, T = self.cfg, onnx.TensorProto
+        cfg = self.cfg
         vi = onnx.helper.make_tensor_value_info
         kv = ["batch", cfg.kv_heads, "total_sequence", cfg.head_dim]
-        return [vi("logits", T.FLOAT, ["batch", "sequence", cfg.vocab_size]), *[vi(n, T.FLOAT, kv) for n in cfg.present_names]]
+        return [vi("logits", self.elem, ["batch", "sequence", cfg.vocab_size]),
+                *[vi(n, self.elem, kv) for n in cfg.present_names]]
 
     def inputs_and_masks(self, tables) -> None:
         """What every layer shares: the rotary tables (`tables()` gives them) and the attention bias
         (plain form: causal and padding; fused: padding only, with GroupQueryAttention's sequence lengths)."""
         w, c = self.w, self.const
-        self.cos = w.tensor("rotary/cos_cache", lambda: tables()[0])
-        self.sin = w.tensor("rotary/sin_cache", lambda: tables()[1])
+        self.cos = self.weight("rotary/cos_cache", lambda: tables()[0])
+        self.sin = self.weight("rotary/sin_cache", lambda: tables()[1])
         total = w.node("Gather", [w.node("Shape", ["attention_mask"], name="mask/shape"), c(1)], name="mask/total", axis=0)
         sequence = w.node("Shape", ["input_ids"], name="ids/sequence", start=1, end=2)
         batch = w.node("Shape", ["input_ids"], name="ids/batch", start=0, end=1)
@@ -397,7 +445,8 @@ class _Builder:
             total32 = w.node("Cast", [total], ["gqa/total_sequence_length"], name="gqa/total32", to=6)  # INT32
             w.node("Expand", [w.node("Sub", [total32, c(1, np.int32)], name="gqa/total_minus_1"), batch], ["gqa/seqlens_k"],
                    name="gqa/seqlens_k")
-            pad = w.node("Where", [real, c(0.0, np.float32), c(BIAS_MIN, np.float32)], name="gqa/pad_bias")
+            low = BIAS_MIN if not self.half else float(np.finfo(np.float16).min)
+            pad = w.node("Where", [real, self.float_const(0.0), self.float_const(low)], name="gqa/pad_bias")
             pad4 = w.node("Unsqueeze", [pad, c([1, 2])], name="gqa/pad_bias4")
             shape = w.node("Concat", [c([1, 1]), sequence, c([1])], name="gqa/bias_shape", axis=0)
             w.node("Expand", [pad4, shape], ["gqa/attention_bias"], name="gqa/attention_bias")
@@ -473,11 +522,13 @@ class _Builder:
         key = w.node("Concat", [f"past_key_values.{i}.key", k], [f"present.{i}.key"], name=f"{p}/present_key", axis=2)
         value = w.node("Concat", [f"past_key_values.{i}.value", v], [f"present.{i}.value"], name=f"{p}/present_value", axis=2)
         # the `rep` query heads of each key/value head, stacked along the sequence: [b, kv, rep·s, d]
-        q = w.node("Mul", [q, c(cfg.head_dim ** -0.5, np.float32)], name=f"{p}/q_scaled")
+        q = w.node("Mul", [q, self.float_const(cfg.head_dim ** -0.5)], name=f"{p}/q_scaled")
         grouped = w.node("Reshape", [q, c([0, cfg.kv_heads, -1, cfg.head_dim])], name=f"{p}/q_grouped")
         scores = w.node("MatMul", [grouped, w.node("Transpose", [key], name=f"{p}/keys_t", perm=[0, 1, 3, 2])], name=f"{p}/scores")
         scores = w.node("Reshape", [scores, c([0, cfg.num_heads, -1, 0])], name=f"{p}/scores_heads")
+        scores = self.to(scores, np.float32, f"{p}/scores_float32")  # the softmax in float32, as transformers computes it
         probs = w.node("Softmax", [w.node("Add", [scores, self.bias], name=f"{p}/masked")], name=f"{p}/probs", axis=-1)
+        probs = self.to(probs, self.dtype, f"{p}/probs_back")
         if rep > 1:
             probs = w.node("Reshape", [probs, c([0, cfg.kv_heads, -1, 0])], name=f"{p}/probs_grouped")
         ctx = w.node("MatMul", [probs, value], name=f"{p}/context")
@@ -511,5 +562,5 @@ class _Builder:
         w = self.w
         _, x = self.add_norm(pending, residual, "model.norm.weight", "model.norm")
         name = "model.embed_tokens.weight" if self.cfg.tied_embeddings else "lm_head.weight"
-        weight = w.tensor("lm_head.weight_t", lambda: self.weights.get(name, transpose=True))
+        weight = self.weight("lm_head.weight_t", lambda: self.weights.get(name, transpose=True))
         w.node("MatMul", [x, weight], ["logits"], name="lm_head")
