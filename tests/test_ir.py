@@ -71,3 +71,51 @@ def test_negative_and_anonymous_onnx_dims_are_dynamic(tmp_path):
     ir = parse(path, SourceSpec(path=path))
     assert ir.inputs[0].shape == ["x_dim0", 3, "x_dim2", "x_dim3"]
     assert ir.reference.inputs["x"].shape[0] > 0
+
+
+PARK = """
+import sys
+import numpy as np, onnx
+from onnx import helper, numpy_helper
+from modelport.ir import IRModel, TensorSpec
+from modelport.memory import give_back, tree_rss
+w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((300 << 18,), dtype=np.float32).reshape(-1, 1024), "w")
+x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 1024])
+y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 300 << 8])
+model = helper.make_model(helper.make_graph([helper.make_node("MatMul", ["x", "wt"], ["y"]),
+                                             helper.make_node("Transpose", ["w"], ["wt"])], "g", [x], [y], [w]))
+del w
+before = model.SerializeToString()
+ir = IRModel(model=model, inputs=[TensorSpec("x", "float32", [1, 1024])], outputs=[TensorSpec("y", "float32", [1, 300 << 8])])
+del model
+give_back()
+held = tree_rss()
+with ir.weights_parked():
+    parked = tree_rss()
+    assert ir.model.graph.initializer[0].data_location == onnx.TensorProto.EXTERNAL
+assert ir.model.SerializeToString() == before
+print(held - parked)
+"""
+
+
+def test_weights_parked_leave_memory_while_the_block_runs_and_come_back_the_same():
+    """A 300 MB model: while parked, the process holds its graph only (the bytes it freed are given
+    back to the system); afterwards the model is the same message, byte for byte."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", PARK], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert int(proc.stdout.split()[-1]) > 250 << 20
+
+
+def test_small_models_are_not_parked(tiny_onnx):
+    ir = parse(tiny_onnx, SourceSpec(path=tiny_onnx))
+    model = ir.model
+    with ir.weights_parked():
+        assert ir.model is model
+    assert ir.model is model

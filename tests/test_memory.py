@@ -40,6 +40,22 @@ def test_a_window_sees_a_child_process_while_it_runs():
     assert w.close() >= before + 230 * MB
 
 
+def test_a_small_child_of_a_process_that_once_held_much_is_counted_as_small():
+    """A child started by fork/vfork and exec reports its parent's high-water mark as its own
+    (RUSAGE_CHILDREN): the window reads the tree instead, so validation's child is not counted at
+    the size the converter once had."""
+    import resource
+
+    block = np.ones(400 * MB, dtype=np.uint8)
+    del block
+    high = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    w = memory.window()
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024 >= 0.9 * high  # the inherited mark
+    peak = w.close()
+    assert peak < high - 300 * MB, (peak, high)
+
+
 def test_report_stages_carry_their_peak_and_the_run_its_largest():
     import jsonschema
 

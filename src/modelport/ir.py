@@ -11,6 +11,7 @@ On disk an IR is a folder: `model.onnx` (+ `model.onnx.data` when large), `ir.js
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 from dataclasses import asdict, dataclass, field
@@ -22,6 +23,7 @@ import numpy as np
 from modelport.errors import BadInputError
 
 Dim = int | str
+PARK_BYTES = 256 << 20  # IRModel.weights_parked: models whose weights reach this size
 LAYOUTS = ("NCHW", "NHWC", "NCW", "NWC", "NCDHW", "NDHWC", "NC", "NTC", "TNC", "NT", "SCALAR")
 
 # ONNX TensorProto elem_type <-> numpy dtype name
@@ -242,6 +244,39 @@ class IRModel:
             "outputs": [s.to_dict() for s in self.outputs],
             "sample_dims": self.sample_dims,
         }
+
+    @contextlib.contextmanager
+    def weights_parked(self, min_bytes: int | None = None):
+        """While the block runs, the model's weights wait in a scratch file instead of memory, and
+        `self.model` is its graph alone (initializers referring to that file); afterwards they are
+        read back, tensor by tensor. For a child process that needs memory while this one needs
+        nothing but the contract and the references (validation of an artifact by its runtime): the
+        weights are not held twice over the process tree. Models under `min_bytes` (PARK_BYTES) stay
+        as they are.
+
+        With the upb protobuf runtime a ModelProto's bytes are freed only with the whole message, so
+        the graph is a new message and the old one is let go; memory is only given back when nothing
+        else holds it."""
+        import tempfile
+
+        import onnx
+
+        from modelport.memory import give_back
+        from modelport.onnx_io import tensor_bytes, write_external
+        from modelport.optimize.weight_store import WeightStore
+
+        if self.model is None or tensor_bytes(self.model) < (PARK_BYTES if min_bytes is None else min_bytes):
+            yield
+            return
+        with tempfile.TemporaryDirectory(prefix="modelport-parked-") as tmp:
+            path = Path(tmp) / "model.onnx"
+            write_external(self.model, path, path.name + ".data")
+            self.model = onnx.load(str(path), load_external_data=False)
+            give_back()
+            try:
+                yield
+            finally:
+                WeightStore(tmp).attach(self.model)
 
     def save(self, folder: str | Path, *, model_name: str = "model.onnx") -> list[Path]:
         """Write the IR into `folder`; returns the files written."""

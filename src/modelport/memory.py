@@ -3,10 +3,11 @@ for a run that is about to start.
 
 `window()` opens a measurement: a background thread sums the RSS of the process and all its
 children (validation runs runtimes in child processes) every `INTERVAL` seconds while any window is
-open, and each window keeps the largest sum seen. A spike shorter than the interval is still counted
-for this process and for children that ended: `getrusage`'s high-water marks (RUSAGE_SELF,
-RUSAGE_CHILDREN: the largest child that was waited for) are lower bounds of the peak whenever they
-rose inside the window. Without psutil only those high-water marks are read.
+open, and each window keeps the largest sum seen. A spike of this process shorter than the interval
+is still counted: `getrusage(RUSAGE_SELF)`'s high-water mark is a lower bound of the peak whenever it
+rose inside the window. The children's mark (RUSAGE_CHILDREN) is not one: on Linux a child started
+by fork or vfork and exec inherits its parent's high-water mark (a `true` started by a process that
+once held 1.6 GB reports 1.6 GB), so it is read only without psutil, as the one figure there is.
 
 `available()` is what the kernel could give a new allocation without swapping
 (psutil.virtual_memory().available, /proc/meminfo's MemAvailable without psutil), or
@@ -15,6 +16,7 @@ MODELPORT_AVAILABLE_MEMORY (bytes, or with a K/M/G/T suffix) when set.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import threading
@@ -75,7 +77,8 @@ class Window:
             if rss is not None:
                 self.see(rss)
             peak = self.sampled
-            for before, after in zip(self._marks, _high_water(), strict=True):
+            marks = list(zip(self._marks, _high_water(), strict=True))
+            for before, after in marks if rss is None else marks[:1]:  # the children's mark: see the module docstring
                 if after > before:  # the high-water mark rose inside the window: it was reached here
                     peak = max(peak, after)
             self._peak = peak
@@ -195,18 +198,23 @@ def give_back() -> bool:
     """Hand the memory this process has freed back to the system (glibc's `malloc_trim`): the
     allocator keeps freed blocks for reuse, so a model dropped after its export still counts in the
     process's resident memory, beside everything that comes after. True when it ran (glibc only)."""
-    import ctypes
-    import ctypes.util
     import gc
 
     gc.collect()
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name) if name else None
-        trim = getattr(libc, "malloc_trim", None)
-    except OSError:
-        return False
+    trim = _malloc_trim()
     if trim is None:
         return False
     trim(0)
     return True
+
+
+@functools.cache
+def _malloc_trim():
+    """glibc's malloc_trim from the symbols already loaded (no library search: ctypes.util.find_library
+    starts a child process), or None."""
+    import ctypes
+
+    try:
+        return getattr(ctypes.CDLL(None), "malloc_trim", None)
+    except OSError:
+        return None

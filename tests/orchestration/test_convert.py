@@ -83,3 +83,30 @@ def test_python_api_takes_values_as_a_dict(tmp_path):
     model = _control_input_model(tmp_path / "vad.onnx")
     report = modelport.convert(model, tmp_path / "out", modelport.ConvertOptions(values={"sr": 16000}))
     assert report["status"] == "ok" and report["contract"]["given_inputs"] == ["sr"]
+
+
+def test_the_ir_weights_wait_in_a_file_while_an_artifact_is_validated(tmp_path, monkeypatch):
+    """Validation's child loads the artifact while this process needs only the references: a model
+    past modelport.ir.PARK_BYTES (here every model) is its graph alone meanwhile, and whole again
+    for the next target."""
+    import importlib
+
+    import onnx
+
+    from modelport import ir as ir_module
+
+    convert_module = importlib.import_module("modelport.orchestration.convert")
+
+    monkeypatch.setattr(ir_module, "PARK_BYTES", 0)
+    seen = []
+    validate = convert_module.validate_artifact
+
+    def spy(artifact, ir, tol, hop):
+        seen.append((artifact.target, {t.data_location for t in ir.model.graph.initializer if t.dims and t.dims[0] > 16}))
+        return validate(artifact, ir, tol, hop)
+
+    monkeypatch.setattr(convert_module, "validate_artifact", spy)
+    report = modelport.convert(BigLogits().eval(), tmp_path / "o", inputs=["x:batch,4096"], targets=["onnx", "openvino"])
+    assert [t for t, _ in seen] == ["onnx", "openvino"]
+    assert all(locations == {onnx.TensorProto.EXTERNAL} for _, locations in seen)
+    assert all(p["ok"] for p in report["parity"])

@@ -365,7 +365,8 @@ def _emit_once(emitter, target, ir, stage, eopts, options, report, zoo_tol, hop,
         note_not_validated(artifact, entry, ir, target, options, report, on_stage=on_stage, part=part, out=out)
     elif artifact.runner:
         ttol = options.tolerance(artifact.precision, zoo_tol)
-        with run_stage(report, f"validate:{target}" + (f":{part}" if part else ""), on_stage=on_stage):
+        with run_stage(report, f"validate:{target}" + (f":{part}" if part else ""), on_stage=on_stage), \
+                ir.weights_parked():  # the child's runtime loads the artifact; this process needs only the references
             parity = validate_artifact(artifact, ir, ttol, hop)
         for key in ("inference_precision", "plain_compile"):  # read back from the runtime by the validation
             if key in artifact.details:
