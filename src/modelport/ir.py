@@ -23,7 +23,7 @@ import numpy as np
 from modelport.errors import BadInputError
 
 Dim = int | str
-PARK_BYTES = 256 << 20  # IRModel.weights_parked: models whose weights reach this size
+PARK_BYTES = 64 << 20  # IRModel.weights_parked: models whose weights reach this size (writing and reading them back: well under a second)
 LAYOUTS = ("NCHW", "NHWC", "NCW", "NWC", "NCDHW", "NDHWC", "NC", "NTC", "TNC", "NT", "SCALAR")
 
 # ONNX TensorProto elem_type <-> numpy dtype name
@@ -214,6 +214,9 @@ class IRModel:
     # converted and validated one by one into OUT/<part>/; this IR then has no model of its own.
     parts: dict[str, IRModel] = field(default_factory=dict)
     source: SourceRef | None = None  # set by the convert pipeline after parsing
+    # the folder of the data file the model's large initializers still refer to (a parse given
+    # SourceSpec.weights_dir); None once the model holds them (`attach_stored`)
+    stored: Path | None = None
 
     def input(self, name: str) -> TensorSpec:
         for s in self.inputs:
@@ -245,6 +248,17 @@ class IRModel:
             "sample_dims": self.sample_dims,
         }
 
+    def attach_stored(self) -> IRModel:
+        """Read the weights a parse left in files into the model (tensor by tensor; this IR's and its
+        parts'); the files can go afterwards."""
+        from modelport.optimize.weight_store import WeightStore
+
+        for ir in (self, *self.parts.values()):
+            if ir.stored is not None:
+                WeightStore(ir.stored).attach(ir.model)
+                ir.stored = None
+        return self
+
     @contextlib.contextmanager
     def weights_parked(self, min_bytes: int | None = None):
         """While the block runs, the model's weights wait in a scratch file instead of memory, and
@@ -252,7 +266,8 @@ class IRModel:
         read back, tensor by tensor. For a child process that needs memory while this one needs
         nothing but the contract and the references (validation of an artifact by its runtime): the
         weights are not held twice over the process tree. Models under `min_bytes` (PARK_BYTES) stay
-        as they are.
+        as they are. Gives the parked model's file (its weights in a data file beside it, each tensor
+        page-aligned: a runtime may load it from there), or None when nothing was parked.
 
         With the upb protobuf runtime a ModelProto's bytes are freed only with the whole message, so
         the graph is a new message and the old one is let go; memory is only given back when nothing
@@ -266,7 +281,7 @@ class IRModel:
         from modelport.optimize.weight_store import WeightStore
 
         if self.model is None or tensor_bytes(self.model) < (PARK_BYTES if min_bytes is None else min_bytes):
-            yield
+            yield None
             return
         with tempfile.TemporaryDirectory(prefix="modelport-parked-") as tmp:
             path = Path(tmp) / "model.onnx"
@@ -274,7 +289,7 @@ class IRModel:
             self.model = onnx.load(str(path), load_external_data=False)
             give_back()
             try:
-                yield
+                yield path
             finally:
                 WeightStore(tmp).attach(self.model)
 

@@ -244,3 +244,6 @@ class SourceSpec:
     # whether the structured ones (zeros, constant, range ends) are added
     sampling: dict[str, Any] = field(default_factory=lambda: {"randoms": 3, "structured": True})
     options: dict[str, Any] = field(default_factory=dict)  # framework-specific (signature, tf inputs, ...)
+    # where an exporter may leave the exported weights in files (the IR's `stored`; the caller reads
+    # them in with `IRModel.attach_stored` and removes the folder): set by convert, None elsewhere
+    weights_dir: Path | None = None

@@ -133,3 +133,62 @@ def test_torchscript_exporter_reason_names_the_source_line_not_the_graph_value()
         "            self.reset_states()\n    \n        if not len(self._context):\n               ~~~ <--- HERE\n")
     assert reason_of(err) == ("ONNX export does NOT support exporting bitwise Not for non-boolean input values "
                               "(at vad_annotator.py:693: if not len(self._context):)")
+
+
+class _Encoderish(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = torch.nn.Embedding(512, 64)
+        self.proj = torch.nn.Linear(64, 32)
+        self.scale = torch.nn.Parameter(torch.tensor([0.5, 2.0]))  # under 1 KB: stays in the graph
+
+    def forward(self, ids):
+        return self.proj(self.embed(ids)) * self.scale[0] + self.scale[1]
+
+
+@pytest.mark.parametrize("route", ["module", "program"])
+def test_weights_written_to_files_are_the_weights_the_in_memory_export_holds(tmp_path, route):
+    """`weights_dir`: the graph comes back with its large tensors in a data file, written from the
+    torch tensors; read back, the model is the in-memory export's, tensor for tensor and node for node."""
+    import onnx
+
+    from modelport.ir import IRModel
+    from modelport.parsers.pytorch_export import STORED_MIN_BYTES, export_model
+    from modelport.specs import TensorSpec
+
+    module = _Encoderish().eval()
+    specs = [TensorSpec("ids", "int64", ["batch", 7])]
+    args = [torch.randint(0, 512, (2, 7))]
+    program = torch.export.export(module, tuple(args)) if route == "program" else None
+    kwargs = dict(program=program, program_shapes_kept=route == "program")
+    whole = export_model(module, args, specs, ["y"], **kwargs)
+    streamed = export_model(module, args, specs, ["y"], weights_dir=tmp_path, **kwargs)
+    assert whole.stored is None and streamed.stored is not None and streamed.stored.parent == tmp_path
+    large = [t for t in streamed.model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    assert {t.name for t in large} and all(not t.raw_data for t in large)
+    small = [t for t in streamed.model.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
+    assert all(t.ByteSize() < STORED_MIN_BYTES + 200 for t in small)
+    ir = IRModel(model=streamed.model, inputs=specs, outputs=[], stored=streamed.stored).attach_stored()
+    assert ir.stored is None
+    values = {t.name: onnx.numpy_helper.to_array(t) for t in whole.model.graph.initializer}
+    assert {t.name for t in ir.model.graph.initializer} == set(values)
+    for t in ir.model.graph.initializer:
+        np.testing.assert_array_equal(onnx.numpy_helper.to_array(t), values[t.name])
+    assert [n.op_type for n in ir.model.graph.node] == [n.op_type for n in whole.model.graph.node]
+    feeds = {"ids": args[0].numpy()}
+    np.testing.assert_array_equal(OnnxRuntimeRunner(ir.model).run(feeds)["y"], OnnxRuntimeRunner(whole.model).run(feeds)["y"])
+
+
+def test_convert_reads_the_exported_weights_in_after_the_parse(tmp_path):
+    """Through convert: the IR holds its weights again once the parse is over (nothing left pointing
+    into the export's scratch folder, which is gone), and every target still matches the source."""
+    import onnx
+
+    import modelport
+
+    report = modelport.convert(_Encoderish().eval(), tmp_path / "o", inputs=["ids:batch,7:int64"], targets=["onnx"])
+    assert all(p["ok"] for p in report["parity"])
+    model = onnx.load(str(tmp_path / "o" / "model.onnx"))
+    assert not any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+    assert not list(tmp_path.glob("**/*.data"))

@@ -258,10 +258,16 @@ def describe_source(source, ir: IRModel) -> dict:
 
 
 def validate_ir(ir: IRModel, tol: Tolerance, hop: str):
-    """Run the IR's ONNX model in onnxruntime on the reference inputs and compare."""
+    """Run the IR's ONNX model in onnxruntime on the reference inputs and compare. A large model's
+    weights wait in a file meanwhile, from which onnxruntime loads them (`IRModel.weights_parked`):
+    the session and the IR's ModelProto are not both held."""
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 
-    return check(OnnxRuntimeRunner(ir.model), ir.reference, tol, hop)
+    with ir.weights_parked() as parked:
+        runner = OnnxRuntimeRunner(parked or ir.model)
+        parity = check(runner, ir.reference, tol, hop)
+        del runner  # the session: released before the weights are read back
+    return parity
 
 
 def check_reference_varies(ir: IRModel, report: Report, *, strict: bool, path=None) -> None:
@@ -638,15 +644,23 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
         src, spec, zoo_tol = resolve_source(source, options)
         tol = options.tolerance("fp32", zoo_tol)
 
-        with run_stage(report, "parse", on_stage=on_stage) as parsed:
-            ir = parse_noting_attempts(parse, src, spec, parsed, report)
-            parts = ir.parts or {"": ir}  # a model exported as several (an encoder and a decoder) goes to OUT/<part>/
-            parsed.note(nodes=sum(len(p.model.graph.node) for p in parts.values()), exporter=ir.provenance.get("exporter"))
+        import tempfile
+
         from modelport.memory import give_back
         from modelport.optimize.weight_store import forget_onnxscript_matches
 
-        forget_onnxscript_matches()  # the export's graph, whose tensors are the torch model's parameters
-        give_back()  # what the source framework and its exporter freed: not kept beside the IR
+        with run_stage(report, "parse", on_stage=on_stage) as parsed, \
+                tempfile.TemporaryDirectory(prefix="modelport-export-") as exported:
+            # an exporter writes the weights to files here and the IR comes back as its graph: the
+            # weights are read in below, once the source model is gone, not held beside it
+            spec.weights_dir = Path(exported)
+            ir = parse_noting_attempts(parse, src, spec, parsed, report)
+            spec.weights_dir = None
+            forget_onnxscript_matches()  # the export's graph, whose tensors are the torch model's parameters
+            give_back()  # what the source framework and its exporter freed: not kept beside the IR
+            ir.attach_stored()
+            parts = ir.parts or {"": ir}  # a model exported as several (an encoder and a decoder) goes to OUT/<part>/
+            parsed.note(nodes=sum(len(p.model.graph.node) for p in parts.values()), exporter=ir.provenance.get("exporter"))
         source_ref = SourceRef(kind_of(ir.provenance), src, spec)  # for the native routes
         for pir in parts.values():
             pir.source = source_ref

@@ -445,7 +445,7 @@ def export_part(module, specs: list[TensorSpec], output_names: list[str], sample
     spec = ctx.spec
     sub = SourceSpec(path=ctx.folder, inputs=specs, output_names=list(output_names), trust=spec.trust, opset=spec.opset,
                      sample_dims={**sample_dims, **spec.sample_dims}, seed=spec.seed,
-                     given=dict(spec.given) if given is None else given)
+                     given=dict(spec.given) if given is None else given, weights_dir=spec.weights_dir)
     return pytorch.parse(module, sub)
 
 

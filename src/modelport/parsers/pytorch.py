@@ -421,8 +421,8 @@ def parse(source, spec) -> IRModel:
     program = getattr(module, "exported_program", None)
     kept = own_shapes == [(s.dtype, list(s.shape)) for s in specs]  # the saved program fits the contract as it is
     exported = export_model(module, args, specs, names, opset=spec.opset, ranges=ranges, program=program,
-                            program_shapes_kept=kept, path=spec.path)
-    model = exported.model
+                            program_shapes_kept=kept, path=spec.path, weights_dir=spec.weights_dir)
+    model, stored = exported.model, exported.stored
     fixed: dict[str, int] = {}
     for s in specs:  # a route that traced the sizes as constants fixed these dims to the sample's
         for i, d in enumerate(s.shape):
@@ -430,6 +430,11 @@ def parse(source, spec) -> IRModel:
                 fixed[d] = int(sample[s.name].shape[i])
         s.shape = [fixed.get(d, d) if isinstance(d, str) else d for d in s.shape]
     if spec.opset:
+        if stored is not None:  # the version converter is given the whole model
+            from modelport.optimize.weight_store import WeightStore
+
+            WeightStore(stored).attach(model)
+            stored = None
         model = convert_opset(model, spec.opset, spec.path)
     model = infer_and_check(model, spec.path)
     outputs = specs_from_onnx(model.graph.output)
@@ -460,6 +465,7 @@ def parse(source, spec) -> IRModel:
         reference=Reference(sample, {k: np.asarray(v) for k, v in ref.items()}, producer=f"torch {torch.__version__}",
                             extra=extra),
         sample_dims=dict(spec.sample_dims),
+        stored=stored,
     )
 
 

@@ -62,6 +62,7 @@ class Exported:
     route: str
     attempts: list[Attempt] = field(default_factory=list)
     fixed_dims: set[str] = field(default_factory=set)  # dynamic dims the route could only export at their sample size
+    stored: object = None  # the folder of the data file the model's large initializers refer to (`weights_dir`), or None
 
     @property
     def exporter(self) -> str:
@@ -130,21 +131,30 @@ def reason_of(e: BaseException) -> str:
 
 
 def export_model(module, args, specs, output_names, *, opset=None, ranges=None, program=None,
-                 program_shapes_kept: bool = False, path=None) -> Exported:
-    """The ONNX model of the first route that works (see the module docstring)."""
+                 program_shapes_kept: bool = False, path=None, weights_dir=None) -> Exported:
+    """The ONNX model of the first route that works (see the module docstring).
+
+    `weights_dir`: the dynamo routes write the model's large tensors from the torch tensors straight
+    to a data file in a new folder there, and the model comes back as its graph alone
+    (`Exported.stored` names the folder): the torch model and a second copy of its weights are never
+    held together. The caller reads them in once the torch model is gone."""
     torch = _torch()
     input_names = [s.name for s in specs]
     from_program = isinstance(module, ExportedCall)
+    where: dict = {}
     routes: list[tuple[str, Callable[[], object]]] = [
-        ("dynamo", lambda: _onnx_from_module(module, args, specs, input_names, output_names, opset, ranges)),
+        ("dynamo", lambda: _onnx_from_module(module, args, specs, input_names, output_names, opset, ranges,
+                                             weights_dir=weights_dir, where=where)),
     ]
     if program is not None and program_shapes_kept:
-        routes.append(("dynamo-program-decomposed",
-                       lambda: _onnx_from_program(program.run_decompositions(), input_names, output_names, opset)))
-        routes.append(("dynamo-program", lambda: _onnx_from_program(program, input_names, output_names, opset)))
+        routes.append(("dynamo-program-decomposed", lambda: _onnx_from_program(
+            program.run_decompositions(), input_names, output_names, opset, weights_dir=weights_dir, where=where)))
+        routes.append(("dynamo-program", lambda: _onnx_from_program(program, input_names, output_names, opset,
+                                                                    weights_dir=weights_dir, where=where)))
     else:
         routes.append(("dynamo-decomposed", lambda: _onnx_from_program(
-            _export_program(torch, module, args, specs, ranges).run_decompositions(), input_names, output_names, opset)))
+            _export_program(torch, module, args, specs, ranges).run_decompositions(), input_names, output_names, opset,
+            weights_dir=weights_dir, where=where)))
     routes.append(("torchscript", lambda: _onnx_torchscript(module, args, specs, input_names, output_names, opset,
                                                             static=from_program)))
     if isinstance(module, torch.jit.ScriptModule):  # torch.export refuses ScriptModules: only the TorchScript exporter applies
@@ -162,7 +172,7 @@ def export_model(module, args, specs, output_names, *, opset=None, ranges=None, 
         model = _without_stack_traces(_name_dims(model, specs))
         fixed = {d for s in specs for d in s.dynamic_dims.values()} if route == "torchscript" and from_program else set()
         attempts.append(Attempt(route, True, None, round(time.perf_counter() - t, 3)))
-        return Exported(model, route, attempts, fixed)
+        return Exported(model, route, attempts, fixed, stored=where.get("stored"))
     last = "; ".join(f"{a.route}: {a.reason}" for a in attempts)
     if isinstance(module, torch.jit.ScriptModule):
         raise ExportFailedError(f"the TorchScript exporter failed (a TorchScript module has no other route: torch.export "
@@ -230,13 +240,38 @@ def _dynamic_shapes(torch, specs, ranges, *, varargs: bool):
     return (tuple(shapes),) if varargs else tuple(shapes)
 
 
-def _onnx_from_module(module, args, specs, input_names, output_names, opset, ranges):
+def _onnx_from_module(module, args, specs, input_names, output_names, opset, ranges, *, weights_dir=None, where=None):
     torch = _torch()
     shapes = _dynamic_shapes(torch, specs, ranges, varargs=isinstance(module, ExportedCall))
     kwargs = {"dynamic_shapes": shapes} if shapes else {}
     prog = torch.onnx.export(module, tuple(args), dynamo=True, input_names=input_names, output_names=output_names,
                              opset_version=opset, external_data=False, optimize=True, **kwargs)
-    return prog.model_proto
+    return _proto_of(prog, weights_dir, where)
+
+
+STORED_MIN_BYTES = 1024  # tensors at least this large go to the data file (smaller ones: shape inference reads them)
+
+
+def _proto_of(prog, weights_dir, where):
+    """The exported ModelProto: whole, or (`weights_dir`) its graph with the large tensors in a data
+    file of a new folder under `weights_dir`, written from the torch tensors one at a time; the folder
+    goes into `where["stored"]`."""
+    if weights_dir is None:
+        return prog.model_proto
+    import tempfile
+    from pathlib import Path
+
+    import onnx
+    import onnx_ir
+
+    from modelport.progress import tick
+
+    folder = Path(tempfile.mkdtemp(prefix="export-", dir=weights_dir))
+    path = folder / "model.onnx"
+    onnx_ir.save(prog.model, path, external_data=path.name + ".data", size_threshold_bytes=STORED_MIN_BYTES, max_workers=1,
+                 callback=lambda tensor, info: tick("writing", tensor.name or "a tensor", info.index, info.total))
+    where["stored"] = folder
+    return onnx.load(str(path), load_external_data=False)
 
 
 def _export_program(torch, module, args, specs, ranges):
@@ -244,11 +279,11 @@ def _export_program(torch, module, args, specs, ranges):
     return torch.export.export(module, tuple(args), dynamic_shapes=shapes, strict=False)
 
 
-def _onnx_from_program(program, input_names, output_names, opset):
+def _onnx_from_program(program, input_names, output_names, opset, *, weights_dir=None, where=None):
     torch = _torch()
     prog = torch.onnx.export(program, (), dynamo=True, input_names=input_names, output_names=output_names,
                              opset_version=opset, external_data=False, optimize=True)
-    return prog.model_proto
+    return _proto_of(prog, weights_dir, where)
 
 
 def _onnx_torchscript(module, args, specs, input_names, output_names, opset, *, static: bool):
