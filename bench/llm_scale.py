@@ -8,18 +8,23 @@ Rows, run in turn within each round (a burst of load on a shared machine hits ev
     builder fp32      python -m onnxruntime_genai.models.builder -i FOLDER -o OUT -p fp32 -e cpu
     modelport int4    ... --precision int4 --optimize all (block 32, symmetric)
     builder int4      ... -p int4
+    modelport fp16    ... --precision fp16 --optimize all (with --precisions ...,fp16)
+    builder fp16      ... -p fp16 (float16 weights, cache and logits; meant for GPUs, run here on the CPU)
 
 Each command runs in its own process; a sampler reads the RSS of that process and all its children
 every 0.2 s and keeps the largest sum (the tree's peak; `/usr/bin/time` only gives the largest single
 process). modelport's wall time is split into conversion and validation from its report.json
 (stages `validate:*` and `reference:*` are validation). Random weights leave int4 logits near-tied,
 so the int4 rows pass `--accuracy-budget tokens>=0` and print the token agreement beside them. The
-int4 rows write an onnxruntime-genai folder (`--to ort-genai`, validated by generating with
-onnxruntime-genai itself), and both int4 folders are then timed at decoding with onnxruntime-genai
-(`DECODE`: 64 greedy tokens after a 16-token prompt, one intra-op thread and onnxruntime's default).
+int4 and fp16 rows write an onnxruntime-genai folder (`--to ort-genai`, validated by generating with
+onnxruntime-genai itself), and the folders of the precisions in --decode are then timed at decoding
+with onnxruntime-genai (`DECODE`: 64 greedy tokens after a 16-token prompt, one intra-op thread and
+onnxruntime's default); the builder's fp32 folder too when fp32 is in --decode (modelport's fp32
+row writes model.onnx alone), as the CPU figure fp16 is compared with.
 
 Usage: python bench/llm_scale.py [--layers 24 --hidden 896 --intermediate 4864 --heads 14 --kv-heads 2
-                                  --vocab 151936 --rounds 1 --precisions fp32,int4 --decode int4 --work DIR --no-builder]
+                                  --vocab 151936 --rounds 1 --precisions fp32,int4[,fp16] --decode int4[,fp16,fp32]
+                                  --work DIR --no-builder]
 """
 
 from __future__ import annotations
