@@ -251,11 +251,11 @@ class IRModel:
     def attach_stored(self) -> IRModel:
         """Read the weights a parse left in files into the model (tensor by tensor; this IR's and its
         parts'); the files can go afterwards."""
-        from modelport.optimize.weight_store import WeightStore
+        from modelport.onnx_io import attach_external
 
         for ir in (self, *self.parts.values()):
             if ir.stored is not None:
-                WeightStore(ir.stored).attach(ir.model)
+                attach_external(ir.model, ir.stored)
                 ir.stored = None
         return self
 
@@ -277,8 +277,7 @@ class IRModel:
         import onnx
 
         from modelport.memory import give_back
-        from modelport.onnx_io import tensor_bytes, write_external
-        from modelport.optimize.weight_store import WeightStore
+        from modelport.onnx_io import attach_external, tensor_bytes, write_external
 
         if self.model is None or tensor_bytes(self.model) < (PARK_BYTES if min_bytes is None else min_bytes):
             yield None
@@ -291,7 +290,7 @@ class IRModel:
             try:
                 yield path
             finally:
-                WeightStore(tmp).attach(self.model)
+                attach_external(self.model, tmp)
 
     def save(self, folder: str | Path, *, model_name: str = "model.onnx") -> list[Path]:
         """Write the IR into `folder`; returns the files written."""

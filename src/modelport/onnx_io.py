@@ -542,3 +542,80 @@ class DataFile:
         self.offset = self._out.tell()
         self._refer(out, start)
         return out
+
+
+WEIGHTLESS_DATA = "weights.bin"
+
+
+def weightless(model):
+    """(a copy of `model` whose initializers of 1 KB or more, in every graph, carry their dims and
+    dtype but refer to external data in WEIGHTLESS_DATA instead of holding it, that file's size)."""
+    import onnx
+
+    offset = 0
+
+    def strip(src, dst):
+        nonlocal offset
+        copy_fields(src, dst, skip=("initializer", "node"))
+        for t in src.initializer:
+            out = dst.initializer.add()
+            stored = t.data_location == onnx.TensorProto.EXTERNAL
+            length = int({e.key: e.value for e in t.external_data}.get("length") or 0) if stored else raw_nbytes(t)
+            if length >= 1024 or stored:
+                copy_fields(t, out, skip=("raw_data", "external_data", "data_location"))
+                out.data_location = onnx.TensorProto.EXTERNAL
+                for key, value in (("location", WEIGHTLESS_DATA), ("offset", str(offset)), ("length", str(length))):
+                    entry = out.external_data.add()
+                    entry.key, entry.value = key, value
+                offset += length
+            else:
+                out.CopyFrom(t)
+        for node in src.node:
+            new = dst.node.add()
+            copy_fields(node, new, skip=("attribute",))
+            for attr in node.attribute:
+                a = new.attribute.add()
+                copy_fields(attr, a, skip=("g", "graphs"))
+                if attr.HasField("g"):
+                    strip(attr.g, a.g)
+                for g in attr.graphs:
+                    strip(g, a.graphs.add())
+
+    out = onnx.ModelProto()
+    copy_fields(model, out, skip=("graph",))
+    strip(model.graph, out.graph)
+    return out, offset
+
+
+def attach_external(model, base_dir: str | Path) -> None:
+    """Read, in place, the data of every external initializer of `model`'s main graph from its file
+    in `base_dir` (tensor by tensor: one tensor's bytes in flight at a time)."""
+    import onnx
+    import onnx.external_data_helper as edh
+
+    from modelport.progress import tick
+
+    total = len(model.graph.initializer)
+    for index, tensor in enumerate(model.graph.initializer):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            tick("reading", tensor.name, index, total)
+            edh.load_external_data_for_tensor(tensor, str(base_dir))
+            tensor.ClearField("data_location")
+            del tensor.external_data[:]
+
+
+def check_weightless(model) -> None:
+    """onnx's checker on `model` without serialising its weights: on `weightless(model)` read from a
+    file whose large tensors refer to a sparse file of the right size (the checker verifies each
+    tensor's bytes are there, not what they are). Raises what the checker raises."""
+    import tempfile
+
+    import onnx
+    import onnx.checker
+
+    with tempfile.TemporaryDirectory(prefix="modelport-check-") as tmp:
+        skeleton, size = weightless(model)
+        with open(Path(tmp) / WEIGHTLESS_DATA, "wb") as f:
+            f.truncate(size)  # sparse: takes neither disk nor memory
+        onnx.save_model(skeleton, str(Path(tmp) / "model.onnx"))
+        onnx.checker.check_model(str(Path(tmp) / "model.onnx"))

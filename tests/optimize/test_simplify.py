@@ -29,3 +29,15 @@ def test_skipped_over_protobuf_limit():
     with mock.patch("onnx.checker.MAXIMUM_PROTOBUF", 64):
         result = get_pass("simplify").apply(ir)
     assert not result.modified and "protobuf limit" in result.details["skipped"]
+
+
+def test_skipped_from_max_bytes_of_weights(monkeypatch):
+    """onnxsim holds a model several times over: from simplify.MAX_BYTES of tensors it is passed over, saying why."""
+    from modelport.optimize import simplify
+
+    ir = _shape_graph()
+    monkeypatch.setattr(simplify, "MAX_BYTES", 16)
+    result = get_pass("simplify").apply(ir)
+    assert not result.modified and "onnxsim holds a model several times over" in result.details["skipped"]
+    monkeypatch.setattr(simplify, "MAX_BYTES", 1 << 20)
+    assert get_pass("simplify").apply(ir).modified

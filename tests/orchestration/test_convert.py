@@ -110,3 +110,22 @@ def test_the_ir_weights_wait_in_a_file_while_an_artifact_is_validated(tmp_path, 
     assert [t for t, _ in seen] == ["onnx", "openvino"]
     assert all(locations == {onnx.TensorProto.EXTERNAL} for _, locations in seen)
     assert all(p["ok"] for p in report["parity"])
+
+
+def test_the_ir_before_the_passes_is_let_go_once_they_are_done(tmp_path, monkeypatch):
+    """`--optimize`: every target is emitted from the optimised IR, so the one the passes started from
+    does not keep its weights beside it."""
+    import modelport.orchestration.optimize_stage as optimize_module  # convert() imports optimize_stage from here
+
+    given = []
+    original = optimize_module.optimize_stage
+
+    def spy(ir, *args, **kwargs):
+        given.append(ir)
+        return original(ir, *args, **kwargs)
+
+    monkeypatch.setattr(optimize_module, "optimize_stage", spy)
+    report = modelport.convert(BigLogits().eval(), tmp_path / "o", inputs=["x:batch,4096"], targets=["onnx"],
+                               optimize="all")
+    assert all(p["ok"] for p in report["parity"]) and len(given) == 1
+    assert given[0].model is None

@@ -26,31 +26,28 @@ from modelport.validation.budget import BudgetKey, parse_clauses
 PassCallback = Callable[[str], None]
 
 
-# above this serialised size a model is hashed tensor by tensor (protobuf cannot serialise past 2 GiB)
-_INLINE_HASH_LIMIT = 1 << 30
+# above this size of tensor data a model is hashed tensor by tensor: its serialisation would be one
+# more copy of it (and protobuf cannot serialise past 2 GiB)
+_INLINE_HASH_LIMIT = 64 << 20
 
 
 def fingerprint(model, *, inline_limit: int = _INLINE_HASH_LIMIT) -> str:
-    """sha256 of a ModelProto's deterministic serialisation. A model above `inline_limit` bytes is
-    hashed without its tensors' raw data, each of which is hashed on its own (the data is put back)."""
+    """sha256 of a ModelProto's deterministic serialisation. A model with more than `inline_limit`
+    bytes of tensors is hashed as its graph without the large tensors' bytes (`onnx_io.weightless`)
+    followed by each of those tensors' own hash, one tensor in memory at a time; the model is only read."""
     import hashlib
 
+    from modelport.onnx_io import raw_nbytes, tensor_bytes, weightless
+
     h = hashlib.sha256()
-    if model.ByteSize() <= inline_limit:
+    if tensor_bytes(model) <= inline_limit:
         h.update(model.SerializeToString(deterministic=True))
         return h.hexdigest()
-    saved = []
-    try:
-        for t in _tensors(model):
-            if t.raw_data:
-                raw = t.raw_data
-                h.update(hashlib.sha256(raw).digest())
-                saved.append((t, raw))
-                t.ClearField("raw_data")
-        h.update(model.SerializeToString(deterministic=True))
-    finally:
-        for t, raw in saved:
-            t.raw_data = raw
+    skeleton, _ = weightless(model)
+    h.update(skeleton.SerializeToString(deterministic=True))
+    for t in _tensors(model):
+        if raw_nbytes(t) >= 1024:
+            h.update(hashlib.sha256(t.raw_data).digest())
     return h.hexdigest()
 
 
@@ -74,10 +71,14 @@ def _tensors(model):
                     graphs.extend(a.graphs)
 
 
-def check_parity(ir: IRModel, tol: Tolerance, hop: str):
+def check_parity(ir: IRModel, tol: Tolerance, hop: str, *, path=None):
+    """`ir` against its references in onnxruntime (loaded from `path`, the same model in a file, when given)."""
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 
-    return check(OnnxRuntimeRunner(ir.model), ir.reference, tol, hop)
+    runner = OnnxRuntimeRunner(path or ir.model)
+    parity = check(runner, ir.reference, tol, hop)
+    del runner  # the session, before the caller reads any weights back
+    return parity
 
 
 def invalid_model(model, *, repair: bool = False) -> str | None:
@@ -90,16 +91,17 @@ def invalid_model(model, *, repair: bool = False) -> str | None:
     """
     import onnx
 
-    from modelport.onnx_io import protobuf_limit
+    from modelport.onnx_io import check_weightless, protobuf_limit, tensor_bytes
 
-    if model.ByteSize() >= protobuf_limit():
-        return None  # the in-memory checker cannot take a model over the protobuf limit
     if repair:
         from modelport.optimize.model_tools import sort_nodes
 
         sort_nodes(model.graph)
     try:
-        onnx.checker.check_model(model)
+        if tensor_bytes(model) > _INLINE_HASH_LIMIT or model.ByteSize() >= protobuf_limit():
+            check_weightless(model)  # serialised, it would be one more copy of itself (or past protobuf's limit)
+        else:
+            onnx.checker.check_model(model)
     except Exception as e:
         return " ".join(str(e).split())[:300] or type(e).__name__
     return None
@@ -165,7 +167,9 @@ def run_passes(ir: IRModel, passes: list[Pass], *, tolerance: Callable[[str], To
                     rows.append(row)
                     raise ValidationError(f"pass '{p.name}' produced an invalid model: {invalid}", rows=rows)
             else:
-                parity = check_parity(result.model, tolerance(p.precision), f"optimize:{p.name}")
+                # the two models' weights wait in files while onnxruntime holds the candidate's
+                with ir.weights_parked(), result.model.weights_parked() as parked:
+                    parity = check_parity(result.model, tolerance(p.precision), f"optimize:{p.name}", path=parked)
                 row.parity = parity.to_dict()
                 row.nodes_after, row.size_after = node_count(result.model.model), model_size(result.model.model)
                 if parity.ok:

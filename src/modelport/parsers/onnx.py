@@ -45,6 +45,8 @@ def infer_and_check(model, path=None):
 
     import onnx
 
+    from modelport.onnx_io import WEIGHTLESS_DATA, weightless
+
     with tempfile.TemporaryDirectory(prefix="modelport-check-") as tmp:
         skeleton, size = weightless(model)
         with open(Path(tmp) / WEIGHTLESS_DATA, "wb") as f:
@@ -64,49 +66,6 @@ def infer_and_check(model, path=None):
     return model
 
 
-WEIGHTLESS_DATA = "weights.bin"
-
-
-def weightless(model):
-    """(a copy of `model` whose initializers of 1 KB or more, in every graph, carry their dims and
-    dtype but refer to external data in WEIGHTLESS_DATA instead of holding it, that file's size)."""
-    import onnx
-
-    from modelport.onnx_io import copy_fields, raw_nbytes
-
-    offset = 0
-
-    def strip(src, dst):
-        nonlocal offset
-        copy_fields(src, dst, skip=("initializer", "node"))
-        for t in src.initializer:
-            out = dst.initializer.add()
-            stored = t.data_location == onnx.TensorProto.EXTERNAL
-            length = int({e.key: e.value for e in t.external_data}.get("length") or 0) if stored else raw_nbytes(t)
-            if length >= 1024 or stored:
-                copy_fields(t, out, skip=("raw_data", "external_data", "data_location"))
-                out.data_location = onnx.TensorProto.EXTERNAL
-                for key, value in (("location", WEIGHTLESS_DATA), ("offset", str(offset)), ("length", str(length))):
-                    entry = out.external_data.add()
-                    entry.key, entry.value = key, value
-                offset += length
-            else:
-                out.CopyFrom(t)
-        for node in src.node:
-            new = dst.node.add()
-            copy_fields(node, new, skip=("attribute",))
-            for attr in node.attribute:
-                a = new.attribute.add()
-                copy_fields(attr, a, skip=("g", "graphs"))
-                if attr.HasField("g"):
-                    strip(attr.g, a.g)
-                for g in attr.graphs:
-                    strip(g, a.graphs.add())
-
-    out = onnx.ModelProto()
-    copy_fields(model, out, skip=("graph",))
-    strip(model.graph, out.graph)
-    return out, offset
 
 
 def _take_types(src, dst) -> None:
