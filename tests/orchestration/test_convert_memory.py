@@ -51,3 +51,21 @@ def test_converting_an_encoder_holds_its_weights_a_bounded_number_of_times(tmp_p
     parse = [next(s["peak_rss"] for s in json.loads((tmp_path / f"out-{f.name}" / "report.json").read_text())["stages"]
                   if s["name"] == "parse") for f in (small, big)]
     assert (parse[1] - parse[0]) / extra <= PARSE_COPIES, (parse, extra)
+
+
+def test_a_folder_too_large_for_the_memory_available_is_exit_2_before_work(cli, tmp_path, monkeypatch):
+    """The estimate is read from the safetensors' headers before anything is loaded: a folder that
+    would not fit is refused in one line naming it, and nothing is written."""
+    folder = _bert(tmp_path / "bert", 128)
+    monkeypatch.setenv("MODELPORT_AVAILABLE_MEMORY", "100M")
+    r = cli("convert", folder, "--task", "feature-extraction", "-o", tmp_path / "out", "--json")
+    assert r.exit_code == 2, r
+    assert "converting needs about" in r.stderr and "is available" in r.stderr and str(folder) in r.stderr
+    assert not (tmp_path / "out").exists()
+    assert [s["name"] for s in r.json()["stages"]] == ["preflight:memory"]
+    monkeypatch.setenv("MODELPORT_AVAILABLE_MEMORY", "64G")
+    r = cli("convert", folder, "--task", "feature-extraction", "-o", tmp_path / "out", "--json", "--optimize", "all")
+    assert r.exit_code == 0, r
+    row = r.json()["stages"][0]
+    assert row["name"] == "preflight:memory" and row["estimate"] == "optimize" and row["parameters"] > 0
+    assert row["estimated_peak_rss"] > 1e9 and row["available_memory"] == 64 << 30

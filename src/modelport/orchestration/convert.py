@@ -257,6 +257,45 @@ def describe_source(source, ir: IRModel) -> dict:
     return info
 
 
+# The general route's peak resident memory (process tree) for a Hugging Face folder, estimated before any
+# work from the fp32 size W of its safetensors' parameters: LIBRARIES + copies x W. Measured on
+# random-init BERT-shaped folders, `--task feature-extraction --to onnx`: W = 1.0 GB peaked at 3.69 GB
+# (validation's child reads, parses and copies the one-file artifact: about 3 W), W = 2.9 GB at 3.78 GB
+# (external data from 1 GiB: 1.1 W); `--optimize all` on the 1.0 GB one at 5.64 GB (onnxruntime's
+# transformer optimizer, about 4.9 W). Rounded up.
+MEMORY_LIBRARIES = 1.0e9
+MEMORY_COPIES = {"one file": 3.3, "external data": 1.4, "optimize": 5.2}
+
+
+def check_memory(src, options: ConvertOptions, report: Report, *, on_stage: StageCallback | None = None) -> None:
+    """Refuse (exit 2, before any work) a Hugging Face folder whose conversion is estimated to need more
+    memory than is available, rather than be killed part way; the `preflight:memory` row records the
+    figures. MODELPORT_AVAILABLE_MEMORY overrides the memory counted as available. Other sources:
+    nothing to read the size from before loading them; no row."""
+    from modelport import memory
+    from modelport.onnx_io import EXTERNAL_DATA_THRESHOLD
+    from modelport.orchestration.optimize_stage import wanted
+    from modelport.parsers import huggingface
+
+    if not isinstance(src, (str, Path)) or not Path(src).is_dir() or not huggingface.sniff(Path(src)):
+        return
+    files = huggingface.weight_files(Path(src))[0]
+    if not files:
+        return
+    with run_stage(report, "preflight:memory", on_stage=on_stage) as row:
+        parameters = huggingface.parameter_count(files)
+        weights = 4 * parameters
+        level = options.optimize.level if options.optimize is not None else None
+        case = "optimize" if wanted(options) and level != "none" else \
+            "external data" if weights >= EXTERNAL_DATA_THRESHOLD else "one file"
+        need, free = int(MEMORY_LIBRARIES + MEMORY_COPIES[case] * weights), memory.available()
+        row.note(parameters=parameters, estimated_peak_rss=need, available_memory=free, estimate=case)
+    if free is not None and need > free:
+        raise BadInputError(f"converting needs about {memory.fmt_bytes(need)} of memory ({parameters / 1e6:,.0f} M parameters, "
+                            f"{memory.fmt_bytes(weights)} in fp32, {case}) and {memory.fmt_bytes(free)} is available", path=src,
+                            hint=f"free memory, or set {memory.AVAILABLE_ENV}=<bytes> to run anyway, at the risk of being killed")
+
+
 def validate_ir(ir: IRModel, tol: Tolerance, hop: str):
     """Run the IR's ONNX model in onnxruntime on the reference inputs and compare. A large model's
     weights wait in a file meanwhile, from which onnxruntime loads them (`IRModel.weights_parked`):
@@ -643,6 +682,7 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
         check_output(out, source_inputs(source, options), force=options.force)
         src, spec, zoo_tol = resolve_source(source, options)
         tol = options.tolerance("fp32", zoo_tol)
+        check_memory(src, options, report, on_stage=on_stage)
 
         import tempfile
 
