@@ -6,67 +6,95 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
+from pathlib import Path
 
-import numpy as np
 import pytest
 
 from modelport import memory
 from modelport.errors import BadInputError
-from modelport.validation.report import SCHEMA_FILE, Report
+from modelport.validation.report import SCHEMA_FILE
 
 MB = 1 << 20
 
 
+def _in_a_process_of_its_own(code: str) -> str:
+    """Run `code` (which asserts what it measures) in a fresh interpreter: a test worker's process tree
+    may hold other tests' children (servers, a Ray cluster), whose sampling can outlast a short block,
+    and its own high-water mark is that of every test it ran before."""
+    import os
+
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+PRELUDE = """
+import json, resource, subprocess, sys, time
+import numpy as np
+from modelport import memory
+MB = 1 << 20
+"""
+
+
 def test_a_window_sees_memory_this_process_touched_and_let_go():
-    w = memory.window()
-    before = w.peak
-    block = np.ones(300 * MB, dtype=np.uint8)  # touched: resident
-    time.sleep(3 * memory.INTERVAL)  # a sample falls while it is held (the high-water mark may be older)
-    del block
-    peak = w.close()
-    assert peak >= before + 280 * MB
-    assert w.close() == peak  # closing again keeps the figure
-    memory.wait_idle()
-    assert memory._sampler._thread is None  # no thread left once every window is closed
+    _in_a_process_of_its_own(PRELUDE + """
+w = memory.window()
+before = w.peak
+block = np.ones(300 * MB, dtype=np.uint8)  # touched: resident
+time.sleep(3 * memory.INTERVAL)  # a sample falls while it is held (the high-water mark may be older)
+del block
+peak = w.close()
+assert peak >= before + 280 * MB, (peak, before)
+assert w.close() == peak  # closing again keeps the figure
+memory.wait_idle()
+assert memory._sampler._thread is None  # no thread left once every window is closed
+""")
 
 
 def test_a_window_sees_a_child_process_while_it_runs():
-    w = memory.window()
-    before = w.peak
-    child = subprocess.run([sys.executable, "-c", "import numpy as np, time; b = np.ones(250 << 20, np.uint8); time.sleep(0.6)"],
-                           check=True)
-    assert child.returncode == 0
-    assert w.close() >= before + 230 * MB
+    _in_a_process_of_its_own(PRELUDE + """
+w = memory.window()
+before = w.peak
+subprocess.run([sys.executable, "-c", "import numpy as np, time; b = np.ones(250 << 20, np.uint8); time.sleep(0.6)"],
+               check=True)
+peak = w.close()
+assert peak >= before + 230 * MB, (peak, before)
+""")
 
 
 def test_a_small_child_of_a_process_that_once_held_much_is_counted_as_small():
     """A child started by fork/vfork and exec reports its parent's high-water mark as its own
     (RUSAGE_CHILDREN): the window reads the tree instead, so validation's child is not counted at
     the size the converter once had."""
-    import resource
-
-    block = np.ones(400 * MB, dtype=np.uint8)
-    del block
-    high = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    w = memory.window()
-    subprocess.run([sys.executable, "-c", "pass"], check=True)
-    assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024 >= 0.9 * high  # the inherited mark
-    peak = w.close()
-    assert peak < high - 300 * MB, (peak, high)
+    _in_a_process_of_its_own(PRELUDE + """
+block = np.ones(400 * MB, dtype=np.uint8)
+del block
+high = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+w = memory.window()
+subprocess.run([sys.executable, "-c", "pass"], check=True)
+assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024 >= 0.9 * high  # the inherited mark
+peak = w.close()
+assert peak < high - 300 * MB, (peak, high)
+""")
 
 
 def test_report_stages_carry_their_peak_and_the_run_its_largest():
     import jsonschema
 
-    report = Report("convert")
-    with report.stage("small"):
-        pass
-    with report.stage("large"):
-        block = np.ones(200 * MB, dtype=np.uint8)
-        time.sleep(3 * memory.INTERVAL)  # a sample falls while it is held (the high-water mark may be older)
-        del block
-    doc = report.finish()
+    out = _in_a_process_of_its_own(PRELUDE + """
+from modelport.validation.report import Report
+report = Report("convert")
+with report.stage("small"):
+    pass
+with report.stage("large"):
+    block = np.ones(200 * MB, dtype=np.uint8)
+    time.sleep(3 * memory.INTERVAL)  # a sample falls while it is held (the high-water mark may be older)
+    del block
+print(json.dumps(report.finish()))
+""")
+    doc = json.loads(out.strip().splitlines()[-1])
     small, large = doc["stages"]
     assert large["peak_rss"] >= small["peak_rss"] + 150 * MB
     assert doc["peak_rss"] == large["peak_rss"]
