@@ -260,13 +260,12 @@ class IRModel:
         return self
 
     @contextlib.contextmanager
-    def weights_parked(self, min_bytes: int | None = None):
+    def weights_parked(self):
         """While the block runs, the model's weights wait in a scratch file instead of memory, and
         `self.model` is its graph alone (initializers referring to that file); afterwards they are
         read back, tensor by tensor. For a child process that needs memory while this one needs
         nothing but the contract and the references (validation of an artifact by its runtime): the
-        weights are not held twice over the process tree. Models under `min_bytes` (PARK_BYTES) stay
-        as they are. Gives the parked model's file (its weights in a data file beside it, each tensor
+        weights are not held twice over the process tree. Models under PARK_BYTES stay as they are. Gives the parked model's file (its weights in a data file beside it, each tensor
         page-aligned: a runtime may load it from there), or None when nothing was parked.
 
         With the upb protobuf runtime a ModelProto's bytes are freed only with the whole message, so
@@ -279,7 +278,7 @@ class IRModel:
         from modelport.memory import give_back
         from modelport.onnx_io import attach_external, tensor_bytes, write_external
 
-        if self.model is None or tensor_bytes(self.model) < (PARK_BYTES if min_bytes is None else min_bytes):
+        if self.model is None or tensor_bytes(self.model) < PARK_BYTES:
             yield None
             return
         with tempfile.TemporaryDirectory(prefix="modelport-parked-") as tmp:

@@ -182,6 +182,16 @@ def available() -> int | None:
     return None
 
 
+def refuse_if_short(need: int, free: int | None, *, why: str, path) -> None:
+    """A run estimated to need `need` bytes at its peak, with `free` available (None: unknown), is
+    refused before any work (exit 2, naming both and `why`) rather than killed part way."""
+    if free is not None and need > free:
+        from modelport.errors import BadInputError
+
+        raise BadInputError(f"converting needs about {fmt_bytes(need)} of memory ({why}) and {fmt_bytes(free)} is available",
+                            path=path, hint=f"free memory, or set {AVAILABLE_ENV}=<bytes> to run anyway, at the risk of being killed")
+
+
 def fmt_bytes(n: int | float) -> str:
     """1.2 GB, 830 MB (decimal units, as the README's figures)."""
     return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"

@@ -605,16 +605,21 @@ def attach_external(model, base_dir: str | Path) -> None:
 
 
 def check_weightless(model) -> None:
-    """onnx's checker on `model` without serialising its weights: on `weightless(model)` read from a
-    file whose large tensors refer to a sparse file of the right size (the checker verifies each
-    tensor's bytes are there, not what they are). Raises what the checker raises."""
+    """onnx's checker on `model` without serialising its weights (see `check_skeleton`). Raises what
+    the checker raises."""
+    check_skeleton(*weightless(model))
+
+
+def check_skeleton(skeleton, size: int) -> None:
+    """onnx's checker on a `weightless` copy (`size`: its data file's), read from a file whose large
+    tensors refer to a sparse file of that size: the checker verifies each tensor's bytes are there,
+    not what they are. Raises what the checker raises."""
     import tempfile
 
     import onnx
     import onnx.checker
 
     with tempfile.TemporaryDirectory(prefix="modelport-check-") as tmp:
-        skeleton, size = weightless(model)
         with open(Path(tmp) / WEIGHTLESS_DATA, "wb") as f:
             f.truncate(size)  # sparse: takes neither disk nor memory
         onnx.save_model(skeleton, str(Path(tmp) / "model.onnx"))

@@ -71,13 +71,16 @@ def _tensors(model):
                     graphs.extend(a.graphs)
 
 
-def check_parity(ir: IRModel, tol: Tolerance, hop: str, *, path=None):
-    """`ir` against its references in onnxruntime (loaded from `path`, the same model in a file, when given)."""
+def check_parity(ir: IRModel, tol: Tolerance, hop: str):
+    """`ir` against its references in onnxruntime. A large model's weights wait in a file meanwhile,
+    from which onnxruntime loads them (`IRModel.weights_parked`): the session and the ModelProto are
+    not both held."""
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 
-    runner = OnnxRuntimeRunner(path or ir.model)
-    parity = check(runner, ir.reference, tol, hop)
-    del runner  # the session, before the caller reads any weights back
+    with ir.weights_parked() as parked:
+        runner = OnnxRuntimeRunner(parked or ir.model)
+        parity = check(runner, ir.reference, tol, hop)
+        del runner  # the session: released before the weights are read back
     return parity
 
 
@@ -167,9 +170,8 @@ def run_passes(ir: IRModel, passes: list[Pass], *, tolerance: Callable[[str], To
                     rows.append(row)
                     raise ValidationError(f"pass '{p.name}' produced an invalid model: {invalid}", rows=rows)
             else:
-                # the two models' weights wait in files while onnxruntime holds the candidate's
-                with ir.weights_parked(), result.model.weights_parked() as parked:
-                    parity = check_parity(result.model, tolerance(p.precision), f"optimize:{p.name}", path=parked)
+                with ir.weights_parked():  # the pass's input waits in a file too while the candidate is checked
+                    parity = check_parity(result.model, tolerance(p.precision), f"optimize:{p.name}")
                 row.parity = parity.to_dict()
                 row.nodes_after, row.size_after = node_count(result.model.model), model_size(result.model.model)
                 if parity.ok:

@@ -28,8 +28,9 @@ class OnnxSimPass(Pass):
             return PassResult(ir, False, {"skipped": "model over the protobuf limit; onnxsim needs one protobuf"})
         from modelport.onnx_io import tensor_bytes
 
-        if tensor_bytes(ir.model) >= MAX_BYTES:
-            return PassResult(ir, False, {"skipped": f"{tensor_bytes(ir.model) / 1e6:,.0f} MB of weights: onnxsim holds a "
+        size = tensor_bytes(ir.model)
+        if size >= MAX_BYTES:
+            return PassResult(ir, False, {"skipped": f"{size / 1e6:,.0f} MB of weights: onnxsim holds a "
                                                      f"model several times over (from {MAX_BYTES >> 20} MiB it is skipped)"})
         onnxsim = require("onnxsim", purpose="the 'simplify' pass")
         import onnx

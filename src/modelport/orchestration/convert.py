@@ -290,23 +290,16 @@ def check_memory(src, options: ConvertOptions, report: Report, *, on_stage: Stag
             "external data" if weights >= EXTERNAL_DATA_THRESHOLD else "one file"
         need, free = int(MEMORY_LIBRARIES + MEMORY_COPIES[case] * weights), memory.available()
         row.note(parameters=parameters, estimated_peak_rss=need, available_memory=free, estimate=case)
-    if free is not None and need > free:
-        raise BadInputError(f"converting needs about {memory.fmt_bytes(need)} of memory ({parameters / 1e6:,.0f} M parameters, "
-                            f"{memory.fmt_bytes(weights)} in fp32, {case}) and {memory.fmt_bytes(free)} is available", path=src,
-                            hint=f"free memory, or set {memory.AVAILABLE_ENV}=<bytes> to run anyway, at the risk of being killed")
+    memory.refuse_if_short(need, free, why=f"{parameters / 1e6:,.0f} M parameters, {memory.fmt_bytes(weights)} in fp32, {case}",
+                           path=src)
 
 
 def validate_ir(ir: IRModel, tol: Tolerance, hop: str):
-    """Run the IR's ONNX model in onnxruntime on the reference inputs and compare. A large model's
-    weights wait in a file meanwhile, from which onnxruntime loads them (`IRModel.weights_parked`):
-    the session and the IR's ModelProto are not both held."""
-    from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
+    """Run the IR's ONNX model in onnxruntime on the reference inputs and compare (the parity gate's
+    own check: a large model is loaded from a file its weights wait in)."""
+    from modelport.optimize.pipeline import check_parity
 
-    with ir.weights_parked() as parked:
-        runner = OnnxRuntimeRunner(parked or ir.model)
-        parity = check(runner, ir.reference, tol, hop)
-        del runner  # the session: released before the weights are read back
-    return parity
+    return check_parity(ir, tol, hop)
 
 
 def check_reference_varies(ir: IRModel, report: Report, *, strict: bool, path=None) -> None:

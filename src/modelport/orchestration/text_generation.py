@@ -154,12 +154,8 @@ def check_memory(folder: Path, options, report, *, on_stage=None) -> None:
         written = hf_decoder_graph.unsupported(folder, hf_decoder.read_decoder_config(folder), options.opset) is None
         need, free = estimate_peak(parameters, options, written=written), memory.available()
         row.note(parameters=parameters, estimated_peak_rss=need, available_memory=free)
-    if free is not None and need > free:
-        raise BadInputError(
-            f"converting needs about {memory.fmt_bytes(need)} of memory ({parameters / 1e6:,.0f} M parameters, held in "
-            f"fp32 by the transformers reference{'' if written else ' and the ONNX passes'}) and "
-            f"{memory.fmt_bytes(free)} is available",
-            path=folder, hint=f"free memory, or set {memory.AVAILABLE_ENV}=<bytes> to run anyway, at the risk of being killed")
+    memory.refuse_if_short(need, free, path=folder, why=f"{parameters / 1e6:,.0f} M parameters, held in fp32 by the "
+                           f"transformers reference{'' if written else ' and the ONNX passes'}")
 
 
 def export_and_reference(folder: Path, options, report, scratch: Path, *, on_stage=None):
@@ -227,9 +223,9 @@ def export_and_reference(folder: Path, options, report, scratch: Path, *, on_sta
 def attach_weights(ir, path: Path):
     """The IR with its weights read into its ModelProto (in place) from the data file of `path`, the
     model file that ModelProto was read from."""
-    from modelport.optimize.weight_store import WeightStore
+    from modelport.onnx_io import attach_external
 
-    WeightStore(path.parent).attach(ir.model)
+    attach_external(ir.model, path.parent)
     return ir
 
 
@@ -385,12 +381,12 @@ def fuse(ir, cfg, export: Path):
     """(the fused ModelProto with its weights in memory, details) for `--optimize auto`."""
     import onnx
 
-    from modelport.optimize.weight_store import WeightStore
+    from modelport.onnx_io import attach_external
 
     path = export.parent / "auto-fused.onnx"
     details = fused_model(ir, cfg, path, export)
     model = onnx.load(str(path), load_external_data=False)
-    WeightStore(path.parent).attach(model)
+    attach_external(model, path.parent)
     return model, details
 
 
@@ -443,8 +439,7 @@ def emit(target, model, precision, cfg, source, stage: Path, options, report, *,
     `weights`: the folder of `model`'s data file, from which its weights are copied tensor by tensor
     (None: `model` holds them)."""
     from modelport.emitters import ort_genai
-    from modelport.onnx_io import save_onnx, tensor_bytes
-    from modelport.optimize.weight_store import WeightStore
+    from modelport.onnx_io import attach_external, save_onnx, tensor_bytes
     from modelport.staging import describe_files
     from modelport.validation.report import run_stage
 
@@ -455,7 +450,7 @@ def emit(target, model, precision, cfg, source, stage: Path, options, report, *,
 
             held = onnx.ModelProto()
             held.CopyFrom(model)
-            WeightStore(weights).attach(held)
+            attach_external(held, weights)
             model, weights = held, None
         if target == "onnx":
             path = stage / "model.onnx"

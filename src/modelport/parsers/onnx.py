@@ -41,31 +41,21 @@ def infer_and_check(model, path=None):
     the small tensors a shape computation reads (under 1 KB) keep their values. The checker reads
     the weightless model from a file whose large tensors refer to a sparse file of the right size
     (it checks that each tensor's bytes are there, not what they are)."""
-    import tempfile
-
     import onnx
 
-    from modelport.onnx_io import WEIGHTLESS_DATA, weightless
+    from modelport.onnx_io import check_skeleton, weightless
 
-    with tempfile.TemporaryDirectory(prefix="modelport-check-") as tmp:
-        skeleton, size = weightless(model)
-        with open(Path(tmp) / WEIGHTLESS_DATA, "wb") as f:
-            f.truncate(size)  # sparse: takes neither disk nor memory
-        try:
-            inferred = onnx.shape_inference.infer_shapes(skeleton, strict_mode=False, data_prop=True)
-        except Exception:
-            inferred = skeleton  # shape inference is best effort; the checker below decides validity
-        try:
-            import onnx.checker
-
-            onnx.save_model(inferred, str(Path(tmp) / "model.onnx"))
-            onnx.checker.check_model(str(Path(tmp) / "model.onnx"))
-        except Exception as e:
-            raise BadInputError(f"invalid ONNX model: {str(e).splitlines()[0]}", path=path) from None
+    skeleton, size = weightless(model)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(skeleton, strict_mode=False, data_prop=True)
+    except Exception:
+        inferred = skeleton  # shape inference is best effort; the checker below decides validity
+    try:
+        check_skeleton(inferred, size)
+    except Exception as e:
+        raise BadInputError(f"invalid ONNX model: {str(e).splitlines()[0]}", path=path) from None
     _take_types(inferred, model)
     return model
-
-
 
 
 def _take_types(src, dst) -> None:

@@ -431,9 +431,9 @@ def parse(source, spec) -> IRModel:
         s.shape = [fixed.get(d, d) if isinstance(d, str) else d for d in s.shape]
     if spec.opset:
         if stored is not None:  # the version converter is given the whole model
-            from modelport.optimize.weight_store import WeightStore
+            from modelport.onnx_io import attach_external
 
-            WeightStore(stored).attach(model)
+            attach_external(model, stored)
             stored = None
         model = convert_opset(model, spec.opset, spec.path)
     model = infer_and_check(model, spec.path)
