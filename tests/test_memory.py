@@ -65,18 +65,19 @@ assert peak >= before + 230 * MB, (peak, before)
 
 
 def test_a_small_child_of_a_process_that_once_held_much_is_counted_as_small():
-    """A child started by fork/vfork and exec reports its parent's high-water mark as its own
-    (RUSAGE_CHILDREN): the window reads the tree instead, so validation's child is not counted at
-    the size the converter once had."""
+    """On some kernels (Linux 6.18 here) a child started by fork/vfork and exec reports its parent's
+    high-water mark as its own (RUSAGE_CHILDREN); others do not carry it. The window reads the tree
+    instead, so validation's child is never counted at the size the converter once had, whichever
+    kernel runs it. (Where the kernel carries the mark, the old window failed this.)"""
     _in_a_process_of_its_own(PRELUDE + """
 block = np.ones(400 * MB, dtype=np.uint8)
 del block
 high = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 w = memory.window()
 subprocess.run([sys.executable, "-c", "pass"], check=True)
-assert resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024 >= 0.9 * high  # the inherited mark
+carried = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024 >= 0.9 * high
 peak = w.close()
-assert peak < high - 300 * MB, (peak, high)
+assert peak < high - 300 * MB, (peak, high, carried)
 """)
 
 
