@@ -25,6 +25,49 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _collected: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("modelport_captured_logs", default=None)
 
 
+class _Borrowed(io.TextIOBase):
+    """sys.stdout or sys.stderr while a block's output goes to a file; afterwards it writes to the
+    stream it stood in for. A library that bound a log handler to it inside the block (a
+    `logging.StreamHandler()` takes sys.stderr as it is then) keeps a working stream, never one on
+    the block's file descriptor, which is closed after the block and may be reused by the next file
+    opened (an artifact being written)."""
+
+    def __init__(self, fileno: int, after):
+        super().__init__()
+        # unbuffered, so that what Python code printed is in the file when an error handler inside the block reads it
+        self._inner = io.TextIOWrapper(open(fileno, "ab", buffering=0, closefd=False), write_through=True)
+        self._after = after
+
+    def _target(self):
+        return self._inner if self._inner is not None else self._after
+
+    def write(self, text):
+        return self._target().write(text)
+
+    def flush(self):
+        with contextlib.suppress(Exception):
+            self._target().flush()
+
+    def fileno(self):
+        return self._target().fileno()
+
+    def isatty(self):
+        return False
+
+    def writable(self):
+        return True
+
+    @property
+    def encoding(self):
+        return getattr(self._target(), "encoding", "utf-8")
+
+    def give_back(self):
+        inner, self._inner = self._inner, None
+        with contextlib.suppress(Exception):
+            inner.flush()
+            inner.detach()
+
+
 @contextlib.contextmanager
 def _both_streams_into(fileno: int):
     """File descriptors 1 and 2, and Python's sys.stdout/sys.stderr, point at `fileno` for the block."""
@@ -38,14 +81,13 @@ def _both_streams_into(fileno: int):
             os.dup2(fileno, fd)
         except OSError:
             pass
-    # unbuffered, so that what Python code printed is in the file when an error handler inside the block reads it
-    text = io.TextIOWrapper(open(fileno, "ab", buffering=0, closefd=False), write_through=True)
+    out, err = _Borrowed(fileno, sys.stdout), _Borrowed(fileno, sys.stderr)
     try:
-        with contextlib.redirect_stdout(text), contextlib.redirect_stderr(text):
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             yield
     finally:
-        with contextlib.suppress(Exception):
-            text.flush()
+        out.give_back()
+        err.give_back()
         for fd, copy in saved:
             os.dup2(copy, fd)
             os.close(copy)
