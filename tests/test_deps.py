@@ -112,3 +112,15 @@ def test_missing_dependency_follows_the_cause_chain_and_names_the_absent_module(
     assert missing_dependency(BadInputError("bad file")) is None
     with pytest.raises(MissingDependencyError, match=r"'onnxscript' is not installed.*modelport\[optimize\]"):
         require("onnxscript.no_such_module")
+
+
+def test_executorch_imports_without_the_cpu_machine_chatter():
+    """executorch imports torchao, which logs every CUDA kernel library a CPU machine lacks (and
+    the missing triton) at WARNING level: a converter's stderr shows none of it unless
+    MODELPORT_DEBUG is set."""
+    pytest.importorskip("executorch")
+    code = "from modelport.deps import require; require('executorch.exir')"
+    env = {k: v for k, v in os.environ.items() if k != "MODELPORT_DEBUG"}
+    quiet = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert quiet.returncode == 0, quiet.stderr[-2000:]
+    assert "torchao" not in quiet.stderr and "triton" not in quiet.stderr.lower(), quiet.stderr[-2000:]

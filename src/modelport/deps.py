@@ -52,6 +52,11 @@ QUIET_ENV = {"TF_CPP_MIN_LOG_LEVEL": "3", "TF_ENABLE_ONEDNN_OPTS": "0", "GRPC_VE
 NUMERIC_ENV = ("TF_ENABLE_ONEDNN_OPTS",)
 _SET_HERE: set[str] = set()  # QUIET_ENV keys this process set itself
 
+# loggers that report, at WARNING level on every import, what a CPU machine lacks: executorch imports
+# torchao, which logs each CUDA kernel library it cannot load and the missing triton, and torch's pytree
+# registry logs a deprecation of torchao's own registration
+QUIET_LOGGERS = {"executorch": ("torchao", "torch.utils._pytree"), "torchao": ("torchao", "torch.utils._pytree")}
+
 
 def runtime_defaults_env(env: dict[str, str]) -> dict[str, str]:
     """`env` as a runtime's user has it: without the numeric settings modelport made for its own
@@ -90,6 +95,11 @@ def require(module: str, *, purpose: str | None = None) -> ModuleType:
     top = module.split(".")[0]
     if top in TF_FAMILY and "tensorflow" not in sys.modules:
         quiet_framework_logs()
+    if top in QUIET_LOGGERS and top not in sys.modules and not os.environ.get("MODELPORT_DEBUG"):
+        import logging
+
+        for name in QUIET_LOGGERS[top]:
+            logging.getLogger(name).setLevel(logging.ERROR)
     try:
         return importlib.import_module(module)
     except ImportError as e:
