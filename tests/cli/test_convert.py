@@ -263,18 +263,28 @@ def without_timings(value):
 
 @pytest.mark.parametrize("command", ["convert", "emit"])
 def test_rerun_is_byte_identical_for_every_target(cli, cnn_source, tiny_onnx, tmp_path, command):
-    """Every target that runs on this machine, written twice into two folders: the same bytes."""
+    """Every target that runs on this machine, written twice into two folders: the same bytes. The
+    PyTorch source takes every target; the ONNX source takes those with a native route from a PyTorch
+    source (which the PyTorch source's run may take instead), so that their ONNX routes are written
+    twice as well. The other targets' ONNX routes start from the same IR in both cases."""
     from modelport.emitters import EMITTERS
+    from modelport.emitters.routes import native_routes
 
     # TensorRT engines need a GPU; ort-genai is for decoder LMs (--task text-generation, tests/orchestration)
-    targets = ",".join(t for t in EMITTERS if t not in ("tensorrt", "ort-genai"))
-    args = {"convert": ("convert", cnn_source / "model.pt2", "--input", "input:batch,3,64,64", "--to", targets, "-q"),
-            "emit": ("emit", tiny_onnx, "--to", targets, "-q")}[command]
+    every = [t for t in EMITTERS if t not in ("tensorrt", "ort-genai")]
+    native_from_torch = [t for t in every if f"pytorch→{t}" in native_routes()]
+    assert {"tflite", "executorch", "coreml"} <= set(native_from_torch)
+    args = {"convert": ("convert", cnn_source / "model.pt2", "--input", "input:batch,3,64,64", "--to", ",".join(every), "-q"),
+            "emit": ("emit", tiny_onnx, "--to", ",".join(native_from_torch), "-q")}[command]
     for name in ("a", "b"):
         r = cli(*args, "-o", tmp_path / name)
         assert r.exit_code == 0, r
     files = tree(tmp_path / "a")
-    assert files == tree(tmp_path / "b") and {"model.onnx", "model.ort", "model.tflite", "pytorch/model.py"} <= set(files)
+    expected = {"convert": {"model.onnx", "model.ort", "model.tflite", "pytorch/model.py", "model.pte"},
+                "emit": {"model.tflite", "model.pte"}}[command]
+    assert files == tree(tmp_path / "b") and expected <= set(files), files
+    routes = {a["target"]: a.get("route") for a in json.loads((tmp_path / "a" / "report.json").read_text())["artifacts"]}
+    assert set(routes) >= set(native_from_torch), routes
     differ = [f for f in files if (tmp_path / "a" / f).is_file() and f not in ("report.json", "report.html")
               and (tmp_path / "a" / f).read_bytes() != (tmp_path / "b" / f).read_bytes()]
     assert differ == []
