@@ -41,6 +41,29 @@ def test_parity_breaking_pass_is_rolled_back(mm_ir):
     assert rows[0].nodes_before == 3 and rows[0].nodes_after == 2 and rows[0].seconds >= 0
 
 
+def test_each_pass_row_carries_the_peak_rss_of_the_process_tree_while_it_ran(mm_ir):
+    """The passes' rows are the report's only rows for the optimisation stage: a pass that holds
+    much (onnxruntime's fusions on a large model) sets the run's `peak_rss` through its own row."""
+    import time
+
+    import psutil
+
+    class Hog(Pass):
+        name = "hog"
+
+        def apply(self, ir):
+            block = np.ones(300 << 20, dtype=np.uint8)
+            time.sleep(0.5)  # sampled while held
+            del block
+            return PassResult(ir, False)
+
+    before = psutil.Process().memory_info().rss
+    _, rows = run_passes(mm_ir, [get_pass("dce"), Hog()])
+    docs = [r.to_dict() for r in rows]
+    assert all(isinstance(d.get("peak_rss"), int) and d["peak_rss"] > 0 for d in docs), docs
+    assert docs[1]["peak_rss"] >= before + (250 << 20), (docs[1]["peak_rss"], before)
+
+
 def test_strict_fails_with_validation_error(mm_ir):
     with pytest.raises(ValidationError) as e:
         run_passes(mm_ir, [BreakWeights()], strict=True)

@@ -122,13 +122,22 @@ class PassRow:
     parity: dict | None = None
     reason: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+    peak_rss: int | None = None  # the process tree's, while the pass and its parity check ran
 
     def to_dict(self) -> dict:
-        return {"name": f"optimize:{self.name}", "pass": self.name, "status": self.status,
-                "nodes_before": self.nodes_before, "nodes_after": self.nodes_after,
-                "size_before": self.size_before, "size_after": self.size_after,
-                "seconds": round(self.seconds, 4), "parity": self.parity, "reason": self.reason or None,
-                "details": self.details}
+        out = {"name": f"optimize:{self.name}", "pass": self.name, "status": self.status,
+               "nodes_before": self.nodes_before, "nodes_after": self.nodes_after,
+               "size_before": self.size_before, "size_after": self.size_after,
+               "seconds": round(self.seconds, 4), "parity": self.parity, "reason": self.reason or None,
+               "details": self.details}
+        if self.peak_rss:
+            out["peak_rss"] = self.peak_rss
+        return out
+
+    def close(self, t0: float, window) -> None:
+        """The pass's wall time and the process tree's peak RSS since `t0` / `window` opened."""
+        self.seconds = time.perf_counter() - t0
+        self.peak_rss = window.close() or None
 
 
 def run_passes(ir: IRModel, passes: list[Pass], *, tolerance: Callable[[str], Tolerance] | None = None,
@@ -139,6 +148,7 @@ def run_passes(ir: IRModel, passes: list[Pass], *, tolerance: Callable[[str], To
     fingerprinted before the pass and checked after, and a pass that changed it fails the run
     with a PassError naming it, whatever `strict` says.
     """
+    from modelport import memory
     from modelport.optimize.model_tools import model_size, node_count
 
     if ir.reference is None:
@@ -149,7 +159,7 @@ def run_passes(ir: IRModel, passes: list[Pass], *, tolerance: Callable[[str], To
         if on_pass:
             on_pass(f"optimize:{p.name}")
         nb, sb = node_count(ir.model), model_size(ir.model)
-        t0 = time.perf_counter()
+        t0, window = time.perf_counter(), memory.window()
         row = PassRow(p.name, "unchanged", nb, nb, sb, sb, 0.0)
         before = fingerprint(ir.model)
         try:
@@ -166,7 +176,7 @@ def run_passes(ir: IRModel, passes: list[Pass], *, tolerance: Callable[[str], To
             elif (invalid := invalid_model(result.model.model, repair=True)) is not None:
                 row.status, row.reason = "rolled_back", f"invalid model: {invalid}"
                 if strict:
-                    row.seconds = time.perf_counter() - t0
+                    row.close(t0, window)
                     rows.append(row)
                     raise ValidationError(f"pass '{p.name}' produced an invalid model: {invalid}", rows=rows)
             else:
@@ -181,28 +191,28 @@ def run_passes(ir: IRModel, passes: list[Pass], *, tolerance: Callable[[str], To
                     row.status, row.reason = "rolled_back", f"parity: {parity.summary()}"
                     row.nodes_after, row.size_after = nb, sb
                     if strict:
-                        row.seconds = time.perf_counter() - t0
+                        row.close(t0, window)
                         rows.append(row)
                         raise ValidationError(f"pass '{p.name}' broke parity: {parity.summary()}", parity=parity.to_dict(),
                                               rows=rows)
-        except (MissingDependencyError, PassError):
-            raise
-        except ValidationError:
+        except (MissingDependencyError, PassError, ValidationError):
+            window.close()
             raise
         except Exception as e:
             from modelport.deps import missing_dependency
 
             missing = missing_dependency(e)
             if missing is not None:  # a pass that cannot run is not a pass that broke parity
+                window.close()
                 raise missing from e
             reason = e.message if isinstance(e, ModelportError) else f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             row.status, row.reason = "rolled_back", f"error: {reason}"
             row.nodes_after, row.size_after = nb, sb
             if strict:
-                row.seconds = time.perf_counter() - t0
+                row.close(t0, window)
                 rows.append(row)
                 raise ValidationError(f"pass '{p.name}' failed: {reason}", rows=rows) from e
-        row.seconds = time.perf_counter() - t0
+        row.close(t0, window)
         rows.append(row)
     return ir, rows
 
