@@ -17,12 +17,12 @@ from modelport.onnx_io import is_large
 
 
 def model_size(model) -> int:
-    """Bytes the model takes on disk (graph + tensors), without serialising a large one."""
-    from modelport.onnx_io import tensor_bytes
+    """Bytes the model takes on disk (graph + tensors), without serialising it."""
+    from modelport.onnx_io import serialized_size, tensor_bytes
 
     if is_large(model):
         return tensor_bytes(model)
-    return model.ByteSize()
+    return serialized_size(model)
 
 
 def node_count(model) -> int:

@@ -94,14 +94,14 @@ def invalid_model(model, *, repair: bool = False) -> str | None:
     """
     import onnx
 
-    from modelport.onnx_io import check_weightless, protobuf_limit, tensor_bytes
+    from modelport.onnx_io import check_weightless, protobuf_limit, serialized_size, tensor_bytes
 
     if repair:
         from modelport.optimize.model_tools import sort_nodes
 
         sort_nodes(model.graph)
     try:
-        if tensor_bytes(model) > _INLINE_HASH_LIMIT or model.ByteSize() >= protobuf_limit():
+        if tensor_bytes(model) > _INLINE_HASH_LIMIT or serialized_size(model) >= protobuf_limit():
             check_weightless(model)  # serialised, it would be one more copy of itself (or past protobuf's limit)
         else:
             onnx.checker.check_model(model)
