@@ -206,6 +206,15 @@ def test_a_model_is_written_tensor_by_tensor_as_the_same_bytes(tmp_path):
     assert (tmp_path / "heavy.onnx").stat().st_size > 200 << 20
 
 
+def _in_a_process_of_its_own(code: str) -> str:
+    """`code`'s stdout, run in a fresh interpreter (a high-water mark of its own)."""
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
 def test_a_model_is_measured_without_being_encoded():
     """serialized_size is ByteSize, counted without encoding the model (the upb runtime's ByteSize
     encodes the whole message: three times a 0.94 GB model's size at its peak)."""
@@ -227,12 +236,48 @@ before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 size = onnx_io.serialized_size(heavy)
 print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) << 10, size == len(heavy.SerializeToString()))
 """
-    root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    grew, same = proc.stdout.split()
+    grew, same = _in_a_process_of_its_own(code).split()
     assert same == "True" and int(grew) < 20 << 20, f"measuring a 200 MiB model took {int(grew) >> 20} MiB more at peak"
+
+
+def test_a_skeleton_is_the_model_without_its_weights_bytes(tmp_path):
+    """load_onnx(weights=False) reads the graph and the initializers' names, types, dims and
+    external-data entries from the file's wire format, leaving the weights' bytes unread."""
+    model = _mixed_model()
+    onnx.save_model(model, tmp_path / "m.onnx")
+    expected = onnx.ModelProto()
+    expected.CopyFrom(model)
+    for t in expected.graph.initializer:
+        t.ClearField("raw_data")
+    got = onnx_io.load_onnx(tmp_path / "m.onnx", weights=False)
+    assert got == expected and [t.name for t in got.graph.initializer] == [t.name for t in model.graph.initializer]
+    assert got.graph.node[0].attribute[0].t == model.graph.node[0].attribute[0].t  # a Constant node's tensor is the graph's
+    assert any(t.float_data or t.int64_data or t.string_data for t in got.graph.initializer)  # only raw_data is left out
+    (tmp_path / "x").mkdir()
+    onnx_io.save_onnx(model, tmp_path / "x" / "m.onnx", external=True)
+    stored = onnx.load(str(tmp_path / "x" / "m.onnx"), load_external_data=False)
+    assert any(t.external_data for t in stored.graph.initializer)
+    for t in stored.graph.initializer:
+        t.ClearField("raw_data")  # the small ones stay in the graph file
+    assert onnx_io.load_onnx(tmp_path / "x" / "m.onnx", weights=False) == stored
+    (tmp_path / "cut.onnx").write_bytes((tmp_path / "m.onnx").read_bytes()[:-7])
+    with pytest.raises(BadInputError, match="truncated or not an ONNX model"):
+        onnx_io.load_onnx(tmp_path / "cut.onnx", weights=False)
+
+
+def test_a_skeleton_of_a_one_file_model_leaves_its_weights_on_disk(tmp_path):
+    """A validation child reads an artifact's inputs this way beside its runtime's session: a
+    200 MiB one-file model, read whole, took twice its size at the peak."""
+    onnx.save_model(_heavy_model(), tmp_path / "heavy.onnx")
+    code = f"""
+import resource
+from modelport import onnx_io
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+model = onnx_io.load_onnx({str(tmp_path / "heavy.onnx")!r}, weights=False)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) << 10, len(model.graph.initializer))
+"""
+    grew, count = _in_a_process_of_its_own(code).split()
+    assert count == "5" and int(grew) < 20 << 20, f"reading the skeleton of a 200 MiB model took {int(grew) >> 20} MiB"
 
 
 def test_the_progress_line_names_the_tensor_being_written(tmp_path, monkeypatch):
@@ -304,10 +349,11 @@ def test_fuzzed_models_fail_only_with_our_errors(tiny_onnx, tmp_path, cut, flips
         data[min(len(data) - 1, int(pos * len(data)))] = value
     p = tmp_path / "fuzz.onnx"
     p.write_bytes(bytes(data))
-    try:
-        onnx_io.load_onnx(p)
-    except ModelportError:
-        pass
+    for weights in (True, False):  # the skeleton reader walks the wire format itself
+        try:
+            onnx_io.load_onnx(p, weights=weights)
+        except ModelportError:
+            pass
 
 
 def test_a_model_whose_weights_are_in_files_saves_as_the_model_in_memory_does(tmp_path):

@@ -92,17 +92,93 @@ def check_external_data(model, base_dir: Path, model_path: Path) -> list[Path]:
     return sorted(set(used))
 
 
-def _parse(path: Path):
+def _parse(path: Path, *, weights: bool = True):
     import onnx
     from google.protobuf.message import DecodeError
 
     try:
-        model = onnx.load(str(path), load_external_data=False)
+        model = onnx.load(str(path), load_external_data=False) if weights else read_skeleton(path)
     except (DecodeError, RuntimeError, ValueError) as e:
         raise BadInputError(f"truncated or not an ONNX model ({type(e).__name__})", path=path) from None
     if not model.HasField("graph") or model.ir_version == 0 or (not model.graph.node and not model.graph.output):
         raise BadInputError("truncated or not an ONNX model (no graph)", path=path)
     return model
+
+
+def read_skeleton(path: str | Path):
+    """The ModelProto in `path` with every main-graph initializer's `raw_data` left out, read from
+    the file's wire format without reading those bytes (the file is mapped; the pages of the weights
+    are never touched). The initializers keep their names, types, dims and external-data entries.
+    Raises DecodeError for what is not a well-formed message."""
+    import mmap
+
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    graph_number = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
+    init_number = onnx.GraphProto.DESCRIPTOR.fields_by_name["initializer"].number
+    raw_number = onnx.TensorProto.DESCRIPTOR.fields_by_name["raw_data"].number
+    model = onnx.ModelProto()
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return model
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            out = bytearray()
+            for number, start, tag_end, value, end in _wire_fields(buf, 0, len(buf)):
+                if number != graph_number or value is None:
+                    out += buf[start:end]
+                    continue
+                graph = bytearray()
+                for g_number, g_start, g_tag_end, g_value, g_end in _wire_fields(buf, value, end):
+                    if g_number != init_number or g_value is None:
+                        graph += buf[g_start:g_end]
+                        continue
+                    tensor = b"".join(buf[t[1]:t[4]] for t in _wire_fields(buf, g_value, g_end) if t[0] != raw_number)
+                    graph += buf[g_start:g_tag_end] + _varint(len(tensor)) + tensor
+                out += buf[start:tag_end] + _varint(len(graph)) + graph
+    try:
+        model.ParseFromString(bytes(out))
+    except Exception as e:
+        raise DecodeError(str(e)) from None
+    return model
+
+
+def _wire_fields(buf, pos: int, end: int):
+    """(field number, field start, end of its key, value start of a length-delimited field or None,
+    field end) for each field of the message in buf[pos:end]."""
+    from google.protobuf.message import DecodeError
+
+    def varint(at):
+        value, shift = 0, 0
+        while True:
+            if at >= end or shift > 63:
+                raise DecodeError("truncated varint")
+            byte = buf[at]
+            value |= (byte & 0x7F) << shift
+            at += 1
+            if not byte & 0x80:
+                return value, at
+            shift += 7
+
+    while pos < end:
+        start = pos
+        key, pos = varint(pos)
+        tag_end, number, wire = pos, key >> 3, key & 7
+        value = None
+        if wire == 0:
+            _, pos = varint(pos)
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        elif wire == 2:
+            length, pos = varint(pos)
+            value, pos = pos, pos + length
+        else:
+            raise DecodeError(f"wire type {wire} at byte {start}")
+        if pos > end or number == 0:
+            raise DecodeError(f"field at byte {start} runs past its message")
+        yield number, start, tag_end, value, pos
 
 
 def external_files(path: str | Path) -> list[Path]:
@@ -111,16 +187,19 @@ def external_files(path: str | Path) -> list[Path]:
     return check_external_data(_parse(path), path.parent, path)
 
 
-def load_onnx(path: str | Path, *, load_external: bool = True):
-    """Load an ONNX model; external data is checked, then read."""
+def load_onnx(path: str | Path, *, load_external: bool = True, weights: bool = True):
+    """Load an ONNX model; external data is checked, then read. `weights=False`: the graph, its
+    contract and its initializers' names, types and shapes, none of their bytes (`read_skeleton`),
+    for a caller that reads what the model takes and gives: a one-file model's weights are never
+    read into memory."""
     import onnx.external_data_helper as edh
 
     path = check_model_file(path, kind="ONNX model")
     if path.is_dir():
         raise BadInputError("is a folder, expected an .onnx file", path=path)
-    model = _parse(path)
+    model = _parse(path, weights=weights)
     check_external_data(model, path.parent, path)
-    if load_external:
+    if load_external and weights:
         try:
             edh.load_external_data_for_model(model, str(path.parent))
         except (OSError, ValueError) as e:

@@ -73,7 +73,7 @@ class OnnxRuntimeRunner:
         if model is None and self.path.suffix.lower() == ".onnx":
             from modelport.onnx_io import load_onnx
 
-            model = load_onnx(self.path, load_external=False)
+            model = load_onnx(self.path, weights=False)
         if model is not None:
             return contract_from_onnx(model)[0]
         return [TensorSpec(i.name, ORT_TYPES.get(i.type, "float32"),

@@ -151,7 +151,7 @@ def read_ir(path: str | Path):
     elif path.suffix.lower() == ".onnx":
         from modelport.onnx_io import load_onnx
 
-        load_onnx(path, load_external=False)  # external data checked to stay inside the folder
+        load_onnx(path, weights=False)  # external data checked to stay inside the folder
     try:
         return core().read_model(str(path))
     except MissingDependencyError:

@@ -244,7 +244,7 @@ def _load_onnx_file(path: Path) -> Artifacts:
     from modelport.onnx_io import load_onnx
 
     # a modelport-written file carries layouts, preprocessing and value ranges the graph cannot
-    inputs, outputs, sample_dims = contract_from_onnx(load_onnx(path, load_external=False))
+    inputs, outputs, sample_dims = contract_from_onnx(load_onnx(path, weights=False))
     return Artifacts(source=path, inputs=inputs, outputs=outputs, name=safe_name(path.stem), files={"onnx": path},
                      sample_dims=sample_dims, framework="onnx", format="onnx")
 

@@ -101,7 +101,7 @@ def check_image_onnxruntime(path: Path) -> None:
     from modelport.onnx_io import load_onnx
     from modelport.serving.torchserve_pins import ONNXRUNTIME_MAX_IR, ONNXRUNTIME_MAX_OPSET, pins
 
-    model = load_onnx(path, load_external=False)
+    model = load_onnx(path, weights=False)
     opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
     if model.ir_version > ONNXRUNTIME_MAX_IR or opset > ONNXRUNTIME_MAX_OPSET:
         version = pins("onnxruntime")["onnxruntime"]
