@@ -65,13 +65,14 @@ def drop_value_info(model) -> None:
 
 
 @contextlib.contextmanager
-def temp_model_file(model, name: str = "model.onnx") -> Iterator[Path]:
-    """The model written to a temporary folder (external data when large); removed afterwards."""
+def temp_model_file(model, name: str = "model.onnx", *, base_dir: Path | None = None) -> Iterator[Path]:
+    """The model written to a temporary folder (external data when large, or when its weights are
+    read from files in `base_dir`); removed afterwards."""
     from modelport.onnx_io import save_onnx
 
     with tempfile.TemporaryDirectory(prefix="modelport-opt-") as d:
         path = Path(d) / name
-        save_onnx(model, path, external=is_large(model))
+        save_onnx(model, path, external=is_large(model) or base_dir is not None, base_dir=base_dir)
         yield path
 
 

@@ -11,6 +11,7 @@ and excluded from quantisation, up to `max_rounds` times; the excluded nodes are
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -51,16 +52,18 @@ def _prepared(model):
     return m
 
 
-def _run_quantizer(model, quantize):
-    """Write `model` to a temp folder, call `quantize(src, dst, large)`, load the result."""
+def _run_quantizer(model, quantize, weights_dir: Path | None = None):
+    """Write `model` to a temp folder, call `quantize(src, dst, large)`, load the result.
+    `weights_dir`: where `model`'s external initializers are (a parked IR's), copied into the
+    temp folder's data file a tensor at a time."""
     import logging
 
     from modelport.optimize.model_tools import is_large, load_model_file, temp_model_file
 
-    large = is_large(model)
+    large = is_large(model) or weights_dir is not None  # a model whose weights wait in files is written out with external data too
     root = logging.getLogger()
     level = root.level
-    with temp_model_file(model) as src:
+    with temp_model_file(model, base_dir=weights_dir) as src:
         dst = src.with_name("quantized.onnx")
         try:
             root.setLevel(logging.ERROR)  # the quantiser logs advice on the root logger
@@ -72,7 +75,7 @@ def _run_quantizer(model, quantize):
         return load_model_file(dst)
 
 
-def _dynamic(model, *, exclude: list[str], per_channel: bool):
+def _dynamic(model, *, exclude: list[str], per_channel: bool, weights_dir: Path | None = None):
     from modelport.deps import require
 
     q = require("onnxruntime.quantization", purpose="INT8 quantisation")
@@ -81,7 +84,7 @@ def _dynamic(model, *, exclude: list[str], per_channel: bool):
         q.quantize_dynamic(src, dst, weight_type=q.QuantType.QInt8, per_channel=per_channel,
                            nodes_to_exclude=exclude or None, use_external_data_format=large)
 
-    return _run_quantizer(model, run)
+    return _run_quantizer(model, run, weights_dir)
 
 
 class _Reader:
@@ -97,7 +100,8 @@ class _Reader:
         pass
 
 
-def _static(model, feeds: list[dict], *, exclude: list[str], per_channel: bool, method: str):
+def _static(model, feeds: list[dict], *, exclude: list[str], per_channel: bool, method: str,
+            weights_dir: Path | None = None):
     from modelport.deps import require
 
     q = require("onnxruntime.quantization", purpose="INT8 quantisation")
@@ -110,7 +114,7 @@ def _static(model, feeds: list[dict], *, exclude: list[str], per_channel: bool, 
                           nodes_to_exclude=exclude or None, use_external_data_format=large,
                           calibrate_method=methods[method], extra_options={"ActivationSymmetric": False})
 
-    return _run_quantizer(model, run)
+    return _run_quantizer(model, run, weights_dir)
 
 
 def quantize_model(ir: IRModel, *, mode: str = "dynamic", calibration: list[dict] | None = None,
@@ -123,6 +127,7 @@ def quantize_model(ir: IRModel, *, mode: str = "dynamic", calibration: list[dict
     `check_on_calibration` is False: then on the reference inputs, which must be held out of
     `calibration` (calibration drawn like the sample inputs, `calibration.sample_calibration`).
     """
+    from modelport.onnx_io import attach_external
     from modelport.optimize.model_tools import with_model
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
     from modelport.validation.localize import first_divergence
@@ -133,8 +138,7 @@ def quantize_model(ir: IRModel, *, mode: str = "dynamic", calibration: list[dict
         raise BadInputError(f"unknown calibration method '{method}'; known: {', '.join(CALIBRATION_METHODS)}")
     if mode == "static" and not calibration:
         raise BadInputError("static INT8 quantisation needs calibration data", hint="pass --calibration DATA.npz or an image folder")
-    base = _prepared(ir.model)
-    has_conv = any(n.op_type == "Conv" for n in base.graph.node)
+    has_conv = any(n.op_type == "Conv" for n in ir.model.graph.node)
     # Per-channel weights help convolutions (one scale per output channel); default it on for them.
     per_channel = has_conv if per_channel is None else per_channel
     info = Int8Info(mode=mode, per_channel=per_channel)
@@ -151,25 +155,36 @@ def quantize_model(ir: IRModel, *, mode: str = "dynamic", calibration: list[dict
         # a signal at 1/100 of the amplitude lies below the calibrated resolution by design; silence,
         # constants and the range ends are real inputs and stay
         ref = ref.without("random-small")
-    while True:
-        if mode == "dynamic":
-            qmodel = _dynamic(base, exclude=excluded, per_channel=per_channel)
-        else:
-            qmodel = _static(base, calibration, exclude=excluded, per_channel=per_channel, method=method)
-        if not fallback or ref is None:
-            break
-        parity = check(OnnxRuntimeRunner(qmodel), ref, tol, f"int8-{mode}")
-        info.parity_ok = parity.ok
-        if parity.ok or info.rounds >= max_rounds:
-            break
-        info.rounds += 1
-        worst = parity.worst()  # localised on the sample set that failed
-        feeds = next((x.inputs for x in ref.sets() if worst and x.kind == worst.sample), ref.inputs)
-        div = first_divergence(base, qmodel, feeds, threshold=0.1, batch=batch, skip=set(excluded), worst_if_none=True)
-        if div is None:
-            break
-        info.diverged.append(div.to_dict())
-        excluded.append(div.node)
+    # The FP32 weights wait in a file while onnxruntime's quantiser reads them from its own copy of
+    # that file: neither the IR nor the prepared model holds them (a 0.94 GB encoder: 5.48 GB at
+    # this pass's peak with both in memory). The localisation of a failed round runs the FP32 model,
+    # so it reads them back into the prepared model.
+    with ir.weights_parked() as parked:
+        base = _prepared(ir.model)
+        weights_dir = parked.parent if parked is not None else None
+        while True:
+            if mode == "dynamic":
+                qmodel = _dynamic(base, exclude=excluded, per_channel=per_channel, weights_dir=weights_dir)
+            else:
+                qmodel = _static(base, calibration, exclude=excluded, per_channel=per_channel, method=method,
+                                 weights_dir=weights_dir)
+            if not fallback or ref is None:
+                break
+            parity = check(OnnxRuntimeRunner(qmodel), ref, tol, f"int8-{mode}")
+            info.parity_ok = parity.ok
+            if parity.ok or info.rounds >= max_rounds:
+                break
+            info.rounds += 1
+            worst = parity.worst()  # localised on the sample set that failed
+            feeds = next((x.inputs for x in ref.sets() if worst and x.kind == worst.sample), ref.inputs)
+            if weights_dir is not None:
+                attach_external(base, weights_dir)
+                weights_dir = None
+            div = first_divergence(base, qmodel, feeds, threshold=0.1, batch=batch, skip=set(excluded), worst_if_none=True)
+            if div is None:
+                break
+            info.diverged.append(div.to_dict())
+            excluded.append(div.node)
     info.excluded = sorted(excluded)
     out = with_model(ir, qmodel)
     if ref is not None:
