@@ -4,30 +4,15 @@ memory available to a run."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from modelport import memory
 from modelport.errors import BadInputError
 from modelport.validation.report import SCHEMA_FILE
+from tests.alone import run_alone
 
 MB = 1 << 20
-
-
-def _in_a_process_of_its_own(code: str) -> str:
-    """Run `code` (which asserts what it measures) in a fresh interpreter: a test worker's process tree
-    may hold other tests' children (servers, a Ray cluster), whose sampling can outlast a short block,
-    and its own high-water mark is that of every test it ran before."""
-    import os
-
-    src = str(Path(__file__).resolve().parents[1] / "src")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc.stdout
 
 
 PRELUDE = """
@@ -39,7 +24,7 @@ MB = 1 << 20
 
 
 def test_a_window_sees_memory_this_process_touched_and_let_go():
-    _in_a_process_of_its_own(PRELUDE + """
+    run_alone(PRELUDE + """
 w = memory.window()
 before = w.peak
 block = np.ones(300 * MB, dtype=np.uint8)  # touched: resident
@@ -54,7 +39,7 @@ assert memory._sampler._thread is None  # no thread left once every window is cl
 
 
 def test_a_window_sees_a_child_process_while_it_runs():
-    _in_a_process_of_its_own(PRELUDE + """
+    run_alone(PRELUDE + """
 w = memory.window()
 before = w.peak
 subprocess.run([sys.executable, "-c", "import numpy as np, time; b = np.ones(250 << 20, np.uint8); time.sleep(0.6)"],
@@ -69,10 +54,10 @@ def test_a_small_child_of_a_process_that_once_held_much_is_counted_as_small():
     high-water mark as its own (RUSAGE_CHILDREN); others do not carry it. The window reads the tree
     instead, so validation's child is never counted at the size the converter once had, whichever
     kernel runs it. (Where the kernel carries the mark, the old window failed this.)"""
-    _in_a_process_of_its_own(PRELUDE + """
+    run_alone(PRELUDE + """
 block = np.ones(400 * MB, dtype=np.uint8)
 del block
-high = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+high = memory.own_peak()
 w = memory.window()
 subprocess.run([sys.executable, "-c", "pass"], check=True)
 carried = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024 >= 0.9 * high
@@ -81,10 +66,23 @@ assert peak < high - 300 * MB, (peak, high, carried)
 """)
 
 
+def test_a_process_high_water_mark_is_its_own_not_its_parents():
+    """A child started by a process holding 400 MB reports its own peak (the memory tests' measure,
+    and the report's): getrusage's ru_maxrss gives it the parent's mark on Linux 6.18."""
+    out = run_alone(PRELUDE + """
+block = np.ones(400 * MB, dtype=np.uint8)
+child = subprocess.run([sys.executable, "-c", "from modelport.memory import own_peak; print(own_peak())"],
+                       capture_output=True, text=True, check=True)
+print(int(child.stdout), memory.own_peak())
+""")
+    child, parent = map(int, out.split())
+    assert child < 150 * MB and parent > 400 * MB, (child, parent)
+
+
 def test_report_stages_carry_their_peak_and_the_run_its_largest():
     import jsonschema
 
-    out = _in_a_process_of_its_own(PRELUDE + """
+    out = run_alone(PRELUDE + """
 from modelport.validation.report import Report
 report = Report("convert")
 with report.stage("small"):

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +14,7 @@ from onnx import TensorProto, helper
 
 from modelport import onnx_io
 from modelport.errors import BadInputError, UnsafeInputError
+from tests.alone import run_alone
 
 
 def external_model(folder: Path, location: str, *, offset: int = 0, length: int = 16, extra: dict | None = None) -> Path:
@@ -206,15 +205,6 @@ def test_a_model_is_written_tensor_by_tensor_as_the_same_bytes(tmp_path):
     assert (tmp_path / "heavy.onnx").stat().st_size > 200 << 20
 
 
-def _in_a_process_of_its_own(code: str) -> str:
-    """`code`'s stdout, run in a fresh interpreter (a high-water mark of its own)."""
-    root = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc.stdout
-
-
 def test_a_model_is_measured_without_being_encoded():
     """serialized_size is ByteSize, counted without encoding the model (the upb runtime's ByteSize
     encodes the whole message: three times a 0.94 GB model's size at its peak)."""
@@ -228,15 +218,15 @@ def test_a_model_is_measured_without_being_encoded():
     # ByteSize holds the GIL while it encodes, so a sampling thread never sees it: the kernel's
     # high-water mark of a process of its own does (ByteSize of this model measured +223 MiB)
     code = """
-import resource, sys
 from modelport import onnx_io
+from modelport.memory import own_peak
 from tests.test_onnx_io import _heavy_model
 heavy = _heavy_model()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+before = own_peak()
 size = onnx_io.serialized_size(heavy)
-print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) << 10, size == len(heavy.SerializeToString()))
+print(own_peak() - before, size == len(heavy.SerializeToString()))
 """
-    grew, same = _in_a_process_of_its_own(code).split()
+    grew, same = run_alone(code).split()
     assert same == "True" and int(grew) < 20 << 20, f"measuring a 200 MiB model took {int(grew) >> 20} MiB more at peak"
 
 
@@ -269,14 +259,16 @@ def test_a_skeleton_of_a_one_file_model_leaves_its_weights_on_disk(tmp_path):
     """A validation child reads an artifact's inputs this way beside its runtime's session: a
     200 MiB one-file model, read whole, took twice its size at the peak."""
     onnx.save_model(_heavy_model(), tmp_path / "heavy.onnx")
+    onnx.save_model(_mixed_model(), tmp_path / "small.onnx")
     code = f"""
-import resource
 from modelport import onnx_io
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+from modelport.memory import own_peak
+onnx_io.load_onnx({str(tmp_path / "small.onnx")!r}, weights=False)  # the first read imports onnx: 24 MB
+before = own_peak()
 model = onnx_io.load_onnx({str(tmp_path / "heavy.onnx")!r}, weights=False)
-print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) << 10, len(model.graph.initializer))
+print(own_peak() - before, len(model.graph.initializer))
 """
-    grew, count = _in_a_process_of_its_own(code).split()
+    grew, count = run_alone(code).split()
     assert count == "5" and int(grew) < 20 << 20, f"reading the skeleton of a 200 MiB model took {int(grew) >> 20} MiB"
 
 

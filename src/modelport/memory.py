@@ -4,8 +4,8 @@ for a run that is about to start.
 `window()` opens a measurement: a background thread sums the RSS of the process and all its
 children (validation runs runtimes in child processes) every `INTERVAL` seconds while any window is
 open, and each window keeps the largest sum seen. A spike of this process shorter than the interval
-is still counted: `getrusage(RUSAGE_SELF)`'s high-water mark is a lower bound of the peak whenever it
-rose inside the window. The children's mark (RUSAGE_CHILDREN) is not one: on Linux a child started
+is still counted: the process's high-water mark (`own_peak`) is a lower bound of the peak whenever
+it rose inside the window. The children's mark (RUSAGE_CHILDREN) is not one: on Linux a child started
 by fork or vfork and exec inherits its parent's high-water mark (a `true` started by a process that
 once held 1.6 GB reports 1.6 GB), so it is read only without psutil, as the one figure there is.
 
@@ -46,8 +46,25 @@ def tree_rss() -> int | None:
     return total
 
 
+def own_peak() -> int:
+    """The largest RSS this process has had since it started its program, in bytes (0 where unknown).
+
+    Linux's VmHWM (/proc/self/status) belongs to the process's address space, which exec replaces:
+    it starts at the new program's size. `getrusage(RUSAGE_SELF).ru_maxrss` does not: a process
+    started by fork/vfork and exec keeps the mark its parent had (a `python -c pass` started by a
+    2 GB process reports 1.9 GB), so it is read only where /proc is not."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return _high_water()[0]
+
+
 def _high_water() -> tuple[int, int]:
-    """(largest RSS this process had, largest RSS of a child that ended), bytes; (0, 0) off Unix."""
+    """(getrusage's largest RSS of this process, and of a child that ended), bytes; (0, 0) off Unix."""
     try:
         import resource
     except ImportError:
@@ -57,12 +74,17 @@ def _high_water() -> tuple[int, int]:
             resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * scale)
 
 
+def _marks() -> tuple[int, int]:
+    """(this process's high-water mark, the ended children's), bytes."""
+    return own_peak(), _high_water()[1]
+
+
 class Window:
     """The peak of one measurement (see `window`)."""
 
     def __init__(self):
         self.sampled = 0
-        self._marks = _high_water()
+        self._marks = _marks()
         self.closed = False
         self._peak: int | None = None
 
@@ -77,7 +99,7 @@ class Window:
             if rss is not None:
                 self.see(rss)
             peak = self.sampled
-            marks = list(zip(self._marks, _high_water(), strict=True))
+            marks = list(zip(self._marks, _marks(), strict=True))
             for before, after in marks if rss is None else marks[:1]:  # the children's mark: see the module docstring
                 if after > before:  # the high-water mark rose inside the window: it was reached here
                     peak = max(peak, after)

@@ -7,6 +7,7 @@ from onnx import helper, numpy_helper
 from modelport.errors import ValidationError
 from modelport.optimize import Pass, PassResult, get_pass
 from modelport.optimize.pipeline import OptimizeOptions, optimize_ir, parse_budget, run_passes
+from tests.alone import run_alone
 from tests.conftest import check_options_class
 from tests.optimize.conftest import make_ir, ops
 
@@ -244,10 +245,10 @@ def test_pass_yielding_an_invalid_model_fails_under_strict(mm_ir):
 
 
 HOLD = """
-import resource, sys
+import sys
 import numpy as np, onnx
 from onnx import helper, numpy_helper
-from modelport.memory import give_back
+from modelport.memory import give_back, own_peak
 from modelport.optimize.pipeline import fingerprint, invalid_model
 rng = np.random.default_rng(0)
 inits, nodes, prev = [], [], "x"
@@ -260,10 +261,10 @@ y = helper.make_tensor_value_info(prev, onnx.TensorProto.FLOAT, [1, 1024])
 model = helper.make_model(helper.make_graph(nodes, "g", [x], [y], inits), opset_imports=[helper.make_opsetid("", 18)])
 del inits
 give_back()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+before = own_peak()
 first = fingerprint(model)
 assert invalid_model(model) is None and fingerprint(model) == first
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before, model.ByteSize())
+print(own_peak() - before, model.ByteSize())
 """
 
 
@@ -271,14 +272,5 @@ def test_the_parity_gate_reads_a_large_model_without_a_second_copy():
     """A 210 MB model fingerprinted twice and checked: the high-water mark grows by a few of its
     tensors, not by the model (its serialisation, or clearing and restoring its tensors' bytes,
     would add the model's size: protobuf keeps cleared bytes until the message is freed)."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    src = str(Path(__file__).resolve().parents[2] / "src")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", HOLD], capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    grew, size = map(int, proc.stdout.split())
+    grew, size = map(int, run_alone(HOLD).split())
     assert size > 200e6 and grew < 0.25 * size, (grew, size)

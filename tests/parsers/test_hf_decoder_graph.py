@@ -6,14 +6,12 @@ tensor at a time, not the model."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.alone import run_alone
 from tests.hf_folders import build
 
 FAMILIES = ["llama", "qwen2", "qwen3", "llama-tied", "llama3-rope"]
@@ -201,15 +199,16 @@ def test_a_tensor_the_config_does_not_describe_is_refused(tmp_path):
 
 
 WRITE = """
-import resource, sys
+import sys
 from pathlib import Path
+from modelport.memory import own_peak
 from modelport.parsers import hf_decoder, hf_decoder_graph
 small, big, out = map(Path, sys.argv[1:4])
 for folder in (small, big):
     cfg = hf_decoder.read_decoder_config(folder)
     (out / folder.name).mkdir(parents=True)
     hf_decoder_graph.write_decoder(folder, cfg, out / folder.name / "model.onnx", fused=sys.argv[4] == "fused")
-    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    print(own_peak())
 """
 
 
@@ -223,12 +222,7 @@ def test_writing_holds_one_tensor_at_a_time_not_the_model(tmp_path, form):
     big = build("llama", tmp_path / "big", num_hidden_layers=16, **shape)
     weights = (big / "model.safetensors").stat().st_size
     assert weights > 200e6
-    src = str(Path(__file__).resolve().parents[2] / "src")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", WRITE, str(small), str(big), str(tmp_path / "out"), form],
-                          capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    after_small, after_big = map(int, proc.stdout.split())
+    after_small, after_big = map(int, run_alone(WRITE, str(small), str(big), str(tmp_path / "out"), form).split())
     assert after_big - after_small < 0.15 * weights, (after_small, after_big, weights)
     assert (tmp_path / "out" / "big" / "model.onnx.data").stat().st_size >= weights
 

@@ -99,29 +99,23 @@ def test_shapes_are_inferred_without_the_weights_as_with_them():
 
 
 CHECK = """
-import resource, sys
+import sys
+from modelport.memory import own_peak
 from modelport.parsers.onnx import infer_and_check
 from tests.parsers.test_onnx import _shaped_model
 small, big = _shaped_model(64), _shaped_model(int(sys.argv[1]))
 infer_and_check(small)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+before = own_peak()
 infer_and_check(big)
-print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before)
+print(own_peak() - before)
 """
 
 
 def test_checking_a_large_model_does_not_copy_its_weights(tmp_path):
     """A model of 256 MB of weights checked in a child: the high-water mark grows by a small part of
     it (serialising it for onnx's inference and checker held it three times over)."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
+    from tests.alone import run_alone
 
     rows = 2_000_000  # 2e6 x 32 float32: 256 MB
-    root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-c", CHECK, str(rows)], capture_output=True, text=True, env=env, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    grown = int(proc.stdout.split()[-1])
+    grown = int(run_alone(CHECK, str(rows)).split()[-1])
     assert grown < 0.5 * rows * 32 * 4, grown

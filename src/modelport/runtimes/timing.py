@@ -121,16 +121,10 @@ def rss_bytes() -> int | None:
 
 
 def peak_rss_bytes() -> int | None:
-    """The highest resident memory this process has had (Linux's VmHWM; ru_maxrss elsewhere)."""
-    peak = _status_field("VmHWM")
-    if peak is None:
-        try:
-            import resource
+    """The highest resident memory this process has had (`memory.own_peak`), or None where unknown."""
+    from modelport.memory import own_peak
 
-            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        except (ImportError, OSError):
-            return None
-    return peak
+    return own_peak() or None
 
 
 def _status_field(key: str) -> int | None:
