@@ -24,3 +24,10 @@ def run_alone(code: str, *args: str, timeout: float = 300) -> str:
     proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=timeout)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
+
+
+def reset_peak() -> None:
+    """Start this process's high-water mark (VmHWM) afresh from its resident memory now (Linux's
+    /proc/self/clear_refs), so that a peak measured next is not one reached while a test built its model."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")

@@ -259,6 +259,26 @@ class IRModel:
                 ir.stored = None
         return self
 
+    def park(self, folder: Path, name: str) -> Path:
+        """Move the model's weights into `folder` and keep its graph alone: `folder/name` is the model,
+        `name`.data beside it the bytes of its large initializers that were in memory (those already
+        stored in `folder` keep their place); `self.stored` is then `folder` (`attach_stored` reads them
+        back). Returns the model's file, which a runtime can load. Writes tensor by tensor; the old
+        message is let go (see `weights_parked`)."""
+        import onnx
+
+        from modelport.memory import give_back
+        from modelport.onnx_io import write_external
+
+        if self.stored is not None and Path(self.stored) != Path(folder):
+            raise ValueError(f"the model's weights are stored in {self.stored}, not in {folder}")
+        path = Path(folder) / name
+        write_external(self.model, path, name + ".data")
+        self.model = onnx.load(str(path), load_external_data=False)
+        self.stored = Path(folder)
+        give_back()
+        return path
+
     @contextlib.contextmanager
     def weights_parked(self):
         """While the block runs, the model's weights wait in a scratch file instead of memory, and
@@ -278,8 +298,8 @@ class IRModel:
         from modelport.memory import give_back
         from modelport.onnx_io import attach_external, tensor_bytes, write_external
 
-        if self.model is None or tensor_bytes(self.model) < PARK_BYTES:
-            yield None
+        if self.model is None or self.stored is not None or tensor_bytes(self.model) < PARK_BYTES:
+            yield None  # a model whose weights are in files already (`park`) holds nothing to move
             return
         with tempfile.TemporaryDirectory(prefix="modelport-parked-") as tmp:
             path = Path(tmp) / "model.onnx"

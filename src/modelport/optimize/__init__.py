@@ -29,11 +29,18 @@ class Pass:
 
     `precision` is the numeric precision of what the pass produces; the pipeline picks the parity
     tolerance from it (fp32 passes are held to fp32 tolerances).
+
+    `reads_stored`: the pass takes an IR whose large initializers are references to data files in
+    `ir.stored` (`IRModel.park`), reads values from there, and returns such an IR (the references
+    kept, new tensors in memory). The pipeline then keeps a large model's weights in files while the
+    pass and its parity check run, so neither the pass's input nor its result holds them; other
+    passes are given the weights in memory.
     """
 
     name = ""
     description = ""
     precision = "fp32"
+    reads_stored = False
 
     def apply(self, ir: IRModel) -> PassResult:
         raise NotImplementedError

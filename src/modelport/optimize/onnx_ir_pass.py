@@ -3,6 +3,10 @@
 Subclasses implement `transform(model: onnx_ir.Model) -> (modified, details)` in place on a
 deserialised copy; the IRModel they were given is never touched (the copy is serialised back
 into a new ModelProto).
+
+A parked IR (`IRModel.park`: its large initializers refer to data files in `ir.stored`) is read as
+it is: onnx-ir reads those tensors from their files when a rule needs their values (memory-mapped),
+and writes the references back unchanged, so the result holds only the tensors the pass created.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from modelport.optimize import Pass, PassResult
 
 
 class OnnxIRPass(Pass):
+    reads_stored = True
+
     def transform(self, model) -> tuple[bool, dict[str, Any]]:
         raise NotImplementedError
 
@@ -23,10 +29,33 @@ class OnnxIRPass(Pass):
 
         require("onnx_ir", purpose=f"the '{self.name}' pass")
         model = to_onnx_ir(ir.model)
-        modified, details = self.transform(model)
-        if not modified:
-            return PassResult(ir, False, details)
-        return PassResult(with_model(ir, from_onnx_ir(model)), True, details)
+        if ir.stored is not None:
+            from onnx_ir.external_data import set_base_dir
+
+            set_base_dir(model.graph, ir.stored)
+        try:
+            modified, details = self.transform(model)
+            if not modified:
+                return PassResult(ir, False, details)
+            out = with_model(ir, from_onnx_ir(model))
+        finally:
+            if ir.stored is not None:
+                _let_go(model)
+        out.stored = ir.stored
+        return PassResult(out, True, details)
+
+
+def _let_go(model) -> None:
+    """Close the files onnx-ir mapped to read `model`'s stored tensors (their pages count in this
+    process's memory while mapped), and let go of the graphs onnxscript's matchers still hold."""
+    import onnx_ir
+
+    from modelport.optimize.weight_store import forget_onnxscript_matches
+
+    for value in model.graph.initializers.values():
+        if isinstance(value.const_value, onnx_ir.ExternalTensor):
+            value.const_value.release()
+    forget_onnxscript_matches()
 
 
 # each round can expose new matches; rules still matching after this many rounds are reported

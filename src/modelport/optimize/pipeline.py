@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from modelport.errors import BadInputError, MissingDependencyError, ModelportError, PassError, ValidationError
@@ -71,12 +72,18 @@ def _tensors(model):
                     graphs.extend(a.graphs)
 
 
-def check_parity(ir: IRModel, tol: Tolerance, hop: str):
+def check_parity(ir: IRModel, tol: Tolerance, hop: str, *, model_file: Path | None = None):
     """`ir` against its references in onnxruntime. A large model's weights wait in a file meanwhile,
     from which onnxruntime loads them (`IRModel.weights_parked`): the session and the ModelProto are
-    not both held."""
+    not both held. `model_file`: `ir` written already, its weights beside it (a parked IR)."""
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 
+    if model_file is not None:
+        runner = OnnxRuntimeRunner(model_file)
+        try:
+            return check(runner, ir.reference, tol, hop)
+        finally:
+            del runner
     with ir.weights_parked() as parked:
         runner = OnnxRuntimeRunner(parked or ir.model)
         parity = check(runner, ir.reference, tol, hop)
@@ -94,15 +101,18 @@ def invalid_model(model, *, repair: bool = False) -> str | None:
     """
     import onnx
 
-    from modelport.onnx_io import check_weightless, protobuf_limit, serialized_size, tensor_bytes
+    from modelport.onnx_io import check_weightless, iter_tensors, protobuf_limit, serialized_size, tensor_bytes
 
     if repair:
         from modelport.optimize.model_tools import sort_nodes
 
         sort_nodes(model.graph)
     try:
-        if tensor_bytes(model) > _INLINE_HASH_LIMIT or serialized_size(model) >= protobuf_limit():
-            check_weightless(model)  # serialised, it would be one more copy of itself (or past protobuf's limit)
+        if tensor_bytes(model) > _INLINE_HASH_LIMIT or serialized_size(model) >= protobuf_limit() \
+                or any(t.data_location == onnx.TensorProto.EXTERNAL for t in iter_tensors(model.graph)):
+            # serialised, it would be one more copy of itself (or past protobuf's limit); the checker
+            # looks for external data in the working directory
+            check_weightless(model)
         else:
             onnx.checker.check_model(model)
     except Exception as e:
@@ -141,12 +151,19 @@ class PassRow:
 
 
 def run_passes(ir: IRModel, passes: list[Pass], *, tolerance: Callable[[str], Tolerance] | None = None,
-               strict: bool = False, on_pass: PassCallback | None = None) -> tuple[IRModel, list[PassRow]]:
+               strict: bool = False, on_pass: PassCallback | None = None,
+               release_input: bool = False) -> tuple[IRModel, list[PassRow]]:
     """Apply `passes` in order through the parity gate; returns the final IR and one row per pass.
 
     A pass must not mutate the model it is given (rolling it back relies on that): the input is
     fingerprinted before the pass and checked after, and a pass that changed it fails the run
     with a PassError naming it, whatever `strict` says.
+
+    A model with PARK_BYTES of weights keeps them in files while the passes that read them from
+    there run (`Pass.reads_stored`, see `_Parking`): a pass's input and its result are graphs whose
+    initializers refer to those files, so the weights are not held in memory by either, nor beside
+    the parity check's session. `release_input`: the caller will not use `ir`'s model again, so its
+    weights are not read back unless it is the result (its model is then None).
     """
     from modelport import memory
     from modelport.optimize.model_tools import model_size, node_count
@@ -155,66 +172,158 @@ def run_passes(ir: IRModel, passes: list[Pass], *, tolerance: Callable[[str], To
         raise BadInputError("the model has no reference data to check optimisation passes against")
     tolerance = tolerance or tolerance_for
     rows: list[PassRow] = []
-    for p in passes:
-        if on_pass:
-            on_pass(f"optimize:{p.name}")
-        nb, sb = node_count(ir.model), model_size(ir.model)
-        t0, window = time.perf_counter(), memory.window()
-        row = PassRow(p.name, "unchanged", nb, nb, sb, sb, 0.0)
-        before = fingerprint(ir.model)
-        try:
+    parking = _Parking(ir)
+    try:
+        for p in passes:
+            if on_pass:
+                on_pass(f"optimize:{p.name}")
+            t0, window = time.perf_counter(), memory.window()
             try:
-                result = p.apply(ir)
+                ir = parking.ready(ir, p)
+                nb, sb = node_count(ir.model), model_size(ir.model)
+                row = PassRow(p.name, "unchanged", nb, nb, sb, sb, 0.0)
+                ir = _run_pass(p, ir, row, rows, tolerance, strict, parking, t0, window)
             finally:
-                if fingerprint(ir.model) != before:
-                    raise PassError(p.name, [r.name for r in rows], "mutated the model it was given "
-                                    "(a pass must return a new model; its input is what a rollback restores)")
-            row.details = result.details
-            if result.model is ir or not result.modified:
-                row.status = "skipped" if result.details.get("skipped") else "unchanged"
-                row.reason = result.details.get("skipped", "")
-            elif (invalid := invalid_model(result.model.model, repair=True)) is not None:
-                row.status, row.reason = "rolled_back", f"invalid model: {invalid}"
-                if strict:
-                    row.close(t0, window)
-                    rows.append(row)
-                    raise ValidationError(f"pass '{p.name}' produced an invalid model: {invalid}", rows=rows)
-            else:
-                with ir.weights_parked():  # the pass's input waits in a file too while the candidate is checked
-                    parity = check_parity(result.model, tolerance(p.precision), f"optimize:{p.name}")
-                row.parity = parity.to_dict()
-                row.nodes_after, row.size_after = node_count(result.model.model), model_size(result.model.model)
-                if parity.ok:
-                    row.status = "applied"
-                    ir = result.model
-                else:
-                    row.status, row.reason = "rolled_back", f"parity: {parity.summary()}"
-                    row.nodes_after, row.size_after = nb, sb
-                    if strict:
-                        row.close(t0, window)
-                        rows.append(row)
-                        raise ValidationError(f"pass '{p.name}' broke parity: {parity.summary()}", parity=parity.to_dict(),
-                                              rows=rows)
-        except (MissingDependencyError, PassError, ValidationError):
-            window.close()
-            raise
-        except Exception as e:
-            from modelport.deps import missing_dependency
-
-            missing = missing_dependency(e)
-            if missing is not None:  # a pass that cannot run is not a pass that broke parity
                 window.close()
-                raise missing from e
-            reason = e.message if isinstance(e, ModelportError) else f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            row.status, row.reason = "rolled_back", f"error: {reason}"
-            row.nodes_after, row.size_after = nb, sb
-            if strict:
-                row.close(t0, window)
-                rows.append(row)
-                raise ValidationError(f"pass '{p.name}' failed: {reason}", rows=rows) from e
+            row.close(t0, window)
+            rows.append(row)
+    except BaseException:
+        parking.abandon()
+        raise
+    return parking.finish(ir, release_input=release_input), rows
+
+
+def _run_pass(p: Pass, ir: IRModel, row: PassRow, rows: list[PassRow], tolerance, strict: bool, parking: _Parking,
+              t0: float, window) -> IRModel:
+    """One pass of `run_passes` through the gate, its outcome in `row`; returns the IR that goes on."""
+    from modelport.optimize.model_tools import model_size, node_count
+
+    nb, sb = row.nodes_before, row.size_before
+    before = fingerprint(ir.model)
+
+    def fail(message: str, **details) -> ValidationError:
         row.close(t0, window)
         rows.append(row)
-    return ir, rows
+        return ValidationError(message, rows=rows, **details)
+
+    try:
+        try:
+            result = p.apply(ir)
+        finally:
+            if fingerprint(ir.model) != before:
+                raise PassError(p.name, [r.name for r in rows], "mutated the model it was given "
+                                "(a pass must return a new model; its input is what a rollback restores)")
+        row.details = result.details
+        if result.model is ir or not result.modified:
+            row.status = "skipped" if result.details.get("skipped") else "unchanged"
+            row.reason = result.details.get("skipped", "")
+        elif (invalid := invalid_model(result.model.model, repair=True)) is not None:
+            row.status, row.reason = "rolled_back", f"invalid model: {invalid}"
+            if strict:
+                raise fail(f"pass '{p.name}' produced an invalid model: {invalid}")
+        else:
+            candidate, hop = result.model, f"optimize:{p.name}"
+            if candidate.stored is not None:  # its weights are in files: its new tensors go beside them
+                parity = check_parity(candidate, tolerance(p.precision), hop, model_file=parking.settle(candidate))
+            else:
+                with ir.weights_parked():  # the pass's input waits in a file too while the candidate is checked
+                    parity = check_parity(candidate, tolerance(p.precision), hop)
+            row.parity = parity.to_dict()
+            row.nodes_after, row.size_after = node_count(candidate.model), model_size(candidate.model)
+            if parity.ok:
+                row.status = "applied"
+                return candidate
+            row.status, row.reason = "rolled_back", f"parity: {parity.summary()}"
+            row.nodes_after, row.size_after = nb, sb
+            if strict:
+                raise fail(f"pass '{p.name}' broke parity: {parity.summary()}", parity=parity.to_dict())
+    except (MissingDependencyError, PassError, ValidationError):
+        raise
+    except Exception as e:
+        from modelport.deps import missing_dependency
+
+        missing = missing_dependency(e)
+        if missing is not None:  # a pass that cannot run is not a pass that broke parity
+            raise missing from e
+        reason = e.message if isinstance(e, ModelportError) else f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        row.status, row.reason = "rolled_back", f"error: {reason}"
+        row.nodes_after, row.size_after = nb, sb
+        if strict:
+            raise fail(f"pass '{p.name}' failed: {reason}") from e
+    return ir
+
+
+class _Parking:
+    """A run's weights in files while passes that read them from there run (`Pass.reads_stored`).
+
+    Before such a pass, a model with PARK_BYTES of weights in memory is parked (`IRModel.park`) in
+    a temporary folder of the run; the pass returns a graph that refers to the same files plus the
+    tensors it made, and those are written beside them for its parity check (`settle`), the session
+    loading the model from there. Before any other pass the current model's weights are read back.
+    `finish` reads the result's weights back once, and the input's unless it is released; a failed
+    run reads back the input's only. The folder goes with the run.
+
+    On the 0.94 GB encoder of README's figures, `--optimize all` held its input, the IR the passes
+    started from and each candidate in memory (4.1x the weights at the `transformer` pass's peak).
+    """
+
+    def __init__(self, first: IRModel):
+        self.first = first
+        self._dir = None
+        self._count = 0
+
+    def _place(self) -> tuple[Path, str]:
+        import tempfile
+
+        if self._dir is None:
+            self._dir = tempfile.TemporaryDirectory(prefix="modelport-passes-")
+        self._count += 1
+        return Path(self._dir.name), f"m{self._count}.onnx"
+
+    def ready(self, ir: IRModel, p: Pass) -> IRModel:
+        """`ir` as `p` takes it: parked for a pass that reads stored weights (when large), in memory for any other."""
+        from modelport.ir import PARK_BYTES
+        from modelport.onnx_io import tensor_bytes
+
+        if ir.stored is not None and (not p.reads_stored or not self._ours(ir)):
+            ir.attach_stored()  # weights stored elsewhere (a parse's files) are read in, then parked here
+        if p.reads_stored and ir.stored is None and ir.model is not None and not ir.parts \
+                and tensor_bytes(ir.model) >= PARK_BYTES:
+            ir.park(*self._place())
+        return ir
+
+    def _ours(self, ir: IRModel) -> bool:
+        return self._dir is not None and ir.stored is not None and Path(ir.stored) == Path(self._dir.name)
+
+    def settle(self, candidate: IRModel) -> Path:
+        """`candidate` (a parked IR's successor) written beside the weights it refers to; returns its file."""
+        return candidate.park(*self._place())
+
+    def finish(self, out: IRModel, *, release_input: bool) -> IRModel:
+        try:
+            if self._ours(out):
+                out.attach_stored()
+            first = self.first
+            if first is not out and self._ours(first):
+                if release_input:
+                    first.model, first.stored = None, None
+                else:
+                    first.attach_stored()
+        finally:
+            self._close()
+        return out
+
+    def abandon(self) -> None:
+        try:
+            if self._ours(self.first):
+                self.first.attach_stored()
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        if self._dir is not None:
+            self._dir.cleanup()
+            self._dir = None
 
 
 @dataclass(frozen=True)
@@ -300,9 +409,10 @@ def precision_passes(opts: OptimizeOptions, *, calibration: list[dict] | None = 
 
 
 def optimize_ir(ir: IRModel, opts: OptimizeOptions, *, tolerance: Callable[[str], Tolerance] | None = None,
-                on_pass: PassCallback | None = None) -> tuple[IRModel, list[dict], dict | None]:
+                on_pass: PassCallback | None = None, release_input: bool = False) -> tuple[IRModel, list[dict], dict | None]:
     """Optimise `ir` with the passes of `opts` (a level other than auto, or named passes); returns
-    (IR, report rows, None). `--optimize auto` is `optimize.auto.auto_select`, which calls this."""
+    (IR, report rows, None). `--optimize auto` is `optimize.auto.auto_select`, which calls this.
+    `release_input`: see `run_passes`."""
     if opts.budget is not None:
         budget = opts.budget
         tolerance = budgeted(tolerance, budget)
@@ -315,7 +425,7 @@ def optimize_ir(ir: IRModel, opts: OptimizeOptions, *, tolerance: Callable[[str]
         from modelport.optimize.calibration import load_calibration
 
         passes = build_passes(opts, calibration=load_calibration(opts.calibration, ir))
-    out, rows = run_passes(ir, passes, tolerance=tolerance, strict=opts.strict, on_pass=on_pass)
+    out, rows = run_passes(ir, passes, tolerance=tolerance, strict=opts.strict, on_pass=on_pass, release_input=release_input)
     out = _check_delivered(out, passes, rows, opts)
     return out, [r.to_dict() for r in rows], None
 

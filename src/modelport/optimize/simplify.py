@@ -19,6 +19,7 @@ MAX_BYTES = 512 << 20  # tensor data from which the pass is skipped (see the mod
 class OnnxSimPass(Pass):
     name = "simplify"
     description = "onnx-simplifier (onnxsim)"
+    reads_stored = True  # it decides from the sizes alone; the copy it simplifies reads the weights in
 
     def apply(self, ir: IRModel) -> PassResult:
         from modelport.deps import require
@@ -37,6 +38,10 @@ class OnnxSimPass(Pass):
 
         m = onnx.ModelProto()
         m.CopyFrom(ir.model)
+        if ir.stored is not None:
+            from modelport.onnx_io import attach_external
+
+            attach_external(m, ir.stored)
         drop_value_info(m)
         from modelport.progress import doing
 

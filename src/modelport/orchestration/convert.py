@@ -724,7 +724,7 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
                 export_parity.raise_if_failed(path=spec.path)
             popts = options
             if requested_precision:
-                optimized, popts = optimize_stage(pir, options, report, zoo_tol, on_stage=on_stage)
+                optimized, popts = optimize_stage(pir, options, report, zoo_tol, on_stage=on_stage, release_input=True)
                 if optimized is not pir and optimized.model is not pir.model:
                     pir.model = None  # the IR before the passes: every target is emitted from the optimised one
                     give_back()

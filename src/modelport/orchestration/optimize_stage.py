@@ -16,6 +16,7 @@ in that case.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 from modelport.ir import IRModel
@@ -64,8 +65,9 @@ def stated_budget(selection: dict, opts, asked, default: bool) -> dict:
     return {**selection, "budget": DEFAULT_AUTO_BUDGET if default else asked_budget_text(asked), "budget_default": default}
 
 
-def optimize_stage(ir: IRModel, options, report, zoo_tol=None, *, on_stage=None):
-    """(optimised IR, options with the resulting precision and tolerances)."""
+def optimize_stage(ir: IRModel, options, report, zoo_tol=None, *, on_stage=None, release_input: bool = False):
+    """(optimised IR, options with the resulting precision and tolerances). `release_input`: the
+    caller goes on with the optimised IR alone (`run_passes`)."""
     from modelport.errors import BadInputError
     from modelport.optimize.pipeline import OptimizeOptions, optimize_ir
 
@@ -80,7 +82,8 @@ def optimize_stage(ir: IRModel, options, report, zoo_tol=None, *, on_stage=None)
                    precision="fp32" if others else (options.precision or "fp32"), calibration=options.calibration,
                    strict=options.strict, allow_fallback=options.allow_precision_fallback)
     opts, default_budget = with_auto_budget(opts)
-    out, rows, selection = _run_recorded(optimize_ir, ir, opts, options, zoo_tol, report, on_stage)
+    run = functools.partial(optimize_ir, release_input=release_input)
+    out, rows, selection = _run_recorded(run, ir, opts, options, zoo_tol, report, on_stage)
     if selection:
         report.set_optimize(stated_budget(selection, opts, asked, default_budget))
     if others:
