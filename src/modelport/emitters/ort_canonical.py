@@ -98,9 +98,42 @@ def canonical_ort(data: bytes) -> bytes | bytearray:
     Raises LayoutError when the file is not laid out as expected (an onnxruntime that builds the
     file differently); callers keep the original bytes then.
     """
+
+    def fill(dst, start: int) -> None:
+        dst[:] = memoryview(data)[start:]
+
+    return _rebuilt(data, fill).Output()
+
+
+def write_canonical(path) -> None:
+    """Rewrite the ORT file at `path` in the canonical layout, holding one copy of it: the layout is
+    read from the file memory-mapped, the model's part is read from the file straight into the new
+    buffer, and the buffer is written as it is. (Reading the file whole, rebuilding it and taking
+    the result out of the builder held it four times: 3.7 GB for a 0.93 GB encoder.) Raises
+    LayoutError, and then leaves the file as it was."""
+    import mmap
+
+    with open(path, "rb") as f:
+        def fill(dst, start: int) -> None:
+            f.seek(start)
+            done = 0
+            while done < len(dst):
+                n = f.readinto(dst[done:])
+                if not n:
+                    raise LayoutError("the file ended early")
+                done += n
+
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            b = _rebuilt(buf, fill)
+    with open(path, "wb") as f:
+        f.write(memoryview(b.Bytes)[b.Head():])
+
+
+def _rebuilt(buf, fill):
+    """A flatbuffers Builder holding the canonical form of the ORT file `buf`; `fill(dst, start)`
+    copies the file's bytes from `start` to its end into the memoryview `dst`."""
     import flatbuffers
 
-    buf = data
     if len(buf) < 16 or buf[4:8] != IDENTIFIER:
         raise LayoutError("not an ORT file")
     root = _table(buf, _u32(buf, 0))
@@ -120,11 +153,14 @@ def canonical_ort(data: bytes) -> bytes | bytearray:
     if len(buf) % 4:
         raise LayoutError("unaligned file size")
 
-    suffix = memoryview(buf)[suffix_start:]
-    b = flatbuffers.Builder(len(suffix) + 1024 + 64 * len(entries))
+    suffix = len(buf) - suffix_start
+    # room for the rebuilt front (what the file has before the suffix, and slack): a builder that
+    # runs out doubles its buffer, a copy of the whole model
+    b = flatbuffers.Builder(suffix + 2 * suffix_start + 1024 + 64 * len(entries))
     # The suffix keeps its distance from the buffer's end, so its offsets and alignment hold.
-    b.head -= len(suffix)
-    b.Bytes[b.head:b.head + len(suffix)] = suffix
+    b.head -= suffix
+    with memoryview(b.Bytes) as dst:
+        fill(dst[b.head:b.head + suffix], suffix_start)
     b.minalign = 8
     model_ref = len(buf) - model_pos
 
@@ -162,7 +198,7 @@ def canonical_ort(data: bytes) -> bytes | bytearray:
     b.PrependUOffsetTRelativeSlot(1, model_ref, 0)
     b.PrependUOffsetTRelativeSlot(3, resolver_ref, 0)
     b.Finish(b.EndObject(), file_identifier=IDENTIFIER)
-    return b.Output()
+    return b
 
 
 def _offset_vector(b, refs: list[int]) -> int:
