@@ -29,10 +29,13 @@ class OnnxIRPass(Pass):
 
         require("onnx_ir", purpose=f"the '{self.name}' pass")
         model = to_onnx_ir(ir.model)
+        stored = []
         if ir.stored is not None:
+            import onnx_ir
             from onnx_ir.external_data import set_base_dir
 
             set_base_dir(model.graph, ir.stored)
+            stored = [v.const_value for v in model.graph.initializers.values() if isinstance(v.const_value, onnx_ir.ExternalTensor)]
         try:
             modified, details = self.transform(model)
             if not modified:
@@ -40,21 +43,19 @@ class OnnxIRPass(Pass):
             out = with_model(ir, from_onnx_ir(model))
         finally:
             if ir.stored is not None:
-                _let_go(model)
+                _let_go(stored)
         out.stored = ir.stored
         return PassResult(out, True, details)
 
 
-def _let_go(model) -> None:
-    """Close the files onnx-ir mapped to read `model`'s stored tensors (their pages count in this
-    process's memory while mapped), and let go of the graphs onnxscript's matchers still hold."""
-    import onnx_ir
-
+def _let_go(tensors) -> None:
+    """Close the files onnx-ir mapped to read these stored tensors (their pages count in this
+    process's memory while mapped; those a pass took out of the graph too), and let go of the graphs
+    onnxscript's matchers still hold."""
     from modelport.optimize.weight_store import forget_onnxscript_matches
 
-    for value in model.graph.initializers.values():
-        if isinstance(value.const_value, onnx_ir.ExternalTensor):
-            value.const_value.release()
+    for tensor in tensors:
+        tensor.release()
     forget_onnxscript_matches()
 
 
