@@ -31,3 +31,40 @@ def reset_peak() -> None:
     /proc/self/clear_refs), so that a peak measured next is not one reached while a test built its model."""
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
+
+
+def matmul_ir(count: int, *, identities: bool = False, reference: bool = False):
+    """An IRModel of `count` chained MatMuls on x[2, 1024], each weight 1024x1024 float32 (4 MiB,
+    seeded); with `identities` each product passes through an Identity (which dce removes); with
+    `reference`, onnxruntime's outputs on a seeded input are its reference. Afterwards the process
+    holds the weights once (the lists and the graph the model was copied from are let go)."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from modelport.ir import IRModel, Reference, TensorSpec
+    from modelport.memory import give_back
+
+    rng = np.random.default_rng(0)
+    nodes, inits, prev = [], [], "x"
+    for i in range(count):
+        inits.append(numpy_helper.from_array(rng.standard_normal((1024, 1024), dtype=np.float32) / 32, f"w{i}"))
+        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}" if identities else f"h{i}"]))
+        if identities:
+            nodes.append(helper.make_node("Identity", [f"m{i}"], [f"h{i}"]))
+        prev = f"h{i}"
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 1024])],
+                              [helper.make_tensor_value_info(prev, onnx.TensorProto.FLOAT, [2, 1024])], inits)
+    del inits
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    del graph
+    ref = None
+    if reference:
+        from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
+
+        x = {"x": rng.standard_normal((2, 1024), dtype=np.float32)}
+        ref = Reference(x, OnnxRuntimeRunner(model).run(x))
+    ir = IRModel(model, [TensorSpec("x", "float32", [2, 1024])], [TensorSpec(prev, "float32", [2, 1024])], reference=ref)
+    give_back()
+    return ir

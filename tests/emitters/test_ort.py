@@ -114,28 +114,12 @@ def test_a_file_rewritten_in_place_is_the_canonical_bytes(tmp_path):
 EMIT = """
 import tempfile
 from pathlib import Path
-import numpy as np, onnx, psutil
-from onnx import helper, numpy_helper
+import psutil
 from modelport.emitters import EmitOptions
 from modelport.emitters.ort import emit
-from modelport.ir import IRModel, TensorSpec
-from modelport.memory import give_back, own_peak
-from tests.alone import reset_peak
-rng = np.random.default_rng(0)
-nodes, inits, prev = [], [], "x"
-for i in range(48):  # 48 weights of 4 MiB
-    inits.append(numpy_helper.from_array(rng.standard_normal((1024, 1024), dtype=np.float32) / 32, f"w{i}"))
-    nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"h{i}"]))
-    prev = f"h{i}"
-graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 1024])],
-                          [helper.make_tensor_value_info(prev, onnx.TensorProto.FLOAT, [2, 1024])], inits)
-del inits
-model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-model.ir_version = 8
-del graph
-ir = IRModel(model, [TensorSpec("x", "float32", [2, 1024])], [TensorSpec(prev, "float32", [2, 1024])])
-del model
-give_back()
+from modelport.memory import own_peak
+from tests.alone import matmul_ir, reset_peak
+ir = matmul_ir(48)  # 48 weights of 4 MiB
 reset_peak()
 now = psutil.Process().memory_info().rss
 with tempfile.TemporaryDirectory() as d:

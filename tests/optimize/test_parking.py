@@ -149,33 +149,12 @@ def test_a_released_input_is_not_read_back(mm_ir, scratch, park_everything):
 
 
 HOLD = """
-import numpy as np, onnx, psutil
-from onnx import helper, numpy_helper
-from modelport.ir import IRModel, Reference, TensorSpec
-from modelport.memory import give_back, own_peak
+import psutil
+from modelport.memory import own_peak
 from modelport.optimize import get_pass
 from modelport.optimize.pipeline import run_passes
-from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
-from tests.alone import reset_peak
-rng = np.random.default_rng(0)
-nodes, inits, prev = [], [], "x"
-for i in range(96):  # 96 weights of 4 MiB, each product passed through an Identity that dce removes
-    inits.append(numpy_helper.from_array(rng.standard_normal((1024, 1024), dtype=np.float32) / 32, f"w{i}"))
-    nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"]))
-    nodes.append(helper.make_node("Identity", [f"m{i}"], [f"h{i}"]))
-    prev = f"h{i}"
-graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 1024])],
-                          [helper.make_tensor_value_info(prev, onnx.TensorProto.FLOAT, [2, 1024])], inits)
-del inits
-model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-del graph
-x = {"x": rng.standard_normal((2, 1024), dtype=np.float32)}
-runner = OnnxRuntimeRunner(model)
-ref = Reference(x, runner.run(x))
-del runner
-ir = IRModel(model, [TensorSpec("x", "float32", [2, 1024])], [TensorSpec(prev, "float32", [2, 1024])], reference=ref)
-del model
-give_back()
+from tests.alone import matmul_ir, reset_peak
+ir = matmul_ir(96, identities=True, reference=True)  # 96 weights of 4 MiB, an Identity after each product
 reset_peak()
 now = psutil.Process().memory_info().rss
 out, rows = run_passes(ir, [get_pass("dce")], release_input=True)

@@ -65,24 +65,12 @@ def test_divergent_node_excluded(mlp_ir):
 
 
 HOLD = """
-import numpy as np, onnx, psutil
-from onnx import helper, numpy_helper
-from modelport.ir import IRModel, TensorSpec
-from modelport.memory import give_back, own_peak
+import psutil
+from modelport.memory import own_peak
 from modelport.optimize.quantize import quantize_model
-rng = np.random.default_rng(0)
-nodes, inits, prev = [], [], "x"
-for i in range(48):  # 48 weights of 4 MiB
-    inits.append(numpy_helper.from_array(rng.standard_normal((1024, 1024), dtype=np.float32) / 32, f"w{i}"))
-    nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"h{i}"]))
-    prev = f"h{i}"
-graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 1024])],
-                          [helper.make_tensor_value_info(prev, onnx.TensorProto.FLOAT, [2, 1024])], inits)
-del inits
-model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-del graph
-ir = IRModel(model, [TensorSpec("x", "float32", [2, 1024])], [TensorSpec(prev, "float32", [2, 1024])])
-give_back()
+from tests.alone import matmul_ir, reset_peak
+ir = matmul_ir(48)  # 48 weights of 4 MiB
+reset_peak()
 now = psutil.Process().memory_info().rss
 out, info = quantize_model(ir, mode="dynamic", fallback=False)
 assert sum(n.op_type == "MatMulInteger" for n in out.model.graph.node) == 48
@@ -107,22 +95,11 @@ def test_the_quantiser_reads_the_fp32_weights_from_a_file_not_from_copies_in_mem
     a file and the prepared model it is given refers to that file, so neither holds them (on a
     0.94 GB encoder both did: 5.48 GB at the pass's peak, 3.56 GB without); afterwards the IR is
     what it was, and every MatMul is quantised."""
-    import onnx
-    from onnx import helper, numpy_helper
-
-    from modelport.ir import PARK_BYTES, IRModel, TensorSpec
+    from modelport.ir import PARK_BYTES
     from modelport.optimize import pipeline, quantize
+    from tests.alone import matmul_ir
 
-    rng = np.random.default_rng(0)
-    nodes, inits, prev = [], [], "x"
-    for i in range(20):  # 20 weights of 4 MiB
-        inits.append(numpy_helper.from_array(rng.standard_normal((1024, 1024), dtype=np.float32) / 32, f"w{i}"))
-        nodes.append(helper.make_node("MatMul", [prev, f"w{i}"], [f"h{i}"]))
-        prev = f"h{i}"
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 1024])],
-                              [helper.make_tensor_value_info(prev, onnx.TensorProto.FLOAT, [2, 1024])], inits)
-    ir = IRModel(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
-                 [TensorSpec("x", "float32", [2, 1024])], [TensorSpec(prev, "float32", [2, 1024])])
+    ir = matmul_ir(20)  # 20 weights of 4 MiB
     size = sum(len(t.raw_data) for t in ir.model.graph.initializer)
     assert size > PARK_BYTES
     before = pipeline.fingerprint(ir.model)
