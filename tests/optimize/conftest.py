@@ -40,9 +40,10 @@ def assert_same_outputs(a, b, atol=1e-5):
         np.testing.assert_allclose(ra[k], rb[k], atol=atol, rtol=1e-4)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def bert_ir():
-    """The zoo's tiny BERT as an IR (torch.onnx dynamo export)."""
+    """The zoo's tiny BERT as an IR (torch.onnx dynamo export, 11 s: shared by the modules a worker
+    runs; read-only, as every pass's input is)."""
     from modelport.orchestration.convert import ConvertOptions, resolve_source
     from modelport.parsers import parse
 
