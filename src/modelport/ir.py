@@ -293,23 +293,17 @@ class IRModel:
         else holds it."""
         import tempfile
 
-        import onnx
-
-        from modelport.memory import give_back
-        from modelport.onnx_io import attach_external, tensor_bytes, write_external
+        from modelport.onnx_io import tensor_bytes
 
         if self.model is None or self.stored is not None or tensor_bytes(self.model) < PARK_BYTES:
             yield None  # a model whose weights are in files already (`park`) holds nothing to move
             return
         with tempfile.TemporaryDirectory(prefix="modelport-parked-") as tmp:
-            path = Path(tmp) / "model.onnx"
-            write_external(self.model, path, path.name + ".data")
-            self.model = onnx.load(str(path), load_external_data=False)
-            give_back()
+            path = self.park(Path(tmp), "model.onnx")
             try:
                 yield path
             finally:
-                attach_external(self.model, tmp)
+                self.attach_stored()
 
     def save(self, folder: str | Path, *, model_name: str = "model.onnx") -> list[Path]:
         """Write the IR into `folder`; returns the files written."""

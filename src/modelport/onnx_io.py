@@ -217,11 +217,20 @@ def tensor_bytes(model) -> int:
     total = 0
     for t in iter_tensors(model.graph):
         if t.data_location == 1:
-            info = {e.key: e.value for e in t.external_data}
-            total += int(info.get("length", 0) or 0)
+            total += _stored_length(t)
         else:
             total += raw_nbytes(t) + 4 * (len(t.float_data) + len(t.int32_data)) + 8 * (len(t.int64_data) + len(t.double_data))
     return total
+
+
+def stored_bytes(model) -> int:
+    """Bytes of tensor data the model's tensors refer to in external-data files."""
+    return sum(_stored_length(t) for t in iter_tensors(model.graph) if t.data_location == 1)
+
+
+def _stored_length(tensor) -> int:
+    """The `length` entry of an external tensor's data (0 when it has none)."""
+    return int(next((e.value for e in tensor.external_data if e.key == "length"), "") or 0)
 
 
 SUB_BYTE_BITS = {21: 4, 22: 4, 23: 4, 25: 2, 26: 2}  # UINT4, INT4, FLOAT4E2M1, UINT2, INT2: packed below one byte
@@ -661,7 +670,7 @@ def weightless(model):
         for t in src.initializer:
             out = dst.initializer.add()
             stored = t.data_location == onnx.TensorProto.EXTERNAL
-            length = int({e.key: e.value for e in t.external_data}.get("length") or 0) if stored else raw_nbytes(t)
+            length = _stored_length(t) if stored else raw_nbytes(t)
             if length >= 1024 or stored:
                 copy_fields(t, out, skip=("raw_data", "external_data", "data_location"))
                 out.data_location = onnx.TensorProto.EXTERNAL

@@ -19,13 +19,11 @@ from modelport.onnx_io import is_large
 def model_size(model) -> int:
     """Bytes the model takes on disk (graph + tensors), without serialising it; the weights of a
     model whose initializers refer to files count at their length there."""
-    from modelport.onnx_io import iter_tensors, serialized_size, tensor_bytes
+    from modelport.onnx_io import serialized_size, stored_bytes, tensor_bytes
 
     if is_large(model):
         return tensor_bytes(model)
-    stored = sum(int({e.key: e.value for e in t.external_data}.get("length") or 0)
-                 for t in iter_tensors(model.graph) if t.data_location == 1)
-    return serialized_size(model) + stored
+    return serialized_size(model) + stored_bytes(model)
 
 
 def node_count(model) -> int:

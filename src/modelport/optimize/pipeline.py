@@ -79,11 +79,7 @@ def check_parity(ir: IRModel, tol: Tolerance, hop: str, *, model_file: Path | No
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 
     if model_file is not None:
-        runner = OnnxRuntimeRunner(model_file)
-        try:
-            return check(runner, ir.reference, tol, hop)
-        finally:
-            del runner
+        return check(OnnxRuntimeRunner(model_file), ir.reference, tol, hop)
     with ir.weights_parked() as parked:
         runner = OnnxRuntimeRunner(parked or ir.model)
         parity = check(runner, ir.reference, tol, hop)
