@@ -109,3 +109,88 @@ def test_quantising_from_files_gives_the_model_quantising_in_memory_gives(tmp_pa
     run = [ort.InferenceSession(p, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
            for p in (str(out), memory.SerializeToString())]
     assert np.array_equal(run[0], run[1])
+
+
+def _tied_lm(vocab=40, hidden=64):
+    """input_ids -> embedding rows -> a MatMul -> the embedding transposed (a tied output projection);
+    the gathered rows are an output too."""
+    rng = np.random.default_rng(2)
+    table = rng.standard_normal((vocab, hidden)).astype(np.float32)
+    inits = [numpy_helper.from_array(table, "embed.weight"),
+             numpy_helper.from_array(rng.standard_normal((hidden, hidden)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.ascontiguousarray(table.T), "lm_head.weight_t")]
+    nodes = [helper.make_node("Gather", ["embed.weight", "input_ids"], ["rows"], name="embed_tokens"),
+             helper.make_node("MatMul", ["rows", "w"], ["h"], name="mix"),
+             helper.make_node("MatMul", ["h", "lm_head.weight_t"], ["logits"], name="lm_head")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["b", "s"])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["b", "s", vocab]),
+                               helper.make_tensor_value_info("rows", TensorProto.FLOAT, ["b", "s", hidden])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), table
+
+
+def _dequantised(packed: np.ndarray, scales: np.ndarray, bits: int) -> np.ndarray:
+    """MatMulNBits' symmetric weight [N, blocks, blob] back to float rows [N, K] (low nibble first)."""
+    if bits == 4:
+        q = np.stack([packed & 0x0F, packed >> 4], axis=-1).reshape(packed.shape[0], packed.shape[1], -1)
+    else:
+        q = packed
+    return ((q.astype(np.float32) - (1 << (bits - 1))) * scales[:, :, None]).reshape(packed.shape[0], -1)
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_a_tied_embedding_is_read_from_the_quantised_output_projection(bits):
+    """With the config's tie: the embedding's Gather becomes GatherBlockQuantized over the output
+    projection's MatMulNBits weight, the float table is gone, and each gathered row is the row of
+    the dequantised projection, exactly (checked against the packing decoded here)."""
+    import onnxruntime as ort
+
+    model, table = _tied_lm()
+    options = WeightOnlyOptions(bits=bits, block_size=32)
+    q, details = quantize_weight_only(model, options, tied=True)
+    assert details["embedding"].startswith("read from the quantised output projection")
+    ops = [n.op_type for n in q.graph.node]
+    assert "Gather" not in ops and ops.count("GatherBlockQuantized") == 1 and ops.count("MatMulNBits") == 2
+    inits = {t.name: numpy_helper.to_array(t) for t in q.graph.initializer}
+    assert "embed.weight" not in inits and "lm_head.weight_t" not in inits
+    rows = _dequantised(inits[f"lm_head.weight_t_Q{bits}"], inits["lm_head.weight_t_scales"], bits)
+    assert rows.shape == table.shape and np.abs(rows - table).max() < (0.5 if bits == 4 else 0.05)
+    ids = np.array([[0, 7, 39, 7]], dtype=np.int64)
+    logits, got = ort.InferenceSession(q.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input_ids": ids})
+    assert np.array_equal(got[0], rows[ids[0]])
+    full = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"input_ids": ids})[0]
+    assert np.abs(logits - full).max() / np.abs(full).max() < (0.35 if bits == 4 else 0.05)  # three int4 products
+
+
+def test_an_untied_or_asymmetric_embedding_stays_a_float_gather():
+    model, _ = _tied_lm()
+    for options, tied in ((WeightOnlyOptions(bits=4, block_size=32), False), (WeightOnlyOptions(bits=4, block_size=32, symmetric=False), True)):
+        q, details = quantize_weight_only(model, options, tied=tied)
+        assert "embedding" not in details
+        assert [n.op_type for n in q.graph.node].count("Gather") == 1
+        assert "embed.weight" in {t.name for t in q.graph.initializer}
+
+
+@pytest.mark.parametrize("bits", [4, 8])
+def test_a_tied_embedding_from_files_is_the_one_in_memory(tmp_path, bits):
+    """`quantize_stored` shares the table the same way, and never copies the float table into the
+    new data file."""
+    from modelport.onnx_io import save_onnx
+    from modelport.optimize.weight_only import quantize_stored
+    from modelport.optimize.weight_store import WeightStore
+
+    options = WeightOnlyOptions(bits=bits, block_size=32)
+    memory, details = quantize_weight_only(_tied_lm()[0], options, tied=True)
+    src = tmp_path / "src" / "model.onnx"
+    src.parent.mkdir()
+    save_onnx(_tied_lm()[0], src, external=True)
+    out = tmp_path / "out" / "model.onnx"
+    out.parent.mkdir()
+    stored, stored_details = quantize_stored(onnx.load(str(src), load_external_data=False), src.parent, out, options, tied=True)
+    assert stored_details == details
+    assert (out.parent / "model.onnx.data").stat().st_size < 40 * 64 * 4  # the float table (10 KiB) is not in it
+    WeightStore(out.parent).attach(stored)
+    assert [(n.op_type, n.name, list(n.input), list(n.output)) for n in stored.graph.node] == \
+        [(n.op_type, n.name, list(n.input), list(n.output)) for n in memory.graph.node]
+    a = {t.name: numpy_helper.to_array(t) for t in stored.graph.initializer}
+    b = {t.name: numpy_helper.to_array(t) for t in memory.graph.initializer}
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)

@@ -99,6 +99,33 @@ def test_int4_reports_token_agreement_and_logit_error(cli, llama, tmp_path):
     assert report["artifacts"][0]["precision"] == "int4"
 
 
+def test_int4_of_a_tied_model_reads_its_embedding_from_the_quantised_output_projection(cli, tmp_path):
+    """Qwen2 ties its embedding to the output projection: the int4 artifacts hold that matrix once,
+    quantised (GatherBlockQuantized over the projection's MatMulNBits weight, as onnxruntime-genai's
+    builder writes it), with no float table left, and both still generate (onnxruntime-genai what our
+    loop generates)."""
+    import onnx
+
+    src = build("qwen2", tmp_path / "src" / "qwen2")
+    out = tmp_path / "out"
+    r = cli("convert", src, "--task", "text-generation", "--to", "onnx,ort-genai", "-o", out, "--json", "--precision", "int4",
+            "--block-size", "16", "--optimize", "all", "--accuracy-budget", "tokens>=0.0", "--new-tokens", "12")
+    assert r.exit_code == 0, r
+    report = r.json()
+    quant = next(s for s in report["stages"] if s["name"] == "quantize:int4")
+    assert quant["embedding"] == "read from the quantised output projection (GatherBlockQuantized)"
+    config = json.loads((src / "config.json").read_text())
+    tables = ([config["vocab_size"], config["hidden_size"]], [config["hidden_size"], config["vocab_size"]])
+    for path in (out / "model.onnx", out / "ort-genai" / "model.onnx"):
+        model = onnx.load(str(path))
+        ops = [n.op_type for n in model.graph.node]
+        assert ops.count("GatherBlockQuantized") == 1 and "Gather" not in [n.op_type for n in model.graph.node
+                                                                            if n.input and n.input[-1] == "input_ids"]
+        assert not [t.name for t in model.graph.initializer if t.data_type == onnx.TensorProto.FLOAT and list(t.dims) in tables]
+    gens = report["generation"]
+    assert all(g["ok"] for g in gens) and gens[1]["runtime_agreement"] == 1.0
+
+
 def test_int8_onnx_and_ort_genai_within_the_default_budget(cli, llama, tmp_path):
     out = tmp_path / "out"
     r = cli("convert", llama, "--task", "text-generation", "--to", "onnx,ort-genai", "-o", out, "--json",

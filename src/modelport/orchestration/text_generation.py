@@ -357,7 +357,7 @@ def auto_variant(ir, cfg, ref, prompts, options, report, export: Path, *, on_sta
 
     def quantize(model, precision):
         return quantize_weight_only(model, WeightOnlyOptions(bits=BITS[precision], block_size=tg.block_size,
-                                                             symmetric=tg.symmetric))
+                                                             symmetric=tg.symmetric), tied=cfg.tied_embeddings)
 
     def judge(name, precision, path, session):
         budget = None if precision == "fp32" else tg.generation_budget(precision)  # fp32: identical tokens and logits
@@ -424,10 +424,10 @@ def quantized(ir, weights: Path | None, cfg, options, report, scratch: Path, *, 
         if weights is not None:
             path = scratch / "quantized" / "model.onnx"
             path.parent.mkdir()
-            model, details = quantize_stored(ir.model, weights, path, wo)
+            model, details = quantize_stored(ir.model, weights, path, wo, tied=cfg.tied_embeddings)
             weights = path.parent
         else:
-            model, details = quantize_weight_only(ir.model, wo, in_place=True)
+            model, details = quantize_weight_only(ir.model, wo, in_place=True, tied=cfg.tied_embeddings)
         ir.model = None  # the float model: freed here
         row.note(nodes_before=nodes_before, nodes=len(model.graph.node), **details)
     return ir.clone(model), weights, options.precision
