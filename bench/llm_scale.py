@@ -18,9 +18,10 @@ process). modelport's wall time is split into conversion and validation from its
 so the int4 rows pass `--accuracy-budget tokens>=0` and print the token agreement beside them. The
 int4 and fp16 rows write an onnxruntime-genai folder (`--to ort-genai`, validated by generating with
 onnxruntime-genai itself), and the folders of the precisions in --decode are then timed at decoding
-with onnxruntime-genai (`DECODE`: 64 greedy tokens after a 16-token prompt, one intra-op thread and
-onnxruntime's default); the builder's fp32 folder too when fp32 is in --decode (modelport's fp32
-row writes model.onnx alone), as the CPU figure fp16 is compared with.
+with onnxruntime-genai (`DECODE`: 64 greedy tokens after a 16-token prompt, three times, one over the
+median step time; one intra-op thread and onnxruntime's default); the builder's fp32 folder too when fp32 is in --decode (modelport's fp32
+row writes model.onnx alone), as the CPU figure fp16 is compared with. `model MB` is the size of the
+model files written (model.onnx and its data file).
 
 Usage: python bench/llm_scale.py [--layers 24 --hidden 896 --intermediate 4864 --heads 14 --kv-heads 2
                                   --vocab 151936 --rounds 1 --precisions fp32,int4[,fp16] --decode int4[,fp16,fp32]
@@ -80,7 +81,9 @@ def build_folder(folder: Path, **overrides) -> Path:
 
 
 # decode tokens/s of an onnxruntime-genai folder, in a child: a 16-token prompt, then `steps` greedy
-# tokens (end-of-sequence held off by min_length), the best of two runs; `threads` 0 = onnxruntime's default
+# tokens (end-of-sequence held off by min_length), three times; the rate is one over the median time of
+# a decode step over all three (a burst of load on a shared machine moves a mean or a best run, hardly
+# the median); `threads` 0 = onnxruntime's default
 DECODE = """
 import json, sys, time
 import numpy as np
@@ -92,19 +95,21 @@ if threads:
                                                                           "inter_op_num_threads": 1}}}}))
 model = og.Model(config)
 prompt = np.arange(3, 19, dtype=np.int32)[None]
-best = 0.0
-for _ in range(2):
+steps_s = []
+for _ in range(3):
     params = og.GeneratorParams(model)
     params.set_search_options(max_length=16 + steps + 1, min_length=16 + steps + 1, do_sample=False)
     gen = og.Generator(model, params)
     gen.append_tokens(prompt)
     gen.generate_next_token()
-    start, n = time.perf_counter(), 0
+    n = 0
     while not gen.is_done() and n < steps:
+        start = time.perf_counter()
         gen.generate_next_token()
+        steps_s.append(time.perf_counter() - start)
         n += 1
-    best = max(best, n / (time.perf_counter() - start))
-print(json.dumps({"tokens_per_s": best}))
+    del gen
+print(json.dumps({"tokens_per_s": 1.0 / float(np.median(steps_s))}))
 """
 
 
@@ -238,7 +243,8 @@ def main() -> int:
             print(f"modelport {precision}: exit {rc}, {wall:.1f} s, peak {peak / 1e9:.2f} GB", *stage_lines(out / "report.json"),
                   sep="\n", flush=True)
             keep(rows, f"modelport {precision}", rc, wall, peak, convert=convert_s, validate=check_s,
-                 tokens=agreement(out / "report.json"), **decode_rates(out / "ort-genai", precision, a, env))
+                 tokens=agreement(out / "report.json"), size=model_bytes(out / "ort-genai" if precision != "fp32" else out),
+                 **decode_rates(out / "ort-genai", precision, a, env))
             if a.no_builder:
                 continue
             out = work / f"builder_{precision}"
@@ -246,13 +252,14 @@ def main() -> int:
                    "-e", "cpu", "-c", str(work / "cache")]
             rc, wall, peak = measured(cmd, work / f"builder_{precision}.log", env)
             print(f"builder {precision}: exit {rc}, {wall:.1f} s, peak {peak / 1e9:.2f} GB", flush=True)
-            keep(rows, f"builder {precision}", rc, wall, peak, convert=wall, **decode_rates(out, precision, a, env))
+            keep(rows, f"builder {precision}", rc, wall, peak, convert=wall, size=model_bytes(out),
+                 **decode_rates(out, precision, a, env))
     print(f"\n{a.layers} layers, hidden {a.hidden}, intermediate {a.intermediate}, heads {a.heads}:{a.kv_heads}, "
           f"vocab {a.vocab}; checkpoint {checkpoint / 1e6:.0f} MB (bf16); best of {a.rounds} interleaved round(s); "
           "peak RSS of the process tree")
     print("| row | exit | wall s | convert s | validate s | peak RSS GB | x checkpoint | vs builder RSS | vs builder wall "
-          "| tokens | decode tok/s 1 thread | decode tok/s default | vs builder decode (1 / default) |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| model MB | tokens | decode tok/s 1 thread | decode tok/s default | vs builder decode (1 / default) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name, r in rows.items():
         base = rows.get(f"builder {name.split()[-1]}")
         vs_rss = f"{r['peak'] / base['peak']:.2f}x" if base and name.startswith("modelport") else ""
@@ -263,9 +270,14 @@ def main() -> int:
         if base and name.startswith("modelport") and all(x.get(k) for x in (r, base) for k in ("decode_1", "decode_n")):
             vs_decode = f"{r['decode_1'] / base['decode_1']:.2f}x / {r['decode_n'] / base['decode_n']:.2f}x"
         print(f"| {name} | {r['rc']} | {r['wall']:.1f} | {fmt(r.get('convert'))} | {fmt(r.get('validate'))} | "
-              f"{r['peak'] / 1e9:.2f} | {r['peak'] / checkpoint:.1f} | {vs_rss} | {vs_wall} | {tokens} | "
+              f"{r['peak'] / 1e9:.2f} | {r['peak'] / checkpoint:.1f} | {vs_rss} | {vs_wall} | {(r.get('size') or 0) / 1e6:.0f} | {tokens} | "
               f"{fmt(r.get('decode_1'))} | {fmt(r.get('decode_n'))} | {vs_decode} |")
     return 0 if all(r["rc"] == 0 for r in rows.values()) else 1
+
+
+def model_bytes(folder: Path) -> int:
+    """Bytes of the model files in an output folder (model.onnx and its data file)."""
+    return sum(f.stat().st_size for f in folder.glob("model.onnx*")) if folder.is_dir() else 0
 
 
 def decode_rates(folder: Path, precision: str, a, env: dict) -> dict:
