@@ -22,20 +22,34 @@ REPO = Path(__file__).resolve().parents[1]
 NETGUARD = REPO / "tests" / "netguard"
 
 
+_CREATED_LOG: list[str] = []
+
+
 def pytest_configure(config):
-    """Install the network guard here and, through PYTHONPATH, in every child process."""
+    """Install the network guard here and, through PYTHONPATH, in every child process. Each xdist
+    worker gets a log of its own (its children write to it too): with one log for all workers, a
+    test's window also saw what a test on the other worker did, such as tests/test_netguard.py's
+    deliberate lookups of github.com before it removes them from the log."""
     import importlib.util
     import tempfile
 
-    if not os.environ.get("MODELPORT_TEST_NET_LOG"):
-        fd, log = tempfile.mkstemp(prefix="modelport-net-", suffix=".log")
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    if not os.environ.get("MODELPORT_TEST_NET_LOG") or os.environ.get("MODELPORT_TEST_NET_LOG_OWNER") != worker:
+        fd, log = tempfile.mkstemp(prefix=f"modelport-net-{worker}-", suffix=".log")
         os.close(fd)
         os.environ["MODELPORT_TEST_NET_LOG"] = log
+        os.environ["MODELPORT_TEST_NET_LOG_OWNER"] = worker
+        _CREATED_LOG.append(log)
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(NETGUARD), os.environ.get("PYTHONPATH")) if p)
     spec = importlib.util.spec_from_file_location("modelport_test_netguard", NETGUARD / "sitecustomize.py")
     guard = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(guard)
     guard.install()
+
+
+def pytest_unconfigure(config):
+    for log in _CREATED_LOG:
+        Path(log).unlink(missing_ok=True)
 
 
 def network_attempts() -> list[str]:
