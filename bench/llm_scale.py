@@ -19,9 +19,9 @@ so the int4 rows pass `--accuracy-budget tokens>=0` and print the token agreemen
 int4 and fp16 rows write an onnxruntime-genai folder (`--to ort-genai`, validated by generating with
 onnxruntime-genai itself), and the folders of the precisions in --decode are then timed at decoding
 with onnxruntime-genai (`DECODE`: 64 greedy tokens after a 16-token prompt, three times, one over the
-median step time; one intra-op thread and onnxruntime's default); the builder's fp32 folder too when fp32 is in --decode (modelport's fp32
-row writes model.onnx alone), as the CPU figure fp16 is compared with. `model MB` is the size of the
-model files written (model.onnx and its data file).
+median step time; one intra-op thread and onnxruntime's default); the builder's fp32 folder too when
+fp32 is in --decode (modelport's fp32 row writes model.onnx alone), as the CPU figure fp16 is
+compared with. `model MB` is the size of the model files written (model.onnx and its data file).
 
 Usage: python bench/llm_scale.py [--layers 24 --hidden 896 --intermediate 4864 --heads 14 --kv-heads 2
                                   --vocab 151936 --rounds 1 --precisions fp32,int4[,fp16] --decode int4[,fp16,fp32]

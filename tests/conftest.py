@@ -34,7 +34,7 @@ def pytest_configure(config):
     import tempfile
 
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    if not os.environ.get("MODELPORT_TEST_NET_LOG") or os.environ.get("MODELPORT_TEST_NET_LOG_OWNER") != worker:
+    if os.environ.get("MODELPORT_TEST_NET_LOG_OWNER") != worker:
         fd, log = tempfile.mkstemp(prefix=f"modelport-net-{worker}-", suffix=".log")
         os.close(fd)
         os.environ["MODELPORT_TEST_NET_LOG"] = log

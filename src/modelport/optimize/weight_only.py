@@ -47,6 +47,15 @@ class WeightOnlyOptions:
             raise BadInputError(f"bad accuracy level {self.accuracy_level}: 0 to 4 (MatMulNBits' compute type)")
 
 
+def float_matmuls(graph) -> list:
+    """The MatMul nodes whose weight (second input) is a 2-D float initializer: what is quantised."""
+    import onnx
+
+    inits = {t.name: t for t in graph.initializer}
+    return [n for n in graph.node if n.op_type == "MatMul" and n.domain in ("", "ai.onnx") and n.input[1] in inits
+            and len(inits[n.input[1]].dims) == 2 and inits[n.input[1]].data_type == onnx.TensorProto.FLOAT]
+
+
 def shared_embedding(graph, options: WeightOnlyOptions, targets) -> tuple | None:
     """(the embedding's Gather, the output projection's MatMul among `targets`) of a graph whose
     projection is the embedding transposed, or None: a Gather of a float [V, H] initializer at a
@@ -113,9 +122,7 @@ def quantize_weight_only(model, options: WeightOnlyOptions, *, in_place: bool = 
         work = onnx.ModelProto()
         work.CopyFrom(model)
     before = sum(1 for n in work.graph.node if n.op_type == "MatMul")
-    inits = {t.name: t for t in work.graph.initializer}
-    pair = shared_embedding(work.graph, options, [n for n in work.graph.node if n.op_type == "MatMul" and n.input[1] in inits
-                                                  and len(inits[n.input[1]].dims) == 2]) if tied else None
+    pair = shared_embedding(work.graph, options, float_matmuls(work.graph)) if tied else None
     quantizer = MatMulNBitsQuantizer(work, bits=options.bits, block_size=options.block_size,
                                      is_symmetric=options.symmetric, accuracy_level=options.accuracy_level)
     quantizer.process()
@@ -149,7 +156,7 @@ def _share_in_place(graph, pair, options: WeightOnlyOptions) -> bool:
     nodes, shape = gather_quantized(gather, heads[0].input[1], heads[0].input[2], vocab, hidden, options)
     rebuilt = []
     for n in graph.node:
-        rebuilt.extend(nodes if n is gather or (n.op_type == "Gather" and list(n.output) == list(gather.output)) else [n])
+        rebuilt.extend(nodes if n.op_type == "Gather" and list(n.output) == list(gather.output) else [n])
     del graph.node[:]
     graph.node.extend(rebuilt)
     if not any(table.name in n.input for n in graph.node):
@@ -188,8 +195,7 @@ def quantize_stored(model, base_dir, path, options: WeightOnlyOptions, *, tied: 
     for n in graph.node:
         for i in n.input:
             uses[i] = uses.get(i, 0) + 1
-    targets = [n for n in graph.node if n.op_type == "MatMul" and n.domain in ("", "ai.onnx") and n.input[1] in inits
-               and len(inits[n.input[1]].dims) == 2 and inits[n.input[1]].data_type == onnx.TensorProto.FLOAT]
+    targets = float_matmuls(graph)
     if not targets:
         raise BadInputError("no MatMul with a constant weight to quantise (weight-only quantisation needs them)")
     pair = shared_embedding(graph, options, targets) if tied else None
