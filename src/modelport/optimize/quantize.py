@@ -10,6 +10,8 @@ and excluded from quantisation, up to `max_rounds` times; the excluded nodes are
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,14 +77,58 @@ def _run_quantizer(model, quantize, weights_dir: Path | None = None):
         return load_model_file(dst)
 
 
+_QUANTISER = threading.Lock()
+
+
+def _infer_in_place(model):
+    """What onnxruntime's `save_and_reload_model_with_shape_infer` gives its dynamic quantiser (the
+    model with onnx's inferred value_info and the quantiser's metadata mark), without its copies:
+    onnx infers shapes on a `weightless` copy and the value_info is written into `model` itself."""
+    import onnx
+    from onnxruntime.quantization.quant_utils import add_infer_metadata
+
+    from modelport.onnx_io import weightless
+
+    inferred = onnx.shape_inference.infer_shapes(weightless(model)[0])
+    for part in ("value_info", "input", "output"):
+        ours, theirs = getattr(model.graph, part), getattr(inferred.graph, part)
+        del ours[:]
+        ours.extend(theirs)
+    add_infer_metadata(model)
+    return model
+
+
+@contextlib.contextmanager
+def _value_info_in_place():
+    """onnxruntime's dynamic quantiser refreshes its value_info by deep-copying the model it loaded,
+    saving the copy and loading it again while its caller still holds the first: the weights twice
+    over, before any is quantised (a 201 MB model: 2.2x the weights at its peak). Within this
+    context that step infers on a copy without the weights instead (`_infer_in_place`). Where the
+    onnxruntime installed has no such step, nothing is replaced. One quantisation at a time holds
+    the context (batch conversions run in threads)."""
+    from onnxruntime.quantization import onnx_quantizer
+
+    with _QUANTISER:
+        original = getattr(onnx_quantizer, "save_and_reload_model_with_shape_infer", None)
+        if original is None:
+            yield
+            return
+        onnx_quantizer.save_and_reload_model_with_shape_infer = _infer_in_place
+        try:
+            yield
+        finally:
+            onnx_quantizer.save_and_reload_model_with_shape_infer = original
+
+
 def _dynamic(model, *, exclude: list[str], per_channel: bool, weights_dir: Path | None = None):
     from modelport.deps import require
 
     q = require("onnxruntime.quantization", purpose="INT8 quantisation")
 
     def run(src, dst, large):
-        q.quantize_dynamic(src, dst, weight_type=q.QuantType.QInt8, per_channel=per_channel,
-                           nodes_to_exclude=exclude or None, use_external_data_format=large)
+        with _value_info_in_place():
+            q.quantize_dynamic(src, dst, weight_type=q.QuantType.QInt8, per_channel=per_channel,
+                               nodes_to_exclude=exclude or None, use_external_data_format=large)
 
     return _run_quantizer(model, run, weights_dir)
 
