@@ -92,6 +92,34 @@ def test_quantising_a_large_model_stays_under_a_ceiling():
     assert size > 200e6 and grew < 1.0 * size, (grew / size, size)
 
 
+HOLD_STATIC = """
+import numpy as np
+import psutil
+from modelport.memory import own_peak
+from modelport.optimize.quantize import quantize_model
+from tests.alone import matmul_ir, reset_peak
+ir = matmul_ir(48)  # 48 weights of 4 MiB
+rng = np.random.default_rng(0)
+calibration = [{"x": rng.standard_normal((2, 1024)).astype(np.float32)} for _ in range(4)]
+reset_peak()
+now = psutil.Process().memory_info().rss
+out, info = quantize_model(ir, mode="static", calibration=calibration, fallback=False)
+assert sum(n.op_type == "DequantizeLinear" for n in out.model.graph.node) >= 48
+print(own_peak() - now, sum(len(t.raw_data) for t in ir.model.graph.initializer))
+"""
+
+
+def test_static_quantisation_of_a_large_model_stays_under_a_ceiling():
+    """The same 201 MB model calibrated and quantised to QDQ: onnxruntime's calibrator loads the
+    model and runs it in a session while the static quantiser's own load waits without the weights
+    (they are read when its QDQ quantiser is built): 1.26x the weights above the process, measured;
+    2.28x while that first load held them through calibration."""
+    from tests.alone import run_alone
+
+    grew, size = map(int, run_alone(HOLD_STATIC).split())
+    assert size > 200e6 and grew < 1.6 * size, (grew / size, size)
+
+
 def _mixed_model():
     """Every kind of node onnxruntime's dynamic quantiser treats its own way: a Gather of an
     embedding table (read quantised, dequantised for the Add after it), a Gemm it turns into a MatMul of a transposed weight, MatMuls with a constant
@@ -110,7 +138,7 @@ def _mixed_model():
              helper.make_node("Reshape", ["g", "img"], ["g4"]),
              helper.make_node("Conv", ["g4", "w_conv"], ["y"], pads=[1, 1, 1, 1], name="conv")]
     inits = {"table": rng.standard_normal((50, 16)), "pos": rng.standard_normal((4, 16)), "w_in": rng.standard_normal((16, 16)) * 0.2,
-             "flat": np.array([2, 64], np.int64), "w_gemm": rng.standard_normal((32, 64)) * 0.1,
+             "flat": np.array([2, 16], np.int64), "w_gemm": rng.standard_normal((32, 16)) * 0.1,
              "b_gemm": rng.standard_normal(32) * 0.1, "img": np.array([2, 2, 4, 4], np.int64),
              "w_conv": rng.standard_normal((3, 2, 3, 3)) * 0.2}
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", 7, [2, 4])],
@@ -166,3 +194,28 @@ def test_the_quantiser_reads_the_fp32_weights_from_a_file_not_from_copies_in_mem
     assert held and all(prepared < 1 << 20 and own < 1 << 20 for prepared, own in held), held
     assert pipeline.fingerprint(ir.model) == before
     assert sum(n.op_type == "MatMulInteger" for n in out.model.graph.node) == 20
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_static_quantisation_with_the_weights_read_after_calibration_is_onnxruntimes(per_channel, monkeypatch):
+    """onnxruntime's static quantiser whose first load leaves the weights in their file until its QDQ
+    quantiser is built (after calibration) writes the model it writes as shipped, byte for byte; the
+    model is handed over with external data, as a parked IR's is, and onnxruntime's functions are
+    back afterwards."""
+    import contextlib
+    import importlib
+
+    from modelport.optimize import model_tools, quantize
+
+    monkeypatch.setattr(model_tools, "is_large", lambda model: True)  # written with external data
+    rng = np.random.default_rng(2)
+    feeds = [{"ids": rng.integers(0, 50, (2, 4), dtype=np.int64)} for _ in range(4)]
+    base = quantize._prepared(_mixed_model())
+    ours = quantize._static(base, feeds, exclude=[], per_channel=per_channel, method="minmax")
+    monkeypatch.setattr(quantize, "_weights_after_calibration", lambda opset: contextlib.nullcontext())
+    shipped = quantize._static(base, feeds, exclude=[], per_channel=per_channel, method="minmax")
+    assert {"QuantizeLinear", "DequantizeLinear"} <= _ops(ours)
+    assert ours.SerializeToString() == shipped.SerializeToString()
+    module = importlib.import_module("onnxruntime.quantization.quantize")
+    assert module.QDQQuantizer.__name__ == "QDQQuantizer"
+    assert module.load_model_with_shape_infer.__module__.endswith("quant_utils")

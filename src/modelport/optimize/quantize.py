@@ -120,6 +120,53 @@ def _value_info_in_place():
             onnx_quantizer.save_and_reload_model_with_shape_infer = original
 
 
+@contextlib.contextmanager
+def _weights_after_calibration(opset: int | None):
+    """onnxruntime's static quantiser loads the model with its weights, then calibrates with a copy
+    of its own loaded from the same file and run in a session, holding the first load all along
+    (a 201 MB model: 2.3x the weights above the process). Within this context its first load leaves
+    the weights in their file, and they are read in when its QDQ quantiser is built, after the
+    calibration's session is gone. Not for a model below opset 11, which onnxruntime converts and
+    saves again before calibrating (that needs the weights)."""
+    import importlib
+
+    from modelport.onnx_io import attach_external
+
+    # the package's `quantize` attribute is its function of that name, not the module
+    ort_quantize = importlib.import_module("onnxruntime.quantization.quantize")
+
+    with _QUANTISER:
+        load, build = (getattr(ort_quantize, name, None) for name in ("load_model_with_shape_infer", "QDQQuantizer"))
+        if load is None or build is None or (opset or 0) < 11:
+            yield
+            return
+        folders = {}
+
+        def load_graph(path):
+            import onnx
+            from onnxruntime.quantization.quant_utils import add_infer_metadata
+
+            path = Path(path)
+            inferred = path.with_name(path.stem + "-inferred" + path.suffix)
+            onnx.shape_inference.infer_shapes_path(str(path), str(inferred))
+            model = onnx.load(str(inferred), load_external_data=False)
+            inferred.unlink()
+            add_infer_metadata(model)
+            folders[id(model)] = (model, path.parent)
+            return model
+
+        def build_with_weights(model, *args, **kwargs):
+            if id(model) in folders:
+                attach_external(model, folders.pop(id(model))[1])
+            return build(model, *args, **kwargs)
+
+        ort_quantize.load_model_with_shape_infer, ort_quantize.QDQQuantizer = load_graph, build_with_weights
+        try:
+            yield
+        finally:
+            ort_quantize.load_model_with_shape_infer, ort_quantize.QDQQuantizer = load, build
+
+
 def _dynamic(model, *, exclude: list[str], per_channel: bool, weights_dir: Path | None = None):
     from modelport.deps import require
 
@@ -149,16 +196,18 @@ class _Reader:
 def _static(model, feeds: list[dict], *, exclude: list[str], per_channel: bool, method: str,
             weights_dir: Path | None = None):
     from modelport.deps import require
+    from modelport.optimize.model_tools import opset_of
 
     q = require("onnxruntime.quantization", purpose="INT8 quantisation")
     methods = {"minmax": q.CalibrationMethod.MinMax, "entropy": q.CalibrationMethod.Entropy,
                "percentile": q.CalibrationMethod.Percentile, "distribution": q.CalibrationMethod.Distribution}
 
     def run(src, dst, large):
-        q.quantize_static(src, dst, _Reader(feeds), quant_format=q.QuantFormat.QDQ, per_channel=per_channel,
-                          activation_type=q.QuantType.QInt8, weight_type=q.QuantType.QInt8,
-                          nodes_to_exclude=exclude or None, use_external_data_format=large,
-                          calibrate_method=methods[method], extra_options={"ActivationSymmetric": False})
+        with _weights_after_calibration(opset_of(model)):
+            q.quantize_static(src, dst, _Reader(feeds), quant_format=q.QuantFormat.QDQ, per_channel=per_channel,
+                              activation_type=q.QuantType.QInt8, weight_type=q.QuantType.QInt8,
+                              nodes_to_exclude=exclude or None, use_external_data_format=large,
+                              calibrate_method=methods[method], extra_options={"ActivationSymmetric": False})
 
     return _run_quantizer(model, run, weights_dir)
 
