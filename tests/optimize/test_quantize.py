@@ -122,8 +122,9 @@ def test_static_quantisation_of_a_large_model_stays_under_a_ceiling():
 
 def _mixed_model():
     """Every kind of node onnxruntime's dynamic quantiser treats its own way: a Gather of an
-    embedding table (read quantised, dequantised for the Add after it), a Gemm it turns into a MatMul of a transposed weight, MatMuls with a constant
-    and with a computed B, a Transpose after a quantised value, a Conv, and the float ops between."""
+    embedding table (read quantised, dequantised for the Add after it), a Gemm it turns into a
+    MatMul of a transposed weight, MatMuls with a constant and with a computed B, a Transpose after
+    a quantised value, a Conv, and the float ops between."""
     from onnx import helper, numpy_helper
 
     rng = np.random.default_rng(5)
@@ -137,8 +138,8 @@ def _mixed_model():
              helper.make_node("Gemm", ["s2", "w_gemm", "b_gemm"], ["g"], transB=1, name="head"),
              helper.make_node("Reshape", ["g", "img"], ["g4"]),
              helper.make_node("Conv", ["g4", "w_conv"], ["y"], pads=[1, 1, 1, 1], name="conv")]
-    inits = {"table": rng.standard_normal((50, 16)), "pos": rng.standard_normal((4, 16)), "w_in": rng.standard_normal((16, 16)) * 0.2,
-             "flat": np.array([2, 16], np.int64), "w_gemm": rng.standard_normal((32, 16)) * 0.1,
+    inits = {"table": rng.standard_normal((50, 16)), "pos": rng.standard_normal((4, 16)),
+             "w_in": rng.standard_normal((16, 16)) * 0.2, "flat": np.array([2, 16], np.int64), "w_gemm": rng.standard_normal((32, 16)) * 0.1,
              "b_gemm": rng.standard_normal(32) * 0.1, "img": np.array([2, 2, 4, 4], np.int64),
              "w_conv": rng.standard_normal((3, 2, 3, 3)) * 0.2}
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", 7, [2, 4])],

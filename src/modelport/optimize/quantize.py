@@ -77,7 +77,25 @@ def _run_quantizer(model, quantize, weights_dir: Path | None = None):
         return load_model_file(dst)
 
 
-_QUANTISER = threading.Lock()
+_QUANTISER = threading.Lock()  # one quantisation at a time replaces onnxruntime's functions (batch conversions run in threads)
+
+
+@contextlib.contextmanager
+def _replacing(module, replacements: dict):
+    """`module`'s attributes named in `replacements` replaced by them for the length of the context,
+    and put back however it ends; where the module lacks one of them, nothing is replaced. The
+    caller holds `_QUANTISER`."""
+    originals = {name: getattr(module, name, None) for name in replacements}
+    if None in originals.values():
+        yield
+        return
+    for name, value in replacements.items():
+        setattr(module, name, value)
+    try:
+        yield
+    finally:
+        for name, value in originals.items():
+            setattr(module, name, value)
 
 
 def _infer_in_place(model):
@@ -103,21 +121,11 @@ def _value_info_in_place():
     """onnxruntime's dynamic quantiser refreshes its value_info by deep-copying the model it loaded,
     saving the copy and loading it again while its caller still holds the first: the weights twice
     over, before any is quantised (a 201 MB model: 2.2x the weights at its peak). Within this
-    context that step infers on a copy without the weights instead (`_infer_in_place`). Where the
-    onnxruntime installed has no such step, nothing is replaced. One quantisation at a time holds
-    the context (batch conversions run in threads)."""
+    context that step infers on a copy without the weights instead (`_infer_in_place`)."""
     from onnxruntime.quantization import onnx_quantizer
 
-    with _QUANTISER:
-        original = getattr(onnx_quantizer, "save_and_reload_model_with_shape_infer", None)
-        if original is None:
-            yield
-            return
-        onnx_quantizer.save_and_reload_model_with_shape_infer = _infer_in_place
-        try:
-            yield
-        finally:
-            onnx_quantizer.save_and_reload_model_with_shape_infer = original
+    with _QUANTISER, _replacing(onnx_quantizer, {"save_and_reload_model_with_shape_infer": _infer_in_place}):
+        yield
 
 
 @contextlib.contextmanager
@@ -136,11 +144,11 @@ def _weights_after_calibration(opset: int | None):
     ort_quantize = importlib.import_module("onnxruntime.quantization.quantize")
 
     with _QUANTISER:
-        load, build = (getattr(ort_quantize, name, None) for name in ("load_model_with_shape_infer", "QDQQuantizer"))
-        if load is None or build is None or (opset or 0) < 11:
+        build = getattr(ort_quantize, "QDQQuantizer", None)
+        if build is None or (opset or 0) < 11:
             yield
             return
-        folders = {}
+        folders = {}  # id -> (the model loaded without its weights, kept alive so the id stays its own; their folder)
 
         def load_graph(path):
             import onnx
@@ -160,11 +168,8 @@ def _weights_after_calibration(opset: int | None):
                 attach_external(model, folders.pop(id(model))[1])
             return build(model, *args, **kwargs)
 
-        ort_quantize.load_model_with_shape_infer, ort_quantize.QDQQuantizer = load_graph, build_with_weights
-        try:
+        with _replacing(ort_quantize, {"load_model_with_shape_infer": load_graph, "QDQQuantizer": build_with_weights}):
             yield
-        finally:
-            ort_quantize.load_model_with_shape_infer, ort_quantize.QDQQuantizer = load, build
 
 
 def _dynamic(model, *, exclude: list[str], per_channel: bool, weights_dir: Path | None = None):
