@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
-from modelport import onnx_io
+from modelport import onnx_io, proto_pieces
 from modelport.errors import BadInputError, UnsafeInputError
 from tests.alone import run_alone
 
@@ -209,21 +209,21 @@ def test_a_model_is_measured_without_being_encoded():
     """serialized_size is ByteSize, counted without encoding the model (the upb runtime's ByteSize
     encodes the whole message: three times a 0.94 GB model's size at its peak)."""
     model = _mixed_model()
-    assert onnx_io.serialized_size(model) == model.ByteSize()
+    assert proto_pieces.serialized_size(model) == model.ByteSize()
     external = onnx.ModelProto()
     external.CopyFrom(model)
     onnx.external_data_helper.convert_model_to_external_data(external, size_threshold=0, location="w.bin")
-    assert onnx_io.serialized_size(external) == external.ByteSize()
-    assert onnx_io.serialized_size(onnx.ModelProto(ir_version=8)) == onnx.ModelProto(ir_version=8).ByteSize()
+    assert proto_pieces.serialized_size(external) == external.ByteSize()
+    assert proto_pieces.serialized_size(onnx.ModelProto(ir_version=8)) == onnx.ModelProto(ir_version=8).ByteSize()
     # ByteSize holds the GIL while it encodes, so a sampling thread never sees it: the kernel's
     # high-water mark of a process of its own does (ByteSize of this model measured +223 MiB)
     code = """
-from modelport import onnx_io
+from modelport import proto_pieces
 from modelport.memory import own_peak
 from tests.test_onnx_io import _heavy_model
 heavy = _heavy_model()
 before = own_peak()
-size = onnx_io.serialized_size(heavy)
+size = proto_pieces.serialized_size(heavy)
 print(own_peak() - before, size == len(heavy.SerializeToString()))
 """
     grew, same = run_alone(code).split()

@@ -116,9 +116,9 @@ def specs_from_onnx(values) -> list[TensorSpec]:
 
 def contract_from_onnx(model) -> tuple[list[TensorSpec], list[TensorSpec], dict[str, int]]:
     """(inputs, outputs, sample dims) of an ONNX model: its graph inputs (initializers excluded) and
-    outputs, with what a modelport-written file keeps beside the graph (`onnx_io.stamped_contract`):
+    outputs, with what a modelport-written file keeps beside the graph (`contract_stamp.stamped_contract`):
     layouts, preprocessing and value ranges, and the sample dims of its references."""
-    from modelport.onnx_io import read_contract
+    from modelport.contract_stamp import read_contract
 
     init = {i.name for i in model.graph.initializer}
     inputs = specs_from_onnx([v for v in model.graph.input if v.name not in init])
@@ -251,7 +251,7 @@ class IRModel:
     def attach_stored(self) -> IRModel:
         """Read the weights a parse left in files into the model (tensor by tensor; this IR's and its
         parts'); the files can go afterwards."""
-        from modelport.onnx_io import attach_external
+        from modelport.external_data_files import attach_external
 
         for ir in (self, *self.parts.values()):
             if ir.stored is not None:
@@ -267,8 +267,8 @@ class IRModel:
         message is let go (see `weights_parked`)."""
         import onnx
 
+        from modelport.external_data_files import write_external
         from modelport.memory import give_back
-        from modelport.onnx_io import write_external
 
         if self.stored is not None and Path(self.stored) != Path(folder):
             raise ValueError(f"the model's weights are stored in {self.stored}, not in {folder}")
@@ -293,7 +293,7 @@ class IRModel:
         else holds it."""
         import tempfile
 
-        from modelport.onnx_io import tensor_bytes
+        from modelport.tensor_sizes import tensor_bytes
 
         if self.model is None or self.stored is not None or tensor_bytes(self.model) < PARK_BYTES:
             yield None  # a model whose weights are in files already (`park`) holds nothing to move

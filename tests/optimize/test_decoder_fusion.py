@@ -10,7 +10,7 @@ import pytest
 
 from modelport.optimize.decoder_fusion import fuse_decoder
 from modelport.optimize.gqa_fusion import fuse_group_query_attention
-from modelport.parsers import hf_decoder
+from modelport.parsers import hf_decoder, hf_decoder_step
 from modelport.validation import generation
 from tests.hf_folders import COMMON, build
 
@@ -87,7 +87,7 @@ def test_prefill_and_decode_equal_the_unfused_model(fused, past, sequence):
     """Left-padded batch of 2 (row 0 starts with two padded slots, its positions start at 0 at its
     first real token): logits of real queries and the grown cache at real slots equal the unfused export's."""
     _, _, _, cfg, raw, _, _, session = fused
-    feeds = hf_decoder.sample_step(cfg, seed=past * 10 + sequence, past=past, sequence=sequence)
+    feeds = hf_decoder_step.sample_step(cfg, seed=past * 10 + sequence, past=past, sequence=sequence)
     if past == 0:
         feeds["attention_mask"][0, :2] = 0
         pos = np.clip(np.cumsum(feeds["attention_mask"], axis=1) - 1, 0, None)
@@ -165,6 +165,7 @@ def _as_rotary_embedding_nodes(model, inv_freq, head_dim: int, num_heads: int) -
     import onnx.numpy_helper as nh
 
     from modelport.optimize import gqa_fusion as gf
+    from modelport.optimize import gqa_matching as gm
 
     graph, make = model.graph, onnx.helper.make_node
     graph.initializer.extend([nh.from_array(np.asarray(v), n) for n, v in (
@@ -180,17 +181,17 @@ def _as_rotary_embedding_nodes(model, inv_freq, head_dim: int, num_heads: int) -
         make("Cos", ["r_angles"], ["r_cos"]),
         make("Sin", ["r_angles"], ["r_sin"]),
     ]
-    g, drop, made = gf._Graph(graph), set(), 0
+    g, drop, made = gm.Graph(graph), set(), 0
     for i in range(sum(1 for x in graph.input if x.name.startswith("past_key_values.") and x.name.endswith(".key"))):
         ck = g.node(f"present.{i}.key", "Concat")
-        k_heads, _, _ = gf._rope(g, ck.input[1], head_dim)
+        k_heads, _, _ = gm._rope(g, ck.input[1], head_dim)
         drop.add(id(g.producer[ck.input[1]]))
-        nodes.append(make("RotaryEmbedding", [k_heads, "position_ids", "r_cos", "r_sin"], [ck.input[1]], domain=gf.MS,
+        nodes.append(make("RotaryEmbedding", [k_heads, "position_ids", "r_cos", "r_sin"], [ck.input[1]], domain=gm.MS,
                           interleaved=0, num_heads=1))
-        mha = gf._forward_to(g, ck.output[0], "MultiHeadAttention")
+        mha = gm._forward_to(g, ck.output[0], "MultiHeadAttention")
         t = g.node(g.node(mha.input[0], "Reshape").input[0], "Transpose")
-        q = gf._heads(g, gf._rope(g, t.input[0], head_dim)[0])
-        nodes.append(make("RotaryEmbedding", [q, "position_ids", "r_cos", "r_sin"], [f"r_query_{i}"], domain=gf.MS,
+        q = gm._heads(g, gm._rope(g, t.input[0], head_dim)[0])
+        nodes.append(make("RotaryEmbedding", [q, "position_ids", "r_cos", "r_sin"], [f"r_query_{i}"], domain=gm.MS,
                           num_heads=num_heads))
         mha.input[0] = f"r_query_{i}"
         made += 2
@@ -234,7 +235,7 @@ def test_rotary_embedding_form_of_transformers_517_fuses_exactly(family, tmp_pat
     raw_s, fused_s = session(raw), session(out)
     for past in (0, 1, 4, 9):
         sequence = 5 if past == 0 else 1
-        feeds = hf_decoder.sample_step(cfg, seed=past, past=past, sequence=sequence)
+        feeds = hf_decoder_step.sample_step(cfg, seed=past, past=past, sequence=sequence)
         feeds["attention_mask"][0, :2] = 0
         pos = np.clip(np.cumsum(feeds["attention_mask"], axis=1) - 1, 0, None)
         feeds["position_ids"] = pos[:, -sequence:].astype(np.int64)

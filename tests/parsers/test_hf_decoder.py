@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from modelport.errors import BadInputError, UnsupportedError
-from modelport.parsers import hf_decoder
+from modelport.parsers import hf_decoder, hf_decoder_step
 from modelport.specs import SourceSpec
 from modelport.validation import generation
 from tests.hf_folders import FAMILIES, build
@@ -66,12 +66,12 @@ def test_prefill_and_decode_match_transformers(exported, past, sequence):
     import torch
 
     _, model, cfg, _, session = exported
-    feeds = hf_decoder.sample_step(cfg, seed=past * 10 + sequence, past=past, sequence=sequence)
+    feeds = hf_decoder_step.sample_step(cfg, seed=past * 10 + sequence, past=past, sequence=sequence)
     if past == 0:  # prefill: row 0's padded slots are the first two of the prompt itself
         feeds["attention_mask"][0, :2] = 0
         pos = np.clip(np.cumsum(feeds["attention_mask"], axis=1) - 1, 0, None)
         feeds["position_ids"] = pos[:, -sequence:].astype(np.int64)
-    module = hf_decoder.flat_cache_module(model, cfg)
+    module = hf_decoder_step.flat_cache_module(model, cfg)
     with torch.no_grad():
         ref = module(*[torch.from_numpy(feeds[n]) for n in cfg.input_names])
     got = session.run(cfg.output_names, feeds)

@@ -26,11 +26,11 @@ def folders(tmp_path_factory):
 def _transformers_outputs(folder: Path, feeds: dict, *, half: bool = False):
     import torch
 
-    from modelport.parsers import hf_decoder
+    from modelport.parsers import hf_decoder, hf_decoder_step
 
     cfg = hf_decoder.read_decoder_config(folder)
     model = hf_decoder.load_model(folder)
-    module = hf_decoder.flat_cache_module(model.half() if half else model, cfg)
+    module = hf_decoder_step.flat_cache_module(model.half() if half else model, cfg)
     with torch.no_grad():
         outs = module(*[torch.from_numpy(feeds[n]) for n in cfg.input_names])
     return {n: o.float().numpy() for n, o in zip(cfg.output_names, outs, strict=True)}
@@ -52,13 +52,13 @@ def _written_outputs(folder: Path, out: Path, feeds: dict, *, fused: bool, dtype
 @pytest.mark.parametrize("fused", [False, True], ids=["plain", "fused"])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_written_graph_computes_what_transformers_computes(folders, family, fused, tmp_path):
-    from modelport.parsers import hf_decoder, hf_decoder_graph
+    from modelport.parsers import hf_decoder, hf_decoder_graph, hf_decoder_step
 
     folder = folders[family]
     cfg = hf_decoder.read_decoder_config(folder)
     assert hf_decoder_graph.unsupported(folder, cfg) is None
-    for name, feeds in (("decode", hf_decoder.sample_step(cfg, seed=1)),
-                        ("prefill", hf_decoder.sample_step(cfg, seed=2, past=0, sequence=6))):
+    for name, feeds in (("decode", hf_decoder_step.sample_step(cfg, seed=1)),
+                        ("prefill", hf_decoder_step.sample_step(cfg, seed=2, past=0, sequence=6))):
         want = _transformers_outputs(folder, feeds)
         got, _ = _written_outputs(folder, tmp_path / name, feeds, fused=fused)
         real = feeds["attention_mask"][:, -feeds["input_ids"].shape[1]:] == 1  # padded query rows are not compared
@@ -83,12 +83,12 @@ def test_a_float16_graph_computes_what_transformers_computes_in_float16(folders,
     transformers model within float16's rounding, NaN-free in padded rows."""
     import onnx
 
-    from modelport.parsers import hf_decoder
+    from modelport.parsers import hf_decoder, hf_decoder_step
 
     folder = folders[family]
     cfg = hf_decoder.read_decoder_config(folder)
-    for name, feeds in (("decode", hf_decoder.sample_step(cfg, seed=1)),
-                        ("prefill", hf_decoder.sample_step(cfg, seed=2, past=0, sequence=6))):
+    for name, feeds in (("decode", hf_decoder_step.sample_step(cfg, seed=1)),
+                        ("prefill", hf_decoder_step.sample_step(cfg, seed=2, past=0, sequence=6))):
         feeds = {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in feeds.items()}
         want = _transformers_outputs(folder, feeds, half=True)
         got, session = _written_outputs(folder, tmp_path / name, feeds, fused=fused, dtype="float16")
@@ -134,7 +134,7 @@ def test_a_bf16_checkpoint_is_read_as_transformers_reads_it(tmp_path):
     import torch
     import transformers
 
-    from modelport.parsers import hf_decoder
+    from modelport.parsers import hf_decoder, hf_decoder_step
 
     folder = build("qwen2", tmp_path / "fp32")
     model = transformers.AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.bfloat16)
@@ -145,7 +145,7 @@ def test_a_bf16_checkpoint_is_read_as_transformers_reads_it(tmp_path):
     with safe_open(str(bf16 / "model.safetensors"), framework="pt") as f:
         assert f.get_tensor("model.embed_tokens.weight").dtype == torch.bfloat16
     cfg = hf_decoder.read_decoder_config(bf16)
-    feeds = hf_decoder.sample_step(cfg, seed=3)
+    feeds = hf_decoder_step.sample_step(cfg, seed=3)
     want = _transformers_outputs(bf16, feeds)
     got, _ = _written_outputs(bf16, tmp_path / "out", feeds, fused=False)
     assert np.abs(got["logits"] - want["logits"]).max() < 1e-5
@@ -236,11 +236,11 @@ def test_rotary_tables_are_what_the_rotary_module_computes(rope, tmp_path):
     import torch
     import transformers
 
-    from modelport.parsers import hf_decoder, hf_decoder_graph
+    from modelport.parsers import hf_decoder, hf_decoder_rotary
 
     folder = build("llama", tmp_path / "src", **({"rope_parameters": rope} if rope else {}))
     cfg = hf_decoder.read_decoder_config(folder)
-    cos, sin = hf_decoder_graph.rotary_tables(folder, cfg)
+    cos, sin = hf_decoder_rotary.rotary_tables(folder, cfg)
     config = transformers.AutoConfig.from_pretrained(str(folder))
     rotary = transformers.models.llama.modeling_llama.LlamaRotaryEmbedding(config=config)
     want_cos, want_sin = rotary(torch.zeros(1), torch.arange(cfg.context_length)[None, :])
@@ -255,9 +255,9 @@ def test_the_reference_model_loaded_per_tensor_is_the_one_from_pretrained_loads(
     parameters and buffers (rotary frequencies included), the output projection tied where it is."""
     import torch
 
-    from modelport.parsers import hf_decoder
+    from modelport.parsers import hf_decoder_loading
 
-    ours, theirs = hf_decoder.load_model_per_tensor(folders[family]), hf_decoder.load_model(folders[family])
+    ours, theirs = hf_decoder_loading.load_model_per_tensor(folders[family]), hf_decoder_loading.load_model(folders[family])
     a, b = ours.state_dict(), theirs.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     buffers = dict(theirs.named_buffers())

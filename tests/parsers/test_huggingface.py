@@ -14,7 +14,7 @@ import pytest
 import transformers
 
 from modelport.errors import BadInputError
-from modelport.parsers import huggingface as hf
+from modelport.parsers import hf_folder, hf_loading, hf_tasks
 
 BERT = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=37,
             max_position_embeddings=64)
@@ -62,22 +62,22 @@ def bert_dir(tmp_path_factory) -> Path:
 ])
 def test_task_inferred_from_architecture(arch, task):
     model_type = {"Wav2Vec2ForSequenceClassification": "wav2vec2", "WhisperForConditionalGeneration": "whisper"}.get(arch, "bert")
-    assert hf.infer_task({"model_type": model_type, "architectures": [arch]}, Path("m"), transformers) == task
+    assert hf_tasks.infer_task({"model_type": model_type, "architectures": [arch]}, Path("m"), transformers) == task
 
 
 def test_task_names_and_aliases():
-    assert hf.task_name("text2text") == "text2text-generation"
-    assert hf.task_name("sentiment-analysis") == "text-classification"
+    assert hf_tasks.task_name("text2text") == "text2text-generation"
+    assert hf_tasks.task_name("sentiment-analysis") == "text-classification"
     with pytest.raises(BadInputError, match="unknown task 'poetry'; known: feature-extraction"):
-        hf.task_name("poetry")
+        hf_tasks.task_name("poetry")
 
 
 def test_cli_help_names_real_tasks(cli, tmp_path):
     from modelport.cli.options import HF_TASK_EXAMPLES
 
-    assert set(HF_TASK_EXAMPLES) <= {name for name, t in hf.TASKS.items() if t.supported}
+    assert set(HF_TASK_EXAMPLES) <= {name for name, t in hf_tasks.TASKS.items() if t.supported}
     r = cli("convert", tmp_path, "--task", "summarise", "-o", tmp_path / "out")
-    assert r.exit_code == 2 and f"known: {', '.join(hf.TASKS)}" in r.stderr
+    assert r.exit_code == 2 and f"known: {', '.join(hf_tasks.TASKS)}" in r.stderr
 
 
 # --- text models --------------------------------------------------------------------------------------
@@ -248,11 +248,12 @@ def test_weights_transformers_fills_itself_are_not_refused(tmp_path):
     full = save(transformers.BartForConditionalGeneration(config), tmp_path / "bart")
     stored = set(load_file(full / "model.safetensors"))
     assert "lm_head.weight" not in stored  # tied to the shared embedding, not saved
-    task = hf.TASKS["text2text-generation"]
+    task = hf_tasks.TASKS["text2text-generation"]
 
     def load(folder):
-        with hf.offline() as tf:
-            return hf.load_model(task, folder, hf.read_config(folder), trust=False, safetensors=True, inferred=True, transformers=tf)
+        with hf_loading.offline() as tf:
+            return hf_loading.load_model(task, folder, hf_folder.read_config(folder), trust=False, safetensors=True,
+                                         inferred=True, transformers=tf)
 
     model = load(reworked(full, tmp_path / "no-bias", drop=("final_logits_bias",)))
     assert not model.final_logits_bias.any() and model.lm_head.weight is model.model.shared.weight

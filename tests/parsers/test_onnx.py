@@ -38,7 +38,7 @@ def test_newer_ir_version_is_lowered_for_onnxruntime(tmp_path):
     import onnx
     from onnx import TensorProto, helper
 
-    from modelport.onnx_io import max_onnxruntime_ir_version
+    from modelport.ir_version_fit import max_onnxruntime_ir_version
 
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
@@ -79,8 +79,8 @@ def test_shapes_are_inferred_without_the_weights_as_with_them():
     weights are untouched, and an invalid model is still refused."""
     import onnx
 
-    from modelport.onnx_io import weightless
     from modelport.parsers.onnx import infer_and_check
+    from modelport.weightless_copy import weightless
 
     model = _shaped_model()
     whole = onnx.shape_inference.infer_shapes(_shaped_model(), strict_mode=False, data_prop=True)

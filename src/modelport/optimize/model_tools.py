@@ -13,13 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from modelport.ir import IRModel
-from modelport.onnx_io import is_large
+from modelport.tensor_sizes import is_large
 
 
 def model_size(model) -> int:
     """Bytes the model takes on disk (graph + tensors), without serialising it; the weights of a
     model whose initializers refer to files count at their length there."""
-    from modelport.onnx_io import serialized_size, stored_bytes, tensor_bytes
+    from modelport.proto_pieces import serialized_size
+    from modelport.tensor_sizes import stored_bytes, tensor_bytes
 
     if is_large(model):
         return tensor_bytes(model)

@@ -34,11 +34,12 @@ _INLINE_HASH_LIMIT = 64 << 20
 
 def fingerprint(model, *, inline_limit: int = _INLINE_HASH_LIMIT) -> str:
     """sha256 of a ModelProto's deterministic serialisation. A model with more than `inline_limit`
-    bytes of tensors is hashed as its graph without the large tensors' bytes (`onnx_io.weightless`)
+    bytes of tensors is hashed as its graph without the large tensors' bytes (`weightless_copy.weightless`)
     followed by each of those tensors' own hash, one tensor in memory at a time; the model is only read."""
     import hashlib
 
-    from modelport.onnx_io import raw_nbytes, tensor_bytes, weightless
+    from modelport.tensor_sizes import raw_nbytes, tensor_bytes
+    from modelport.weightless_copy import weightless
 
     h = hashlib.sha256()
     if tensor_bytes(model) <= inline_limit:
@@ -97,7 +98,9 @@ def invalid_model(model, *, repair: bool = False) -> str | None:
     """
     import onnx
 
-    from modelport.onnx_io import check_weightless, iter_tensors, protobuf_limit, serialized_size, tensor_bytes
+    from modelport.proto_pieces import serialized_size
+    from modelport.tensor_sizes import iter_tensors, protobuf_limit, tensor_bytes
+    from modelport.weightless_copy import check_weightless
 
     if repair:
         from modelport.optimize.model_tools import sort_nodes
@@ -259,7 +262,7 @@ class _Parking:
     `finish` reads the result's weights back once, and the input's unless it is released; a failed
     run reads back the input's only. The folder goes with the run.
 
-    On the 0.94 GB encoder of README's figures, `--optimize all` held its input, the IR the passes
+    On the 0.94 GB encoder of docs/benchmarks.md, `--optimize all` held its input, the IR the passes
     started from and each candidate in memory (4.1x the weights at the `transformer` pass's peak).
     """
 
@@ -279,7 +282,7 @@ class _Parking:
     def ready(self, ir: IRModel, p: Pass) -> IRModel:
         """`ir` as `p` takes it: parked for a pass that reads stored weights (when large), in memory for any other."""
         from modelport.ir import PARK_BYTES
-        from modelport.onnx_io import tensor_bytes
+        from modelport.tensor_sizes import tensor_bytes
 
         if ir.stored is not None and (not p.reads_stored or not self._ours(ir)):
             ir.attach_stored()  # weights stored elsewhere (a parse's files) are read in, then parked here

@@ -105,7 +105,7 @@ def _infer_in_place(model):
     import onnx
     from onnxruntime.quantization.quant_utils import add_infer_metadata
 
-    from modelport.onnx_io import weightless
+    from modelport.weightless_copy import weightless
 
     inferred = onnx.shape_inference.infer_shapes(weightless(model)[0])
     for part in ("value_info", "input", "output"):
@@ -138,7 +138,7 @@ def _weights_after_calibration(opset: int | None):
     saves again before calibrating (that needs the weights)."""
     import importlib
 
-    from modelport.onnx_io import attach_external
+    from modelport.external_data_files import attach_external
 
     # the package's `quantize` attribute is its function of that name, not the module
     ort_quantize = importlib.import_module("onnxruntime.quantization.quantize")
@@ -227,7 +227,7 @@ def quantize_model(ir: IRModel, *, mode: str = "dynamic", calibration: list[dict
     `check_on_calibration` is False: then on the reference inputs, which must be held out of
     `calibration` (calibration drawn like the sample inputs, `calibration.sample_calibration`).
     """
-    from modelport.onnx_io import attach_external
+    from modelport.external_data_files import attach_external
     from modelport.optimize.model_tools import with_model
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
     from modelport.validation.localize import first_divergence

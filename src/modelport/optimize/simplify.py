@@ -27,7 +27,7 @@ class OnnxSimPass(Pass):
 
         if is_large(ir.model):
             return PassResult(ir, False, {"skipped": "model over the protobuf limit; onnxsim needs one protobuf"})
-        from modelport.onnx_io import tensor_bytes
+        from modelport.tensor_sizes import tensor_bytes
 
         size = tensor_bytes(ir.model)
         if size >= MAX_BYTES:
@@ -39,7 +39,7 @@ class OnnxSimPass(Pass):
         m = onnx.ModelProto()
         m.CopyFrom(ir.model)
         if ir.stored is not None:
-            from modelport.onnx_io import attach_external
+            from modelport.external_data_files import attach_external
 
             attach_external(m, ir.stored)
         drop_value_info(m)

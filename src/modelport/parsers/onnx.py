@@ -43,7 +43,7 @@ def infer_and_check(model, path=None):
     (it checks that each tensor's bytes are there, not what they are)."""
     import onnx
 
-    from modelport.onnx_io import check_skeleton, weightless
+    from modelport.weightless_copy import check_skeleton, weightless
 
     skeleton, size = weightless(model)
     try:
@@ -111,7 +111,8 @@ def metadata_dims(model, inputs) -> tuple[dict[str, int], str]:
 
 
 def parse(source, spec) -> IRModel:
-    from modelport.onnx_io import fit_ir_version, load_onnx
+    from modelport.ir_version_fit import fit_ir_version
+    from modelport.onnx_io import load_onnx
     from modelport.parsers.contract import merge_specs
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
     from modelport.samples import reference_samples, sample_reference

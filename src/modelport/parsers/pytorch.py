@@ -4,7 +4,11 @@
 Safety: a plain state dict is read with `torch.load(weights_only=True)` or safetensors; anything
 that runs code from the file (a pickled module, TorchScript) or imports code (`--arch pkg.mod:Class`)
 is refused unless `trust` is set. `--arch zoo:NAME` builds our own zoo architecture, which needs
-no trust.
+no trust. What kind of file a path is and how its weights are read: parsers/pytorch_files.py.
+
+Inputs: a zoo entry's or a `.pt2`'s own contract (parsers/pytorch_signature.py) with `--input`
+overriding by name, else `--input` alone; outputs are named after the keys of a dict or
+ModelOutput result, else `output_<i>`.
 
 Export: `torch.onnx.export(dynamo=True)` (torch.export-based, opset 18+), with named
 `torch.export.Dim`s for every symbolic dim of the input specs. When it fails, the TorchScript
@@ -14,23 +18,20 @@ exporter produced the model. The exporter's progress lines are kept off stdout.
 
 from __future__ import annotations
 
-import json
 import logging
 import pickle
-import struct
-import zipfile
 from pathlib import Path
 
 from modelport.deps import require
 from modelport.errors import BadInputError, ModelportError, UnsafeInputError
 from modelport.file_checks import check_model_file
 from modelport.ir import IRModel, Reference, TensorSpec, guess_layout, specs_from_onnx
+from modelport.parsers.pytorch_files import check_torch_version, file_format, first_line, read_checkpoint
+from modelport.parsers.pytorch_signature import exported_outputs, exported_program_specs, output_names_of
 
 NAME = "pytorch"
 DESCRIPTION = "PyTorch: .pt2 ExportedProgram, TorchScript, pickled nn.Module, state dict (.pt/.pth/.safetensors) + --arch"
 SUFFIXES = {".pt", ".pth", ".pt2", ".bin", ".ckpt", ".safetensors", ".torchscript", ".jit"}
-MIN_TORCH = (2, 6)  # weights_only=True is unsafe before 2.6 (CVE-2025-32434)
-SAFETENSORS_MAX_HEADER = 100 * 1024 * 1024
 
 
 def _torch():
@@ -41,91 +42,6 @@ log = logging.getLogger(__name__)
 
 def sniff(path: Path) -> bool:
     return path.is_file() and path.suffix.lower() in SUFFIXES
-
-
-def _zip_names(path: Path) -> list[str]:
-    try:
-        with zipfile.ZipFile(path) as z:
-            return z.namelist()
-    except (zipfile.BadZipFile, OSError):
-        return []
-
-
-def file_format(path: Path) -> str:
-    """'safetensors', 'exported_program', 'torchscript', 'pickle' (torch.save zip or legacy)."""
-    if path.suffix.lower() == ".safetensors":
-        return "safetensors"
-    names = _zip_names(path)
-    if any(n.endswith("serialized_exported_program.json") or "/models/" in n and n.endswith(".json") for n in names) or (
-        path.suffix.lower() == ".pt2" and names
-    ):
-        return "exported_program"
-    if any(n.endswith("/constants.pkl") for n in names) and any("/code/" in n for n in names):
-        return "torchscript"
-    if names:
-        return "pickle"
-    with open(path, "rb") as f:
-        head = f.read(2)
-    if head and head[0] == 0x80:  # legacy (non-zip) pickle protocol marker
-        return "pickle"
-    raise BadInputError("truncated or not a PyTorch file", path=path)
-
-
-def _check_torch_version():
-    torch = _torch()
-
-    major, minor = (int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
-    if (major, minor) < MIN_TORCH:
-        raise UnsafeInputError(
-            f"torch {torch.__version__} cannot load weights safely (CVE-2025-32434)", hint="install torch>=2.6"
-        )
-
-
-def check_safetensors_header(path: Path) -> dict:
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        raw = f.read(8)
-        if len(raw) < 8:
-            raise BadInputError("truncated safetensors file", path=path)
-        (n,) = struct.unpack("<Q", raw)
-        if n > SAFETENSORS_MAX_HEADER or n > size - 8:
-            raise BadInputError(f"safetensors header of {n} bytes is larger than the file allows", path=path)
-        try:
-            header = json.loads(f.read(n))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise BadInputError("corrupt safetensors header", path=path) from None
-    data_len = size - 8 - n
-    for key, info in header.items():
-        if key == "__metadata__":
-            continue
-        start, end = info.get("data_offsets", (0, 0))
-        if not (0 <= start <= end <= data_len):
-            raise BadInputError(f"safetensors tensor '{key}' has offsets outside the file", path=path)
-    return header
-
-
-def read_checkpoint(path: Path):
-    """What a state-dict file holds, read without running code: a safetensors file's tensors, or
-    the object `torch.load(weights_only=True)` gives (a state dict, or a checkpoint dict around one)."""
-    torch = _torch()
-
-    fmt = file_format(path)
-    if fmt == "safetensors":
-        check_safetensors_header(path)
-        load_file = require("safetensors.torch", purpose="safetensors state dicts").load_file
-        try:
-            return load_file(str(path))
-        except Exception as e:
-            raise BadInputError(f"cannot read safetensors: {e}", path=path) from None
-    try:
-        return torch.load(str(path), map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        raise UnsafeInputError(f"unsafe pickle global, refusing to load: {_first_line(e)}", path=path, hint="a plain state dict loads without --trust") from None
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__
 
 
 def build_arch(arch: str, *, trust: bool, args: dict | None = None):
@@ -155,7 +71,7 @@ def build_arch(arch: str, *, trust: bool, args: dict | None = None):
         return factory(**args)
     except Exception as e:
         given = f" with --arch-args {arch_args_text(args)}" if args else ""
-        raise BadInputError(f"cannot build --arch '{arch}'{given}: {type(e).__name__}: {_first_line(e)}",
+        raise BadInputError(f"cannot build --arch '{arch}'{given}: {type(e).__name__}: {first_line(e)}",
                             hint=None if args else f"give its constructor arguments with --arch-args, e.g. {ARCH_ARGS_EXAMPLE}") from None
 
 
@@ -188,7 +104,7 @@ def load_exported(path: Path):
             with tempfile.TemporaryDirectory(prefix="modelport-pt2-") as tmp:
                 ep = _torch().export.load(str(cpu_archive(path, Path(tmp))))
     except Exception as e:
-        raise BadInputError(f"cannot load ExportedProgram: {_first_line(e)}", path=path) from None
+        raise BadInputError(f"cannot load ExportedProgram: {first_line(e)}", path=path) from None
     ep.saved_on = devices
     return ep
 
@@ -199,7 +115,7 @@ def _load_pickled_module(path: Path):
     try:
         return _torch().load(str(path), map_location="cpu", weights_only=False)
     except (AttributeError, ModuleNotFoundError, ImportError) as e:
-        raise BadInputError(f"the pickled model's code cannot be imported here ({_first_line(e)})", path=path,
+        raise BadInputError(f"the pickled model's code cannot be imported here ({first_line(e)})", path=path,
                             hint="save a .pt2 (torch.export), TorchScript, or a state dict and pass --arch") from None
 
 
@@ -213,7 +129,7 @@ def load_module(source, spec):
     if isinstance(source, str) and source.startswith("zoo:"):
         return build_arch(source, trust=spec.trust, args=spec.arch_args).eval(), "zoo", None
     path = check_model_file(source, kind="PyTorch model")
-    _check_torch_version()
+    check_torch_version()
     fmt = file_format(path)
     if fmt == "exported_program":
         ep = load_exported(path)
@@ -226,7 +142,7 @@ def load_module(source, spec):
             module.saved_on = ep.saved_on
             return module, fmt, carried
         except Exception as e:
-            raise BadInputError(f"cannot load ExportedProgram: {_first_line(e)}", path=path) from None
+            raise BadInputError(f"cannot load ExportedProgram: {first_line(e)}", path=path) from None
     if fmt == "torchscript":
         if not spec.trust:
             raise UnsafeInputError("TorchScript runs code from the file", path=path, hint="pass --trust if you trust it")
@@ -240,10 +156,10 @@ def load_module(source, spec):
             obj = torch.load(str(path), map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as e:
             if not spec.trust:
-                raise UnsafeInputError(f"unsafe pickle global, refusing to load: {_first_line(e)}", path=path, hint="pass --trust only if you trust the file") from None
+                raise UnsafeInputError(f"unsafe pickle global, refusing to load: {first_line(e)}", path=path, hint="pass --trust only if you trust the file") from None
             obj = _load_pickled_module(path)
         except Exception as e:
-            raise BadInputError(f"truncated or not a PyTorch file: {_first_line(e)}", path=path) from None
+            raise BadInputError(f"truncated or not a PyTorch file: {first_line(e)}", path=path) from None
         if isinstance(obj, torch.nn.Module):
             return obj.eval(), "pickled nn.Module", None
         raise BadInputError("a state dict needs an architecture", path=path, hint="pass --arch zoo:NAME or --arch package.module:Class")
@@ -256,106 +172,13 @@ def load_module(source, spec):
     except ModelportError:
         raise
     except Exception as e:
-        raise BadInputError(f"truncated or not a PyTorch file: {_first_line(e)}", path=path) from None
+        raise BadInputError(f"truncated or not a PyTorch file: {first_line(e)}", path=path) from None
     module = build_arch(spec.arch, trust=spec.trust, args=spec.arch_args)
     found = find_state_dict(checkpoint, path, expected=list(module.state_dict()), key=spec.state_dict_key, arch=spec.arch)
     load_into(module, found.state, arch=spec.arch, args=spec.arch_args, path=path,
               parameters=lambda: arch_parameters(spec.arch, module))
     module.checkpoint_entry = {**found.to_dict(), **({"warnings": [found.note()]} if found.note() else {})}
     return module.eval(), f"state dict ({fmt}) + {spec.arch}", None
-
-
-def exported_program_specs(ep) -> tuple[list[TensorSpec], dict[str, int], dict[str, tuple[int, int | None]]]:
-    """The input contract a `torch.export` program carries: (specs, sample dims, dim ranges).
-
-    Names and dtypes come from the user-input placeholders, shapes from their fake tensors. A
-    dynamic dim is a symbol (`s31`) whose name the saved program no longer knows: the symbol at
-    axis 0 of the first input is `batch`, any other is named after the first input and axis it
-    appears at (`mask_dim1`); inputs sharing a symbol share the name. Its range constraint bounds
-    the sample size (the default 2, moved into the range) and goes back into the re-export.
-    """
-    torch = _torch()
-
-    user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
-    nodes = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
-    ranges_by_symbol = {str(k): v for k, v in ep.range_constraints.items()}
-    names = _dim_names(ep)
-    specs, sample_dims, ranges = [], {}, {}
-    for name in user:
-        val = nodes[name].meta.get("val") if name in nodes else None
-        if not isinstance(val, torch.Tensor):
-            raise BadInputError(f"input '{name}' of the exported program is not a tensor ({type(val).__name__})",
-                                hint="export the program with tensor inputs only")
-        shape: list = []
-        for d in val.shape:
-            if isinstance(d, int):
-                shape.append(d)
-                continue
-            symbol = str(d)
-            if names[symbol] not in ranges:
-                vr = ranges_by_symbol.get(symbol)
-                lo = (_finite_int(vr.lower) or 0) if vr is not None else 0
-                hi = _finite_int(vr.upper) if vr is not None else None
-                ranges[names[symbol]] = (lo, hi)
-                size = max(2, lo)
-                if hi is not None:
-                    size = min(size, hi)
-                if size != 2 or lo > 1:  # a lower bound above 1 declares the size: a fixed-shape route keeps it
-                    sample_dims[names[symbol]] = size
-            shape.append(names[symbol])
-        dtype = str(val.dtype).replace("torch.", "")
-        specs.append(TensorSpec(name=name, dtype=dtype, shape=shape, layout=guess_layout(shape)))
-    return specs, sample_dims, ranges
-
-
-def _finite_int(bound) -> int | None:
-    """A range bound as an int; None for torch's `int_oo` (which calls itself finite) or sympy's oo."""
-    try:
-        value = int(bound)
-    except (TypeError, ValueError, AttributeError, OverflowError):
-        return None
-    return value if abs(value) < 1 << 62 else None
-
-
-def _dim_names(ep) -> dict[str, str]:
-    """symbol -> dim name, by first appearance among the user inputs (see exported_program_specs)."""
-    user = [s.arg.name for s in ep.graph_signature.input_specs if s.kind.name == "USER_INPUT"]
-    vals = {n.name: n.meta.get("val") for n in ep.graph.nodes if n.op == "placeholder"}
-    names: dict[str, str] = {}
-    for i, name in enumerate(user):
-        for axis, d in enumerate(getattr(vals.get(name), "shape", ())):
-            if not isinstance(d, int):
-                names.setdefault(str(d), "batch" if (i == 0 and axis == 0) else f"{name}_dim{axis}")
-    return names
-
-
-def _exported_outputs(ep) -> list[dict]:
-    """Name, dtype and shape (dynamic dims named as the inputs' are) of each user output."""
-    names = _dim_names(ep)
-    user = [s.arg.name for s in ep.graph_signature.output_specs if s.kind.name == "USER_OUTPUT"]
-    out_node = next(n for n in ep.graph.nodes if n.op == "output")
-    vals = {getattr(a, "name", None): a.meta.get("val") for a in out_node.args[0] if hasattr(a, "meta")}
-    shown = _output_names_of_program(ep, len(user)) or user
-    rows = []
-    for name, label in zip(user, shown, strict=True):
-        val = vals.get(name)
-        shape = [d if isinstance(d, int) else names.get(str(d), str(d)) for d in val.shape] if hasattr(val, "shape") else None
-        rows.append({"name": label, "dtype": str(val.dtype).replace("torch.", "") if hasattr(val, "dtype") else None,
-                     "shape": shape})
-    return rows
-
-
-def _output_names_of_program(ep, count: int) -> list[str] | None:
-    """The names `convert` gives the program's outputs (the keys of a dict or ModelOutput result)."""
-    torch = _torch()
-    from torch.utils import _pytree as pytree
-
-    try:
-        structure = pytree.tree_unflatten([torch.empty(0)] * count, ep.call_spec.out_spec)
-    except Exception:
-        return None
-    names = output_names_of(structure)
-    return names if len(names) == count else None
 
 
 def zoo_specs(source, spec) -> list[TensorSpec]:
@@ -365,26 +188,6 @@ def zoo_specs(source, spec) -> list[TensorSpec]:
         from modelport import zoo
 
         return zoo.get(arch[4:]).input_specs()
-    return []
-
-
-def output_names_of(out, prefix: str = "") -> list[str]:
-    """Names for a module's flattened outputs: dict/ModelOutput keys, else output_<i>."""
-    torch = _torch()
-
-    if isinstance(out, torch.Tensor):
-        return [prefix or "output"]
-    if isinstance(out, dict) or hasattr(out, "to_tuple"):
-        keys = list(out.keys())
-        names = []
-        for k in keys:
-            names += output_names_of(out[k], f"{prefix}{k}" if not prefix else f"{prefix}.{k}")
-        return names
-    if isinstance(out, (list, tuple)):
-        names = []
-        for i, v in enumerate(out):
-            names += output_names_of(v, f"{prefix}{'_' if prefix else 'output_'}{i}")
-        return names
     return []
 
 
@@ -408,7 +211,7 @@ def parse(source, spec) -> IRModel:
             out = module(*args)
         except Exception as e:
             shapes = {s.name: list(s.shape) for s in specs}
-            raise BadInputError(f"the model does not run on inputs {shapes}: {_first_line(e)}", path=spec.path) from None
+            raise BadInputError(f"the model does not run on inputs {shapes}: {first_line(e)}", path=spec.path) from None
     n_out = len(flatten_outputs(out))
     names = spec.output_names or output_names_of(out)
     if len(names) != n_out:
@@ -431,7 +234,7 @@ def parse(source, spec) -> IRModel:
         s.shape = [fixed.get(d, d) if isinstance(d, str) else d for d in s.shape]
     if spec.opset:
         if stored is not None:  # the version converter is given the whole model
-            from modelport.onnx_io import attach_external
+            from modelport.external_data_files import attach_external
 
             attach_external(model, stored)
             stored = None
@@ -517,7 +320,7 @@ def inspect(path: Path) -> dict:
     if fmt == "exported_program":
         ep = load_exported(path)
         info["inputs"] = [{"name": s.name, "dtype": s.dtype, "shape": list(s.shape)} for s in exported_program_specs(ep)[0]]
-        info["outputs"] = _exported_outputs(ep)
+        info["outputs"] = exported_outputs(ep)
         info["ops"] = dict(sorted(_ep_ops(ep).items(), key=lambda kv: -kv[1]))
         info["parameters"] = int(sum(p.numel() for p in ep.state_dict.values()))
         return info

@@ -322,7 +322,7 @@ def build_ir(model, inputs: list[TensorSpec], output_tf_shapes: dict[str, list] 
     """Shape inference + checker, symbolic dims on the graph, and the IRModel with references."""
     import numpy as np
 
-    from modelport.onnx_io import fit_ir_version
+    from modelport.ir_version_fit import fit_ir_version
     from modelport.parsers.onnx import convert_opset, infer_and_check
 
     fit_ir_version(model)
