@@ -101,7 +101,7 @@ def gemm_floor(model, feeds):
     import numpy as np
     from onnx import helper, numpy_helper
 
-    from modelport.validation.localize import run_tensors
+    from modelport.runtimes.onnxruntime import run_tensors
 
     weights = {i.name: i for i in model.graph.initializer}
     gemms = [n for n in model.graph.node if n.op_type in ("MatMul", "Gemm") and len(n.input) > 1

@@ -15,6 +15,7 @@ from modelport.orchestration.validate import KINDS
 from modelport.parsers import PARSERS
 from modelport.registry import Registry
 from modelport.runtimes import RUNNERS
+from modelport.runtimes.base import Runner
 from modelport.serving import PACKAGERS
 
 ALL = [PARSERS, PASSES, EMITTERS, RUNNERS, PACKAGERS, INSPECTORS, KINDS]
@@ -116,7 +117,7 @@ def inspect_echo(path) -> dict:
     return {"format": "echo", "inputs": [{"name": spec.name, "shape": spec.shape}]}
 
 
-class EchoRunner:
+class EchoRunner(Runner):
     """A runtime whose model file names one input; its output is its input."""
 
     name = "echo"

@@ -23,7 +23,7 @@ def test_magnitudes():
 
 
 def test_plan_batches_packs_in_order_under_the_budget():
-    from modelport.validation.localize import plan_batches
+    from modelport.runtimes.onnxruntime import plan_batches
 
     assert plan_batches([100, 100, 300, 50, 50], 200) == [[0, 1], [2], [3, 4]]  # 300 > budget: alone
     assert plan_batches([100, 100, 100], 300) == [[0, 1, 2]]  # exactly at the budget fits
@@ -47,7 +47,7 @@ def _wide_model():
 
 
 def test_tensor_sizes_from_shape_inference_with_feed_shapes():
-    from modelport.validation.localize import tensor_sizes
+    from modelport.runtimes.onnxruntime import tensor_sizes
 
     ir = _wide_model()
     sizes = tensor_sizes(ir.model, ir.reference.inputs, ["a", "b", "y", "f", "c"])
@@ -58,7 +58,7 @@ def test_tensor_sizes_from_shape_inference_with_feed_shapes():
 def test_symbolic_input_dims_take_the_feed_shape():
     import onnx
 
-    from modelport.validation.localize import tensor_sizes
+    from modelport.runtimes.onnxruntime import tensor_sizes
 
     m = helper.make_model(helper.make_graph(
         [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Concat", ["a", "a"], ["y"], axis=1)], "g",
@@ -70,7 +70,7 @@ def test_symbolic_input_dims_take_the_feed_shape():
 
 
 def test_run_tensors_sessions_hold_only_what_fits_the_budget():
-    from modelport.validation.localize import run_tensors
+    from modelport.runtimes.onnxruntime import run_tensors
 
     ir = _wide_model()
     names = ["a", "b", "y", "f", "c"]
@@ -101,7 +101,7 @@ def test_first_divergence_with_a_tiny_budget_finds_the_node():
 
 def test_sizes_without_copying_big_weights():
     """Big initializers are declared as inputs for inference, so the weights never enter it."""
-    from modelport.validation.localize import _skeleton, tensor_sizes
+    from modelport.runtimes.onnxruntime import _skeleton, tensor_sizes
 
     ir = make_ir([helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"), helper.make_node("Relu", ["h"], ["y"])],
                  [("x", [3, 256])], [("y", [3, 512])], {"w": np.ones((256, 512))})  # 512 KiB of weights

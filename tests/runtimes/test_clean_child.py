@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from modelport.errors import ModelportError
-from modelport.runtimes.isolated import FRAMEWORKS, RUNTIME_IMPORTS, IsolatedRunner, blocked_for
+from modelport.runtimes import runner_class
+from modelport.runtimes.isolated import FRAMEWORKS, IsolatedRunner, blocked_for
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,7 @@ def test_every_artifact_is_validated_in_a_child_with_its_runtime_alone(converted
     runner = {"onnx": "onnxruntime", "ort": "onnxruntime", "pytorch": "torch_source"}.get(target, target)
     used = entry["validated_with"]
     assert used["process"] == "child"
-    assert used["frameworks"] and set(used["frameworks"]) <= set(RUNTIME_IMPORTS[runner]), used
+    assert used["frameworks"] and set(used["frameworks"]) <= set(runner_class(runner).frameworks()), used
     hop = next(h for h in report["parity"] if h["hop"].startswith(f"pytorch→{target} "))
     assert hop["ok"] and {"random", "zeros", "constant"} <= {s["kind"] for s in hop["samples"]}
 

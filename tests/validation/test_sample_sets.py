@@ -10,6 +10,7 @@ from onnx import TensorProto, helper
 
 from modelport.errors import ValidationError
 from modelport.ir import Preprocess, Reference, Sample, TensorSpec
+from modelport.runtimes.base import Runner
 from modelport.samples import make_inputs, reference_samples, sample_sets
 from modelport.validation import Tolerance, check
 from modelport.validation.compare import compare_arrays
@@ -96,7 +97,7 @@ def test_reference_keeps_its_sets_on_disk(tmp_path):
     np.testing.assert_array_equal(back.extra[0].inputs["x"], np.zeros(2))
 
 
-class _Runner:
+class _Runner(Runner):
     def __init__(self, fn):
         self.fn = fn
 

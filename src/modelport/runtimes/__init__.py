@@ -1,29 +1,18 @@
 """Runners: every runtime exposes `run(feeds: dict[str, ndarray]) -> dict[str, ndarray]` and
-`input_specs() -> list[TensorSpec]` (what to feed it; dynamic dims symbolic).
+`input_specs() -> list[TensorSpec]` (what to feed it; dynamic dims symbolic), and declares the
+optional abilities it has (`runtimes/base.py`: Runner, Capabilities).
 
 Parity checks, `validate` and benchmarks all go through this one interface. Runners are looked
-up by name and imported lazily, so a missing runtime costs nothing until it is asked for.
+up by name and imported lazily, so a missing runtime costs nothing until it is asked for (a
+runner's module imports its runtime only when a runner is made).
 """
 
 from __future__ import annotations
 
-from typing import Protocol
-
-import numpy as np
-
 from modelport.errors import BadInputError
-from modelport.ir import TensorSpec
 from modelport.registry import Registry
+from modelport.runtimes.base import Runner
 from modelport.targets import TARGETS, on_register
-
-
-class Runner(Protocol):
-    name: str
-
-    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]: ...
-
-    def input_specs(self) -> list[TensorSpec]: ...
-
 
 # runtime name -> "module:factory"; the factory takes the model (object or path) and options. The
 # runners of targets' artifacts come from their descriptors (`modelport.targets`: runtime, runner);
@@ -51,6 +40,11 @@ register_runner = RUNNERS.register
 
 def get_runner(name: str, model, **options) -> Runner:
     return RUNNERS.load(name)(model, **options)
+
+
+def runner_class(name: str) -> type[Runner]:
+    """The runner class registered for runtime `name` (its declared abilities, before anything is loaded)."""
+    return RUNNERS.load(name)
 
 
 # CPU runtime -> the targets whose artifacts it runs (the first is what it writes when it wins `--optimize auto`)

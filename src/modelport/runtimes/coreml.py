@@ -31,6 +31,7 @@ import numpy as np
 
 from modelport.errors import BadInputError, ValidationError
 from modelport.ir import TensorSpec
+from modelport.runtimes.base import Runner
 
 RUNTIME = "coreml"
 # the user-defined metadata keys modelport writes into the packages it emits
@@ -218,18 +219,22 @@ def ops_of(spec) -> Counter:
     return Counter()
 
 
-class CoreMLRunner:
+class CoreMLRunner(Runner):
     """A Core ML package: its I/O read from the spec everywhere, run through Core ML on macOS only."""
 
     name = RUNTIME
+    imports = ("coremltools",)
 
     def __init__(self, model, **options):
         self.path = check_package(Path(model))
         self.spec = load_spec(self.path)
         self.inputs, self.outputs = io_specs(self.spec)
         self.names = _json_meta(self.spec, META_NAMES)  # contract name -> feature name
-        self.cannot_run = cannot_run_reason()
         self._model = None
+
+    @classmethod
+    def cannot_run(cls) -> str | None:
+        return cannot_run_reason()
 
     def input_specs(self) -> list[TensorSpec]:
         return list(self.inputs)
@@ -242,13 +247,13 @@ class CoreMLRunner:
         return _json_meta(self.spec, META_DTYPES)
 
     def describe(self) -> dict:
-        return {"cannot_run": self.cannot_run, "spec_version": int(self.spec.specificationVersion),
+        return {"cannot_run": self.cannot_run(), "spec_version": int(self.spec.specificationVersion),
                 "model_type": self.spec.WhichOneof("Type"), "compute_precision": compute_precision(self.spec),
                 "io_dtypes": self.io_dtypes(), "io_names": dict(self.names)}
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        if self.cannot_run:
-            raise ValidationError(f"the Core ML package cannot be run here: {self.cannot_run}", path=self.path,
+        if self.cannot_run():
+            raise ValidationError(f"the Core ML package cannot be run here: {self.cannot_run()}", path=self.path,
                                   hint="validate it on macOS: modelport validate REFERENCE model.mlpackage")
         if self._model is None:
             ct = require_coremltools()

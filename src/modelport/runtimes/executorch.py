@@ -18,6 +18,7 @@ import numpy as np
 
 from modelport.errors import BadInputError
 from modelport.ir import TensorSpec
+from modelport.runtimes.base import Runner
 
 IDENTIFIER = b"ET"  # bytes 4..6 of a .pte flatbuffer ("ET12", ...)
 METHOD = "forward"
@@ -62,8 +63,9 @@ def _tensor_specs(meta, count: int, which: str, names: list[str]) -> list[Tensor
     return specs
 
 
-class ExecuTorchRunner:
+class ExecuTorchRunner(Runner):
     name = "executorch"
+    imports = ("executorch", "torch")
 
     def __init__(self, model, *, method: str = METHOD):
         require_runtime()

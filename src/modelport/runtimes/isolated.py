@@ -13,7 +13,8 @@ as the same ModelportError class with its reason.
 
 Artifacts are validated the same way, and the child is also *clean* (`clean_runner`): an
 artifact must load where its users load it, with that runtime alone. The child imports nothing
-but modelport's runner and that runtime (`RUNTIME_IMPORTS`): every other framework is blocked
+but modelport's runner and that runtime (the runner class's `frameworks()`, runtimes/base.py):
+every other framework is blocked
 at import (a SavedModel that only loads where `tf_keras` was imported, generated code that
 reaches for onnxruntime, fail there as they would for a user), and the environment variables
 modelport sets for its own quiet (`TF_ENABLE_ONEDNN_OPTS=0` changes TensorFlow's kernels) are
@@ -37,6 +38,7 @@ import numpy as np
 from modelport import errors
 from modelport.errors import BadInputError, ModelportError
 from modelport.ir import TensorSpec
+from modelport.runtimes.base import Runner
 
 RUN_TIMEOUT_S = 120.0  # loading and running one model on one batch
 CONVERT_TIMEOUT_S = 1800.0  # parsing + converting a whole model (large graphs take minutes)
@@ -48,19 +50,6 @@ PER_SET_TIMEOUT_S = 20.0  # added to the run timeout for each sample set beyond 
 FRAMEWORKS = ("torch", "torchvision", "torchaudio", "tensorflow", "tf_keras", "keras", "jax", "jaxlib", "onnxruntime",
               "onnxruntime_genai", "openvino", "nncf", "onnx", "onnxscript", "onnx_ir", "onnxsim", "onnx2tf", "tf2onnx",
               "transformers", "ai_edge_litert", "litert_torch", "tensorrt", "executorch", "coremltools", "safetensors")
-# runtime -> the frameworks its artifacts may use: what a user of that artifact has installed
-# (a runtime not listed: its targets' `needs`, modelport.targets).
-# A SavedModel's users have `tensorflow` (which depends on keras 3) but not tf_keras; a TFLite
-# file's have LiteRT; generated PyTorch code's have torch (and safetensors for its weights).
-RUNTIME_IMPORTS = {
-    "onnxruntime": ("onnxruntime", "onnx"),
-    "openvino": ("openvino", "onnx"),
-    "tflite": ("ai_edge_litert",),
-    "savedmodel": ("tensorflow", "keras"),
-    "torch_source": ("torch", "safetensors"),
-    "torch": ("torch", "safetensors"),
-    "coreml": ("coremltools",),
-}
 
 
 def timeout_for(default: float) -> float:
@@ -224,37 +213,26 @@ def absent_to_find_spec(names):
     return undo
 
 
-def runtime_needs(runtime: str) -> tuple[str, ...]:
-    """The modules the targets whose artifacts run in `runtime` need (their descriptors' `needs`)."""
-    from modelport.targets import TARGETS
-
-    return tuple(m for t in TARGETS.values() if t.runtime == runtime for m in t.needs or ())
-
-
 def blocked_for(runtime: str) -> list[str]:
-    """The frameworks a clean child validating a `runtime` artifact blocks: all but the runtime's own
-    (LiteRT's users may run TFLite files through TensorFlow when LiteRT is not installed here)."""
-    import importlib.util
+    """The frameworks a clean child validating a `runtime` artifact blocks: all but those a user of
+    its artifacts has (its runner class's `frameworks()`)."""
+    from modelport.runtimes import runner_class
 
-    allowed = set(RUNTIME_IMPORTS.get(runtime) or runtime_needs(runtime))
-    if runtime == "tflite" and importlib.util.find_spec("ai_edge_litert") is None:
-        allowed.add("tensorflow")
+    allowed = set(runner_class(runtime).frameworks())
     return [m for m in FRAMEWORKS if m not in allowed]
 
 
 def _runner_in_child(work: Path, args: dict) -> dict:
-    from modelport.runtimes import get_runner
+    from modelport.targets import load
 
-    runner = get_runner(args["runner"], args["model"], **args.get("options", {}))
+    runner = load(args["runner"])(args["model"], **args.get("options", {}))  # "module:Class": a plug-in's runner too
     response: dict = {}
     if args.get("describe"):
-        describe = getattr(runner, "describe", None)
-        response["describe"] = describe() if describe else None
+        response["describe"] = runner.describe()
         response["input_specs"] = [s.to_dict() for s in runner.input_specs()]
-        outputs = getattr(runner, "output_specs", None)
-        response["output_specs"] = [s.to_dict() for s in outputs()] if outputs else None
-        note = getattr(runner, "io_note", None)
-        response["io_note"] = note() if note else None
+        outputs = runner.output_specs()
+        response["output_specs"] = [s.to_dict() for s in outputs] if outputs is not None else None
+        response["io_note"] = runner.io_note()
     if args.get("run"):
         outs = runner.run(read_arrays(work, "arrays_in"))
         write_arrays(work, "arrays_out", outs)
@@ -266,17 +244,22 @@ def _runner_in_child(work: Path, args: dict) -> dict:
     return response
 
 
-class IsolatedRunner:
+class IsolatedRunner(Runner):
     """Any registered runner, loaded and run in a child process on each call.
 
     `run(feeds)` costs a process start and the runtime's import each time (about 1 s for LiteRT):
     meant for validating untrusted files and artifacts, not for benchmarks. `run_many` runs
     several feed sets in one child. `clean=True`: the child imports nothing but the runtime
     (`blocked_for`) and runs it with its defaults; `modules` then lists the frameworks it imported.
+    Its abilities are the inner runner class's (read here; the class's module imports no runtime).
     """
 
     def __init__(self, runner: str, model, *, timeout: float | None = None, clean: bool = False, **options):
+        from modelport.runtimes import runner_class
+
         self.inner = runner
+        self._inner_class = runner_class(runner)
+        self.capabilities = self._inner_class.capabilities
         self.name = f"{runner} (isolated)"
         self.path = Path(model)
         self.options = options
@@ -286,7 +269,9 @@ class IsolatedRunner:
         self._described: dict | None = None
 
     def _call(self, *, describe: bool = False, feeds: dict | None = None, sets: list[dict] | None = None):
-        request = {"runner": self.inner, "model": str(self.path.resolve()), "options": self.options,
+        from modelport.runtimes import RUNNERS
+
+        request = {"runner": RUNNERS[RUNNERS.canonical(self.inner)], "model": str(self.path.resolve()), "options": self.options,
                    "describe": describe, "run": feeds is not None, "sets": len(sets or ())}
         if self.clean:
             request.update(clean=True, runtime=self.inner, block=blocked_for(self.inner))
@@ -334,6 +319,16 @@ class IsolatedRunner:
     def io_note(self) -> str | None:
         """What the inner runner says about its I/O types (quantised TFLite I/O), or None."""
         return self._description()["io_note"]
+
+    def cannot_run(self) -> str | None:  # the inner runner class's answer
+        return self._inner_class.cannot_run()
+
+    def plain_load_warning(self, target: str, entry: dict) -> str | None:
+        return self._inner_class.plain_load_warning(target, entry)
+
+    def ran_in(self) -> dict | None:
+        """{"process": "child", "frameworks": [...]} once a clean child has run the model; None before."""
+        return {"process": "child", "frameworks": self.modules} if self.modules is not None else None
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return self._call(feeds=feeds)["outputs"]

@@ -28,6 +28,7 @@ import numpy as np
 
 from modelport.errors import BadInputError, MissingDependencyError
 from modelport.ir import TensorSpec
+from modelport.runtimes.base import Capabilities, Runner
 
 # modelport precision -> OpenVINO element type name of INFERENCE_PRECISION_HINT
 HINTS = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}
@@ -213,16 +214,23 @@ def specs_of(model) -> tuple[list[TensorSpec], list[TensorSpec]]:
     return from_ports(model.inputs, "inputs"), from_ports(model.outputs, "outputs")
 
 
-class OpenVINORunner:
+class OpenVINORunner(Runner):
     """Compile a model on CPU at a known inference precision and run it by tensor name.
 
     `precision`: a key of HINTS (default: the one the IR records, else fp32), or PLAIN ("default")
     to run it exactly as a plain `compile_model` does. `inference_precision` is what the compiled
     model says it runs at; `plain_precision`, what a plain compile of the file runs at on this CPU
-    (OpenVINO's names, "f32"/"bf16"/"f16"; None for in-memory models and timed runs).
+    (OpenVINO's names, "f32"/"bf16"/"f16"; None for in-memory models and timed runs). It declares
+    `plain_load` (a plain compile may run at bf16) and `localize` (its tensors keep the ONNX names).
     """
 
     name = "openvino"
+    imports = ("openvino", "onnx")
+    capabilities = Capabilities(localize=True, plain_load=True)
+
+    @classmethod
+    def open(cls, path, *, threads: int | None = None) -> OpenVINORunner:
+        return cls(path, threads=threads)
 
     def __init__(self, model, *, precision: str | None = None, threads: int | None = None):
         require_openvino("running OpenVINO models")
@@ -259,6 +267,7 @@ class OpenVINORunner:
         wanted_in, wanted_out = {s.name for s in self._inputs}, {s.name for s in self._outputs}
         self.input_names = [port_name(p, wanted_in) for p in self.compiled.inputs]
         self.output_names = [port_name(p, wanted_out) for p in self.compiled.outputs]
+        self._tensors = None  # (feeds, {tensor: value}) of the last `tensor_values` run
 
     def _compile(self, config: dict):
         try:
@@ -306,6 +315,22 @@ class OpenVINORunner:
         if self.plain_precision is not None and self.plain_precision != self.inference_precision:
             note += f"; a plain compile_model runs it at {self.plain_precision} on this CPU"
         return note
+
+    def tensor_order(self) -> list[tuple[str, str, str]]:
+        _, names, producers = _named_outputs(self.model)
+        return [(n, *producers[n]) for n in names]
+
+    def tensor_values(self, feeds: dict[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
+        """Every tensor is computed in one run (the plugin must materialise them all at once): kept for
+        the calls that ask for the next ones on the same feeds."""
+        cached = self._tensors
+        if cached is None or cached[0] is not feeds:
+            self._tensors = cached = (feeds, intermediate_tensors(self.model, feeds, precision=self.precision)[1])
+        return {n: cached[1][n] for n in names if n in cached[1]}
+
+    @classmethod
+    def plain_load_warning(cls, target: str, entry: dict) -> str | None:
+        return plain_compile_warning(target, entry)
 
 
 def plain_compile_warning(target: str, entry: dict) -> str | None:
@@ -359,15 +384,10 @@ def inspect_ir(path: str | Path) -> dict:
     }
 
 
-def intermediate_tensors(model, feeds: dict[str, np.ndarray], *, precision: str = "fp32") -> tuple[list[str], dict[str, np.ndarray]]:
-    """Every named float tensor an OpenVINO model computes on `feeds`, in execution order.
-
-    Each op output that carries a tensor name (OpenVINO keeps the ONNX names of the tensors it
-    converted) is made a model output, so the plugin must materialise it; fusions that would
-    hide it are then not applied, which is what a divergence search wants.
-    """
-    model = model.clone()
-    ports, names = [], []
+def _named_outputs(model):
+    """(ports, names, {name: (producing op, its type)}) of the op outputs that carry a float tensor
+    name (the first of its names), in execution order; the model's inputs left out."""
+    ports, names, producers = [], [], {}
     params = {p.get_any_name() for p in model.inputs}
     for op in model.get_ordered_ops():
         if op.get_type_name() in ("Parameter", "Constant", "Result"):
@@ -380,6 +400,19 @@ def intermediate_tensors(model, feeds: dict[str, np.ndarray], *, precision: str 
                 continue
             ports.append(out)
             names.append(name)
+            producers[name] = (op.get_friendly_name(), op.get_type_name())
+    return ports, names, producers
+
+
+def intermediate_tensors(model, feeds: dict[str, np.ndarray], *, precision: str = "fp32") -> tuple[list[str], dict[str, np.ndarray]]:
+    """Every named float tensor an OpenVINO model computes on `feeds`, in execution order.
+
+    Each op output that carries a tensor name (OpenVINO keeps the ONNX names of the tensors it
+    converted) is made a model output, so the plugin must materialise it; fusions that would
+    hide it are then not applied, which is what a divergence search wants.
+    """
+    model = model.clone()
+    ports, names, _ = _named_outputs(model)
     if ports:
         model.add_outputs(ports)
     compiled = core().compile_model(model, "CPU", {} if precision == PLAIN else {"INFERENCE_PRECISION_HINT": HINTS[precision]})

@@ -9,6 +9,7 @@ import numpy as np
 
 from modelport.errors import BadInputError
 from modelport.ir import TensorSpec
+from modelport.runtimes.base import Runner
 
 SIGNATURE = "serving_default"
 
@@ -53,8 +54,10 @@ def run_signature(path: Path, feeds: dict[str, np.ndarray], signature: str = SIG
     return SavedModelRunner(path, signature=signature).run(feeds)
 
 
-class SavedModelRunner:
+class SavedModelRunner(Runner):
     name = "savedmodel"
+    distribution = "tensorflow"
+    imports = ("tensorflow", "keras")  # a SavedModel's users have TensorFlow (which depends on keras 3), not tf_keras
 
     def __init__(self, model, *, signature: str = SIGNATURE):
         self.path = Path(model)

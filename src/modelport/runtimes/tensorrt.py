@@ -13,6 +13,7 @@ import numpy as np
 
 from modelport.errors import BadInputError, MissingDependencyError
 from modelport.ir import TensorSpec
+from modelport.runtimes.base import Capabilities, Runner
 
 
 def _require_gpu():
@@ -44,8 +45,12 @@ def engine_info(path: str | Path) -> dict:
     return info
 
 
-class TensorRTRunner:
+class TensorRTRunner(Runner):
+    """A TensorRT engine on the GPU: validated in this process, where the GPU is (`in_process`)."""
+
     name = "tensorrt"
+    imports = ("tensorrt", "torch")
+    capabilities = Capabilities(in_process=True)
 
     def __init__(self, model, *, output_names: list[str] | None = None, rebuild: bool = True):
         trt, self.torch = _require_gpu()

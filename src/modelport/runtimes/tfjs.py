@@ -25,6 +25,7 @@ import numpy as np
 
 from modelport.errors import BadInputError, MissingDependencyError, UnsafeInputError
 from modelport.ir import TensorSpec
+from modelport.runtimes.base import Runner
 
 SCRIPT = Path(__file__).with_name("tfjs_node") / "run.js"
 DIR_ENV = "MODELPORT_TFJS_DIR"
@@ -119,10 +120,11 @@ def signature_specs(doc: dict) -> tuple[list[TensorSpec], list[TensorSpec]]:
     return specs(signature.get("inputs")), specs(signature.get("outputs"))
 
 
-class TFJSRunner:
+class TFJSRunner(Runner):
     """A graph model's `model.json`, run in Node.js with @tensorflow/tfjs (CPU backend)."""
 
     name = "tfjs"
+    imports = ("tensorflow", "onnx2tf")
 
     def __init__(self, model, **_options):
         self.path = Path(model)

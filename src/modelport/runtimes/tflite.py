@@ -30,6 +30,7 @@ import numpy as np
 
 from modelport.errors import BadInputError
 from modelport.ir import TensorSpec
+from modelport.runtimes.base import Runner
 
 IDENTIFIER = b"TFL3"
 
@@ -118,8 +119,23 @@ def io_detail(d: dict) -> dict:
             "shape_signature": [int(x) for x in d.get("shape_signature", d["shape"])]}
 
 
-class TFLiteRunner:
+class TFLiteRunner(Runner):
     name = "tflite"
+    distribution = "ai-edge-litert"
+    imports = ("ai_edge_litert",)  # a TFLite file's users have LiteRT
+
+    @classmethod
+    def frameworks(cls) -> tuple[str, ...]:
+        """LiteRT; TensorFlow's interpreter where LiteRT is not installed here, as its users would run it."""
+        import importlib.util
+
+        return cls.imports if importlib.util.find_spec("ai_edge_litert") is not None else (*cls.imports, "tensorflow")
+
+    @classmethod
+    def open(cls, path, *, threads: int | None = None) -> TFLiteRunner:
+        """A user's file in this process (a child would time the pipe): its identifier checked first."""
+        check_header(Path(path))
+        return cls(path, threads=threads, fit_layout=True)
 
     def __init__(self, model, *, threads: int | None = None, signature: str | None = None,
                  input_names: list[str] | None = None, output_names: list[str] | None = None,

@@ -9,6 +9,7 @@ import numpy as np
 
 from modelport.errors import BadInputError
 from modelport.ir import TensorSpec
+from modelport.runtimes.base import Runner
 
 
 def flatten_outputs(out) -> list:
@@ -25,8 +26,9 @@ def flatten_outputs(out) -> list:
     return []
 
 
-class TorchRunner:
+class TorchRunner(Runner):
     name = "torch"
+    imports = ("torch", "safetensors")
 
     def __init__(self, module, *, input_names: list[str], output_names: list[str] | None = None,
                  inputs: list[TensorSpec | dict] | None = None):

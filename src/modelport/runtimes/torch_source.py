@@ -56,6 +56,7 @@ class TorchSourceRunner(TorchRunner):
     passes (`inputs`): generated code does not state shapes."""
 
     name = "torch_source"
+    distribution = "torch"
 
     def __init__(self, model, *, input_names: list[str], output_names: list[str] | None = None,
                  inputs: list[dict | TensorSpec] | None = None):

@@ -202,14 +202,12 @@ def merge_samples(results: list[ParityResult], kinds: list[str]) -> ParityResult
 
 
 def run_sets(runner, feeds: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
-    """`runner` on each feed set: in one call where the runner takes several (a child process
-    started once), else one `run` each."""
-    many = getattr(runner, "run_many", None)
-    return many(feeds) if many else [runner.run(f) for f in feeds]
+    """`runner` on each feed set, in one `run_many` call (a runner in a child process starts it once)."""
+    return runner.run_many(feeds)
 
 
 def check(runner, reference, tolerance: Tolerance, hop: str) -> ParityResult:
-    """Run `runner` (anything with `run(feeds) -> outputs`) on every sample set of the reference and
+    """Run `runner` (a runtimes.base.Runner) on every sample set of the reference and
     compare its outputs with the reference's: the one way every stage proves a hop."""
     sets = reference.sets() if hasattr(reference, "sets") else None
     if not sets or len(sets) == 1:
