@@ -1,6 +1,6 @@
 """Model × route coverage: models nobody here wrote, each through every route, by the real CLI.
 
-    .venv/bin/python bench/model_coverage.py [--jobs N] [--only PATTERN] [--quick] [--timeout S] [--corpus DIR]
+    .venv/bin/python bench/model_coverage.py [--jobs N] [--only PATTERN] [--quick] [--timeout S] [--corpus DIR] [--keep DIR]
 
 The corpus: pretrained models that pip packages ship in their wheels (`tests/wheel_models.py`:
 mediapipe TFLite, rapidocr ONNX, silero-vad ONNX and TorchScript), random-init `transformers`
@@ -11,7 +11,9 @@ into the corpus folder (in a child process; kept between runs), then every (mode
 
 Without --only/--quick the results are written to docs/coverage.md (the table) and
 docs/coverage.json (what tests/test_coverage_corpus.py checks the quick set against); with them
-the table goes to stdout unless --markdown/--json name files.
+the table goes to stdout unless --markdown/--json name files. `--keep DIR` keeps every run's
+output folder in DIR and records each artifact file's sha256 in its row (`files`): two checkouts'
+rows say whether a change altered what is written (`--json` both, then compare the `files`).
 """
 
 from __future__ import annotations
@@ -307,6 +309,14 @@ def run_one(model: Model, route: str, args: tuple[str, ...], corpus: Path, out_r
     return row
 
 
+def file_hashes(folder: Path) -> dict[str, str]:
+    """{path relative to `folder`: sha256} of the files a run wrote, its report (timings, paths) left out."""
+    import hashlib
+
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*"))
+            if p.is_file() and p.name not in ("report.json", "report.html")}
+
+
 def select(models: list[Model], only: str | None, quick: bool) -> list[Model]:
     if quick:
         models = [m for m in models if m.quick]
@@ -326,9 +336,10 @@ def order(models: list[Model]) -> list[Model]:
 
 
 def run_all(models: list[Model], route_args: dict[str, tuple[str, ...]], corpus: Path, jobs: int, timeout: float,
-            log=None, results: Path | None = None) -> list[dict]:
+            log=None, results: Path | None = None, keep: Path | None = None) -> list[dict]:
     """Every (model, route), `jobs` at a time. With `results` (JSON lines), each row is appended as it
-    ends and the rows already there are kept rather than run again (to resume a cut-short run)."""
+    ends and the rows already there are kept rather than run again (to resume a cut-short run).
+    With `keep`, the outputs stay there and each row lists its files' sha256 (`files`)."""
     done: dict[tuple[str, str], dict] = {}
     if results and results.exists():
         for line in results.read_text().splitlines():
@@ -339,12 +350,17 @@ def run_all(models: list[Model], route_args: dict[str, tuple[str, ...]], corpus:
     build_errors = build_corpus(list({m.name: m for m, _ in pairs}.values()), corpus, jobs=jobs)
     lock = threading.Lock()
     with tempfile.TemporaryDirectory(prefix="modelport-coverage-") as tmp:
+        out_root = keep or Path(tmp)
+        out_root.mkdir(parents=True, exist_ok=True)
+
         def one(pair):
             m, r = pair
             if m.name in build_errors:
                 row = {"model": m.name, "route": r, "exit": "build", "cause": build_errors[m.name], "seconds": 0.0}
             else:
-                row = run_one(m, r, route_args[r], corpus, Path(tmp), timeout)
+                row = run_one(m, r, route_args[r], corpus, out_root, timeout)
+                if keep:
+                    row["files"] = file_hashes(out_root / _slug(f"{m.name}--{r}"))
             with lock:
                 if results:
                     with results.open("a") as f:
@@ -437,6 +453,7 @@ def main() -> int:
     ap.add_argument("--json", help="write the rows here (default docs/coverage.json for the full set)")
     ap.add_argument("--results", help="append each row here (JSON lines) as it ends; rows already there are not run again")
     ap.add_argument("--report-only", action="store_true", help="write the table from --results without running anything")
+    ap.add_argument("--keep", help="keep every run's output folder here; each row lists its files' sha256")
     ap.add_argument("--build-one", nargs=3, metavar=("BUILDER", "FOLDER", "FILE"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.build_one:
@@ -456,6 +473,7 @@ def main() -> int:
         rows = [r for r in rows if r["model"] in names and r["route"] in route_args]
     else:
         rows = run_all(models, route_args, Path(a.corpus).resolve(), a.jobs, a.timeout, results=results,
+                       keep=Path(a.keep).resolve() if a.keep else None,
                        log=lambda r: print(f"{r['model']:45s} {r['route']:14s} {r['exit']!s:8s} {r['seconds']:6.1f}s {r['cause'][:100]}",
                                            file=sys.stderr, flush=True))
     seconds = None if a.report_only else time.perf_counter() - start

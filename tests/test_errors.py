@@ -80,7 +80,7 @@ def _convert_missing_file(tiny_onnx, tmp_path):
 
 PATHS = {  # the commands' failure paths: (the call, the error class, words of the message)
     "validate --localize": (_validate_localized, ValidationError, "; first diverging node: matmul_0 (MatMul, tensor 'mm')"),
-    "convert --precision fp16": (_convert_fp16_undeliverable, ValidationError, "--precision fp16 cannot be delivered for ort"),
+    "convert --precision fp16": (_convert_fp16_undeliverable, ValidationError, "--precision fp16 cannot be delivered within tolerance: pass 'fp16'"),
     "optimize --precision fp16": (_optimize_strict_precision, ValidationError, "--precision fp16 cannot be delivered"),
     "package --for nginx": (_package_unknown_system, BadInputError, "unknown serving system 'nginx'"),
     "convert missing.onnx": (_convert_missing_file, BadInputError, "missing.onnx"),

@@ -155,3 +155,23 @@ def version_of(module: str) -> str | None:
         except metadata.PackageNotFoundError:
             return None
     return None
+
+
+def target_modules() -> list[str]:
+    """The top-level modules every target's descriptor names: its runtime's and those it needs."""
+    from modelport.targets import TARGETS
+
+    out: list[str] = []
+    for t in TARGETS.values():
+        for module in (*(t.needs or ()), *([t.runtime] if t.runtime else [])):
+            if ":" not in module and module not in out:
+                out.append(module)
+    return out
+
+
+def target_distributions() -> list[str]:
+    """The installed distributions that provide `target_modules()` (their versions matter to a run)."""
+    from importlib import metadata
+
+    by_module = metadata.packages_distributions()
+    return list(dict.fromkeys(d for m in target_modules() for d in by_module.get(m, [])))

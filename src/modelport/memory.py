@@ -215,7 +215,7 @@ def refuse_if_short(need: int, free: int | None, *, why: str, path) -> None:
 
 
 def fmt_bytes(n: int | float) -> str:
-    """1.2 GB, 830 MB (decimal units, as the README's figures)."""
+    """1.2 GB, 830 MB (decimal units, as the figures of docs/benchmarks.md)."""
     return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 
 

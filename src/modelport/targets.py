@@ -13,12 +13,13 @@ imports nothing heavy and `modelport --help` stays instant. The consumers:
     doctor                   what a target needs (needs, gpu), where its artifacts run (runs_on)
     deps                     the extra behind a missing module (extras)
     serving.bundle           a convert folder's artifacts (file, artifact, aliases)
-    CLI and convert          `--precision` choices and each target's check (precisions),
-                             per-target options (options), routes (native, onnx_route)
+    modelport.precisions     the precision of each requested target's artifact, the stage that applies it and the
+                             tolerance it is judged with (precisions, tasks, precision_stage, judged_as)
+    CLI and convert          per-target options and their flags (options), routes (native, onnx_route)
 
 Adding a target is its own modules plus one `Target(...)` entry in TARGETS (or `register(...)`
 from a plug-in); docs/adding_a_target.md walks through the fields with OpenVINO as the example.
-A target's CLI flags are the one thing declared elsewhere, in `cli/options.py` (EMITTER_OPTIONS).
+A target's CLI flags are declared by its options class, in its own module (`options`).
 """
 
 from __future__ import annotations
@@ -46,7 +47,14 @@ class Target:
     suffixes: tuple[str, ...] = ()  # file endings (lower case) of its artifacts; "/FILE": a folder holding FILE
     file: str | None = None  # its conventional path in a convert output folder
     artifact: str | None = None  # what its artifact is, in words ("OpenVINO IR (model.xml + model.bin)")
-    precisions: tuple[str, ...] = ("fp32",)  # the --precision values it accepts, the first its default
+    precisions: tuple[str, ...] = ("fp32",)  # the --precision values it takes for models run once per input, the first its
+    # default; () when it writes only the models of `tasks`
+    tasks: dict[str, tuple[str, ...]] = field(default_factory=dict)  # task -> the precisions it takes for that task's models
+    # (a task with a pipeline of its own: text-generation), the first its default
+    precision_stage: str = "emit"  # what applies a precision other than fp32: "optimize" (the IR's precision passes, once
+    # per precision, the IR shared by every target that takes it) or "emit" (the target's own converter)
+    judged_as: dict[str, str] = field(default_factory=dict)  # precision -> the precision whose tolerance judges its artifacts
+    refused: dict[str, str] = field(default_factory=dict)  # precision it does not take -> why (the refusal's hint)
     needs: tuple[str, ...] | None = None  # top-level modules it needs (doctor), or "module:function" probes returning
     # what is missing outside Python (None when ready); None: not checked
     extras: dict[str, str] = field(default_factory=dict)  # module -> the pip extra that installs it (exit-5 hints)
@@ -66,35 +74,38 @@ _ORT = "modelport.runtimes.onnxruntime"
 _TF_NATIVE = "modelport.emitters.tflite_tf"
 _SM_NATIVE = "modelport.emitters.savedmodel_tf"
 _TFL_CODE = "modelport.emitters.tflite_code"
+# decoder LMs (--task text-generation): weight-only int4/int8, or `auto` (--optimize auto picks among its variants)
+_GENERATION = ("fp32", "fp16", "int8", "int4", "auto")
 
 # In `--to` help order. A new target is one entry here.
 TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("onnx", "ONNX", "modelport.emitters.onnx", runtime="onnxruntime", runner=f"{_ORT}:OnnxRuntimeRunner",
            opener=f"{_ORT}:open_onnx_file", inspector="modelport.orchestration.inspect:inspect_onnx", suffixes=(".onnx",),
            file="model.onnx", artifact="an ONNX model (.onnx)", precisions=("fp32", "fp16", "int8"),
-           needs=("onnx", "onnxruntime")),
+           tasks={"text-generation": _GENERATION}, precision_stage="optimize", needs=("onnx", "onnxruntime")),
     Target("pytorch", "PyTorch code", "modelport.emitters.pytorch_code", runtime="torch_source",
            runner="modelport.runtimes.torch_source:TorchSourceRunner", file="pytorch/model.py", artifact="PyTorch code",
-           precisions=("fp32", "fp16", "int8"), needs=("torch", "safetensors")),
+           needs=("torch", "safetensors")),
     Target("tflite", "TFLite", "modelport.emitters.tflite", runtime="tflite", runner="modelport.runtimes.tflite:TFLiteRunner",
            opener="modelport.runtimes.tflite:open_untrusted", inspector="modelport.parsers.tflite:inspect",
            suffixes=(".tflite",), file="model.tflite", artifact="a TFLite flatbuffer (.tflite)",
            precisions=("fp32", "fp16", "int8"), needs=("tensorflow", "tf_keras", "onnx2tf", "onnx_graphsurgeon", "ai_edge_litert"),
            extras={"ai_edge_litert": "tf", "tflite_runtime": "tf", "onnx2tf": "tf", "onnx_graphsurgeon": "tf"},
-           options="modelport.emitters.tflite:TFLiteOptions",
+           options="modelport.emitters.tflite_options:TFLiteOptions",
            native={"keras": _TF_NATIVE, "savedmodel": _TF_NATIVE, "pytorch": "modelport.emitters.tflite_torch",
                    "onnx": _TFL_CODE, "graphdef": _TFL_CODE, "huggingface": _TFL_CODE,
                    "tflite": "modelport.emitters.tflite_copy"}),
     Target("tensorrt", "TensorRT", "modelport.emitters.tensorrt", aliases=("trt",), runtime="tensorrt",
            runner="modelport.runtimes.tensorrt:TensorRTRunner", opener="modelport.runtimes.tensorrt:open_engine",
            inspector="modelport.runtimes.tensorrt:engine_info", suffixes=(".plan", ".engine"), file="model.plan",
-           artifact="a TensorRT engine", precisions=("fp32", "fp16", "best"), needs=("tensorrt", "torch"),
-           extras={"tensorrt": "tensorrt"}, gpu=True, options="modelport.emitters.tensorrt:TensorRTOptions"),
+           artifact="a TensorRT engine", precisions=("fp32", "fp16", "best"), judged_as={"best": "fp16"},
+           refused={"int8": "TensorRT INT8 needs an explicitly quantized (Q/DQ) model"}, needs=("tensorrt", "torch"),
+           extras={"tensorrt": "tensorrt"}, gpu=True, options="modelport.emitters.tensorrt_options:TensorRTOptions"),
     Target("ort", "ORT format", "modelport.emitters.ort", runtime="onnxruntime", runner=f"{_ORT}:OnnxRuntimeRunner",
            opener=f"{_ORT}:OnnxRuntimeRunner", suffixes=(".ort",), file="model.ort", artifact="an ORT-format model (.ort)",
-           precisions=("fp32", "fp16", "int8"), needs=("onnx", "onnxruntime")),
+           precisions=("fp32", "fp16", "int8"), precision_stage="optimize", needs=("onnx", "onnxruntime")),
     Target("ort-genai", "onnxruntime-genai", "modelport.emitters.ort_genai", runtime="onnxruntime-genai",
-           precisions=("fp32", "fp16", "int8"), bench=False),
+           runner="modelport.runtimes.ort_genai:OrtGenAIRunner", precisions=(), tasks={"text-generation": _GENERATION}, precision_stage="optimize", bench=False),
     Target("savedmodel", "SavedModel", "modelport.emitters.savedmodel", aliases=("tensorflow", "tf", "saved_model", "keras"),
            runtime="savedmodel", runner="modelport.runtimes.savedmodel:SavedModelRunner", file="saved_model",
            artifact="a SavedModel", bench=False, native={"keras": _SM_NATIVE, "savedmodel": _SM_NATIVE}),
@@ -102,7 +113,7 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            runner="modelport.runtimes.openvino:OpenVINORunner", opener="modelport.runtimes.openvino:open_ir",
            inspector="modelport.runtimes.openvino:inspect_ir", suffixes=(".xml",), file="model.xml",
            artifact="OpenVINO IR (model.xml + model.bin)", precisions=("fp32", "fp16", "bf16", "int8"), needs=("openvino",),
-           extras={"openvino": "openvino", "nncf": "openvino"}, options="modelport.emitters.openvino:OpenVINOOptions"),
+           extras={"openvino": "openvino", "nncf": "openvino"}, options="modelport.emitters.openvino_options:OpenVINOOptions"),
     Target("tfjs", "TF.js", "modelport.emitters.tfjs", aliases=("tensorflowjs", "tensorflow.js"), runtime="tfjs",
            runner="modelport.runtimes.tfjs:TFJSRunner", opener="modelport.runtimes.tfjs:open_model_json",
            inspector="modelport.runtimes.tfjs:inspect_model_json", suffixes=("model.json", "/model.json"), file="tfjs/model.json",
@@ -115,13 +126,13 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            runner="modelport.runtimes.executorch:ExecuTorchRunner", opener="modelport.runtimes.executorch:open_pte",
            inspector="modelport.runtimes.executorch:inspect_pte", suffixes=(".pte",), file="model.pte",
            artifact="an ExecuTorch program (.pte)", precisions=("fp32", "int8"), needs=("executorch", "torch"),
-           extras={"executorch": "executorch"}, options="modelport.emitters.executorch:ExecuTorchOptions",
+           extras={"executorch": "executorch"}, options="modelport.emitters.executorch_options:ExecuTorchOptions",
            native={"pytorch": "modelport.emitters.executorch_torch"}),
     Target("coreml", "Core ML", "modelport.emitters.coreml", runtime="coreml", runner="modelport.runtimes.coreml:CoreMLRunner",
            opener="modelport.runtimes.coreml:open_mlpackage", inspector="modelport.runtimes.coreml:inspect_mlpackage",
            suffixes=(".mlpackage", "/Manifest.json"), file="model.mlpackage", artifact="a Core ML package (.mlpackage)",
            precisions=("fp16", "fp32"), needs=("coremltools", "torch"), extras={"coremltools": "coreml"},
-           options="modelport.emitters.coreml:CoreMLOptions", native={"pytorch": "modelport.emitters.coreml_torch"},
+           options="modelport.emitters.coreml_options:CoreMLOptions", native={"pytorch": "modelport.emitters.coreml_torch"},
            bench=False, runs_on=("darwin",)),
     # artifact formats that are no --to target: packagers read them from a convert folder
     Target("torchscript", "TorchScript", file="model.pt", artifact="a TorchScript model.pt", bench=False),
@@ -181,22 +192,52 @@ def get(name: str) -> Target:
     raise BadInputError(f"unknown target '{name}'; known: {', '.join(sorted(t.name for t in emitting()))}")
 
 
-def all_precisions() -> tuple[str, ...]:
-    """Every --precision some target accepts, in table order: the choice list of convert and emit."""
-    out: list[str] = []
-    for t in emitting():
-        out += [p for p in t.precisions if p not in out]
-    return tuple(out)
+def option(default, *, flag: str | None = None, help: str = "", metavar: str | None = None, run: str | None = None):
+    """A field of a target's options class (its own module, the descriptor's `options`): its default,
+    the CLI flag that sets it, the flag's help and the value name help shows (None: the Python API
+    only), or `run`, the run option that fills it when the user did not (OpenVINO's INT8 accuracy
+    control takes the run's accuracy budget). The CLI builds every target's flags from these."""
+    return field(default=default, metadata={"flag": flag, "help": help, "metavar": metavar, "run": run})
 
 
-def check_precision(name: str, precision: str | None) -> None:
-    """Exit 2 when target `name` does not take `precision`, before any work (None: the target's default)."""
-    if precision is None:
-        return
-    t = get(name)
-    if precision not in t.precisions:
-        takes = f"is {t.precisions[0]} only" if len(t.precisions) == 1 else f"takes --precision {', '.join(t.precisions)}"
-        raise BadInputError(f"the {t.name} target {takes}, not {precision}", hint=f"convert with --precision {t.precisions[0]}")
+@dataclass(frozen=True)
+class Flag:
+    """One CLI flag of a target's options: its parameter name, spelling, type, default and help."""
+
+    target: str
+    field: str
+    param: str  # the CLI parameter: the flag without dashes, `-` as `_`
+    flag: str
+    kind: object  # the field's type, as typing reads it
+    default: object
+    help: str
+    metavar: str | None = None
+
+
+def flags() -> list[Flag]:
+    """Every target's options flags, in table order (imports each target's options module: small by rule)."""
+    import dataclasses
+    import typing
+
+    out = []
+    for t in TARGETS.values():
+        if not t.options:
+            continue
+        cls = load(t.options)
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            flag = f.metadata.get("flag")
+            if flag:
+                out.append(Flag(t.name, f.name, flag.lstrip("-").replace("-", "_"), flag, hints[f.name], f.default,
+                                f.metadata.get("help", ""), f.metadata.get("metavar")))
+    return out
+
+
+def run_filled(cls) -> dict[str, str]:
+    """{field: the run option that fills it} of an options class (`option(run=...)`)."""
+    import dataclasses
+
+    return {f.name: f.metadata["run"] for f in dataclasses.fields(cls) if f.metadata.get("run")}
 
 
 def load(ref: str):

@@ -110,7 +110,7 @@ def test_int8_quantiser_error_exits_4_or_falls_back_when_allowed(cli, tmp_path):
 
 
 def test_emitter_precision_error_exits_4_or_falls_back(cli, tmp_path):
-    """convert/emit with an ort target apply the precision in the emitter: same promise."""
+    """convert/emit with an ort target apply the precision in the optimisation stage, as with onnx: same promise."""
     src = _conv_weight_through_identity(tmp_path / "src")
     r = cli("emit", src, "--to", "ort", "-o", tmp_path / "e", "--precision", "int8")
     assert r.exit_code == 4, r
@@ -121,7 +121,7 @@ def test_emitter_precision_error_exits_4_or_falls_back(cli, tmp_path):
     assert (art["target"], art["precision"], art["requested_precision"]) == ("ort", "fp32", "int8")
     assert [p["ok"] for p in ok.json()["parity"]] == [True, True]
     tight = cli("convert", src, "--to", "ort", "-o", tmp_path / "c", "--precision", "fp16", "--atol", "1e-9", "--rtol", "0")
-    assert tight.exit_code == 4 and "fp16 cannot be delivered for ort" in tight.stderr, tight
+    assert tight.exit_code == 4 and "fp16 cannot be delivered within tolerance: pass 'fp16'" in tight.stderr, tight
 
 
 def test_auto_skips_a_precision_it_cannot_build(cli, tmp_path):

@@ -38,11 +38,10 @@ def _help_of(command: str, flag: str) -> str:
 
 def test_choice_lists_in_help_equal_their_owners():
     from modelport.cli import options
-    from modelport.emitters import EMITTERS, tflite
-    from modelport.serving import PACKAGERS
-
-    assert options.TFLITE_LAYOUTS == tflite.LAYOUTS and options.TFLITE_IO_DTYPES == tflite.IO_DTYPES
+    from modelport.emitters import EMITTERS
+    from modelport.emitters import tflite_options as tflite
     from modelport.emitters.routes import ROUTES
+    from modelport.serving import PACKAGERS
 
     assert options.ROUTES == ROUTES
     for command in ("convert", "emit"):
@@ -56,7 +55,7 @@ def test_choice_lists_in_help_equal_their_owners():
 
 SHARED = ("--json", "--quiet", "--force", "--seed", "--dim", "--atol", "--rtol", "--min-cosine", "--calibration",
           "--accuracy-budget", "--strict", "--allow-precision-fallback", "--layout", "--mean", "--std", "--scale",
-          "--channel-order", "--plan-only", "--tflite-layout", "--tflite-io-dtype", "--trt-shapes", "--workspace", "--to")
+          "--channel-order", "--to")
 
 
 @pytest.mark.parametrize("flag", SHARED)
@@ -64,6 +63,22 @@ def test_shared_flags_are_declared_once(flag):
     """In cli/options.py; the command modules use its annotations."""
     where = {p.name: p.read_text().count(f'"{flag}"') for p in CLI.glob("*.py") if p.name != "help.py"}  # help.py: panels, not declarations
     assert {k: v for k, v in where.items() if v} == {"options.py": 1}
+
+
+def test_target_flags_are_declared_by_their_options_class():
+    """A target's flag is spelled once, in its options class's module (the descriptor's `options`),
+    and the command line builds it from there: no command module names it."""
+    from modelport import targets
+
+    src = CLI.parent
+    flags = targets.flags()
+    assert {f.flag for f in flags} >= {"--plan-only", "--tflite-layout", "--tflite-io-dtype", "--trt-shapes", "--workspace",
+                                       "--executorch-backend"}
+    for f in flags:
+        where = {str(p.relative_to(src)): p.read_text().count(f'"{f.flag}"') for p in src.rglob("*.py")}
+        owner = targets.get(f.target).options.partition(":")[0].removeprefix("modelport.").replace(".", "/") + ".py"
+        assert {k: v for k, v in where.items() if v} == {owner: 1}, f.flag
+        assert f.help and f.flag in _help_of("convert", f.flag) or _help_of("convert", f.flag) == f.help
 
 
 def test_precision_is_declared_per_choice_list():

@@ -45,7 +45,7 @@ def test_mismatch_exit_4_and_localize(cli, variants):
 def test_localize_scope_for_tflite_is_stated(cli, variants, tmp_path):
     d, _ = variants
     r = cli("validate", d / "broken.onnx", d / "out/model.tflite", "--localize", "--json")
-    assert r.exit_code == 4 and "supported: ONNX and OpenVINO IR" in r.json()["localize"]["note"]
+    assert r.exit_code == 4 and "supported: ONNX files and the models onnxruntime and openvino run" in r.json()["localize"]["note"]
 
 
 def test_user_inputs_and_bad_files(cli, variants, tmp_path):

@@ -194,7 +194,7 @@ def test_doctor_says_build_only():
 
 
 def test_refusals_before_any_work(onnx_two, tmp_path, cli):
-    from modelport.emitters.coreml import CoreMLOptions
+    from modelport.emitters.coreml_options import CoreMLOptions
     from modelport.errors import BadInputError
 
     r = cli("convert", onnx_two, "--to", "coreml", "--precision", "int8", "-o", tmp_path / "o", "-q")
@@ -216,10 +216,17 @@ def test_missing_coremltools_is_exit_5(onnx_two, tmp_path):
     assert 'pip install "modelport[coreml]"' in r.stderr and "coremltools" in r.stderr and not out.exists()
 
 
-def test_fp16_is_the_default_where_the_targets_share_it():
-    assert ConvertOptions(targets=["coreml"]).precision == "fp16"
-    assert ConvertOptions(targets="coreml,onnx").precision == "fp32"  # targets that disagree: fp32
-    assert ConvertOptions(targets=["onnx"]).precision == "fp32" and ConvertOptions(targets=["coreml"], precision="fp32").precision == "fp32"
+def test_fp16_is_core_ml_s_own_default_whatever_the_other_targets(onnx_two, tmp_path):
+    """Each target keeps its own default unless --precision is given: Core ML's fp16 beside ONNX's
+    fp32 (it used to fall to fp32 as soon as another target was asked for)."""
+    from modelport.orchestration.request import decide
+
+    def precisions(**kw):
+        return {t: r.precision for t, r in decide(onnx_two, tmp_path / "o", ConvertOptions(**kw)).precisions.items()}
+
+    assert precisions(targets=["coreml"]) == {"coreml": "fp16"}
+    assert precisions(targets="coreml,onnx") == {"coreml": "fp16", "onnx": "fp32"}
+    assert precisions(targets="coreml,onnx", precision="fp32") == {"coreml": "fp32", "onnx": "fp32"}
 
 
 def test_an_op_it_cannot_take_is_exit_2_naming_it(tmp_path, cli):

@@ -120,7 +120,7 @@ def two_io(tmp_path_factory):
 
 
 def _options(**kw):
-    from modelport.emitters.executorch import ExecuTorchOptions
+    from modelport.emitters.executorch_options import ExecuTorchOptions
 
     return ExecuTorchOptions(**kw)
 

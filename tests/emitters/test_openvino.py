@@ -271,8 +271,8 @@ def test_the_report_and_row_carry_the_precision_a_plain_load_runs_at_when_it_dif
     from modelport.runtimes import get_runner
 
     # the plugin default set above lives in this process: validate here rather than in a clean child
-    pipeline = importlib.import_module("modelport.orchestration.convert")  # the package's `convert` is the function
-    monkeypatch.setattr(pipeline, "artifact_runner",
+    artifact_validation = importlib.import_module("modelport.validation.artifact")
+    monkeypatch.setattr(artifact_validation, "artifact_runner",
                         lambda artifact, **o: get_runner(artifact.runner, artifact.path, **{**artifact.runner_options, **o}))
     src = small_onnx(tmp_path / "src")
     report = convert(src, tmp_path / "out", ConvertOptions(targets=["openvino"]))
@@ -304,14 +304,14 @@ def test_strict_fails_an_ir_whose_plain_load_is_outside_the_tolerance(tmp_path, 
 
     from modelport.errors import ValidationError
 
-    pipeline = importlib.import_module("modelport.orchestration.convert")  # the package's `convert` is the function
+    artifact_validation = importlib.import_module("modelport.validation.artifact")
 
-    def bf16_by_default(artifact, runner, reference, tol, hop):
-        artifact.details["inference_precision"] = "fp32"
-        artifact.details["plain_compile"] = {"inference_precision": "bf16", "ok": False,
-                                             "outputs": [{"name": "logits", "max_abs": 0.2, "cosine": 0.99, "ok": False}]}
+    def bf16_by_default(artifact, runner, reference, judging):
+        return {"inference_precision": "fp32",
+                "plain_compile": {"inference_precision": "bf16", "ok": False,
+                                  "outputs": [{"name": "logits", "max_abs": 0.2, "cosine": 0.99, "ok": False}]}}
 
-    monkeypatch.setattr(pipeline, "note_runtime_precision", bf16_by_default)
+    monkeypatch.setattr(artifact_validation, "_plain_load", bf16_by_default)
     src = small_onnx(tmp_path / "src")
     with pytest.raises(ValidationError, match="runs it at bf16.*--strict"):
         convert(src, tmp_path / "strict", ConvertOptions(targets=["openvino"], strict=True))

@@ -8,7 +8,7 @@ import pytest
 
 from modelport.emitters import EmitOptions, get_emitter
 from modelport.emitters.routes import NATIVE_ROUTES, kind_of, plan
-from modelport.emitters.tflite import TFLiteOptions
+from modelport.emitters.tflite_options import TFLiteOptions
 from modelport.errors import BadInputError
 from modelport.ir import IRModel, Reference, SourceRef, TensorSpec
 from modelport.specs import SourceSpec
@@ -113,16 +113,22 @@ def test_unknown_route_and_registry_keys():
     assert kind_of({"framework": "keras"}) == "keras"
 
 
-def test_a_run_goes_on_from_the_source_only_where_every_target_is_re_emitted():
+def test_a_run_goes_on_from_the_source_only_where_every_target_is_re_emitted(tmp_path):
     """When tf2onnx's IR of a `.tflite` drifts from the source, the run may still re-emit it: only
     when every target has a route that reads the source alone and takes the options."""
     from modelport.orchestration import ConvertOptions
-    from modelport.orchestration.convert import from_source_alone
+    from modelport.orchestration.forward import from_source_alone
+    from modelport.orchestration.jobs import Context
+    from modelport.orchestration.request import decide
+    from modelport.validation.report import Report
+
+    def run(**options):
+        return Context(decide("zoo:cnn_small", tmp_path / "out", ConvertOptions(**options)), Report("convert"))
 
     tfl = _ir("tflite")
-    assert from_source_alone(tfl, ConvertOptions(targets=["tflite"]))
-    assert from_source_alone(tfl, ConvertOptions(targets=["tflite"], precision="fp16"))
-    assert not from_source_alone(tfl, ConvertOptions(targets=["tflite"], route="onnx"))
-    assert not from_source_alone(tfl, ConvertOptions(targets=["tflite", "onnx"]))
-    assert not from_source_alone(tfl, ConvertOptions(targets=["tflite"], precision="int8", calibration="calib.npz"))
-    assert not from_source_alone(_ir("onnx"), ConvertOptions(targets=["tflite"]))  # the generated code reads the IR
+    assert from_source_alone(tfl, run(targets=["tflite"]))
+    assert from_source_alone(tfl, run(targets=["tflite"], precision="fp16"))
+    assert not from_source_alone(tfl, run(targets=["tflite"], route="onnx"))
+    assert not from_source_alone(tfl, run(targets=["tflite", "onnx"]))
+    assert not from_source_alone(tfl, run(targets=["tflite"], precision="int8", calibration="calib.npz"))
+    assert not from_source_alone(_ir("onnx"), run(targets=["tflite"]))  # the generated code reads the IR

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from modelport.emitters import trt_plan, trt_support
-from modelport.emitters.tensorrt import TensorRTOptions
+from modelport.emitters.tensorrt_options import TensorRTOptions
 from modelport.errors import BadInputError, MissingDependencyError, UnsupportedError
 from modelport.orchestration import ConvertOptions, convert
 from tests.conftest import check_options_class, tree
@@ -98,8 +98,11 @@ def test_trtexec_command_matches_the_tensorrt_version(cnn_ir):
     for cmd in (v10, v11):
         assert "--minShapes=x:1x3x32x32" in cmd and "--optShapes=x:8x3x32x32" in cmd and "--maxShapes=x:32x3x32x32" in cmd
         assert "--memPoolSize=workspace:2048M" in cmd and "--timingCacheFile=timing.cache" in cmd
-    with pytest.raises(BadInputError, match="Q/DQ"):
-        trt_plan.make_plan(cnn_ir, "int8")
+    from modelport.precisions import resolve
+
+    with pytest.raises(BadInputError, match="the tensorrt target takes --precision fp32, fp16, best, not int8") as e:
+        resolve(["tensorrt"], "int8")  # refused before any work, with the reason from its descriptor
+    assert "Q/DQ" in e.value.hint
 
 
 def test_plan_only_writes_the_build_plan(cnn_ir, tmp_path):
@@ -107,7 +110,7 @@ def test_plan_only_writes_the_build_plan(cnn_ir, tmp_path):
 
     out = tmp_path / "out"
     report = convert(cnn_small(), out, ConvertOptions(targets=["tensorrt"], inputs=["x:batch,3,32,32"], precision="fp16",
-                                                      tensorrt=TensorRTOptions(plan_only=True, workspace=1024)))
+                                                      target_options={"tensorrt": TensorRTOptions(plan_only=True, workspace=1024)}))
     assert report["status"] == "ok"
     names = set(tree(out))
     assert {"tensorrt/plan.json", "tensorrt/trtexec.sh", "tensorrt/build_engine.py", "tensorrt/compat.json",
@@ -151,7 +154,7 @@ def test_unsupported_op_fails_before_writing(tmp_path):
     src = save_onnx(det_model(), tmp_path / "src", "det.onnx")
     out = tmp_path / "out"
     with pytest.raises(UnsupportedError) as e:
-        convert(src, out, ConvertOptions(targets=["tensorrt"], tensorrt=TensorRTOptions(plan_only=True)))
+        convert(src, out, ConvertOptions(targets=["tensorrt"], target_options={"tensorrt": TensorRTOptions(plan_only=True)}))
     assert e.value.exit_code == 2 and "det_node (Det)" in e.value.message
     assert not out.exists()
 

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from modelport.emitters.tflite import TFLiteOptions
+from modelport.emitters.tflite_options import TFLiteOptions
 from modelport.errors import UnsupportedError
 from modelport.orchestration import ConvertOptions, convert
 from modelport.runtimes.tflite import load_interpreter
@@ -70,7 +70,7 @@ def test_pytorch_cnn_to_tflite(cnn, tmp_path, precision, atol):
 def test_nhwc_layout_option(cnn, tmp_path):
     out = tmp_path / "out"
     report = convert(cnn, out, ConvertOptions(targets=["tflite"], inputs=["x:batch,3,32,32"],
-                                              tflite=TFLiteOptions(layout="nhwc")))
+                                              target_options={"tflite": TFLiteOptions(layout="nhwc")}))
     art = report["artifacts"][0]
     assert art["inputs_layout"]["x"].startswith("NHWC")
     assert report["parity"][-1]["ok"]
@@ -106,7 +106,7 @@ def test_4d_output_keeps_the_contract_layout_names_and_signature(conv_only, tmp_
 def test_nhwc_changes_layouts_only_when_asked_and_says_so_per_tensor(conv_only, tmp_path):
     out = tmp_path / "out"
     report = convert(conv_only, out, ConvertOptions(targets=["tflite"], inputs=["x:batch,3,8,6"], output_names=["heatmap"],
-                                                    tflite=TFLiteOptions(layout="nhwc")))
+                                                    target_options={"tflite": TFLiteOptions(layout="nhwc")}))
     art = report["artifacts"][0]
     assert art["inputs_layout"]["x"].startswith("NHWC") and art["outputs_layout"]["heatmap"].startswith("NHWC")
     assert art["layout_changes"] == {"x": [0, 2, 3, 1], "heatmap": [0, 2, 3, 1]}
@@ -161,7 +161,7 @@ def test_full_integer_4d_output_keeps_the_contract_layout(conv_only, tmp_path, i
     out = tmp_path / "out"
     report = convert(conv_only, out, ConvertOptions(targets=["tflite"], inputs=["x:batch,3,8,6"], output_names=["heatmap"],
                                                     precision="int8",
-                                                    calibration=str(calib), tflite=TFLiteOptions(io_dtype=io_dtype)))
+                                                    calibration=str(calib), target_options={"tflite": TFLiteOptions(io_dtype=io_dtype)}))
     art = report["artifacts"][0]
     assert art["io_dtype"] == io_dtype and "calibrated" in art["quantization"]
     assert next(p for p in report["parity"] if "tflite" in p["hop"])["ok"]
@@ -202,7 +202,7 @@ def test_int8_io_full_integer(cli, cnn, tmp_path, io_dtype):
     np.savez(calib, x=np.random.default_rng(0).standard_normal((8, 3, 32, 32)).astype(np.float32))
     out = tmp_path / "out"
     report = convert(cnn, out, ConvertOptions(targets=["onnx", "tflite"], inputs=["x:batch,3,32,32"], precision="int8",
-                                              calibration=str(calib), tflite=TFLiteOptions(io_dtype=io_dtype)))
+                                              calibration=str(calib), target_options={"tflite": TFLiteOptions(io_dtype=io_dtype)}))
     art = next(a for a in report["artifacts"] if a["target"] == "tflite")
     assert art["io_dtype"] == io_dtype and f"{io_dtype} I/O" in art["quantization"]
     hop = next(p for p in report["parity"] if "tflite" in p["hop"])
@@ -232,7 +232,7 @@ def test_int8_io_needs_calibration(cnn, tmp_path):
 
     with pytest.raises(BadInputError, match="needs a full-integer model"):
         convert(cnn, tmp_path / "out", ConvertOptions(targets=["tflite"], inputs=["x:batch,3,32,32"], precision="int8",
-                                                      tflite=TFLiteOptions(io_dtype="int8")))
+                                                      target_options={"tflite": TFLiteOptions(io_dtype="int8")}))
     assert not (tmp_path / "out").exists()
 
 

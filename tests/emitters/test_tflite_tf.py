@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from modelport.emitters.tflite import TFLiteOptions
+from modelport.emitters.tflite_options import TFLiteOptions
 from modelport.orchestration import ConvertOptions, convert
 from modelport.runtimes.tflite import load_interpreter
 
@@ -63,7 +63,7 @@ def test_keras_sequential_fp16_and_int8_calibrated_integer_io(keras_files, tmp_p
     calib = tmp_path / "calib.npz"
     np.savez(calib, features=np.random.default_rng(2).standard_normal((16, 10)).astype(np.float32))
     report = convert(d / "sequential.keras", tmp_path / "int8", ConvertOptions(
-        targets=["tflite"], precision="int8", calibration=str(calib), route="native", tflite=TFLiteOptions(io_dtype="int8")))
+        targets=["tflite"], precision="int8", calibration=str(calib), route="native", target_options={"tflite": TFLiteOptions(io_dtype="int8")}))
     (art,) = report["artifacts"]
     assert art["route"] == "native" and art["io_dtype"] == "int8" and report["parity"][-1]["ok"]
     details = load_interpreter(tmp_path / "int8" / "model.tflite").get_input_details()

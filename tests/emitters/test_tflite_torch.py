@@ -114,8 +114,8 @@ def test_contract_check_holds_outputs_to_the_contract(tiny_cnn, native_cnn, shap
     from modelport.emitters import Artifact
     from modelport.errors import ValidationError
     from modelport.ir import IRModel, Reference, TensorSpec
-    from modelport.orchestration.convert import validate_artifact
     from modelport.validation import tolerance_for
+    from modelport.validation.artifact import Judging, validate_artifact
 
     out, _ = native_cnn
     x = np.random.default_rng(0).standard_normal((1, 3, 16, 16)).astype(np.float32)
@@ -125,12 +125,15 @@ def test_contract_check_holds_outputs_to_the_contract(tiny_cnn, native_cnn, shap
                  outputs=[TensorSpec("logits", dtype, shape)], reference=Reference({"pixels": x}, {"logits": y}))
     art = Artifact(target="tflite", runtime="tflite", path=out / "model.tflite", files=[], precision="fp32",
                    runner="tflite", runner_options={"signature": "serving_default"})
+    judging = Judging(tolerance_for("fp32"), "hop", check_io=True)
     if reason is None:
-        assert validate_artifact(art, ir, tolerance_for("fp32"), "hop").ok
-        assert art.details["contract_check"]["fixed_dims"] == {"pixels": {"batch": 1}, "logits": {"batch": 1}}
+        check = validate_artifact(art, ir, judging)
+        assert check.parity.ok and check.failure is None
+        assert check.entry["contract_check"]["fixed_dims"] == {"pixels": {"batch": 1}, "logits": {"batch": 1}}
+        assert art.details == {}  # the validation records into its check, never into the artifact
         return
     with pytest.raises(ValidationError, match=reason) as e:
-        validate_artifact(art, ir, tolerance_for("fp32"), "hop")
+        validate_artifact(art, ir, judging)
     assert e.value.exit_code == 4
 
 

@@ -44,7 +44,8 @@ def assert_same_outputs(a, b, atol=1e-5):
 def bert_ir():
     """The zoo's tiny BERT as an IR (torch.onnx dynamo export, 11 s: shared by the modules a worker
     runs; read-only, as every pass's input is)."""
-    from modelport.orchestration.convert import ConvertOptions, resolve_source
+    from modelport.orchestration.options import ConvertOptions
+    from modelport.orchestration.source import resolve_source
     from modelport.parsers import parse
 
     src, spec, _ = resolve_source("zoo:bert_tiny", ConvertOptions())
@@ -53,7 +54,8 @@ def bert_ir():
 
 @pytest.fixture(scope="module")
 def cnn_ir():
-    from modelport.orchestration.convert import ConvertOptions, resolve_source
+    from modelport.orchestration.options import ConvertOptions
+    from modelport.orchestration.source import resolve_source
     from modelport.parsers import parse
 
     src, spec, _ = resolve_source("zoo:cnn_small", ConvertOptions())

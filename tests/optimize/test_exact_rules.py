@@ -83,7 +83,8 @@ def test_exact_no_ops_still_go_and_near_ones_stay():
 def test_basic_pitch_optimised_stays_finite_on_silence(tmp_path):
     """Spotify's basic-pitch (audio to MIDI; its ONNX from the pip wheel): `--optimize basic` dropped
     the `+ 1e-10` of its log-magnitude and returned NaN for every output value on silence."""
-    from modelport.orchestration.convert import ConvertOptions, resolve_source
+    from modelport.orchestration.options import ConvertOptions
+    from modelport.orchestration.source import resolve_source
     from modelport.parsers import parse
     from tests.wheel_models import wheel_model
 

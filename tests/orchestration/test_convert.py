@@ -62,14 +62,17 @@ def test_per_output_override_applies_to_that_output_only(tmp_path):
     assert tols == {"a": 1e-4, "b": 0.25}
 
 
-def test_convert_options_compose_the_stage_options():
-    from modelport.emitters.tflite import TFLiteOptions
+def test_convert_options_compose_the_stage_options(tiny_onnx, tmp_path):
+    from modelport.emitters.tflite_options import TFLiteOptions
     from modelport.errors import BadInputError
     from modelport.optimize.pipeline import OptimizeOptions
+    from modelport.orchestration.request import decide
 
-    opts = modelport.ConvertOptions(targets="onnx,tflite", optimize="all", tflite=TFLiteOptions(layout="nhwc"), atol=1e-5)
-    assert opts.optimize.level == "all" and opts.emitter_options("tflite").layout == "nhwc"
-    assert opts.emitter_options("onnx") is None
+    opts = modelport.ConvertOptions(targets="onnx,tflite", optimize="all", target_options={"tflite": TFLiteOptions(layout="nhwc")},
+                                    atol=1e-5)
+    request = decide(tiny_onnx, tmp_path / "o", opts)
+    assert opts.optimize.level == "all" and request.target_options("tflite").layout == "nhwc"
+    assert request.target_options("onnx") is None
     assert opts.package.trust  # packaging inside convert may trace the PyTorch code this run emitted
     with pytest.raises(BadInputError, match="set precision, calibration, strict and allow_precision_fallback on ConvertOptions"):
         modelport.ConvertOptions(optimize=OptimizeOptions(precision="fp16"))
@@ -95,19 +98,25 @@ def test_the_ir_weights_wait_in_a_file_while_an_artifact_is_validated(tmp_path, 
 
     from modelport import ir as ir_module
 
-    convert_module = importlib.import_module("modelport.orchestration.convert")
+    forward = importlib.import_module("modelport.orchestration.forward")
+    artifact_module = importlib.import_module("modelport.validation.artifact")
 
     monkeypatch.setattr(ir_module, "PARK_BYTES", 0)
-    seen = []
-    validate = convert_module.validate_artifact
+    seen, current = [], {}
+    validate, check = forward.validate_artifact, artifact_module.check
 
-    def spy(artifact, ir, tol, hop):
-        seen.append((artifact.target, {t.data_location for t in ir.model.graph.initializer if t.dims and t.dims[0] > 16}))
-        return validate(artifact, ir, tol, hop)
+    def spy_validate(artifact, ir, judging):
+        current.update(target=artifact.target, ir=ir)
+        return validate(artifact, ir, judging)
 
-    monkeypatch.setattr(convert_module, "validate_artifact", spy)
+    def spy_check(runner, reference, tol, hop):  # while the artifact's runtime runs it
+        seen.append((current["target"], {t.data_location for t in current["ir"].model.graph.initializer if t.dims and t.dims[0] > 16}))
+        return check(runner, reference, tol, hop)
+
+    monkeypatch.setattr(forward, "validate_artifact", spy_validate)
+    monkeypatch.setattr(artifact_module, "check", spy_check)
     report = modelport.convert(BigLogits().eval(), tmp_path / "o", inputs=["x:batch,4096"], targets=["onnx", "openvino"])
-    assert [t for t, _ in seen] == ["onnx", "openvino"]
+    assert list(dict.fromkeys(t for t, _ in seen)) == ["onnx", "openvino"]  # OpenVINO's plain load is judged too
     assert all(locations == {onnx.TensorProto.EXTERNAL} for _, locations in seen)
     assert all(p["ok"] for p in report["parity"])
 
@@ -115,16 +124,16 @@ def test_the_ir_weights_wait_in_a_file_while_an_artifact_is_validated(tmp_path, 
 def test_the_ir_before_the_passes_is_let_go_once_they_are_done(tmp_path, monkeypatch):
     """`--optimize`: every target is emitted from the optimised IR, so the one the passes started from
     does not keep its weights beside it."""
-    import modelport.orchestration.optimize_stage as optimize_module  # convert() imports optimize_stage from here
+    import modelport.orchestration.optimize_stage as optimize_module  # the forward pipeline imports `optimise` from here
 
     given = []
-    original = optimize_module.optimize_stage
+    original = optimize_module.optimise
 
     def spy(ir, *args, **kwargs):
         given.append(ir)
         return original(ir, *args, **kwargs)
 
-    monkeypatch.setattr(optimize_module, "optimize_stage", spy)
+    monkeypatch.setattr(optimize_module, "optimise", spy)
     report = modelport.convert(BigLogits().eval(), tmp_path / "o", inputs=["x:batch,4096"], targets=["onnx"],
                                optimize="all")
     assert all(p["ok"] for p in report["parity"]) and len(given) == 1

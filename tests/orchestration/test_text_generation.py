@@ -49,7 +49,12 @@ def test_fp32_onnx_and_ort_genai_generate_like_transformers(cli, llama, tmp_path
     assert set(gens) == {"onnx", "ort-genai"}
     for g in gens.values():
         assert g["ok"] and g["token_agreement"] == 1.0 and g["max_abs"] < 1e-4 and g["new_tokens"] == 16 and g["prompts"] == 3
-    assert [s["name"] for s in report["stages"]][:4] == ["preflight", "parse", "reference:generate", "validate:ir"]
+    assert [s["name"] for s in report["stages"]][:4] == ["preflight:memory", "parse", "reference:generate", "validate:ir"]
+    # the same pipeline as every other conversion: one preflight of every target's routes, then each job's
+    # emit and validate stages, and artifact entries written by the same chain (route, requested precision)
+    names = [s["name"] for s in report["stages"]]
+    assert names[names.index("preflight"):] == ["preflight", "emit:onnx", "validate:onnx", "emit:ort-genai", "validate:ort-genai"]
+    assert all(a["route"] == "onnx" and a["requested_precision"] == "fp32" for a in report["artifacts"])
     assert all(s["peak_rss"] > 0 for s in report["stages"]) and report["peak_rss"] == max(s["peak_rss"] for s in report["stages"])
     assert report["parity"][0]["ok"]
     folder = out / "ort-genai"
@@ -216,7 +221,7 @@ def test_a_folder_too_large_for_the_memory_available_is_exit_2_before_work(cli, 
     assert len(lines) == 1 and str(llama) in lines[0], r.stderr
     assert "converting needs about 1.3 GB of memory" in lines[0] and "315 MB is available" in lines[0]
     assert "MODELPORT_AVAILABLE_MEMORY=<bytes> to run anyway" in lines[0]
-    assert r.json()["exit_code"] == 2 and [s["name"] for s in r.json()["stages"]] == ["preflight"]
+    assert r.json()["exit_code"] == 2 and [s["name"] for s in r.json()["stages"]] == ["preflight:memory"]
     assert not (tmp_path / "out").exists() and {p.name: p.read_bytes() for p in llama.iterdir()} == before
     monkeypatch.setenv("MODELPORT_AVAILABLE_MEMORY", "64G")
     r = cli("convert", llama, "--task", "text-generation", "-o", tmp_path / "out", "--json", "--new-tokens", "2")
@@ -226,7 +231,7 @@ def test_a_folder_too_large_for_the_memory_available_is_exit_2_before_work(cli, 
 
     with safe_open(str(llama / "model.safetensors"), "np") as f:
         params = sum(int(np.prod(f.get_slice(k).get_shape())) for k in f.keys())  # noqa: SIM118 (safe_open is no dict)
-    assert row["name"] == "preflight" and row["parameters"] == params and row["available_memory"] == 64 << 30
+    assert row["name"] == "preflight:memory" and row["parameters"] == params and row["available_memory"] == 64 << 30
     assert LIBRARIES < row["estimated_peak_rss"] < LIBRARIES + 10 * 4 * params
 
 
@@ -263,12 +268,13 @@ def test_python_api(llama, tmp_path):
 
 
 def test_large_artifacts_keep_their_weights_in_a_data_file(llama, tmp_path, monkeypatch):
-    """Past EXTERNAL_WEIGHTS the artifacts' weights go to model.onnx.data (onnxruntime then does not
+    """Past DECODER_EXTERNAL_BYTES (emitters/onnx.py) the artifacts' weights go to model.onnx.data (onnxruntime then does not
     hold a whole single-file model while it builds a session); they generate as before."""
     import modelport
+    from modelport.emitters import onnx as onnx_emitter
     from modelport.orchestration import text_generation
 
-    monkeypatch.setattr(text_generation, "EXTERNAL_WEIGHTS", 1 << 16)  # the tiny model's weights are past it
+    monkeypatch.setattr(onnx_emitter, "DECODER_EXTERNAL_BYTES", 1 << 16)  # the tiny model's weights are past it
     options = modelport.ConvertOptions(task="text-generation", targets=["onnx", "ort-genai"],
                                        text_generation=text_generation.TextGenerationOptions(new_tokens=4))
     report = modelport.convert(llama, tmp_path / "out", options=options)
@@ -391,7 +397,7 @@ def test_each_family_generates_through_convert_and_onnxruntime_genai(cli, family
     """Mistral and Gemma2 with a sliding window of 4 (shorter than prompt + 16 tokens), Gemma with
     head_dim 24 over hidden 64 / 4 heads and tied embeddings, Qwen3 with q/k norms: the KV-cache
     model and onnxruntime-genai's own search both generate transformers' tokens."""
-    from modelport.parsers.hf_decoder import FAMILIES
+    from modelport.parsers.hf_decoder_config import FAMILIES
 
     src = build(family, tmp_path / "src" / family)
     out = tmp_path / "out"
@@ -443,9 +449,9 @@ def _perturbed_fusion(monkeypatch):
     from onnx import numpy_helper
 
     from modelport.onnx_io import save_onnx
-    from modelport.orchestration import text_generation
+    from modelport.orchestration import decoder_variants
 
-    real = text_generation.fused_model
+    real = decoder_variants.fused_model
 
     def fuse_and_perturb(ir, cfg, path, export):
         details = real(ir, cfg, path, export)
@@ -457,7 +463,7 @@ def _perturbed_fusion(monkeypatch):
         save_onnx(fused, path, external=True)
         return details
 
-    monkeypatch.setattr(text_generation, "fused_model", fuse_and_perturb)
+    monkeypatch.setattr(decoder_variants, "fused_model", fuse_and_perturb)
 
 
 def test_a_fusion_that_changes_generation_is_rolled_back(cli, llama, tmp_path, monkeypatch):

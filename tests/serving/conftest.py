@@ -69,11 +69,11 @@ def mlp_edge_out(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def mlp_plan_out(tmp_path_factory) -> Path:
     """The MLP through `convert --to tensorrt --plan-only`: OUT/tensorrt/ holds the build plan, no engine."""
-    from modelport.emitters.tensorrt import TensorRTOptions
+    from modelport.emitters.tensorrt_options import TensorRTOptions
     from modelport.orchestration import ConvertOptions, convert
 
     root = tmp_path_factory.mktemp("mlp_plan")
-    convert(write_mlp(root / "src"), root / "out", ConvertOptions(targets=["tensorrt"], tensorrt=TensorRTOptions(plan_only=True)))
+    convert(write_mlp(root / "src"), root / "out", ConvertOptions(targets=["tensorrt"], target_options={"tensorrt": TensorRTOptions(plan_only=True)}))
     return root / "out"
 
 

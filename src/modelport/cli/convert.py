@@ -7,8 +7,8 @@ import typer
 from modelport.cli import options as flags
 from modelport.cli._common import choice, run, split_list, stage_status
 from modelport.errors import BadInputError
+from modelport.precisions import all_precisions
 from modelport.registry import EMITTERS, PACKAGERS
-from modelport.targets import all_precisions
 
 ConvertTargets = flags.aliased(flags.Targets, "-df", "--dstFramework")
 ConvertOutputDir = flags.aliased(flags.OutputDir, "-om", "--outputModel")
@@ -36,7 +36,7 @@ def source_from_mmdnn(source: str | None, network: str | None, weights: str | No
 
 def register(app: typer.Typer) -> None:
     @app.command("convert")
-    @flags.taking(flags.SAMPLES, flags.SAMPLE_SETS, flags.TOLERANCES, flags.PREPROCESSING, flags.PRECISION, flags.EMITTER_OPTIONS, flags.WRITES,
+    @flags.taking(flags.SAMPLES, flags.SAMPLE_SETS, flags.TOLERANCES, flags.PREPROCESSING, flags.PRECISION, flags.TARGET_OPTIONS, flags.WRITES,
                   flags.RESULT)
     def convert_cmd(
         source: str | None = typer.Argument(None, help="Model file or folder, or zoo:NAME."),
@@ -75,6 +75,7 @@ def register(app: typer.Typer) -> None:
         def body():
             from modelport.optimize.pipeline import OptimizeOptions
             from modelport.orchestration import ConvertOptions, convert
+            from modelport.orchestration.text_generation import TextGenerationOptions
             from modelport.parsers import PARSERS
             from modelport.parsers.tf_common import TFSourceOptions
             from modelport.specs import apply_options, parse_input_spec
@@ -83,26 +84,19 @@ def register(app: typer.Typer) -> None:
             if not output:
                 raise BadInputError("no output folder", hint="pass -o OUT_DIR")
             specs = apply_options([parse_input_spec(t) for t in inputs], input_shapes=input_shape, **flags.preprocessing_kwargs(shared))
-            text_generation, budget, task_ = None, accuracy_budget, task
-            from modelport.orchestration.text_generation import TASK, TextGenerationOptions, is_text_generation
-
-            if is_text_generation(src, task):  # --task text-generation, or a ...ForCausalLM folder
-                task_ = TASK
-                text_generation = TextGenerationOptions(new_tokens=new_tokens, block_size=block_size, symmetric=not asymmetric,
-                                                        budget=accuracy_budget)
-                budget = None  # judged by generation (tokens>=, max_abs<=), not by the optimisation stage
             options = ConvertOptions(
-                task=task_, text_generation=text_generation,
+                task=task, accuracy_budget=accuracy_budget,
+                text_generation=TextGenerationOptions(new_tokens=new_tokens, block_size=block_size, symmetric=not asymmetric),
                 targets=[choice(t, EMITTERS, "target") for t in split_list(to)] or ["onnx"],
                 framework=choice(framework, PARSERS, "source framework"), inputs=specs, output_names=split_list(outputs) or None,
                 arch=arch_, arch_args=arch_args, state_dict_key=state_dict_key, trust=trust, opset=opset, force=shared["force"], keep_failed=keep_failed,
                 **flags.parity_kwargs(shared),
-                optimize=OptimizeOptions(level=optimize, budget=budget, runtimes=runtimes),
-                precision=choice(precision, (*all_precisions(), "int4", "auto"), "precision"), calibration=shared["calibration"],
+                optimize=OptimizeOptions(level=optimize, runtimes=runtimes),
+                precision=choice(precision, all_precisions(), "precision"), calibration=shared["calibration"],
                 strict=shared["strict"], allow_precision_fallback=shared["allow_fallback"],
                 tensorflow=TFSourceOptions(signature=signature, input_names=split_list(input_names),
                                            weights=weights if (network or "").lower().endswith(".json") else None),
-                **flags.emitter_kwargs(shared),
+                **flags.target_kwargs(shared),
                 packages=[choice(p, PACKAGERS, "serving system") for p in split_list(package)],
             )
             with stage_status(shared["quiet"] or shared["json_out"]) as on_stage:

@@ -19,7 +19,8 @@ def print_doctor(d: dict) -> None:
     rows.append(["onnxruntime providers", ", ".join(providers) if providers else "-", ""])
     gpu = d["gpu"]
     rows.append(["gpu", ", ".join(g.get("name", "?") for g in gpu["gpus"]) or "none", "nvidia-smi: " + (gpu["nvidia_smi"] or "not found")])
-    rows.append(["tensorrt", gpu["tensorrt"] or "not installed", ""])
+    for name, version in gpu["runtimes"].items():
+        rows.append([f"{name} (GPU)", version or "not installed", ""])
     cpu = d["cpu"]
     features = [k.upper() if k != "avx512" else "AVX-512" for k, on in cpu["features"].items() if on]
     rows.append(["cpu", cpu["model"] or cpu["machine"], f"{cpu['cores']} cores; " + (", ".join(features) or "no AVX2")])

@@ -11,13 +11,13 @@ import typer
 from modelport.cli import options as flags
 from modelport.cli._common import choice, run, split_list, stage_status
 from modelport.errors import BadInputError
+from modelport.precisions import all_precisions
 from modelport.registry import EMITTERS
-from modelport.targets import all_precisions
 
 
 def register(app: typer.Typer) -> None:
     @app.command("emit")
-    @flags.taking(flags.SAMPLES, flags.SAMPLE_SETS, flags.TOLERANCES, flags.PRECISION, flags.EMITTER_OPTIONS, flags.WRITES, flags.RESULT)
+    @flags.taking(flags.SAMPLES, flags.SAMPLE_SETS, flags.TOLERANCES, flags.PRECISION, flags.TARGET_OPTIONS, flags.WRITES, flags.RESULT)
     def emit_cmd(
         model: str = typer.Argument(..., help="ONNX model file."),
         to: flags.Targets = ...,
@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
                 inputs=[parse_input_spec(t) for t in shared["inputs"]], **flags.parity_kwargs(shared),
                 precision=choice(precision, all_precisions(), "precision"), calibration=shared["calibration"],
                 strict=shared["strict"], allow_precision_fallback=shared["allow_fallback"], force=shared["force"], command="emit",
-                **flags.emitter_kwargs(shared),
+                **flags.target_kwargs(shared),
             )
             with stage_status(shared["quiet"] or shared["json_out"]) as on_stage:
                 return convert(model, output, options, on_stage=on_stage)

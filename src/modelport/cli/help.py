@@ -4,13 +4,16 @@ and value names (metavars) that say what to type instead of `<str>`/`<bool>`.
 `polish(app)` makes every command of the app a `Command`, which dresses its click parameters from
 the tables below when typer builds it, so a command module declares its options and nothing
 else. A flag's panel and value name are looked up by any of its spellings; the shared flags of
-`cli/options.py` are listed here too. Nothing heavy is imported here.
+`cli/options.py` are listed here too, and each target's own flags (declared by its options class:
+`modelport.targets.flags`) join the Targets panel with their value names. Nothing heavy is imported here.
 """
 
 from __future__ import annotations
 
 import typer
 from typer.core import TyperCommand, TyperGroup
+
+from modelport.targets import flags as target_flags
 
 SOURCE, TARGETS, VALIDATION, OPTIMISATION, OUTPUT = "Source", "Targets", "Validation", "Optimisation", "Output"
 QUANTISATION = "FP16/INT8 details"
@@ -19,7 +22,7 @@ BATCH = "Batch"
 PANELS = {
     SOURCE: ("--from", "--task", "-in", "-iw", "--input", "--inputShape", "--output", "--arch", "--arch-args", "--state-dict-key",
              "--opset", "--trust", "--signature", "--input-names", "--layout", "--mean", "--std", "--scale", "--channel-order"),
-    TARGETS: ("--to", "--route", "--plan-only", "--tflite-layout", "--tflite-io-dtype", "--trt-shapes", "--workspace", "--package", "--for",
+    TARGETS: ("--to", "--route", *(f.flag for f in target_flags()), "--package", "--for",
               "--name", "--version", "--add-version", "--runtime", "--backend", "--device", "--postprocess", "--server",
               "--max-batch-size", "--instances", "--image", "--cpu", "--memory", "--gpus", "--replicas"),
     VALIDATION: ("--seed", "--dim", "--data", "--inputs", "--value", "--atol", "--rtol", "--min-cosine", "--strict", "--localize",
@@ -40,8 +43,7 @@ METAVARS = {
     "--package": "S1,S2", "--for": "S1,S2", "--dim": "NAME=N", "--seed": "N", "--data": "FILE.npz", "--value": "NAME=V",
     "--atol": "[OUTPUT=]X", "--rtol": "[OUTPUT=]X", "--min-cosine": "[OUTPUT=]X", "--layout": "[NAME=]LAYOUT",
     "--mean": "[NAME=]V,V,V", "--std": "[NAME=]V,V,V", "--scale": "[NAME=]V", "--channel-order": "RGB|BGR",
-    "--calibration": "DATA", "--tflite-layout": "LAYOUT", "--tflite-io-dtype": "DTYPE", "--trt-shapes": "NAME:MIN:OPT:MAX",
-    "--workspace": "MiB", "--int8-mode": "MODE", "--calibration-method": "METHOD", "--cache-dir": "DIR", "--runs": "N",
+    "--calibration": "DATA", **{f.flag: f.metavar for f in target_flags() if f.metavar}, "--int8-mode": "MODE", "--calibration-method": "METHOD", "--cache-dir": "DIR", "--runs": "N",
     "--duration": "SECONDS", "--warmup": "N", "--batch": "B1,B2", "--threads": "N", "--concurrency": "N", "--runtime": "RUNTIME",
     "--rate": "PER_SECOND", "--requests": "N", "--header": "'NAME: VALUE'", "--inputs": "FILE.npz",
     "--task": "TASK", "--runtimes": "R1,R2", "--route": "ROUTE", "--junit": "FILE.xml", "--jobs": "N", "--executor": "local|ray", "--address": "HOST:PORT", "--only": "NAMES",

@@ -3,9 +3,11 @@
 A command takes a flag as an annotation (`precision: flags.Precision = "fp32"`) or a whole group
 of them with `@flags.taking(flags.TOLERANCES, ...)`, which adds the group's parameters to its
 signature and hands their values over in `**shared`. The value a flag carries is checked by the
-options class that owns it (TFLiteOptions, TensorRTOptions, OptimizeOptions, PackageOptions, the
-tolerance parser), and every choice list named in a help text comes from the registry or class
-that checks it. Nothing heavy is imported here.
+options class that owns it (OptimizeOptions, PackageOptions, the tolerance parser, each target's
+options class), and every choice list named in a help text comes from the registry or class
+that checks it. A target's own flags are declared by its options class, in its own module
+(`modelport.targets.option`); TARGET_OPTIONS is built from those declarations. Nothing heavy is
+imported here.
 """
 
 from __future__ import annotations
@@ -17,15 +19,13 @@ from typing import Annotated, get_args
 
 import typer
 
+from modelport import targets
+from modelport.precisions import all_precisions
 from modelport.registry import EMITTERS, PACKAGERS
-from modelport.targets import all_precisions
 
 PRECISIONS = ("fp32", "fp16", "int8")  # optimize's (an ONNX model's)
-EMIT_PRECISIONS = all_precisions()  # every target's (modelport.targets); each target refuses the ones it does not take
-TFLITE_LAYOUTS = ("source", "nhwc")  # emitters.tflite.LAYOUTS (tests/cli/test_options.py keeps them equal)
-TFLITE_IO_DTYPES = ("float32", "int8", "uint8")  # emitters.tflite.IO_DTYPES
+EMIT_PRECISIONS = all_precisions()  # every target's (modelport.precisions); each target refuses the ones it does not take
 ROUTES = ("auto", "native", "onnx")  # emitters.routes.ROUTES
-EXECUTORCH_BACKENDS = ("xnnpack", "portable")  # emitters.executorch.BACKENDS
 HF_TASK_EXAMPLES = ("text-classification", "image-classification", "text2text-generation", "text-generation")  # in TASKS
 
 
@@ -81,8 +81,10 @@ Task = Annotated[str | None, typer.Option("--task", help=f"Hugging Face folders:
 
 # --- precision and optimisation ------------------------------------------------------------------
 Precision = Annotated[str, typer.Option("--precision", help=f"{', '.join(PRECISIONS)}.")]
-EmitPrecision = Annotated[str, typer.Option("--precision", help=f"{', '.join(EMIT_PRECISIONS)} (bf16: OpenVINO only; best: TensorRT only; "
-                                                                "int4 and auto: --task text-generation only). Default: fp32, or the targets' own default when they share one (coreml: fp16).")]
+_OWN_DEFAULTS = ", ".join(f"{t.name}: {t.precisions[0]}" for t in targets.emitting() if t.precisions and t.precisions[0] != "fp32")
+EmitPrecision = Annotated[str, typer.Option("--precision", help=f"{', '.join(EMIT_PRECISIONS)}, for every target (each takes its own: "
+                                                                "docs/precisions.md). Default: each target's own (fp32, "
+                                                                f"{_OWN_DEFAULTS}).")]
 Calibration = Annotated[str | None, typer.Option("--calibration", help="INT8 calibration data: .npz of named inputs or a folder of images.")]
 AccuracyBudget = Annotated[str | None, typer.Option("--accuracy-budget", help="e.g. cosine>=0.999 or max_abs<=0.01 (precision passes and auto).")]
 
@@ -93,20 +95,19 @@ Std = Annotated[list[str], typer.Option("--std", help="Preprocessing std, e.g. 0
 Scale = Annotated[list[str], typer.Option("--scale", help="Preprocessing scale, e.g. 0.00392 or NAME=...")]
 ChannelOrder = Annotated[str | None, typer.Option("--channel-order", help="RGB or BGR.")]
 
-# --- targets and the emitters' own options (emitters.tflite.TFLiteOptions, emitters.tensorrt.TensorRTOptions) ---
+# --- targets, routes, and each target's own flags (declared by its options class) -----------------
 Targets = Annotated[list[str], typer.Option("--to", help=f"Target(s), comma-separated or repeated: {', '.join(EMITTERS)}.")]
-PlanOnly = Annotated[bool, typer.Option("--plan-only", help="TensorRT: check and write the build plan (tensorrt/) without building an engine.")]
-TFLiteLayout = Annotated[str, typer.Option("--tflite-layout", help=f"TFLite I/O layout: {' or '.join(TFLITE_LAYOUTS)} "
-                                                                   "(the contract's, or channels-last inputs and outputs).")]
-TFLiteIODtype = Annotated[str, typer.Option("--tflite-io-dtype", help="Full-integer TFLite (--precision int8 --calibration) I/O type: "
-                                                                      f"{', '.join(TFLITE_IO_DTYPES)}.")]
-TRTShapes = Annotated[list[str], typer.Option("--trt-shapes", help="TensorRT profile of an input: its min, opt and max "
-                                                                   "shapes, e.g. ids:1x16:8x128:32x512 (repeatable).")]
-Route = Annotated[str, typer.Option("--route", help=f"How tflite, savedmodel and executorch are reached: {', '.join(ROUTES)} (auto: the source "
-                                                     "framework's own converter where there is one, else or on failure ONNX).")]
-ExecuTorchBackend = Annotated[str, typer.Option("--executorch-backend", help=f"ExecuTorch delegate: {' or '.join(EXECUTORCH_BACKENDS)} "
-                                                                          "(XNNPACK where it takes the ops, or the portable kernels alone).")]
-Workspace = Annotated[int | None, typer.Option("--workspace", help="TensorRT builder workspace limit in MiB (default 4096).")]
+Route = Annotated[str, typer.Option("--route", help=f"How {', '.join(t.name for t in targets.TARGETS.values() if t.native)} are reached: "
+                                                     f"{', '.join(ROUTES)} (auto: the source framework's own converter where there is "
+                                                     "one, else or on failure ONNX).")]
+
+
+def _target_flag(flag: targets.Flag):
+    """A target options field's flag: a repeatable option for a tuple field."""
+    kind = list[str] if flag.kind == tuple[str, ...] else flag.kind
+    default = list(flag.default) if isinstance(flag.default, tuple) else flag.default
+    return flag.param, Annotated[kind, typer.Option(flag.flag, help=flag.help)], default
+
 
 # --- serving -------------------------------------------------------------------------------------
 Systems = Annotated[list[str], typer.Option("--for", help=f"Serving system(s), comma-separated or repeated: {', '.join(PACKAGERS)}.")]
@@ -121,9 +122,8 @@ SAMPLE_SETS = (("samples", Samples, 3), ("no_structured", NoStructured, False))
 PRECISION = (("calibration", Calibration, None), ("strict", Strict, False), ("allow_fallback", AllowFallback, False))
 PREPROCESSING = (("layout", Layout, []), ("mean", Mean, []), ("std", Std, []), ("scale", Scale, []),
                  ("channel_order", ChannelOrder, None))
-EMITTER_OPTIONS = (("plan_only", PlanOnly, False), ("tflite_layout", TFLiteLayout, "source"),
-                   ("tflite_io_dtype", TFLiteIODtype, "float32"), ("trt_shapes", TRTShapes, []), ("workspace", Workspace, None),
-                   ("executorch_backend", ExecuTorchBackend, "xnnpack"), ("route", Route, "auto"))
+TARGET_FLAGS = targets.flags()
+TARGET_OPTIONS = (*(_target_flag(f) for f in TARGET_FLAGS), ("route", Route, "auto"))
 
 
 def taking(*groups):
@@ -169,18 +169,14 @@ def preprocessing_kwargs(shared: dict) -> dict:
             "channel_order": shared["channel_order"]}
 
 
-# target -> {its options class's field: the EMITTER_OPTIONS parameter that sets it}; the class is the
-# target's descriptor's `options` (modelport.targets). A new target's flags go here and in EMITTER_OPTIONS.
-TARGET_FLAGS = {"tflite": {"layout": "tflite_layout", "io_dtype": "tflite_io_dtype"},
-                "tensorrt": {"plan_only": "plan_only", "shapes": "trt_shapes", "workspace": "workspace"},
-                "executorch": {"backend": "executorch_backend"}}
-
-
-def emitter_kwargs(shared: dict) -> dict:
-    """ConvertOptions keywords from EMITTER_OPTIONS: each target's options object (`target_options`),
-    checked by its class, and the route."""
-    from modelport.targets import get, load
-
+def target_kwargs(shared: dict) -> dict:
+    """ConvertOptions keywords from TARGET_OPTIONS: each target's options object (`target_options`),
+    built and checked by its class from its flags, and the route."""
+    given: dict[str, dict] = {}
+    for f in TARGET_FLAGS:
+        if f.target not in targets.TARGETS:  # a plug-in's target taken out since the command line was built
+            continue
+        value = shared[f.param]
+        given.setdefault(f.target, {})[f.field] = tuple(value) if isinstance(value, list) else value
     return {"route": shared["route"],
-            "target_options": {name: load(get(name).options)(**{f: shared[p] for f, p in fields.items()})
-                               for name, fields in TARGET_FLAGS.items()}}
+            "target_options": {name: targets.load(targets.get(name).options)(**fields) for name, fields in given.items()}}

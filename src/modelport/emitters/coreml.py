@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import json
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from modelport.emitters import Artifact, EmitOptions
+from modelport.emitters.coreml_options import CoreMLOptions
 from modelport.errors import UnsupportedError
 from modelport.ir import IRModel
 
@@ -43,27 +43,9 @@ RUNTIME = "coreml"
 CONVERTER = "modelport PyTorch code → coremltools"
 DESCRIPTION = "Core ML ML Program (.mlpackage, fp16 or fp32 compute) via coremltools; runs on macOS only, spec-checked elsewhere"
 FILE = "model.mlpackage"
-DEPLOYMENT_TARGETS = ("iOS15", "iOS16", "iOS17", "iOS18", "macOS12", "macOS13", "macOS14", "macOS15")
 ALLOWED_TOLERANCE = 0.02  # the converted module vs the source in PyTorch: the generated code's own parity class
 
 
-@dataclass(frozen=True)
-class CoreMLOptions:
-    """The Core ML emitter's own options: `deployment_target`, the oldest OS the package must load
-    on (coremltools' `minimum_deployment_target`; ML Programs need iOS15/macOS12 or later)."""
-
-    deployment_target: str = "iOS16"
-
-    def __post_init__(self):
-        from modelport.errors import BadInputError
-
-        known = {t.lower(): t for t in DEPLOYMENT_TARGETS}
-        if str(self.deployment_target).lower() not in known:
-            raise BadInputError(f"unknown Core ML deployment target '{self.deployment_target}'; known: {', '.join(DEPLOYMENT_TARGETS)}")
-        object.__setattr__(self, "deployment_target", known[str(self.deployment_target).lower()])
-
-
-OPTIONS = CoreMLOptions
 
 
 def preflight(ir: IRModel, options: EmitOptions | None = None):
@@ -162,9 +144,7 @@ def convert_module(module, model: IRModel, out_dir: Path, options: EmitOptions, 
 
     ct = require_coremltools("the Core ML target")
     opts = options.target or CoreMLOptions()
-    precision = options.precision or "fp16"
-    if precision not in ("fp16", "fp32"):
-        raise UnsupportedError(f"Core ML precision '{precision}' is not one of fp16, fp32")
+    precision = options.precision  # the target's default, fp16, unless --precision says (modelport.precisions)
     if model.reference is None:
         raise UnsupportedError("Core ML conversion needs sample inputs to trace the model on")
     try:

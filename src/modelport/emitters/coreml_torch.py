@@ -19,6 +19,8 @@ from modelport.ir import IRModel
 
 NAME = "torch.export → coremltools"
 AUTO = "first"  # the source module converts with its own ops; the generated code is the fallback
+PRECISIONS = ("fp16", "fp32")
+SOURCE_ONLY = False
 
 
 def refusal(ir: IRModel, options: EmitOptions) -> str | None:

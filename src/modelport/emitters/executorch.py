@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import re
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from modelport.emitters import Artifact, EmitOptions
+from modelport.emitters.executorch_options import ExecuTorchOptions
 from modelport.emitters.preflight import Preflight, opset_of
 from modelport.errors import BadInputError, UnsupportedError
 from modelport.ir import IRModel
@@ -41,25 +41,10 @@ RUNTIME = "executorch"
 DESCRIPTION = "an ExecuTorch program (.pte): torch.export → edge dialect, XNNPACK-delegated; fp32 or int8 (PT2E); run in ExecuTorch"
 CONVERTER = "generated PyTorch code → torch.export → ExecuTorch"
 FILE = "model.pte"
-BACKENDS = ("xnnpack", "portable")
 NAMES = ("input_names", "output_names")  # the program's constant methods holding the contract's names
 CALIBRATION_SETS = 32  # at most this many calibration batches are run through the prepared model
 
 
-@dataclass(frozen=True)
-class ExecuTorchOptions:
-    """The ExecuTorch emitter's own options. `backend`: `xnnpack` (delegate to XNNPACK where it
-    takes the ops, the rest on the portable kernels) or `portable` (no delegate)."""
-
-    backend: str = "xnnpack"
-
-    def __post_init__(self):
-        from modelport.registry import choice
-
-        object.__setattr__(self, "backend", choice(self.backend or "xnnpack", BACKENDS, "ExecuTorch backend"))
-
-
-OPTIONS = ExecuTorchOptions
 
 
 def target_options(options: EmitOptions) -> ExecuTorchOptions:

@@ -17,6 +17,8 @@ from modelport.ir import IRModel
 
 NAME = "torch.export → ExecuTorch"
 AUTO = "first"
+PRECISIONS = ("fp32", "int8")
+SOURCE_ONLY = False
 
 
 def refusal(ir: IRModel, options: EmitOptions) -> str | None:

@@ -1,6 +1,13 @@
 """The ONNX target: the IR's model written as `model.onnx` (+ `model.onnx.data` when large), at the
-precision asked for (FP16 / INT8 through the project's precision passes, unless an optimisation
-stage already brought the IR there)."""
+precision the optimisation stage brought it to (modelport.precisions: FP16 / INT8 through the
+project's precision passes, a decoder's weight-only quantiser).
+
+A decoder LM's model (`--task text-generation`) keeps its weights in `model.onnx.data` from
+DECODER_EXTERNAL_BYTES on, as onnxruntime-genai's model builder writes them: onnxruntime then
+reads each weight from that file, where a single file is held whole while the session is built
+(a 474 MB fp32 model: session peak 1.07 GB single, 0.78 GB with external data). An IR whose
+weights wait in a data file (`IRModel.stored`) is copied from it tensor by tensor.
+"""
 
 from __future__ import annotations
 
@@ -13,22 +20,42 @@ from modelport.ir import IRModel
 NAME = "onnx"
 RUNTIME = "onnxruntime"
 DESCRIPTION = "ONNX model file, validated in onnxruntime"
+DECODER_EXTERNAL_BYTES = 256 << 20
 
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
-    from modelport.emitters.precision_ir import at_precision
-    from modelport.onnx_io import save_onnx, stamped_contract
+    from modelport.contract_stamp import stamped_contract
 
-    ir = at_precision(model, options.precision, calibration=options.calibration)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "model.onnx"
-    with stamped_contract(ir):
-        files = save_onnx(ir.model, path)
+    with stamped_contract(model):
+        files = write_model(model, path)
     return Artifact(
         target=NAME, runtime=RUNTIME, path=path, files=files, precision=options.precision,
-        details={"nodes": len(ir.model.graph.node), "opset": ir.provenance.get("opset")},
-        runner="onnxruntime", reference=ir.reference if ir.reference is not model.reference else None,
+        details={"nodes": len(model.model.graph.node), "opset": model.provenance.get("opset")},
+        runner="onnxruntime",
     )
+
+
+def write_model(ir: IRModel, path: Path) -> list[Path]:
+    """The IR's model at `path`; returns the files written. A decoder's weights go to a data file
+    from DECODER_EXTERNAL_BYTES on (else onnx_io decides); weights that wait in a data file
+    (`ir.stored`) are copied from it one tensor at a time into the new one, or read into a copy of
+    the graph otherwise."""
+    import onnx
+
+    from modelport.external_data_files import attach_external
+    from modelport.onnx_io import save_onnx
+    from modelport.tensor_sizes import tensor_bytes
+
+    model, stored = ir.model, ir.stored
+    external = tensor_bytes(model) >= DECODER_EXTERNAL_BYTES if ir.provenance.get("decoder") else None
+    if stored is not None and not external:  # the weights go inside the model file, or onnx_io decides
+        held = onnx.ModelProto()
+        held.CopyFrom(model)
+        attach_external(held, stored)
+        model, stored = held, None
+    return save_onnx(model, path, external=external, base_dir=stored)
 
 
 def preflight(ir: IRModel, options: EmitOptions | None = None) -> Preflight:

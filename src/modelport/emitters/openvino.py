@@ -29,39 +29,19 @@ it could not convert (all of them, with counts).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from modelport.emitters import Artifact, EmitOptions
+from modelport.emitters.openvino_options import OpenVINOOptions
 from modelport.emitters.preflight import Preflight, node_name, opset_of
-from modelport.errors import BadInputError
 from modelport.ir import IRModel
-from modelport.optimize.openvino_precision import INT8_MODES, PRECISIONS, build, save
+from modelport.optimize.openvino_precision import build, save
 
 NAME = "openvino"
 RUNTIME = "openvino"
 DESCRIPTION = "OpenVINO IR (model.xml + model.bin): fp32, fp16 weights, bf16 inference, INT8 (NNCF); validated in OpenVINO CPU"
 
 
-@dataclass(frozen=True)
-class OpenVINOOptions:
-    """The OpenVINO emitter's own options.
-
-    `int8_mode`: `static` (NNCF quantisation, needs calibration data) or `weights` (INT8 weights
-    only, data-free); default: static when calibration data is given. `budget`: the accuracy budget
-    (`--accuracy-budget`) that turns static quantisation into `quantize_with_accuracy_control`.
-    """
-
-    int8_mode: str | None = None
-    budget: object = None  # validation.Tolerance
-
-    def __post_init__(self):
-        from modelport.registry import choice
-
-        object.__setattr__(self, "int8_mode", choice(self.int8_mode, INT8_MODES, "OpenVINO INT8 mode"))
-
-
-OPTIONS = OpenVINOOptions
 
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
@@ -69,9 +49,7 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.runtimes.openvino import require_openvino
 
     ov = require_openvino("the OpenVINO target")
-    precision = options.precision or "fp32"
-    if precision not in PRECISIONS:
-        raise BadInputError(f"OpenVINO precision '{precision}' is not one of {', '.join(PRECISIONS)}")
+    precision = options.precision
     opts = options.target or OpenVINOOptions()
     calibration = load_calibration(options.calibration, model) if options.calibration and precision == "int8" else None
     if opts.int8_mode == "weights":
@@ -102,11 +80,6 @@ def preflight(ir: IRModel, options: EmitOptions | None = None) -> Preflight:
 
     ov = require_openvino("the OpenVINO target")
     pre = Preflight(NAME, RUNTIME, ov.__version__, opset_of(ir.model), None, nodes=len(ir.model.graph.node))
-    precision = options.precision if options else "fp32"
-    if precision not in PRECISIONS:
-        pre.reason = f"OpenVINO precision '{precision}' is not one of {', '.join(PRECISIONS)}"
-        pre.unsupported.append({"node": "(model)", "op": f"precision {precision}", "reason": pre.reason})
-        return pre
     from openvino.frontend import FrontEndManager
 
     with tempfile.TemporaryDirectory(prefix="modelport-ovpre-") as tmp:

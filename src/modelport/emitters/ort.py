@@ -3,7 +3,8 @@
 The file is written by onnxruntime itself (a session saves its graph in ORT format) after the
 hardware-independent "basic" optimizations only, so the same file runs on ARM phones and x86
 servers. `required_operators.config` beside it lists the kernels a reduced onnxruntime build
-needs. Precision fp16/int8 comes from the project's precision passes before saving.
+needs. Precision fp16/int8 comes from the project's precision passes, which the optimisation stage
+runs before the emitter (modelport.precisions).
 """
 
 from __future__ import annotations
@@ -62,12 +63,9 @@ def required_operators(model) -> str:
 
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
-    from modelport.emitters.precision_ir import at_precision
-
+    """The IR, at its precision already (the optimisation stage applies it: modelport.precisions), as an ORT file."""
     ir, pre = check(model)
     pre.raise_if_unsupported()
-    fp32_reference = ir.reference
-    ir = at_precision(ir, options.precision, calibration=options.calibration)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "model.ort"
     # onnxruntime reads a large model's weights from a file while this process holds only its graph
@@ -82,7 +80,7 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
         target=NAME, runtime=RUNTIME, path=path, files=[path, config], precision=options.precision,
         details={"format": "ort", "onnxruntime": onnxruntime.__version__, "optimization": "basic", "file_layout": layout,
                  "nodes": len(ir.model.graph.node), "preflight": pre.to_dict()},
-        runner="onnxruntime", reference=ir.reference if ir.reference is not fp32_reference else None,
+        runner="onnxruntime",
     )
 
 
@@ -116,7 +114,7 @@ def check(ir: IRModel) -> tuple[IRModel, Preflight]:
     import onnx
     import onnxruntime
 
-    from modelport.onnx_io import max_onnxruntime_ir_version
+    from modelport.ir_version_fit import max_onnxruntime_ir_version
 
     hi = onnx.defs.onnx_opset_version()
     pre = Preflight("ort", "onnxruntime", onnxruntime.__version__, opset_of(ir.model), (7, hi))

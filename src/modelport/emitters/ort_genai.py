@@ -81,10 +81,16 @@ def write_folder(model, decoder: dict, source_folder: str | Path | None, out_dir
 
     out_dir.mkdir(parents=True, exist_ok=True)
     files = save_onnx(model, out_dir / "model.onnx", external=external, base_dir=base_dir)
+    return files + write_config(model, decoder, source_folder, out_dir)
+
+
+def write_config(model, decoder: dict, source_folder: str | Path | None, out_dir: Path) -> list[Path]:
+    """genai_config.json for the decoder model (a ModelProto) written in `out_dir`, and the source
+    folder's tokenizer files beside it; returns the files written."""
     cfg = out_dir / "genai_config.json"
     share = any(n.op_type == "GroupQueryAttention" and n.domain == "com.microsoft" for n in model.graph.node)
     cfg.write_text(json.dumps(genai_config(decoder, share_buffer=share), indent=2) + "\n")
-    files.append(cfg)
+    files = [cfg]
     if source_folder is not None:
         src = Path(source_folder)
         for name in TOKENIZER_FILES:
@@ -96,9 +102,13 @@ def write_folder(model, decoder: dict, source_folder: str | Path | None, out_dir
 
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
-    decoder = model.provenance.get("decoder")
+    """The folder, its model written as the ONNX target writes a decoder's (emitters/onnx.py)."""
+    from modelport.emitters.onnx import write_model
+
     folder = out_dir / "ort-genai"
-    files = write_folder(model.model, decoder, model.provenance.get("path"), folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    files = write_model(model, folder / "model.onnx")
+    files += write_config(model.model, model.provenance.get("decoder"), model.provenance.get("path"), folder)
     return Artifact(target=NAME, runtime=RUNTIME, path=folder, files=files, precision=options.precision,
                     details={"nodes": len(model.model.graph.node), "opset": model.provenance.get("opset"),
                              "tokenizer": (folder / "tokenizer.json").is_file()})

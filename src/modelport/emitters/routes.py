@@ -19,13 +19,14 @@ A target's native routes are its descriptor's `native` (source kind -> module, m
 a target whose descriptor says `onnx_route=False` has its native routes only: a source without
 one is exit 2 naming the source kinds that have one, whatever `--route` says.
 
-A native route module has `NAME` (the converter, as the report names it), `AUTO`,
-`refusal(ir, options) -> str | None` (why it cannot serve these options, checked before anything
-runs) and `emit(ir, out_dir, options) -> Artifact`; it reads the source through `ir.source`
-(`ir.SourceRef`), and works on a copy of a source file, never on the user's file. A module that
-reads the source alone, never the ONNX IR, says `SOURCE_ONLY = True` (the TFLite re-emission): a run
-whose targets all have such a route goes on when the IR fails parity with the source
-(`orchestration.convert.from_source_alone`).
+A native route module declares `NAME` (the converter, as the report names it), `AUTO`,
+`PRECISIONS` (what it converts: a precision outside them is refused by `plan`, naming the
+converter) and `SOURCE_ONLY` (True: it reads the source alone, never the ONNX IR — the TFLite
+re-emission —, so a run whose targets all have such a route goes on when the IR fails parity
+with the source: `orchestration.forward.from_source_alone`), and has
+`refusal(ir, options) -> str | None` (why else it cannot serve these options, checked before
+anything runs) and `emit(ir, out_dir, options) -> Artifact`; it reads the source through
+`ir.source` (`ir.SourceRef`), and works on a copy of a source file, never on the user's file.
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ def plan(ir: IRModel, target: str, asked: str, options, onnx_emitter: ModuleType
         note = [] if onnx_only else [f"no native route from {kind} to {target}"]
         return Plan(target, asked, [onnx], note)
     route = Route("native", native, native.NAME)
-    reason = native.refusal(ir, options)
+    reason = refusal(native, ir, options)
     if reason:
         if asked == "native":
             raise BadInputError(f"--route native: {native.NAME} cannot convert to {target}: {reason}",
@@ -148,10 +149,18 @@ def _native_only(ir: IRModel, target: str, asked: str, options) -> Plan:
     if native is None:
         raise BadInputError(f"no route from a {kind or 'Python object'} source to {target}: {target} is reached from "
                             f"{', '.join(kinds) or 'no'} sources only", hint=f"convert a {' or '.join(kinds) or 'supported'} model")
-    reason = native.refusal(ir, options)
+    reason = refusal(native, ir, options)
     if reason:
         raise BadInputError(f"{native.NAME} cannot convert to {target}: {reason}")
     return Plan(target, asked, [Route("native", native, native.NAME)])
+
+
+def refusal(native: ModuleType, ir: IRModel, options) -> str | None:
+    """Why the native route `native` cannot serve these options: a precision it does not convert, or its own reason."""
+    precision = options.precision if options is not None else None
+    if precision is not None and precision not in native.PRECISIONS:
+        return f"precision {precision} ({native.NAME} converts {', '.join(native.PRECISIONS)} only)"
+    return native.refusal(ir, options)
 
 
 def staged_source(ir: IRModel, work):

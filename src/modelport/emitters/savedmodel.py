@@ -16,7 +16,6 @@ from pathlib import Path
 from modelport.emitters import Artifact, EmitOptions
 from modelport.emitters.preflight import Preflight
 from modelport.ir import IRModel
-from modelport.targets import check_precision
 
 NAME = "savedmodel"
 RUNTIME = "savedmodel"
@@ -30,7 +29,6 @@ FOLDER = "saved_model"
 def preflight(ir: IRModel, options: EmitOptions | None = None) -> Preflight:
     from modelport.emitters.tflite import check
 
-    check_precision(NAME, options.precision if options else None)
     pre = check(ir)[1]
     pre.target, pre.runtime = NAME, "onnx2tf"
     return pre
@@ -51,7 +49,6 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.frameworks.tensorflow import import_tf
     from modelport.quiet_call import captured_output
 
-    check_precision(NAME, options.precision)
     preflight(model).raise_if_unsupported()
     tf = import_tf("writing a SavedModel")
     dest = out_dir / FOLDER

@@ -21,11 +21,11 @@ from modelport.ir import IRModel
 
 NAME = "Keras export / tf.saved_model.save"
 AUTO = "first"
+PRECISIONS = ("fp32",)
+SOURCE_ONLY = False
 
 
 def refusal(ir: IRModel, options: EmitOptions) -> str | None:
-    if options.precision not in ("fp32", None):
-        return f"precision {options.precision} (the savedmodel target is fp32 only)"
     return None
 
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
 
 from modelport.emitters import Artifact, EmitOptions
 from modelport.emitters.preflight import Preflight, fit_opset, opset_of
-from modelport.errors import BadInputError, MissingDependencyError
+from modelport.emitters.tensorrt_options import TensorRTOptions
+from modelport.errors import MissingDependencyError
 from modelport.ir import IRModel
 
 NAME = "tensorrt"
@@ -54,8 +54,9 @@ def build_environment() -> str | None:
 
 
 def write_plan(ir: IRModel, folder: Path, plan, check) -> list[Path]:
+    from modelport.contract_stamp import stamped_contract
     from modelport.emitters import trt_plan
-    from modelport.onnx_io import save_onnx, stamped_contract
+    from modelport.onnx_io import save_onnx
     from modelport.runtimes import trt_build_script
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -75,25 +76,6 @@ def write_plan(ir: IRModel, folder: Path, plan, check) -> list[Path]:
     return [*files, folder / "plan.json", folder / "compat.json", sh, script]
 
 
-@dataclass(frozen=True)
-class TensorRTOptions:
-    """The TensorRT emitter's own options, validated here and nowhere else (`--plan-only`, `--trt-shapes`, `--workspace`)."""
-
-    plan_only: bool = False  # check and write the build plan (tensorrt/) without building an engine
-    shapes: tuple[str, ...] = ()  # optimisation profiles, NAME:MIN:OPT:MAX each
-    workspace: int | None = None  # builder workspace limit in MiB (default trt_plan.DEFAULT_WORKSPACE_MIB)
-
-    def __post_init__(self):
-        from modelport.emitters.trt_plan import parse_shapes_option
-
-        shapes = (self.shapes,) if isinstance(self.shapes, str) else tuple(self.shapes or ())
-        parse_shapes_option(list(shapes))  # syntax errors before any work
-        object.__setattr__(self, "shapes", shapes)
-        if self.workspace is not None and self.workspace < 1:
-            raise BadInputError("--workspace must be a positive number of MiB")
-
-
-OPTIONS = TensorRTOptions
 
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
@@ -119,7 +101,7 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
                                                     "11": trt_plan.trtexec_command(plan, 11)},
                "tensorrt": None}
     if plan_only:
-        return Artifact(target=NAME, runtime=RUNTIME, path=folder, files=files, precision=_tol_precision(options.precision),
+        return Artifact(target=NAME, runtime=RUNTIME, path=folder, files=files, precision=options.precision,
                         details=details, runner=None,
                         not_validated="--plan-only: the build plan is written and no engine was built, so nothing ran")
     from modelport.quiet_call import captured_output
@@ -132,13 +114,8 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     details.update(tensorrt=meta["tensorrt"], gpu=meta["gpu"], compute_capability=meta["compute_capability"],
                    major=major)
     return Artifact(target=NAME, runtime=RUNTIME, path=engine, files=[engine, *files, folder / "engine.json"],
-                    precision=_tol_precision(options.precision), details=details, runner="tensorrt",
+                    precision=options.precision, details=details, runner="tensorrt",
                     runner_options={"output_names": [o.name for o in ir.outputs]})
-
-
-def _tol_precision(precision: str) -> str:
-    """'best' lets TensorRT pick FP16 kernels: it is judged with FP16 tolerances."""
-    return "fp16" if precision == "best" else precision
 
 
 # --- preflight: TensorRT's ONNX parser matrix ------------------------------------------------

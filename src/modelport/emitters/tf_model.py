@@ -20,11 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
+from modelport.emitters.tflite_options import LAYOUTS
 from modelport.errors import BadInputError, ModelportError, UnsupportedError
 from modelport.ir import IRModel, Reference
 
 CHANNELS_LAST = ("NHWC", "NWC", "NDHWC")
-LAYOUTS = ("source", "nhwc")
 LAST_NAMES = {3: "NWC", 4: "NHWC", 5: "NDHWC"}
 
 

@@ -24,7 +24,6 @@ from pathlib import Path
 from modelport.emitters import Artifact, EmitOptions
 from modelport.emitters.preflight import Preflight
 from modelport.ir import IRModel
-from modelport.targets import check_precision
 
 NAME = "tfjs"
 RUNTIME = "tfjs"
@@ -38,7 +37,6 @@ def preflight(ir: IRModel, options: EmitOptions | None = None) -> Preflight:
     from modelport.emitters.tflite import check
     from modelport.runtimes.tfjs import require_tfjs
 
-    check_precision(NAME, options.precision if options else None)
     require_tfjs("validating the tfjs target")  # exit 5 before any work: its artifact is proven in Node.js
     pre = check(ir)[1]
     pre.target, pre.runtime = NAME, "onnx2tf"
@@ -74,8 +72,7 @@ def write(saved: Artifact, out_dir: Path, precision: str, converter: str) -> Art
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.emitters import savedmodel
 
-    precision = options.precision or "fp32"
-    check_precision(NAME, precision)
+    precision = options.precision
     preflight(model).raise_if_unsupported()
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="modelport-tfjs-") as tmp:

@@ -40,7 +40,6 @@ from modelport.errors import BadInputError, UnsupportedError
 
 FORMAT = "graph-model"
 SHARD_BYTES = 4 * 1024 * 1024
-PRECISIONS = ("fp32", "fp16", "uint8")
 GRAPPLER_PASSES = ["pruning", "constfold", "arithmetic", "dependency", "pruning", "constfold", "arithmetic", "dependency"]
 # tensor fields of a Const node's value that move to the weights
 _VALUE_FIELDS = ("tensor_content", "half_val", "float_val", "double_val", "int_val", "string_val", "scomplex_val",
@@ -207,8 +206,6 @@ def convert_saved_model(tf, saved_model: Path, out_dir: Path, precision: str = "
 
     from modelport.emitters.tfjs_ops import TFJS_VERSION
 
-    if precision not in PRECISIONS:
-        raise BadInputError(f"TF.js weight precision '{precision}' is not one of {', '.join(PRECISIONS)}")
     _loaded, frozen, in_keys, out_keys = frozen_signature(tf, saved_model, signature)
     sig = signature_def(tf, frozen, in_keys, out_keys)
     graph_def = optimize(tf, frozen, sig)

@@ -13,26 +13,21 @@ from modelport.ir import IRModel
 
 NAME = "Keras export / tf.saved_model.save -> TF.js graph model"
 AUTO = "first"
+PRECISIONS = ("fp32", "fp16", "uint8")  # the weights of the graph model (the SavedModel step is fp32)
+SOURCE_ONLY = False
 
 
 def refusal(ir: IRModel, options: EmitOptions) -> str | None:
-    from modelport.emitters.tfjs_graph import PRECISIONS
     from modelport.runtimes.tfjs import require_tfjs
 
-    if options.precision not in (*PRECISIONS, None):
-        return f"precision {options.precision} (the tfjs target takes {', '.join(PRECISIONS)})"
     require_tfjs("validating the tfjs target")  # exit 5 before any work: its artifact is proven in Node.js
     return None
 
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.emitters import savedmodel_tf
-    from modelport.emitters.tfjs import NAME as TFJS
     from modelport.emitters.tfjs import saved_model_options, write
-    from modelport.targets import check_precision
-
-    precision = options.precision or "fp32"
-    check_precision(TFJS, precision)
+    precision = options.precision
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="modelport-tfjs-native-") as tmp:
         saved = savedmodel_tf.emit(model, Path(tmp), saved_model_options(options))

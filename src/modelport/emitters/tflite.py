@@ -34,45 +34,26 @@ from __future__ import annotations
 
 import importlib.util
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from modelport.emitters import Artifact, EmitOptions
 from modelport.emitters.preflight import Preflight, node_name, opset_of
-from modelport.emitters.tf_model import LAYOUTS, Port, build, input_layouts, save_contract_model
+from modelport.emitters.tf_model import Port, build, input_layouts, save_contract_model
+from modelport.emitters.tflite_options import TFLiteOptions
 from modelport.errors import BadInputError, UnsupportedError
 from modelport.ir import IRModel, Reference
-from modelport.targets import TARGETS
 
 NAME = "tflite"
 RUNTIME = "tflite"
 CONVERTER = "onnx2tf"  # the ONNX route's converter, as the report names it
 DESCRIPTION = "TFLite flatbuffer via onnx2tf (fp32/fp16/int8), validated in the LiteRT interpreter"
 
-IO_DTYPES = ("float32", "int8", "uint8")
 SIGNATURE = "serving_default"
 
 
-@dataclass(frozen=True)
-class TFLiteOptions:
-    """The TFLite emitter's own options, validated here and nowhere else (`--tflite-layout`, `--tflite-io-dtype`)."""
-
-    layout: str = "source"  # source: the contract's layouts; nhwc: channels-last inputs and outputs
-    io_dtype: str = "float32"  # I/O type of a full-integer model (--precision int8 --calibration)
-
-    def __post_init__(self):
-        layout, io_dtype = str(self.layout).strip().lower(), str(self.io_dtype).strip().lower()
-        if layout not in LAYOUTS:
-            raise BadInputError(f"unknown --tflite-layout '{self.layout}'; known: {', '.join(LAYOUTS)}")
-        if io_dtype not in IO_DTYPES:
-            raise BadInputError(f"unknown --tflite-io-dtype '{self.io_dtype}'; known: {', '.join(IO_DTYPES)}")
-        object.__setattr__(self, "layout", layout)
-        object.__setattr__(self, "io_dtype", io_dtype)
-
-
-OPTIONS = TFLiteOptions
 
 
 def load_calibration(path: str | Path, ir: IRModel) -> dict[str, np.ndarray]:
@@ -200,8 +181,6 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     opts = options.target or TFLiteOptions()
     layout, io_dtype = opts.layout, opts.io_dtype
     precision = options.precision
-    if precision not in TARGETS[NAME].precisions:
-        raise BadInputError(f"TFLite precision '{precision}' is not one of {', '.join(TARGETS[NAME].precisions)}")
     changes = input_layouts(model, layout)[2]
     ir, pre = check(model)
     pre.raise_if_unsupported()

@@ -26,6 +26,8 @@ from modelport.ir import IRModel
 
 NAME = "PyTorch code + litert-torch"
 AUTO = "fallback"  # onnx2tf first: it keeps dynamic dims and quantises; this route fixes them
+PRECISIONS = ("fp32",)  # the ONNX route quantises
+SOURCE_ONLY = False
 
 
 def refusal(ir: IRModel, options: EmitOptions) -> str | None:

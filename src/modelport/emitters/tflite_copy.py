@@ -36,6 +36,7 @@ from modelport.ir import IRModel
 
 NAME = "TFLite re-emission"
 AUTO = "first"  # the source's own graph: nothing is converted
+PRECISIONS = ("fp32", "fp16", "int8")  # fp16/int8 by ai-edge-quantizer
 SOURCE_ONLY = True  # reads the source file and its reference, never the ONNX IR: a run may go on when the IR drifts
 QUANTIZER = "ai-edge-quantizer"
 
@@ -63,7 +64,7 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     reason = refusal(model, options)
     if reason:
         raise BadInputError(f"{NAME} cannot emit tflite: {reason}")
-    precision = options.precision or "fp32"
+    precision = options.precision
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "model.tflite"
     with tempfile.TemporaryDirectory(prefix="modelport-retfl-") as tmp:

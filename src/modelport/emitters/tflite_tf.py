@@ -27,6 +27,8 @@ from modelport.ir import IRModel
 
 NAME = "TFLiteConverter"
 AUTO = "first"
+PRECISIONS = ("fp32", "fp16", "int8")
+SOURCE_ONLY = False
 CHANNELS_FIRST = ("NCHW", "NCW", "NCDHW")
 
 
@@ -34,8 +36,6 @@ def refusal(ir: IRModel, options: EmitOptions) -> str | None:
     from modelport.emitters.tflite import TFLiteOptions
 
     opts = options.target or TFLiteOptions()
-    if options.precision not in ("fp32", "fp16", "int8"):
-        return f"precision {options.precision} (fp32, fp16 or int8)"
     first = [s.name for s in ir.inputs + ir.outputs if s.layout in CHANNELS_FIRST]
     if opts.layout == "nhwc" and first:
         return f"--tflite-layout nhwc: the route keeps the source's layouts, and {first} are channels-first"

@@ -31,6 +31,8 @@ from modelport.ir import IRModel
 
 NAME = "litert-torch"
 AUTO = "fallback"  # measured: the ONNX route keeps dynamic dims; this one fixes them, and serves transformers
+PRECISIONS = ("fp32",)  # the ONNX route quantises
+SOURCE_ONLY = False
 INSTALL = "pip install --no-deps litert-torch==0.10.0 with the packages of the Makefile's LITERT_TORCH (make setup does)"
 
 
@@ -38,8 +40,6 @@ def refusal(ir: IRModel, options: EmitOptions) -> str | None:
     from modelport.emitters.tflite import TFLiteOptions
 
     opts = options.target or TFLiteOptions()
-    if options.precision != "fp32":
-        return f"precision {options.precision} (this route converts fp32; the ONNX route quantises)"
     if opts.layout != "source":
         return f"--tflite-layout {opts.layout} (this route keeps the source's layouts)"
     if ir.reference is None:

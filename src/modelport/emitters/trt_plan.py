@@ -17,9 +17,7 @@ from dataclasses import dataclass, field
 
 from modelport.errors import BadInputError
 from modelport.ir import IRModel
-from modelport.targets import TARGETS
 
-PRECISIONS = TARGETS["tensorrt"].precisions  # its descriptor's (modelport.targets)
 DEFAULT_WORKSPACE_MIB = 4096
 
 
@@ -116,9 +114,6 @@ def derive_profiles(ir: IRModel, user: dict[str, tuple[list[int], list[int], lis
 
 
 def make_plan(ir: IRModel, precision: str, *, shapes=None, workspace_mib: int | None = None) -> BuildPlan:
-    if precision not in PRECISIONS:
-        hint = ("TensorRT INT8 needs an explicitly quantized (Q/DQ) model" if precision == "int8" else None)
-        raise BadInputError(f"TensorRT precision '{precision}' is unknown; known: {', '.join(PRECISIONS)}", hint=hint)
     plan = BuildPlan(precision=precision, workspace_mib=int(workspace_mib or DEFAULT_WORKSPACE_MIB))  # checked by TensorRTOptions
     plan.profiles = derive_profiles(ir, parse_shapes_option(shapes))
     if precision in ("fp16", "best"):

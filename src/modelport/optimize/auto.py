@@ -67,7 +67,7 @@ def auto_select(ir: IRModel, opts, *, tolerance=None, on_pass=None, timer: Timer
 
     When an OpenVINO candidate wins, the IR returned is `ir` itself (OpenVINO compiles the model as
     given) and `selection` names the runtime, precision and INT8 mode the OpenVINO target must be
-    written with. `built` (what `build_candidates` returned for the same `ir` and `opts`) skips the
+    written with (`written_with`: the fields of its target's options). `built` (what `build_candidates` returned for the same `ir` and `opts`) skips the
     building, for a caller that times the candidates again itself (the optimisation benchmark).
     """
     runtimes = opts.runtimes or ("onnxruntime",)
@@ -122,6 +122,7 @@ def auto_select(ir: IRModel, opts, *, tolerance=None, on_pass=None, timer: Timer
         selection["not_built"] = not_built
     if chosen.get("int8_mode"):
         selection["int8_mode"] = chosen["int8_mode"]
+        selection["written_with"] = {"int8_mode": chosen["int8_mode"]}  # the winning runtime's target options
     return picked["ir"], picked["rows"], selection
 
 

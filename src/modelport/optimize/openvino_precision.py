@@ -27,7 +27,6 @@ from modelport.ir import IRModel
 from modelport.targets import TARGETS
 
 PRECISIONS = TARGETS["openvino"].precisions  # its descriptor's (modelport.targets)
-INT8_MODES = ("static", "weights")
 
 
 def to_openvino(ir: IRModel):

@@ -55,8 +55,8 @@ from modelport.orchestration.batch_job import DEFAULT_TIMEOUT, STATE_DIR, Job, p
 SCHEMA = "modelport.batch/1"
 KEYS = {"name", "source", "to", "input", "optimize", "precision", "data", "value", "tolerances", "package", "args",
         "timeout", "memory", "resources", "dim", "seed", "route", "task", "trust"}
-VERSIONED = ("onnx", "onnxruntime", "torch", "tensorflow", "keras", "onnx2tf", "tf2onnx", "onnxscript", "openvino",
-             "transformers", "ai-edge-litert")
+# distributions whose versions key a job's cached result; every target's runtime and needs besides (deps.target_distributions)
+VERSIONED = ("onnx", "onnxruntime", "torch", "tensorflow", "keras", "onnx2tf", "tf2onnx", "onnxscript", "transformers")
 
 
 def _list(value) -> list[str]:
@@ -205,7 +205,9 @@ def tool_versions() -> dict[str, str]:
     from modelport.version import __version__
 
     out = {"modelport": __version__, "python": sys.version.split()[0]}
-    for dist in VERSIONED:
+    from modelport.deps import target_distributions
+
+    for dist in dict.fromkeys((*VERSIONED, *target_distributions())):
         with contextlib.suppress(metadata.PackageNotFoundError):
             out[dist] = metadata.version(dist)
     return out

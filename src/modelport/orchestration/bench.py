@@ -19,7 +19,6 @@ grew by while the artifact loaded, its runtime's first import included), seriali
 
 from __future__ import annotations
 
-import inspect as pyinspect
 from pathlib import Path
 
 import numpy as np
@@ -88,18 +87,7 @@ def open_artifact(path: str | Path, *, runtime: str | None = None, threads: int 
 
             torch.set_num_threads(threads)
         return RUNNERS.load(name)(folder, input_names=[s.name for s in inputs], output_names=outputs, inputs=inputs), name
-    if kind == "tflite" and name == "tflite":
-        from modelport.runtimes.tflite import check_header
-
-        check_header(path)
-        return RUNNERS.load(name)(path, threads=threads, fit_layout=True), name
-    if kind == "onnx" and name == "onnxruntime":
-        from modelport.runtimes.onnxruntime import open_onnx_file
-
-        return open_onnx_file(path, threads=threads), name
-    factory = RUNNERS.load(name)
-    accepted = pyinspect.signature(factory).parameters
-    return factory(path, **({"threads": threads} if threads and "threads" in accepted else {})), name
+    return RUNNERS.load(name).open(path, threads=threads), name
 
 
 def batch_dim(specs: list[TensorSpec]) -> str | int | None:
@@ -183,11 +171,6 @@ def bench(artifacts: list[str | Path], *, runs: int | None = None, duration: flo
             "results": results, "peak_rss": timing.peak_rss_bytes()}
 
 
-# runtime name -> the distribution whose version the result records
-DISTRIBUTIONS = {"onnxruntime": "onnxruntime", "tflite": "ai-edge-litert", "torch": "torch", "torch_source": "torch",
-                 "tensorrt": "tensorrt", "openvino": "openvino", "savedmodel": "tensorflow"}
-
-
 def _versions(runtimes: set[str]) -> dict:
     import platform
     from importlib import metadata
@@ -195,8 +178,10 @@ def _versions(runtimes: set[str]) -> dict:
     from modelport.version import __version__
 
     out = {"modelport": __version__, "python": platform.python_version()}
+    from modelport.runtimes import runner_class
+
     for r in sorted(runtimes):
-        dist = DISTRIBUTIONS.get(r, r)
+        dist = runner_class(r).distribution or r
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:

@@ -8,8 +8,11 @@ imported (about 0.25 s), to list its execution providers.
 
 Result fields: `modelport`, `python`, `platform`; `extras[]` {name, installed, missing[]};
 `packages` {distribution: version or null}; `onnxruntime_providers`; `gpu` {nvidia_smi, gpus[],
-tensorrt}; `cpu` {model, cores, features {avx2, avx512, vnni, bf16, amx}}; `targets[]` and
-`sources[]` {name, ready, missing[] (modules), install (the extras to add)}.
+runtimes {target: version of what it needs, or null} for the targets that need a GPU}; `cpu`
+{model, cores, features {avx2, avx512, vnni, bf16, amx}}; `targets[]` and `sources[]` {name,
+ready, missing[] (modules), install (the extras to add); a target whose runner cannot run its
+artifacts here: runs_here false and the runner's reason as `note`}. What a target or source needs
+comes from its descriptor (`modelport.targets`) or its parser's entry (`parsers.PARSER_NEEDS`).
 """
 
 from __future__ import annotations
@@ -24,17 +27,11 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-# the runtimes and converters whose versions matter to a run (distribution names)
+# the converters and tools whose versions matter to a run (distribution names); every target's
+# runtime and what it needs are added from the descriptors (`deps.target_distributions`)
 PACKAGES = ("onnx", "onnxruntime", "onnxruntime-gpu", "onnxscript", "onnx-ir", "onnxsim", "onnxconverter-common", "torch",
             "safetensors", "transformers", "tensorflow", "tensorflow-cpu", "keras", "tf-keras", "tf2onnx", "onnx2tf",
-            "ai-edge-litert", "litert-torch", "openvino", "nncf", "tensorrt", "polygraphy", "onnxruntime-genai", "ray",
-            "tritonclient", "torchserve", "torch-model-archiver")
-
-# what each source framework needs: top-level modules (deps.EXTRAS names the extra); what each
-# `--to` target needs is its descriptor's `needs` (and `gpu`), modelport.targets
-SOURCE_NEEDS = {"onnx": ["onnx", "onnxruntime"], "pytorch": ["torch"], "keras": ["tensorflow", "keras", "tf2onnx"],
-                "savedmodel": ["tensorflow", "tf2onnx"], "graphdef": ["tensorflow", "tf2onnx"],
-                "tflite": ["tensorflow", "tf2onnx", "ai_edge_litert"]}
+            "litert-torch", "nncf", "polygraphy", "ray", "tritonclient", "torchserve", "torch-model-archiver")
 # /proc/cpuinfo flags -> the feature a precision choice depends on
 CPU_FEATURES = {"avx2": ("avx2",), "avx512": ("avx512f",), "vnni": ("avx512_vnni", "avx_vnni"),
                 "bf16": ("avx512_bf16", "avx_ne_convert"), "amx": ("amx_tile", "amx_bf16", "amx_int8")}
@@ -135,16 +132,17 @@ def _needs(table: dict[str, list[str]], names, *, gpu: bool = True) -> list[dict
     return out
 
 
-SYSTEMS = {"darwin": "macOS", "linux": "Linux", "win32": "Windows"}
-
-
 def _runs_elsewhere(target) -> str | None:
-    """'its artifacts can be built here but run on macOS only …' for a target whose `runs_on` excludes this system."""
-    if target is None or not target.runs_on or sys.platform in target.runs_on:
+    """'… artifacts can be built here but not run: <the runner's reason>' for a target whose runner
+    declares it cannot run here (runtimes/base.py: `cannot_run`), else None."""
+    from modelport.runtimes import runner_class
+
+    if target is None or not target.runner:
         return None
-    where = " and ".join(SYSTEMS.get(p, p) for p in target.runs_on)
-    return (f"{target.title or target.name} artifacts can be built here but run on {where} only: not validated on "
-            f"{SYSTEMS.get(sys.platform, sys.platform)} (validate them there)")
+    reason = runner_class(target.runtime).cannot_run()
+    if not reason:
+        return None
+    return f"{target.title or target.name} artifacts can be built here but not run: {reason} (validate them there)"
 
 
 def cpu_info(cpuinfo: str | None = None) -> dict:
@@ -176,7 +174,11 @@ def gpu_info() -> dict:
                     for line in out.splitlines() if line.strip()]
         except (OSError, subprocess.TimeoutExpired):
             gpus = []
-    return {"nvidia_smi": smi, "gpus": gpus, "tensorrt": _version("tensorrt") if _findable("tensorrt") else None}
+    from modelport.targets import TARGETS
+
+    runtimes = {t.name: next((_version(d) for d in metadata.packages_distributions().get(t.runtime, [])), None)
+                if _findable(t.runtime) else None for t in TARGETS.values() if t.gpu}
+    return {"nvidia_smi": smi, "gpus": gpus, "runtimes": runtimes}
 
 
 def ort_providers() -> list[str] | None:
@@ -191,8 +193,9 @@ def ort_providers() -> list[str] | None:
 
 
 def doctor() -> dict:
+    from modelport.deps import target_distributions
     from modelport.emitters import EMITTERS
-    from modelport.parsers import PARSERS
+    from modelport.parsers import PARSER_NEEDS, PARSERS
     from modelport.version import __version__
 
     extras = []
@@ -200,7 +203,7 @@ def doctor() -> dict:
         missing = [r for r in reqs if not installed(r)]
         extras.append({"name": name, "installed": not missing, "missing": missing})
     packages = {}
-    for dist in PACKAGES:
+    for dist in dict.fromkeys((*PACKAGES, *target_distributions())):
         v = _version(dist)
         if v is not None:
             packages[dist] = v
@@ -209,5 +212,5 @@ def doctor() -> dict:
         "modelport": __version__, "python": platform.python_version(), "executable": sys.executable,
         "platform": platform.platform(terse=True), "extras": extras, "packages": packages,
         "onnxruntime_providers": ort_providers(), "gpu": gpu, "cpu": cpu_info(),
-        "targets": _needs(target_needs(), list(EMITTERS), gpu=bool(gpu["gpus"])), "sources": _needs(SOURCE_NEEDS, list(PARSERS)),
+        "targets": _needs(target_needs(), list(EMITTERS), gpu=bool(gpu["gpus"])), "sources": _needs(PARSER_NEEDS, list(PARSERS)),
     }

@@ -12,13 +12,16 @@ from pathlib import Path
 
 from modelport.errors import BadInputError
 from modelport.ir import contract_from_onnx
+from modelport.parsers import INSPECTORS as PARSER_INSPECTORS
 from modelport.registry import from_targets
 
 
 def inspect_onnx(path: Path) -> dict:
     import math
 
-    from modelport.onnx_io import _parse, check_external_data, iter_tensors
+    from modelport.external_data_checks import check_external_data
+    from modelport.onnx_io import _parse
+    from modelport.tensor_sizes import iter_tensors
 
     model = _parse(path)
     data_files = check_external_data(model, path.parent, path)
@@ -44,14 +47,7 @@ def inspect_onnx(path: Path) -> dict:
 # (first match wins, "/" is any folder). The targets' artifact formats come from their descriptors
 # (`modelport.targets`: inspector, suffixes); the source formats parsers read follow.
 INSPECTORS = from_targets("inspector", lambda t: t.inspector, suffixes=True)
-for _name, _inspector, _suffixes in (
-    ("pytorch", "modelport.parsers.pytorch:inspect", (".pt", ".pth", ".pt2", ".safetensors")),
-    ("keras", "modelport.parsers.keras:inspect", (".keras", ".h5", ".hdf5")),
-    ("savedmodel", "modelport.parsers.savedmodel:inspect", ("saved_model.pb",)),
-    ("graphdef", "modelport.parsers.graphdef:inspect", (".pb",)),
-    ("huggingface", "modelport.parsers.huggingface:inspect", ("/config.json",)),
-    ("savedmodel", "modelport.parsers.savedmodel:inspect", ("/",)),  # any other folder, last
-):
+for _name, _inspector, _suffixes in PARSER_INSPECTORS:
     INSPECTORS.register(_name, _inspector, suffixes=_suffixes)
 register_inspector = INSPECTORS.register
 

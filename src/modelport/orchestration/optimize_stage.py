@@ -1,17 +1,17 @@
-"""The optimisation stage of `convert`: the IR after `validate:ir`, before the emitters.
+"""The optimisation stage of the forward pipeline: the IR after `validate:ir`, before the emitters.
 
-The stage runs when `--optimize LEVEL` (or `--passes`) is given, or when a non-FP32 precision is
-asked for and every target is `onnx`. Each pass becomes one `optimize:<pass>` entry in the
-report's stages; `auto` adds the table it chose from as `report["optimize"]`. The returned
-options carry the precision of the model that came out, so the emitted artifact is validated
-with the right tolerance.
+It runs when `--optimize LEVEL` (or `--passes`) is given, or when a target whose precision the
+optimisation stage applies (modelport.precisions: `stage == "optimize"`, onnx and ort) is asked
+for at a precision other than fp32. Each pass becomes one `optimize:<pass>` row in the report's
+stages; `auto` adds the table it chose from as `report["optimize"]`.
 
-The precision passes write onnxruntime models (QDQ, FP16 with casts) that other converters do
-not take (onnx2tf fails on QDQ graphs, TensorRT and the PyTorch code emitter want FP32). So when
-a target outside the ONNX family is asked for too, the stage runs the FP32 passes only and each
-emitter applies `--precision` itself (the ONNX and ORT emitters through the same precision
-passes, TFLite through its converter); `auto`, whose variants are onnxruntime models, is refused
-in that case.
+The FP32 passes run once; then the precision passes run once per precision those targets need,
+on the FP32 result, each checked for parity with the FP16 block-list and the user's fallback,
+and every target at that precision shares the IR that comes out. Targets whose own converter
+applies their precision (TFLite, OpenVINO, …) take the FP32 IR: the precision passes write
+onnxruntime models (QDQ, FP16 with casts) that other converters do not take. When only one
+precision is needed and no target takes the FP32 IR, the passes run in one go, as before.
+`auto`, whose variants are onnxruntime or OpenVINO models, picks one runtime's targets.
 """
 
 from __future__ import annotations
@@ -19,21 +19,29 @@ from __future__ import annotations
 import functools
 from dataclasses import replace
 
+from modelport.errors import BadInputError
 from modelport.ir import IRModel
-
-ONNX_FAMILY = ("onnx", "ort")
-
-
-def wanted(options) -> bool:
-    asked = options.optimize
-    if asked is not None and (asked.level is not None or asked.passes):
-        return True
-    return options.precision not in ("fp32", None) and all(t == "onnx" for t in options.targets)
-
+from modelport.orchestration.jobs import Prepared
+from modelport.precisions import FP32, Resolved
 
 # what `--optimize auto` holds every variant to when no --accuracy-budget is given (printed, and
 # recorded in the report's `optimize.budget` with `budget_default: true`)
 DEFAULT_AUTO_BUDGET = "cosine>=0.999"
+
+
+def needed(resolved: dict[str, Resolved]) -> list[str]:
+    """The precisions the stage must apply: those of the targets whose precision it applies."""
+    out: list[str] = []
+    for r in resolved.values():
+        if r.stage == "optimize" and r.precision not in out:
+            out.append(r.precision)
+    return out
+
+
+def runs(request) -> bool:
+    """Whether the stage runs for this request."""
+    asked = request.options.optimize
+    return (asked is not None and (asked.level is not None or bool(asked.passes))) or bool(needed(request.precisions))
 
 
 def asked_budget_text(opts) -> str | None:
@@ -65,76 +73,81 @@ def stated_budget(selection: dict, opts, asked, default: bool) -> dict:
     return {**selection, "budget": DEFAULT_AUTO_BUDGET if default else asked_budget_text(asked), "budget_default": default}
 
 
-def optimize_stage(ir: IRModel, options, report, zoo_tol=None, *, on_stage=None, release_input: bool = False):
-    """(optimised IR, options with the resulting precision and tolerances). `release_input`: the
-    caller goes on with the optimised IR alone (`run_passes`)."""
-    from modelport.errors import BadInputError
-    from modelport.optimize.pipeline import OptimizeOptions, optimize_ir
+def optimise(ir: IRModel, ctx, zoo_tol=None) -> Prepared:
+    """The stage on one part's IR (released: the caller goes on with what comes out)."""
+    from modelport.optimize.pipeline import OptimizeOptions
 
-    others = [t for t in options.targets if t not in ONNX_FAMILY]
-    asked = options.optimize or OptimizeOptions(level=None)
+    request = ctx.request
+    options = request.options
+    asked = replace(options.optimize or OptimizeOptions(level=None), budget=request.budget)
+    if not runs(request):
+        return Prepared({FP32: ir}, dict(request.precisions))
     if asked.level == "auto" and not asked.passes:
-        return _auto_stage(ir, options, asked, report, zoo_tol, on_stage=on_stage)
+        return _auto_stage(ir, ctx, asked, zoo_tol)
     if asked.runtimes:
         raise BadInputError("--runtimes names the runtimes --optimize auto compares", hint="add --optimize auto")
     # the run's own options apply to this stage too; without a level or passes only the precision passes run
-    opts = replace(asked, level=asked.level or (None if asked.passes else "none"),
-                   precision="fp32" if others else (options.precision or "fp32"), calibration=options.calibration,
+    base = replace(asked, level=asked.level or (None if asked.passes else "none"), calibration=options.calibration,
                    strict=options.strict, allow_fallback=options.allow_precision_fallback)
-    opts, default_budget = with_auto_budget(opts)
-    run = functools.partial(optimize_ir, release_input=release_input)
-    out, rows, selection = _run_recorded(run, ir, opts, options, zoo_tol, report, on_stage)
-    if selection:
-        report.set_optimize(stated_budget(selection, opts, asked, default_budget))
-    if others:
-        return out, options  # the emitters apply the precision
-    precision = out.provenance.get("precision", "fp32")
-    changes = {"precision": precision}
-    fallback = out.provenance.get("precision_fallback")
-    if fallback and precision != fallback["requested"]:
-        changes["fallback_reason"] = fallback["reason"]
-        report.warn(f"--precision {fallback['requested']} could not be delivered ({fallback['reason']}); the model is {precision}")
-    if opts.budget is not None and precision != "fp32":
-        changes.update(atol=opts.budget.atol, rtol=opts.budget.rtol, min_cosine=opts.budget.min_cosine,
-                       scaled_atol=opts.budget.scaled)
-    return out, replace(options, **changes)
+    base, default_budget = with_auto_budget(base)
+    precisions = [p for p in needed(request.precisions) if p != FP32]
+    takes_fp32 = any(r.stage != "optimize" or r.precision == FP32 for r in request.precisions.values())
+    out = Prepared({}, dict(request.precisions), budget=base.budget)
+    run = functools.partial(_run_recorded, ctx=ctx, zoo_tol=zoo_tol)
+    if len(precisions) == 1 and not takes_fp32:  # one precision, every target at it: the passes in one go
+        out.irs[precisions[0]] = run(ir, replace(base, precision=precisions[0]), release_input=True)
+    else:
+        level_given = asked.level is not None or bool(asked.passes)
+        fp32 = run(ir, replace(base, precision=FP32), release_input=True) if level_given else ir
+        out.irs[FP32] = fp32
+        for p in precisions:
+            out.irs[p] = run(fp32, replace(base, level="none", passes=None, precision=p), release_input=False)
+    for p, variant in list(out.irs.items()):
+        fallback = variant.provenance.get("precision_fallback")
+        delivered = variant.provenance.get("precision", FP32)
+        if fallback and delivered != fallback["requested"]:
+            out.fallback[p] = fallback["reason"]
+            ctx.report.warn(f"--precision {fallback['requested']} could not be delivered ({fallback['reason']}); "
+                            f"the model is {delivered}")
+    out.irs.setdefault(FP32, next(iter(out.irs.values())))
+    return out
 
 
-def _auto_stage(ir: IRModel, options, asked, report, zoo_tol, *, on_stage=None):
+def _auto_stage(ir: IRModel, ctx, asked, zoo_tol) -> Prepared:
     """`--optimize auto`: candidates of every runtime asked for compete; the winner's runtime decides
-    what is written. An onnxruntime winner feeds the ONNX-family targets (`onnx` when none was
-    asked), an OpenVINO winner the `openvino` target at the precision it won with; targets of the
+    what is written. An onnxruntime winner feeds its targets (`onnx` when none was asked), an
+    OpenVINO winner its targets at the precision and with the options it won with; targets of the
     losing runtime are not written (the report's `optimize.targets` and a warning say so)."""
-    from modelport.emitters.openvino import OpenVINOOptions
-    from modelport.errors import BadInputError
-    from modelport.optimize.auto import auto_select
+    from modelport.precisions import resolve
     from modelport.runtimes import CPU_RUNTIMES, default_runtimes
+    from modelport.targets import get, load
 
-    allowed = {t for targets in CPU_RUNTIMES.values() for t in targets}
-    others = [t for t in options.targets if t not in allowed]
+    request, options = ctx.request, ctx.request.options
+    allowed = {t for names in CPU_RUNTIMES.values() for t in names}
+    others = [t for t in request.targets if t not in allowed]
     if others:
         raise BadInputError(f"--optimize auto picks an onnxruntime variant or an OpenVINO one; it cannot feed {', '.join(others)}",
                             hint="use a named level (e.g. --optimize all) with those targets, or convert to onnx/ort/openvino only")
-    runtimes = asked.runtimes or default_runtimes(options.targets)
-    opts = replace(asked, precision="fp32", calibration=options.calibration, strict=options.strict,
+    runtimes = asked.runtimes or default_runtimes(request.targets)
+    opts = replace(asked, precision=FP32, calibration=options.calibration, strict=options.strict,
                    allow_fallback=options.allow_precision_fallback, runtimes=runtimes)
     opts, default_budget = with_auto_budget(opts)
-    out, rows, selection = _run_recorded(auto_select, ir, opts, options, zoo_tol, report, on_stage)
+    selection: dict = {}
+    out = _run_recorded(ir, opts, ctx=ctx, zoo_tol=zoo_tol, select=selection)
     runtime = selection["runtime"]
-    targets = [t for t in options.targets if t in CPU_RUNTIMES[runtime]] or [CPU_RUNTIMES[runtime][0]]
-    dropped = [t for t in options.targets if t not in targets]
-    selection["targets"] = targets
-    report.set_optimize(stated_budget(selection, opts, asked, default_budget))
+    kept = [t for t in request.targets if t in CPU_RUNTIMES[runtime]] or [CPU_RUNTIMES[runtime][0]]
+    dropped = [t for t in request.targets if t not in kept]
+    selection["targets"] = kept
+    ctx.report.set_optimize(stated_budget(selection, opts, asked, default_budget))
     if dropped:
-        report.warn(f"--optimize auto chose {selection['chosen']} ({runtime}): {', '.join(dropped)} not written")
-    precision = out.provenance.get("precision", "fp32") if runtime == "onnxruntime" else selection["precision"]
-    changes = {"precision": precision, "targets": targets}
-    if runtime == "openvino":
-        changes["target_options"] = {**options.target_options, "openvino": OpenVINOOptions(int8_mode=selection.get("int8_mode"))}
-    if opts.budget is not None and precision != "fp32":
-        changes.update(atol=opts.budget.atol, rtol=opts.budget.rtol, min_cosine=opts.budget.min_cosine,
-                       scaled_atol=opts.budget.scaled)
-    return out, replace(options, **changes)
+        ctx.report.warn(f"--optimize auto chose {selection['chosen']} ({runtime}): {', '.join(dropped)} not written")
+    precision = out.provenance.get("precision", FP32) if runtime == "onnxruntime" else selection["precision"]
+    # the winner's precision for its targets: the optimisation stage applied it (onnxruntime) or their converter does
+    chosen = {t: replace(r, precision=precision, asked=False, judged_as=precision) for t, r in resolve(kept, FP32).items()}
+    written = selection.get("written_with") or {}  # what the winner was built with, for its targets' options
+    target_options = {t: load(get(t).options)(**written) for t in kept if written and get(t).options}
+    return Prepared({FP32: out, precision: out}, chosen, budget=opts.budget if precision != FP32 else None,
+                    target_options=target_options)
 
 
 def warn_round_limits(report, rows: list[dict]) -> None:
@@ -146,15 +159,24 @@ def warn_round_limits(report, rows: list[dict]) -> None:
                         f"({limit}), short of a fixed point")
 
 
-def _run_recorded(run, ir, opts, options, zoo_tol, report, on_stage):
-    """`run` (optimize_ir or auto_select) with its stage rows in the report, also when it fails."""
+def _run_recorded(ir, opts, *, ctx, zoo_tol, release_input: bool = True, select: dict | None = None) -> IRModel:
+    """The passes of `opts` (`optimize_ir`, or `auto_select` when `select` is given: its selection
+    goes there), their stage rows in the report also when they fail."""
     from modelport.errors import ValidationError
+    from modelport.optimize.auto import auto_select
+    from modelport.optimize.pipeline import optimize_ir
 
+    options = ctx.request.options
+    run = auto_select if select is not None else functools.partial(optimize_ir, release_input=release_input)
     try:
-        out, rows, selection = run(ir, opts, tolerance=lambda p: options.tolerance(p, zoo_tol), on_pass=on_stage)
+        out, rows, selection = run(ir, opts, tolerance=lambda p: options.tolerance(p, zoo_tol), on_pass=ctx.on_stage)
     except ValidationError as e:
-        report.add_stage_rows(e.rows)
+        ctx.report.add_stage_rows(e.rows)
         raise
-    report.add_stage_rows(rows)
-    warn_round_limits(report, rows)
-    return out, rows, selection
+    ctx.report.add_stage_rows(rows)
+    warn_round_limits(ctx.report, rows)
+    if select is not None:
+        select.update(selection)
+    elif selection:
+        ctx.report.set_optimize(stated_budget(selection, opts, opts, False))
+    return out

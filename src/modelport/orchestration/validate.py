@@ -78,20 +78,11 @@ class _Side:
         return parse(str(self.path), spec)
 
     def io_note(self):
-        return self.runner.io_note() if self.runner is not None and hasattr(self.runner, "io_note") else None
+        return self.runner.io_note() if self.runner is not None else None
 
     def cannot_run(self) -> str | None:
-        """Why this side's runtime cannot run here (its target's `runs_on` excludes this system), else None."""
-        import sys
-
-        from modelport.targets import TARGETS
-
-        target = TARGETS.get(self.kind)
-        if self.runner is None or target is None or not target.runs_on or sys.platform in target.runs_on:
-            return None
-        describe = getattr(self.runner, "describe", None)
-        info = describe() if describe else None
-        return (info or {}).get("cannot_run") or f"{target.title or target.name} runs on {', '.join(target.runs_on)} only"
+        """Why this side's runtime cannot run here (its runner says: `cannot_run`), else None."""
+        return self.runner.cannot_run() if self.runner is not None else None
 
 
 def _align_outputs(a: dict, b: dict) -> dict:
@@ -174,7 +165,7 @@ def validate_models(a: str | Path, b: str | Path, *, data: str | Path | None = N
         where = {}
         if localize:
             stage("localize")
-            where = localize_divergence(pa, ka, pb, kb, feeds) if not parity.ok else {"node": None, "note": "outputs match"}
+            where = localize_divergence(sa, sb, feeds) if not parity.ok else {"node": None, "note": "outputs match"}
             report.set_localize(where)
         if not parity.ok:
             named = not by_position and any(o.name == "*" for o in parity.outputs)
@@ -195,8 +186,8 @@ def check_without_running(sa: _Side, sb: _Side, *, given: dict, seed: int, stric
     from types import SimpleNamespace
 
     from modelport.ir import TensorSpec
-    from modelport.orchestration.convert import check_contract
     from modelport.samples import make_inputs
+    from modelport.validation.artifact import check_contract
     from modelport.validation.report import Run
 
     idle, ref = (sa, sb) if sa.cannot_run() else (sb, sa)
@@ -204,7 +195,7 @@ def check_without_running(sa: _Side, sb: _Side, *, given: dict, seed: int, stric
     if on_stage:
         on_stage(f"read:{idle.path.name} ({idle.kind})")
     described = idle.runner.input_specs()
-    info = idle.runner.describe() if hasattr(idle.runner, "describe") else None
+    info = idle.runner.describe()
     artifact = SimpleNamespace(path=idle.path, target=idle.kind, details={"io_dtypes": (info or {}).get("io_dtypes") or {}})
     if ref.runner is not None:
         ref_inputs = ref.runner.input_specs()
@@ -217,7 +208,7 @@ def check_without_running(sa: _Side, sb: _Side, *, given: dict, seed: int, stric
         if got is not None and len(got.shape) == len(spec.shape):
             dims.update({d: int(n) for d, n in zip(spec.shape, got.shape, strict=True) if isinstance(d, str) and isinstance(n, int)})
     contract = SimpleNamespace(inputs=ref_inputs, outputs=[])
-    check_contract(SimpleNamespace(input_specs=lambda: described), contract, artifact)  # the inputs first: they size the run below
+    check_contract(SimpleNamespace(input_specs=lambda: described, output_specs=lambda: None), contract, artifact)  # the inputs first: they size the run below
     if on_stage:
         on_stage(f"run:{ref.path.name} ({ref.kind})")
     feeds = make_inputs(ref_inputs, dims, seed=seed, given=given, path=ref.path)
@@ -240,63 +231,16 @@ def check_without_running(sa: _Side, sb: _Side, *, given: dict, seed: int, stric
     return report.to_dict()
 
 
-def localize_divergence(pa: Path, ka: str, pb: Path, kb: str, feeds: dict) -> dict:
-    if ka == kb == "onnx":
-        from modelport.onnx_io import fit_ir_version, load_onnx
-        from modelport.validation.localize import first_divergence
+def localize_divergence(a: _Side, b: _Side, feeds: dict) -> dict:
+    """The first tensor where B departs from A, when both sides' runners declare the `localize`
+    ability (runtimes/base.py: onnxruntime for ONNX files, OpenVINO, in any pairing)."""
+    from modelport.runtimes import RUNNERS, runner_class
+    from modelport.validation.localize import localize_runners
 
-        ma, mb = load_onnx(pa), load_onnx(pb)
-        fit_ir_version(ma)
-        fit_ir_version(mb)
-        div = first_divergence(ma, mb, feeds)
-        if div is None:
-            return {"node": None, "note": "no shared intermediate tensor diverges; the difference is in the outputs only"}
-        return div.to_dict()
-    if {ka, kb} <= {"onnx", "openvino"}:
-        return _localize_openvino(pa, ka, pb, kb, feeds)
+    runners = [side.runner for side in (a, b)]
+    if all(r is not None and r.capabilities.localize for r in runners):
+        return localize_runners(*runners, feeds)
+    able = [name for name in RUNNERS if runner_class(name).capabilities.localize]
     return {"node": None, "note": f"localisation needs intermediate tensors under the same names on both sides; "
-                                  f"{ka} vs {kb} does not provide that (supported: ONNX and OpenVINO IR, in any pairing)"}
-
-
-def _tensors(path: Path, kind: str, feeds: dict) -> tuple[list[tuple[str, str, str]], dict]:
-    """([(tensor, node, op)] in execution order, {tensor: value}) of one side. OpenVINO keeps the
-    ONNX tensor names of the graph it converted, so an IR and its ONNX source share them."""
-    if kind == "openvino":
-        from modelport.runtimes.openvino import OpenVINORunner, intermediate_tensors
-
-        runner = OpenVINORunner(path)
-        names, values = intermediate_tensors(runner.model, feeds, precision=runner.precision)
-        producers = {}
-        for op in runner.model.get_ordered_ops():
-            for out in op.outputs():
-                for n in out.get_names():
-                    producers.setdefault(n, (op.get_friendly_name(), op.get_type_name()))
-        return [(n, *producers.get(n, (n, "?"))) for n in names], values
-    from modelport.onnx_io import fit_ir_version, load_onnx
-    from modelport.validation.localize import float_tensors, run_tensors
-
-    model = load_onnx(path)
-    fit_ir_version(model)
-    order = float_tensors(model)
-    values: dict = {}
-    for chunk in run_tensors(model, feeds, [t for t, _, _ in order]):
-        values.update(chunk)
-    return order, values
-
-
-def _localize_openvino(pa: Path, ka: str, pb: Path, kb: str, feeds: dict, threshold: float = 0.05) -> dict:
-    """The first tensor (in A's order) both sides compute that differs by more than `threshold` (relative to its scale)."""
-    from modelport.validation.localize import Divergence, tensor_error
-
-    order, va = _tensors(pa, ka, feeds)
-    _, vb = _tensors(pb, kb, feeds)
-    checked = 0
-    for tensor, node, op in order:
-        if tensor not in va or tensor not in vb:
-            continue
-        checked += 1
-        err = tensor_error(va[tensor], vb[tensor])
-        if err > threshold:
-            return Divergence(node, op, tensor, err, checked).to_dict()
-    return {"node": None, "note": f"none of the {checked} intermediate tensors both sides compute diverges; "
-                                  "the difference is in the outputs only"}
+                                  f"{a.kind} vs {b.kind} does not provide that (supported: ONNX files and the models "
+                                  f"{' and '.join(able)} run, in any pairing)"}

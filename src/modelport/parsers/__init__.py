@@ -30,6 +30,20 @@ PARSERS = Registry("source framework", {
     "frozen": "graphdef", "pb": "graphdef", "tf.keras": "keras", "h5": "keras", "lite": "tflite",
     "hf": "huggingface", "transformers": "huggingface",
 })
+# what each source framework needs: top-level modules (deps.EXTRAS names the extra), read by `doctor`
+PARSER_NEEDS = {"onnx": ["onnx", "onnxruntime"], "pytorch": ["torch"], "keras": ["tensorflow", "keras", "tf2onnx"],
+                "savedmodel": ["tensorflow", "tf2onnx"], "graphdef": ["tensorflow", "tf2onnx"],
+                "tflite": ["tensorflow", "tf2onnx", "ai_edge_litert"]}
+# source format -> (its parser's "module:function" returning `inspect`'s dict, the file endings it takes; "/"
+# any folder); the orchestration's `inspect` looks them up after the targets' artifact formats
+INSPECTORS = (
+    ("pytorch", "modelport.parsers.pytorch:inspect", (".pt", ".pth", ".pt2", ".safetensors")),
+    ("keras", "modelport.parsers.keras:inspect", (".keras", ".h5", ".hdf5")),
+    ("savedmodel", "modelport.parsers.savedmodel:inspect", ("saved_model.pb",)),
+    ("graphdef", "modelport.parsers.graphdef:inspect", (".pb",)),
+    ("huggingface", "modelport.parsers.huggingface:inspect", ("/config.json",)),
+    ("savedmodel", "modelport.parsers.savedmodel:inspect", ("/",)),  # any other folder, last
+)
 register_parser = PARSERS.register
 canonical = PARSERS.canonical
 

@@ -1,6 +1,6 @@
 """The run report: one JSON document per run, the same data the terminal shows as tables.
 
-Schema `modelport.report/1` (documented in the README):
+Schema `modelport.report/1` (documented in docs/reports.md):
   schema, command, status ("ok" | "failed"), exit_code, error, started, seconds,
   tool (versions), source {path, framework, format, sha256, size},
   contract {inputs, outputs, sample_dims}, stages [{name, seconds, peak_rss, ...}], peak_rss,
@@ -25,17 +25,18 @@ from modelport.errors import EXIT_UNEXPECTED, ModelportError, StageError
 
 SCHEMA = "modelport.report/1"
 SCHEMA_FILE = Path(__file__).with_name("report.schema.json")  # the published JSON Schema of SCHEMA
-VERSIONED = ("onnx", "onnxruntime", "torch", "tensorflow", "keras", "tf2onnx", "onnxsim", "onnxscript", "onnx2tf", "ai_edge_litert", "tensorrt")
+# modules whose versions a report records when the run imported them; every target's runtime and needs besides
+VERSIONED = ("onnx", "onnxruntime", "torch", "tensorflow", "keras", "tf2onnx", "onnxsim", "onnxscript", "onnx2tf")
 
 
 def tool_versions() -> dict[str, str]:
     import sys
 
-    from modelport.deps import version_of
+    from modelport.deps import target_modules, version_of
     from modelport.version import __version__
 
     out = {"modelport": __version__, "python": platform.python_version()}
-    for mod in VERSIONED:
+    for mod in dict.fromkeys((*VERSIONED, *target_modules())):
         if mod in sys.modules or mod in ("onnx", "onnxruntime"):
             v = version_of(mod)
             if v:

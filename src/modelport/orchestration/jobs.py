@@ -1,0 +1,223 @@
+"""Jobs: one per artifact, and the chain that emits and validates each.
+
+A `Job` holds what the chain reads (target, part, IR, precision, emitter options, tolerance,
+routes); the run's `Context` holds what every job shares (the request, the report, the staging
+folder). `plan_jobs` makes a part's jobs: each target's routes (emitters/routes.py), every
+target's preflight before anything is emitted, the IR it takes at its precision. `run_jobs` runs
+them: a target's routes in order (under `--route auto` a route that fails to convert or to
+validate gives way to the next, and the report says why), the task's validation of each
+artifact, a precision that cannot be delivered retried at FP32 when the user allowed it, and
+every target's failure reported before the run fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from modelport.emitters import EmitOptions
+from modelport.errors import ModelportError, ValidationError
+from modelport.ir import IRModel
+from modelport.precisions import Resolved
+from modelport.validation import Tolerance
+from modelport.validation.report import Report, run_stage
+
+if TYPE_CHECKING:
+    from modelport.orchestration.request import Request
+
+StageCallback = Callable[[str], None]
+
+
+@dataclass
+class Context:
+    """What every stage of one run shares: the request, the report, the live display's callback, the
+    staging folder once it is open."""
+
+    request: Request
+    report: Report
+    on_stage: StageCallback | None = None
+    stage: Path | None = None
+
+    def step(self, name: str, **details):
+        """A timed report stage of this run (`validation.report.run_stage`)."""
+        return run_stage(self.report, name, on_stage=self.on_stage, **details)
+
+
+@dataclass
+class Prepared:
+    """A part's IRs after the optimisation stage: precision -> IR ("fp32": the one every target that applies its
+    own precision takes), each target's precision (auto chooses among them), why a precision fell
+    back to fp32, the budget that judges what the stage quantised, the options auto chose."""
+
+    irs: dict[str, IRModel]
+    resolved: dict[str, Resolved]
+    fallback: dict[str, str] = field(default_factory=dict)
+    budget: object = None  # a Tolerance
+    target_options: dict = field(default_factory=dict)
+
+
+@dataclass
+class Job:
+    """One artifact to write: everything the emit chain reads."""
+
+    target: str
+    part: str  # "" for a source converted as one model
+    ir: IRModel  # what it is emitted from: at its precision where the optimisation stage applies it
+    resolved: Resolved  # its precision as decided (modelport.precisions)
+    options: EmitOptions  # what the emitter reads: the precision it is emitted at, its own options
+    tolerance: Tolerance  # what judges its artifact
+    plan: Any = None  # its routes (emitters/routes.Plan)
+    fallback_reason: str | None = None  # why the optimisation stage delivered fp32 instead of the precision asked
+    extra: dict = field(default_factory=dict)  # what its report entry says beyond the artifact (a variant's name)
+
+    @property
+    def name(self) -> str:
+        return f"{self.part}:{self.target}" if self.part else self.target
+
+    @property
+    def suffix(self) -> str:
+        """The report stage names' suffix of a part."""
+        return f":{self.part}" if self.part else ""
+
+
+def plan_jobs(ctx: Context, part: str, prepared: Prepared, tolerance: Callable[[Resolved], Tolerance]) -> list[Job]:
+    """The jobs of one part: each target of `prepared`, taking `prepared.irs[its precision]` where
+    the optimisation stage applies it and `irs["fp32"]` where its converter does, judged by
+    `tolerance(its precision as delivered)`; each target's routes, and every target's preflight
+    run (one `preflight` stage) before anything is emitted."""
+    request = ctx.request
+    jobs = []
+    for target, r in prepared.resolved.items():
+        staged = r.stage == "optimize" and r.precision in prepared.irs
+        ir = prepared.irs[r.precision] if staged else prepared.irs["fp32"]
+        delivered = ir.provenance.get("precision", "fp32") if staged else r.precision
+        options = EmitOptions(precision=delivered, opset=request.options.opset, calibration=request.options.calibration,
+                              target=prepared.target_options.get(target) or request.target_options(target))
+        judged = replace(r, precision=delivered, judged_as=r.judged_as if delivered == r.precision else delivered)
+        jobs.append(Job(target, part, ir, r, options, tolerance(judged),
+                        fallback_reason=prepared.fallback.get(r.precision) if delivered != r.precision else None))
+    with ctx.step(f"preflight{':' + part if part else ''}"):
+        plan_routes(jobs, request.options.route)
+    return jobs
+
+
+def plan_routes(jobs: list[Job], route: str) -> None:
+    """Each job's routes (`emitters/routes.py`), and the ONNX route's preflight for every target that
+    starts with it: a refusal fails the run (all targets' refusals in one error) unless a native
+    route can follow, which is then tried alone."""
+    from modelport.emitters import get_emitter
+    from modelport.emitters.preflight import check_targets
+    from modelport.emitters.routes import plan
+
+    checked: dict[str, Job] = {}
+    for job in jobs:
+        job.plan = p = plan(job.ir, job.target, route, job.options, get_emitter(job.target))
+        if p.routes[0].name != "onnx":
+            continue
+        if len(p.routes) == 1:
+            checked[job.target] = job
+            continue
+        pre = p.routes[0].emitter.preflight(job.ir, job.options)
+        if not pre.ok:
+            p.notes.append(f"onnx route not taken: {pre.runtime} cannot convert {pre.op_counts()}")
+            p.routes.pop(0)
+    for ir in {id(j.ir): j.ir for j in checked.values()}.values():
+        names = [t for t, j in checked.items() if j.ir is ir]
+        first = checked[names[0]].options
+        check_targets(ir, names, EmitOptions(precision=first.precision, opset=first.opset, calibration=first.calibration))
+
+
+def run_jobs(jobs: list[Job], task, ctx: Context) -> None:
+    """Every job, each target's failure recorded while the others go on; then exit with all of them."""
+    failures = {}
+    for job in jobs:
+        try:
+            emit_by_routes(job, task, ctx)
+        except ModelportError as e:
+            if len(jobs) == 1:
+                raise
+            failures[job.name] = e
+            ctx.report.add_target_failure(job.name, e.to_dict())
+    if failures:
+        raise ValidationError(f"{len(failures)} of {len(jobs)} targets failed: "
+                              + "; ".join(f"{t}: {e.message}" for t, e in failures.items()))
+
+
+def emit_by_routes(job: Job, task, ctx: Context) -> None:
+    """Emit `job` by its first route; under `--route auto` a route that fails to convert or to
+    validate gives way to the next one, and the report says why (`route_notes`, a warning)."""
+    from modelport.errors import MissingDependencyError, StageError, UnsupportedError
+
+    notes = list(job.plan.notes)
+    for i, route in enumerate(job.plan.routes):
+        last = i == len(job.plan.routes) - 1
+        said = {"route": route.name, "route_asked": job.plan.asked, "route_converter": route.converter, "route_notes": list(notes)}
+        try:
+            attempt(replace(job, extra={**job.extra, **said}), route, task, ctx, retry=not last)
+            if i:
+                ctx.report.warn(f"{job.target}: {notes[-1]}; the artifact came by the {route.name} route")
+            return
+        except (UnsupportedError, ValidationError, MissingDependencyError, StageError) as e:
+            if last:
+                if notes:
+                    raise e.with_reason(f"{e.reason} (after: {'; '.join(notes)})") from e
+                raise
+            notes.append(f"{route.name} route ({route.converter}) failed: {e.reason}")
+
+
+def attempt(job: Job, route, task, ctx: Context, *, retry: bool) -> None:
+    """Emit and validate one job by one route. When its precision cannot be delivered within
+    tolerance and the user allowed a fallback, it is emitted again in FP32 and the report says so.
+    With `retry` (another route follows) a failed attempt's report entries are dropped."""
+    report = ctx.report
+    try:
+        try:
+            emit_once(job, route, task, ctx)
+        except ValidationError as e:
+            precision = job.options.precision
+            if precision in ("fp32", None) or not ctx.request.options.allow_precision_fallback:
+                if precision not in ("fp32", None) and "--allow-precision-fallback" not in e.reason:
+                    raise e.with_reason(f"--precision {precision} cannot be delivered for {job.target}: {e.reason} "
+                                        "(--allow-precision-fallback accepts an FP32 artifact instead)") from e
+                raise
+            report.discard_attempt(job.target)  # the failed attempt's entries, replaced below
+            fp32 = replace(job, options=replace(job.options, precision="fp32"),
+                           tolerance=task.tolerance(replace(job.resolved, precision="fp32", judged_as="fp32")))
+            emit_once(fp32, route, task, ctx)
+            report.set_precision_fallback(job.resolved.precision, e.reason)
+            report.warn(f"{job.target}: --precision {job.resolved.precision} could not be delivered ({e.reason}); the artifact is fp32")
+    except ModelportError:
+        if retry:
+            report.discard_attempt(job.target)
+        raise
+    finally:
+        report.settle_attempt(job.target)
+
+
+def emit_once(job: Job, route, task, ctx: Context) -> None:
+    """Write the artifact into the staging folder (OUT/<part>/ for a part), record it, have the task
+    validate it, and record what the validation found; a failed validation is raised after."""
+    folder = ctx.stage / job.part if job.part else ctx.stage
+    folder.mkdir(exist_ok=True)
+    with ctx.step(f"emit:{job.target}{job.suffix}") as emitted:
+        emitted.note(route=route.name)
+        artifact = route.emitter.emit(job.ir, folder, job.options)
+    entry = artifact.to_dict(ctx.stage)
+    if job.part:
+        entry["part"] = job.part
+    entry.update({k: v for k, v in job.extra.items() if v or k != "route_notes"})
+    entry["requested_precision"] = job.resolved.precision
+    if job.fallback_reason and artifact.precision != job.resolved.precision:
+        entry["precision_fallback"] = {"requested": job.resolved.precision, "reason": job.fallback_reason}
+    ctx.report.add_artifact(entry, attempt=job.target)
+    check = task.validate(job, artifact, route)
+    entry.update(check.entry)
+    if check.parity is not None:
+        ctx.report.add_parity(check.parity, attempt=job.target)
+    if check.generation is not None:
+        ctx.report.add_generation(check.generation)
+    check.raise_if_failed()
+    for text in check.warnings:
+        ctx.report.warn(text)
