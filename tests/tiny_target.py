@@ -136,3 +136,68 @@ SOURCE_ONLY = False
 
 def refusal(ir, options):
     return None
+
+
+# --- tiny-faulty: an artifact its own runtime fails on, and a converter that talks too much ----------
+
+class Faulty:
+    """An emitter whose file onnxruntime cannot load (`mode` "corrupt"), or that refuses the model
+    with a page of a converter's internals (`mode` "verbose")."""
+
+    NAME, RUNTIME = "tiny-faulty", "onnxruntime"
+    mode = "corrupt"
+
+    @staticmethod
+    def preflight(model, options):
+        return preflight(model, options)
+
+    @classmethod
+    def emit(cls, model, out_dir: Path, options):
+        from modelport.emitters import Artifact
+        from modelport.errors import UnsupportedError
+
+        if cls.mode == "verbose":
+            trace = "\n".join(f"  File \"converter/internals_{i}.py\", line {i}, in step_{i}" for i in range(40))
+            raise UnsupportedError("the converter failed: tensor 'x' cannot be lowered\nTraceback (most recent call last):\n"
+                                   + trace)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        path = out_dir / "model.tiny"
+        path.write_bytes(b"\x08\x07" + b"not a model " * 40)  # a truncated protobuf: onnxruntime refuses it
+        return Artifact(target=cls.NAME, runtime=cls.RUNTIME, path=path, files=[path], precision=options.precision,
+                        runner="onnxruntime")
+
+
+TINY_FAULTY = Target("tiny-faulty", "Tiny faulty", "tests.tiny_target:Faulty", runtime="onnxruntime",
+                     runner="modelport.runtimes.onnxruntime:OnnxRuntimeRunner", file="model.tiny", artifact="a broken tiny file",
+                     needs=("onnxruntime",), bench=False)
+
+
+# --- tiny-runaway: a converter that runs away in time or in memory --------------------------------
+
+class Runaway:
+    """An emitter that loops (`mode` "time") or keeps allocating (`mode` "memory") far past any
+    reasonable bound, in Python, with a safety stop of its own so a broken bound cannot hang a test."""
+
+    NAME, RUNTIME = "tiny-runaway", "onnxruntime"
+    mode = "time"
+    held: list = []
+
+    @staticmethod
+    def preflight(model, options):
+        return preflight(model, options)
+
+    @classmethod
+    def emit(cls, model, out_dir: Path, options):
+        import time
+
+        start = time.monotonic()
+        while time.monotonic() - start < 120:  # the safety stop: a test fails long before, if the bound does not hold
+            if cls.mode == "memory" and len(cls.held) < 160:
+                cls.held.append(bytearray(32 << 20))  # touched: resident, 32 MiB at a time up to 5 GiB
+            time.sleep(0.05)
+        raise RuntimeError("the runaway converter was not stopped")
+
+
+TINY_RUNAWAY = Target("tiny-runaway", "Tiny runaway", "tests.tiny_target:Runaway", runtime="onnxruntime",
+                      runner="modelport.runtimes.onnxruntime:OnnxRuntimeRunner", file="model.tiny", artifact="a tiny file",
+                      needs=("onnxruntime",), bench=False)

@@ -28,11 +28,12 @@ class ModelportError(Exception):
     exit_code = EXIT_UNEXPECTED
 
     def __init__(self, reason: str, *, path: str | Path | None = None, hint: str | None = None,
-                 report: dict | None = None, exit_code: int | None = None):
+                 report: dict | None = None, exit_code: int | None = None, detail: str | None = None):
         self.reason = reason
         self.path = str(path) if path is not None else None
         self.hint = hint
         self.report = report  # the failed run's `modelport.report/1` document, once a run has ended
+        self.detail = detail  # what a library said in full, for report.json (the message keeps one short line)
         if exit_code is not None:
             self.exit_code = exit_code
         super().__init__(self.message)
@@ -51,12 +52,15 @@ class ModelportError(Exception):
         return text
 
     def to_dict(self) -> dict:
-        return {
+        out = {
             "type": type(self).__name__,
             "exit_code": self.exit_code,
             "message": self.message,
             "path": self.path,
         }
+        if self.detail:
+            out["detail"] = self.detail
+        return out
 
     def _replace(self, **fields) -> ModelportError:
         """A copy of this error with `fields` changed (raise it `from` this one)."""
@@ -71,10 +75,18 @@ class ModelportError(Exception):
     def with_report(self, report: dict) -> ModelportError:
         return self._replace(report=report)
 
+    def shortened(self) -> ModelportError:
+        """This error with its reason cut to one short line when it is a page of a library's internals
+        (several lines, or one over LONG characters), the whole reason kept as `detail` for
+        report.json; itself otherwise."""
+        if "\n" not in self.reason.strip() and len(self.reason) <= LONG:
+            return self
+        return self._replace(reason=one_line(self.reason), detail=self.detail or self.reason)
+
 
 def _restore(cls: type[ModelportError], state: dict) -> ModelportError:
     err = cls.__new__(cls)
-    err.__dict__.update(state)
+    err.__dict__.update({"detail": None, **state})
     object.__setattr__(err, "args", (err.message,))
     return err
 
@@ -101,10 +113,10 @@ class ValidationError(ModelportError):
     exit_code = EXIT_VALIDATION
 
     def __init__(self, reason: str, *, path=None, hint=None, parity: dict | None = None, rows: list | None = None,
-                 report: dict | None = None):
+                 report: dict | None = None, detail: str | None = None):
         self.parity = parity
         self.rows = list(rows or [])
-        super().__init__(reason, path=path, hint=hint, report=report)
+        super().__init__(reason, path=path, hint=hint, report=report, detail=detail)
 
 
 class MissingDependencyError(ModelportError):
@@ -119,9 +131,10 @@ class UnsupportedError(BadInputError):
     `preflight` is the emitter's preflight finding (`Preflight.to_dict()`) when one produced it.
     """
 
-    def __init__(self, reason: str, *, path=None, hint=None, preflight: dict | None = None, report: dict | None = None):
+    def __init__(self, reason: str, *, path=None, hint=None, preflight: dict | None = None, report: dict | None = None,
+                 detail: str | None = None):
         self.preflight = preflight
-        super().__init__(reason, path=path, hint=hint, report=report)
+        super().__init__(reason, path=path, hint=hint, report=report, detail=detail)
 
 
 class StageError(ModelportError):
@@ -149,3 +162,13 @@ class PassError(StageError):
         self.cause = None
         ran = ", ".join(before) if before else "nothing"
         ModelportError.__init__(self, f"pass '{pass_name}' {problem} (passes before it: [{ran}])", report=report)
+
+
+SHORT = 200  # characters of a library's message that an error's one line quotes
+LONG = 400  # a reason longer than this is a library's page of internals, not a message (`shortened`)
+
+
+def one_line(text: str, limit: int = SHORT) -> str:
+    """`text`'s first non-empty line, whitespace folded, cut at `limit` characters (… when cut)."""
+    line = next((" ".join(ln.split()) for ln in str(text).splitlines() if ln.strip()), "")
+    return line if len(line) <= limit else line[: limit - 1] + "…"

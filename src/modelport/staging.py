@@ -110,6 +110,9 @@ def _keep_failed(stage: Path, out: Path, exc: BaseException) -> Path | None:
     return kept
 
 
+OPEN_STAGES: set[Path] = set()  # the staging folders of runs under way (a stage stopped hard removes them)
+
+
 @contextlib.contextmanager
 def staged_dir(out: str | Path, inputs: Iterable[str | Path] = (), *, force: bool = False,
                keep_failed: bool = False) -> Iterator[Path]:
@@ -118,6 +121,7 @@ def staged_dir(out: str | Path, inputs: Iterable[str | Path] = (), *, force: boo
     out_r = check_output(out, inputs, force=force)
     out_r.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out_r.name}.staging-", dir=out_r.parent))
+    OPEN_STAGES.add(stage)
     try:
         yield stage
         apply_umask(stage)
@@ -125,6 +129,8 @@ def staged_dir(out: str | Path, inputs: Iterable[str | Path] = (), *, force: boo
         if not (keep_failed and isinstance(e, Exception) and _keep_failed(stage, out_r, e)):
             shutil.rmtree(stage, ignore_errors=True)
         raise
+    finally:
+        OPEN_STAGES.discard(stage)
     _fsync_tree(stage)
     if out_r.exists():
         old = Path(tempfile.mkdtemp(prefix=f".{out_r.name}.old-", dir=out_r.parent))

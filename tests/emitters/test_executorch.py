@@ -210,3 +210,31 @@ def test_a_blocked_framework_is_absent_to_find_spec_and_unimportable():
             "try:\n    import onnx\n    r.append(False)\nexcept ModuleNotFoundError:\n    r.append(True)\nprint(json.dumps(r))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert json.loads(p.stdout) == [True, True, True, True], p.stderr
+
+
+def test_a_gru_network_to_executorch_stops_at_its_stage_bound(cli, tmp_path):
+    """Two GRUs in an ONNX file: the generated code's export to ExecuTorch takes minutes here (one
+    such model in the wild ran 15 minutes at 16.5 GB before it was killed). Under a bound the
+    stage stops at it, names itself and the flag, and leaves nothing."""
+    import time
+
+    import torch
+
+    class TwoGRU(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.GRU(16, 32, batch_first=True), torch.nn.GRU(32, 32, batch_first=True)
+            self.head = torch.nn.Linear(32, 4)
+
+        def forward(self, x):
+            return self.head(self.b(self.a(x)[0])[0])
+
+    src = tmp_path / "gru.onnx"
+    torch.onnx.export(TwoGRU().eval(), (torch.randn(1, 20, 16),), str(src), input_names=["x"], output_names=["y"],
+                      dynamo=False, opset_version=17)
+    start = time.monotonic()
+    r = cli("convert", src, "--to", "executorch", "-o", tmp_path / "out", "--stage-timeout", "10")
+    assert r.exit_code == 2, r.stderr
+    assert time.monotonic() - start < 90
+    assert "stage 'emit:executorch' ran" in r.stderr and "past its bound of 10 s" in r.stderr and "--stage-timeout" in r.stderr
+    assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.staging-*"))

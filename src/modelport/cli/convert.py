@@ -37,7 +37,7 @@ def source_from_mmdnn(source: str | None, network: str | None, weights: str | No
 def register(app: typer.Typer) -> None:
     @app.command("convert")
     @flags.taking(flags.SAMPLES, flags.SAMPLE_SETS, flags.TOLERANCES, flags.PREPROCESSING, flags.PRECISION, flags.TARGET_OPTIONS, flags.WRITES,
-                  flags.RESULT)
+                  flags.RESULT, flags.LIMITS)
     def convert_cmd(
         source: str | None = typer.Argument(None, help="Model file or folder, or zoo:NAME."),
         to: ConvertTargets = [],
@@ -93,7 +93,7 @@ def register(app: typer.Typer) -> None:
                 **flags.parity_kwargs(shared),
                 optimize=OptimizeOptions(level=optimize, runtimes=runtimes),
                 precision=choice(precision, all_precisions(), "precision"), calibration=shared["calibration"],
-                strict=shared["strict"], allow_precision_fallback=shared["allow_fallback"],
+                strict=shared["strict"], **flags.limit_kwargs(shared), allow_precision_fallback=shared["allow_fallback"],
                 tensorflow=TFSourceOptions(signature=signature, input_names=split_list(input_names),
                                            weights=weights if (network or "").lower().endswith(".json") else None),
                 **flags.target_kwargs(shared),

@@ -17,7 +17,7 @@ from modelport.registry import EMITTERS
 
 def register(app: typer.Typer) -> None:
     @app.command("emit")
-    @flags.taking(flags.SAMPLES, flags.SAMPLE_SETS, flags.TOLERANCES, flags.PRECISION, flags.TARGET_OPTIONS, flags.WRITES, flags.RESULT)
+    @flags.taking(flags.SAMPLES, flags.SAMPLE_SETS, flags.TOLERANCES, flags.PRECISION, flags.TARGET_OPTIONS, flags.WRITES, flags.RESULT, flags.LIMITS)
     def emit_cmd(
         model: str = typer.Argument(..., help="ONNX model file."),
         to: flags.Targets = ...,
@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
                 targets=[choice(t, EMITTERS, "target") for t in split_list(to)], framework="onnx",
                 inputs=[parse_input_spec(t) for t in shared["inputs"]], **flags.parity_kwargs(shared),
                 precision=choice(precision, all_precisions(), "precision"), calibration=shared["calibration"],
-                strict=shared["strict"], allow_precision_fallback=shared["allow_fallback"], force=shared["force"], command="emit",
+                strict=shared["strict"], **flags.limit_kwargs(shared), allow_precision_fallback=shared["allow_fallback"], force=shared["force"], command="emit",
                 **flags.target_kwargs(shared),
             )
             with stage_status(shared["quiet"] or shared["json_out"]) as on_stage:

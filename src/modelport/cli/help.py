@@ -32,7 +32,8 @@ PANELS = {
                    "--allow-precision-fallback"),
     QUANTISATION: ("--int8-mode", "--calibration-method", "--per-channel", "--keep-io-types", "--block-size", "--asymmetric"),
     BATCH: ("--jobs", "--executor", "--address", "--rerun-failed", "--only", "--emit", "--pvc"),
-    OUTPUT: ("-o", "--force", "--keep-failed", "--json", "--junit", "--quiet", "--cache-dir", "--all"),
+    OUTPUT: ("-o", "--force", "--keep-failed", "--json", "--junit", "--quiet", "--cache-dir", "--all", "--stage-timeout",
+             "--stage-memory"),
 }
 PANEL_OF = {flag: panel for panel, flags in PANELS.items() for flag in flags}
 
@@ -48,7 +49,8 @@ METAVARS = {
     "--rate": "PER_SECOND", "--requests": "N", "--header": "'NAME: VALUE'", "--inputs": "FILE.npz",
     "--task": "TASK", "--runtimes": "R1,R2", "--route": "ROUTE", "--junit": "FILE.xml", "--jobs": "N", "--executor": "local|ray", "--address": "HOST:PORT", "--only": "NAMES",
     "--max-size-growth": "FRACTION", "--max-nodes-growth": "FRACTION", "--max-error-growth": "FACTOR", "--max-cosine-drop": "X",
-    "--max-latency-growth": "FRACTION", "--emit": "k8s-job", "--pvc": "CLAIM",
+    "--max-latency-growth": "FRACTION", "--emit": "k8s-job", "--pvc": "CLAIM", "--stage-timeout": "SECONDS",
+    "--stage-memory": "SIZE",
 }
 
 EXAMPLES = {

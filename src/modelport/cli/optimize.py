@@ -95,7 +95,7 @@ def render_optimize(report: dict, out_dir: str | None) -> None:
 
 def register(app: typer.Typer) -> None:
     @app.command("optimize")
-    @flags.taking(flags.SAMPLES, flags.SAMPLE_SETS, flags.TOLERANCES, flags.PREPROCESSING, flags.PRECISION, flags.WRITES, flags.RESULT)
+    @flags.taking(flags.SAMPLES, flags.SAMPLE_SETS, flags.TOLERANCES, flags.PREPROCESSING, flags.PRECISION, flags.WRITES, flags.RESULT, flags.LIMITS)
     def optimize_cmd(
         model: str = typer.Argument(..., help="Model file (ONNX or any source `convert` reads) or zoo:NAME."),
         level: str = typer.Option("extended", "--level", "--optimize", "-O", help="none, basic, extended, all or auto."),
@@ -127,7 +127,7 @@ def register(app: typer.Typer) -> None:
                 targets=["onnx"], **flags.parity_kwargs(shared), optimize=stage, force=shared["force"],
                 inputs=apply_options([parse_input_spec(t) for t in shared["inputs"]], **flags.preprocessing_kwargs(shared)),
                 precision=choice(precision, flags.PRECISIONS, "precision"), calibration=shared["calibration"],
-                strict=shared["strict"], allow_precision_fallback=shared["allow_fallback"], command="optimize",
+                strict=shared["strict"], **flags.limit_kwargs(shared), allow_precision_fallback=shared["allow_fallback"], command="optimize",
             )
             with stage_status(shared["quiet"] or shared["json_out"]) as on_stage:
                 return convert(model, output, options, on_stage=on_stage)

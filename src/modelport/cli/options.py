@@ -109,12 +109,21 @@ def _target_flag(flag: targets.Flag):
     return flag.param, Annotated[kind, typer.Option(flag.flag, help=flag.help)], default
 
 
+# --- bounds on each stage (stage_limits.py) -----------------------------------------------------
+StageTimeout = Annotated[float | None, typer.Option("--stage-timeout", help="Seconds one stage may run before it is stopped "
+                                                                            "(default 3600; MODELPORT_STAGE_TIMEOUT).")]
+StageMemory = Annotated[str | None, typer.Option("--stage-memory", help="Memory one stage may take beyond what the run held "
+                                                                       "when it began, process and children, e.g. 32G "
+                                                                       "(default: 6G, or 3G + 8x the model's weights; "
+                                                                       "MODELPORT_STAGE_MEMORY).")]
+
 # --- serving -------------------------------------------------------------------------------------
 Systems = Annotated[list[str], typer.Option("--for", help=f"Serving system(s), comma-separated or repeated: {', '.join(PACKAGERS)}.")]
 
 
 # --- groups of flags that commands take together: (parameter name, flag, default) ----------------
 RESULT = (("json_out", JsonOut, False), ("quiet", Quiet, False), ("junit", Junit, None))
+LIMITS = (("stage_timeout", StageTimeout, None), ("stage_memory", StageMemory, None))
 WRITES = (("output", OutputDir, None), ("force", Force, False))
 TOLERANCES = (("atol", Atol, []), ("rtol", Rtol, []), ("min_cosine", MinCosine, []))
 SAMPLES = (("inputs", Inputs, []), ("dim", Dim, []), ("seed", Seed, 0), ("data", Data, None), ("values", Value, []))
@@ -161,6 +170,11 @@ def parity_kwargs(shared: dict) -> dict:
     return {**tols, "output_tolerances": per_output, "sample_dims": parse_dims(shared["dim"]), "seed": shared["seed"],
             "data": shared["data"], "values": list(shared["values"]),
             "sampling": {"randoms": shared.get("samples", 3), "structured": not shared.get("no_structured", False)}}
+
+
+def limit_kwargs(shared: dict) -> dict:
+    """ConvertOptions keywords from LIMITS."""
+    return {"stage_timeout": shared["stage_timeout"], "stage_memory": shared["stage_memory"]}
 
 
 def preprocessing_kwargs(shared: dict) -> dict:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,8 @@ from modelport.ir import IRModel, Reference
 
 CHANNELS_LAST = ("NHWC", "NWC", "NDHWC")
 LAST_NAMES = {3: "NWC", 4: "NHWC", 5: "NDHWC"}
+# words of a converter's error that say its trouble is a shape (then sizing a dynamic dim may help)
+SHAPE_WORDS = re.compile(r"shape|dimension|\bdims?\b|\brank\b|\bNone\b|broadcast|reshape|size", re.IGNORECASE)
 
 
 def to_last(rank: int) -> list[int]:
@@ -448,7 +451,7 @@ def build(ir: IRModel, work: Path, log: Path, *, layout: str = "source") -> tupl
         inputs, outputs = plan_ports(ir, keras_model, changes, described, layout == "nhwc", log)
     except UnsupportedError as e:
         dims = dynamic_dims(ir)
-        if not dims:
+        if not dims or not SHAPE_WORDS.search(e.reason):  # --dim helps only where the converter's trouble is a shape
             raise
         raise e.with_reason(f"{e.reason}; dynamic dims onnx2tf may not convert: {dims}; give each a size "
                             f"the model takes with --dim NAME=N (an image size the network divides evenly)") from e

@@ -12,6 +12,7 @@ every target's failure reported before the run fails.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,16 +34,35 @@ StageCallback = Callable[[str], None]
 @dataclass
 class Context:
     """What every stage of one run shares: the request, the report, the live display's callback, the
-    staging folder once it is open."""
+    staging folder once it is open, and the size of the model's weights as far as it is known (the
+    source file's, then the IR's), from which each stage's memory bound follows."""
 
     request: Request
     report: Report
     on_stage: StageCallback | None = None
     stage: Path | None = None
+    model_bytes: int = 0
 
+    def limits(self):
+        """The time and memory bounds of a stage of this run (stage_limits.py)."""
+        from modelport.stage_limits import Limits
+
+        options = self.request.options
+        return Limits.of(options.stage_timeout, options.stage_memory, model_bytes=self.model_bytes)
+
+    @contextlib.contextmanager
+    def bounded(self, name: str):
+        """A stage under this run's bounds, with no report row of its own (the optimisation passes write theirs)."""
+        from modelport.stage_limits import bounded
+
+        with bounded(name, self.limits()):
+            yield
+
+    @contextlib.contextmanager
     def step(self, name: str, **details):
-        """A timed report stage of this run (`validation.report.run_stage`)."""
-        return run_stage(self.report, name, on_stage=self.on_stage, **details)
+        """A timed report stage of this run (`validation.report.run_stage`), under the run's bounds."""
+        with self.bounded(name), run_stage(self.report, name, on_stage=self.on_stage, **details) as row:
+            yield row
 
 
 @dataclass
@@ -203,7 +223,13 @@ def emit_once(job: Job, route, task, ctx: Context) -> None:
     folder.mkdir(exist_ok=True)
     with ctx.step(f"emit:{job.target}{job.suffix}") as emitted:
         emitted.note(route=route.name)
-        artifact = route.emitter.emit(job.ir, folder, job.options)
+        try:
+            artifact = route.emitter.emit(job.ir, folder, job.options)
+        except ModelportError as e:  # a converter's page of internals: one line here, all of it in report.json
+            short = e.shortened()
+            if short is e:
+                raise
+            raise short from e
     entry = artifact.to_dict(ctx.stage)
     if job.part:
         entry["part"] = job.part
@@ -219,5 +245,5 @@ def emit_once(job: Job, route, task, ctx: Context) -> None:
     if check.generation is not None:
         ctx.report.add_generation(check.generation)
     check.raise_if_failed()
-    for text in check.warnings:
+    for text in [*artifact.warnings, *check.warnings]:
         ctx.report.warn(text)

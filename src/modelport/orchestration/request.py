@@ -92,6 +92,9 @@ def decide(source, output_dir, options: ConvertOptions) -> Request:
         budget = options.optimize.budget if options.optimize is not None else None
         if budget is None and options.accuracy_budget:
             budget = parse_budget(options.accuracy_budget)
+    from modelport.stage_limits import Limits
+
+    Limits.of(options.stage_timeout, options.stage_memory)  # a bad bound is exit 2 before any work
     out = Path(output_dir)
     inputs = source_inputs(source, options)
     check_output(out, inputs, force=options.force)

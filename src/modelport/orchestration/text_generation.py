@@ -251,6 +251,7 @@ def check_memory(folder: Path, run: TextGenerationRun) -> None:
 
     with run.ctx.step("preflight:memory") as row:
         parameters = parameter_count(weight_files(folder)[0])
+        run.ctx.model_bytes = 4 * parameters  # in fp32: what the stages' memory bound follows
         written = hf_decoder_graph.unsupported(folder, hf_decoder.read_decoder_config(folder), run.options.opset) is None
         need, free = estimate_peak(parameters, run, written=written), memory.available()
         row.note(parameters=parameters, estimated_peak_rss=need, available_memory=free)

@@ -6,7 +6,10 @@ process that loads it. Work that parses or runs such a file happens here in a fr
 `python -c` child; the parent only reads back what the child wrote into a temporary folder
 (JSON, `.npz` arrays, an ONNX file it produced). A child killed by a signal or overrunning its
 timeout becomes a BadInputError (exit 2) naming the signal; an error the child raised comes back
-as the same ModelportError class with its reason.
+as the same ModelportError class with its reason. For an artifact modelport wrote itself
+(`ours=True`), a runtime that fails on it, hangs or crashes is no bad input but a conversion that
+failed its own check: a ValidationError (exit 4) with the runtime's message cut to one short line,
+its full text kept as the error's `detail` (report.json).
 
 `call_in_child(target, request)` runs any `module:function(work, request) -> dict` there;
 `IsolatedRunner` wraps any registered runner so that loading and running happen in the child.
@@ -36,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from modelport import errors
-from modelport.errors import BadInputError, ModelportError
+from modelport.errors import BadInputError, ModelportError, ValidationError, one_line
 from modelport.ir import TensorSpec
 from modelport.runtimes.base import Runner
 
@@ -69,9 +72,10 @@ def signal_name(returncode: int) -> str:
 
 
 def run_isolated(code: str, args: list[str], *, path, timeout: float = RUN_TIMEOUT_S, what: str = "the model loader",
-                 clean: bool = False):
-    """Run `python -c code args` in a child; a signal death or timeout becomes BadInputError.
-    `clean`: with the runtime's own defaults (`deps.numeric_env_defaults`), not modelport's quiet settings."""
+                 clean: bool = False, ours: bool = False):
+    """Run `python -c code args` in a child; a signal death or timeout becomes BadInputError (a
+    ValidationError for an artifact modelport wrote: `ours`). `clean`: with the runtime's own
+    defaults (`deps.numeric_env_defaults`), not modelport's quiet settings."""
     from modelport.deps import QUIET_ENV, runtime_defaults_env
 
     env = dict(os.environ)
@@ -83,32 +87,45 @@ def run_isolated(code: str, args: list[str], *, path, timeout: float = RUN_TIMEO
         proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
                               timeout=timeout, env=env, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
+        if ours:
+            raise ValidationError(f"{what} did not finish within {timeout:g} s on the artifact modelport wrote", path=path,
+                                  hint=f"{TIMEOUT_ENV}=<seconds> gives it longer") from None
         raise BadInputError(f"{what} did not finish within {timeout:g} s (corrupt or hostile file?)", path=path) from None
     if proc.returncode < 0:
+        if ours:
+            raise ValidationError(f"{what} crashed ({signal_name(proc.returncode)}) on the artifact modelport wrote",
+                                  path=path, detail=(proc.stderr or "")[-20000:] or None)
         raise BadInputError(f"{what} crashed ({signal_name(proc.returncode)}): the file is corrupt or not a valid model",
                             path=path)
     return proc
 
 
-def _rebuild_error(record: dict, path) -> ModelportError:
+def _rebuild_error(record: dict, path, *, what: str, ours: bool) -> ModelportError:
+    """The error the child recorded, as the same class; for an artifact modelport wrote (`ours`), a
+    bad-input error of its runtime is the artifact failing its check (exit 4), in one short line."""
     cls = getattr(errors, record.get("type", ""), None)
     if not (isinstance(cls, type) and issubclass(cls, ModelportError)) or cls is errors.StageError:
         cls = ModelportError
+    where = record.get("path") or path
+    if ours and issubclass(cls, BadInputError):
+        return ValidationError(f"{what} failed on the artifact modelport wrote: {one_line(record['reason'])}", path=where,
+                               hint=record.get("hint"), detail=record.get("detail") or record["reason"])
     if cls is ModelportError:
-        return cls(record["reason"], path=record.get("path") or path, hint=record.get("hint"),
+        return cls(record["reason"], path=where, hint=record.get("hint"),
                    exit_code=int(record.get("exit_code", errors.EXIT_UNEXPECTED)))
-    return cls(record["reason"], path=record.get("path") or path, hint=record.get("hint"))
+    return cls(record["reason"], path=where, hint=record.get("hint"))
 
 
 def call_in_child(target: str, request: dict, *, path, arrays: dict[str, np.ndarray] | None = None,
                   timeout: float = RUN_TIMEOUT_S, what: str = "the model loader",
                   collect: Callable[[Path, dict], object] | None = None, unexpected: type[ModelportError] = BadInputError,
-                  clean: bool = False, prepare: Callable[[Path], None] | None = None):
+                  clean: bool = False, prepare: Callable[[Path], None] | None = None, ours: bool = False):
     """Run `target(work, request)` in a child and return its JSON response (or `collect(work, response)`).
 
     `arrays` reach the child as `work/arrays_in.npz`; the child may leave files in `work` for
     `collect`, which runs before the folder is removed. An exception that is not a
-    ModelportError inside the child is raised here as `unexpected` with its first line.
+    ModelportError inside the child is raised here as `unexpected` with its first line (a
+    ValidationError for an artifact modelport wrote: `ours`, see the module docstring).
     """
     with tempfile.TemporaryDirectory(prefix="modelport-child-") as tmp:
         work = Path(tmp)
@@ -117,16 +134,22 @@ def call_in_child(target: str, request: dict, *, path, arrays: dict[str, np.ndar
             write_arrays(work, "arrays_in", arrays)
         if prepare is not None:
             prepare(work)
-        proc = run_isolated(CHILD_CODE, [str(work)], path=path, timeout=timeout, what=what, clean=clean)
+        proc = run_isolated(CHILD_CODE, [str(work)], path=path, timeout=timeout, what=what, clean=clean, ours=ours)
         error = work / "error.json"
         if error.exists():
             record = json.loads(error.read_text())
+            if record.get("type") == "unexpected" and ours:
+                raise ValidationError(f"{what} failed on the artifact modelport wrote: {one_line(record['reason'])}",
+                                      path=path, detail=record.get("detail") or record["reason"])
             if record.get("type") == "unexpected":
                 raise unexpected(f"{what} failed: {record['reason']}", path=path)
-            raise _rebuild_error(record, path)
+            raise _rebuild_error(record, path, what=what, ours=ours)
         response_file = work / "response.json"
         if proc.returncode != 0 or not response_file.exists():
             tail = (proc.stderr or "").strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
+            if ours:
+                raise ValidationError(f"{what} failed on the artifact modelport wrote: {one_line(tail[0])}", path=path,
+                                      detail=(proc.stderr or "")[-20000:] or None)
             raise unexpected(f"{what} failed: {tail[0][:300]}", path=path)
         response = json.loads(response_file.read_text())
         return collect(work, response) if collect else response
@@ -164,10 +187,11 @@ def child_main(workdir: str) -> int:
         err = missing_dependency(e) or e
         if isinstance(err, ModelportError):
             record = {"type": type(err).__name__, "exit_code": err.exit_code, "reason": err.reason, "hint": err.hint,
-                      "path": err.path}
+                      "path": err.path, "detail": err.detail}
         else:
             text = (str(e).strip().splitlines() or [""])[0][:300]
-            record = {"type": "unexpected", "reason": f"{type(e).__name__}: {text}" if text else type(e).__name__}
+            record = {"type": "unexpected", "reason": f"{type(e).__name__}: {text}" if text else type(e).__name__,
+                      "detail": f"{type(e).__name__}: {str(e).strip()}"[:20000]}
     (work / "error.json").write_text(json.dumps(record))
     return 2
 
@@ -254,7 +278,8 @@ class IsolatedRunner(Runner):
     Its abilities are the inner runner class's (read here; the class's module imports no runtime).
     """
 
-    def __init__(self, runner: str, model, *, timeout: float | None = None, clean: bool = False, **options):
+    def __init__(self, runner: str, model, *, timeout: float | None = None, clean: bool = False, ours: bool = False,
+                 **options):
         from modelport.runtimes import runner_class
 
         self.inner = runner
@@ -265,6 +290,7 @@ class IsolatedRunner(Runner):
         self.options = options
         self.timeout = timeout or timeout_for(RUN_TIMEOUT_S)
         self.clean = clean
+        self.ours = ours  # an artifact modelport wrote: its runtime failing on it is exit 4 (see the module docstring)
         self.modules: list[str] | None = None
         self._described: dict | None = None
 
@@ -289,7 +315,7 @@ class IsolatedRunner(Runner):
 
         timeout = self.timeout + PER_SET_TIMEOUT_S * max(0, len(sets or ()) - 1)
         response = call_in_child("modelport.runtimes.isolated:_runner_in_child", request, path=self.path, arrays=feeds,
-                                 timeout=timeout, what=f"the {self.inner} runtime", collect=collect, clean=self.clean,
+                                 timeout=timeout, what=f"the {self.inner} runtime", collect=collect, clean=self.clean, ours=self.ours,
                                  prepare=arrays_for if sets else None)
         if "modules" in response:
             self.modules = response["modules"]

@@ -65,14 +65,16 @@ class ArtifactCheck:
 def artifact_runner(artifact, **options):
     """The runner that validates an artifact: in a fresh child process that imports only the
     artifact's runtime, with that runtime's defaults, as its users load it; a runner that declares
-    `in_process` (TensorRT, where the GPU is) in this one. `options` replace the artifact's."""
+    `in_process` (TensorRT, where the GPU is) in this one. `options` replace the artifact's. The
+    runtime failing on the artifact, hanging or crashing is the artifact failing its check (exit 4,
+    the runtime's message in one line, all of it in the report: runtimes/isolated.py)."""
     from modelport.runtimes import get_runner, runner_class
     from modelport.runtimes.isolated import IsolatedRunner
 
     options = {**artifact.runner_options, **options}
     if runner_class(artifact.runner).capabilities.in_process:
         return get_runner(artifact.runner, artifact.path, **options)
-    return IsolatedRunner(artifact.runner, artifact.path, clean=True, **options)
+    return IsolatedRunner(artifact.runner, artifact.path, clean=True, ours=True, **options)
 
 
 def validate_artifact(artifact, ir: IRModel, judging: Judging) -> ArtifactCheck:

@@ -1,0 +1,171 @@
+"""Bounds on a stage's time and memory, so a stage that runs away fails naming itself.
+
+An export that loops for fifteen minutes at 16 GB before the system kills it tells the user
+nothing. Every stage of a conversion runs `bounded`: a watcher thread samples how much the
+process tree's resident memory (this process and its children: validation runs runtimes in child
+processes) grew since the stage began, and the stage's elapsed time, every POLL_S seconds; past
+either bound it interrupts the stage, which
+then fails with a StageLimitError (exit 2, as a run that cannot fit the memory it is given)
+naming the stage, the time it ran and the memory it held, and the flag that raises the bound.
+Python code is interrupted at once; a library busy in native code for longer than GRACE_S after
+that is stopped hard: its child processes are killed, the staging folders of the run are removed,
+and the process exits 2 with the same one line.
+
+The bounds: `--stage-timeout SECONDS` (MODELPORT_STAGE_TIMEOUT; default DEFAULT_SECONDS) and
+`--stage-memory SIZE`, what a stage may take beyond what the run held when it began
+(MODELPORT_STAGE_MEMORY; default: MEMORY_FLOOR, or MEMORY_BASE + MEMORY_PER_WEIGHT x the model's
+weights where that is more, never more than the machine's memory). Measured
+conversions of models up to 1.5 B parameters peak at 2.4 to 2.7 x their fp32 weights above the
+libraries (docs/benchmarks.md), and small models under 2 GB: the default leaves a wide margin
+for them and stops a stage that holds many times its model. Only a stage run from the main
+thread is watched (a thread cannot be interrupted there; batch runs bound each job's process).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+from modelport.errors import BadInputError
+
+DEFAULT_SECONDS = 3600.0
+MEMORY_FLOOR = 6 << 30
+MEMORY_BASE = 3 << 30  # the frameworks a conversion imports (TensorFlow, torch, onnxruntime) and their arenas
+MEMORY_PER_WEIGHT = 8  # copies of the model's weights a stage may hold at once before it counts as runaway
+POLL_S = 0.5
+GRACE_S = 60.0
+TIME_ENV = "MODELPORT_STAGE_TIMEOUT"
+MEMORY_ENV = "MODELPORT_STAGE_MEMORY"
+
+
+class StageLimitError(BadInputError):
+    """A stage ran past its time or memory bound (exit 2: the run does not fit what it is given)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The bounds one stage runs under: seconds, and bytes of the process tree's resident memory."""
+
+    seconds: float | None
+    memory: int | None
+
+    @classmethod
+    def of(cls, seconds: float | str | None = None, memory: int | str | None = None, *, model_bytes: int = 0) -> Limits:
+        """The bounds asked for (flags, else the environment), else the defaults for a model whose
+        weights take `model_bytes`."""
+        from modelport import memory as mem
+
+        seconds = seconds if seconds is not None else os.environ.get(TIME_ENV)
+        memory = memory if memory is not None else os.environ.get(MEMORY_ENV)
+        try:
+            seconds = float(seconds) if seconds is not None else DEFAULT_SECONDS
+        except ValueError:
+            raise BadInputError(f"bad --stage-timeout {seconds!r}: a number of seconds") from None
+        if seconds <= 0:
+            raise BadInputError(f"bad --stage-timeout {seconds:g}: more than 0 seconds")
+        if memory is None:
+            memory = min(max(MEMORY_FLOOR, MEMORY_BASE + MEMORY_PER_WEIGHT * model_bytes), _total() or sys.maxsize)
+        elif isinstance(memory, str):
+            try:
+                memory = mem.parse_size(memory)
+            except ValueError:
+                raise BadInputError(f"bad --stage-memory {memory!r}: a size such as 8G or 512M") from None
+        return cls(seconds, int(memory))
+
+    def flags(self) -> str:
+        return f"--stage-timeout {self.seconds:g} --stage-memory {self.memory}"
+
+
+def _total() -> int | None:
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().total)
+    except ImportError:
+        return None
+
+
+@contextlib.contextmanager
+def bounded(stage: str, limits: Limits | None):
+    """Run the block as stage `stage` under `limits` (None: unbounded); see the module docstring."""
+    if limits is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    watch = _Watch(stage, limits)
+    watch.start()
+    try:
+        yield
+    except KeyboardInterrupt:
+        if watch.breach is None:
+            raise
+        raise StageLimitError(watch.breach, hint=watch.hint) from None
+    finally:
+        watch.stop()
+
+
+class _Watch(threading.Thread):
+    def __init__(self, stage: str, limits: Limits):
+        super().__init__(name=f"modelport-limits-{stage}", daemon=True)
+        self.stage, self.limits = stage, limits
+        self.breach: str | None = None
+        self.hint = ""
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._inside = True
+
+    def stop(self) -> None:
+        with self._lock:
+            self._inside = False
+        self._done.set()
+
+    def run(self) -> None:
+        from modelport.memory import fmt_bytes, tree_rss
+
+        start, base = time.monotonic(), tree_rss() or 0
+        while not self._done.wait(POLL_S):
+            elapsed, held = time.monotonic() - start, (tree_rss() or 0) - base
+            over_time = self.limits.seconds is not None and elapsed > self.limits.seconds
+            over_memory = self.limits.memory is not None and held > self.limits.memory
+            if not (over_time or over_memory):
+                continue
+            what = (f"ran {elapsed:.0f} s, past its bound of {self.limits.seconds:g} s" if over_time else
+                    f"took {fmt_bytes(held)} more memory (this process and its children), past its bound of "
+                    f"{fmt_bytes(self.limits.memory)}")
+            self.breach = f"stage '{self.stage}' {what}; stopped"
+            self.hint = ("raise the bound with --stage-timeout SECONDS (or MODELPORT_STAGE_TIMEOUT)" if over_time else
+                         "raise the bound with --stage-memory SIZE (or MODELPORT_STAGE_MEMORY), e.g. --stage-memory 32G")
+            with self._lock:
+                if not self._inside:
+                    return
+                import _thread
+
+                _thread.interrupt_main()
+            if not self._done.wait(GRACE_S):
+                _stop_hard(f"{self.breach} ({self.hint})")
+            return
+
+
+def _stop_hard(line: str) -> None:
+    """The stage did not answer the interrupt (a library in native code): its children killed, the run's
+    staging folders removed, one line on stderr, exit 2."""
+    import shutil
+
+    from modelport.staging import OPEN_STAGES
+
+    try:
+        import psutil
+
+        for child in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+    except ImportError:
+        pass
+    for folder in list(OPEN_STAGES):
+        shutil.rmtree(folder, ignore_errors=True)
+    sys.stderr.write(f"error: {line}\n")
+    sys.stderr.flush()
+    os._exit(BadInputError.exit_code)
