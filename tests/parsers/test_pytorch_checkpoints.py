@@ -1,11 +1,14 @@
 """Checkpoints as people save them: another configuration of the --arch class (--arch-args), the
 weights nested in a training checkpoint (found by their keys, or --state-dict-key), DataParallel's
-`module.` prefix, and two candidates that both fit."""
+`module.` prefix, and two candidates that both fit; a Lightning checkpoint's pickled objects
+(exit 3, loaded only with --trust), and keys under a prefix on either side (removed or added)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
 import torch
@@ -14,6 +17,7 @@ from torch import nn
 from modelport.errors import BadInputError
 from modelport.parsers.pytorch import load_module
 from modelport.specs import SourceSpec, parse_input_spec
+from modelport.validation.report import SCHEMA_FILE
 from modelport.zoo_builders.pytorch import MLP
 
 ARCH = f"{__name__}:Configurable"
@@ -144,3 +148,175 @@ def test_two_state_dicts_that_fit_are_ambiguous_until_one_is_named(files):
         load_module(d / "ema.pt", spec(d / "ema.pt", arch="zoo:mlp", state_dict_key="weights"))
     with pytest.raises(BadInputError, match="'step' is not a dict of tensors"):
         load_module(d / "ema.pt", spec(d / "ema.pt", arch="zoo:mlp", state_dict_key="step"))
+
+
+# --- a Lightning-style checkpoint: pickled objects beside the weights, loaded only with --trust --------
+
+class TrainingHParams:
+    """A training script's own hyper-parameter object: unpickling it runs `_rebuild_hparams`, which
+    writes a marker file, so a test sees whether the checkpoint's pickled code ran."""
+
+    def __init__(self, marker, lr: float):
+        self.marker, self.lr = str(marker), lr
+
+    def __reduce__(self):
+        return (_rebuild_hparams, (self.marker, self.lr))
+
+
+def _rebuild_hparams(marker, lr):
+    Path(marker).write_text("the checkpoint's pickled code ran")
+    return TrainingHParams(marker, lr)
+
+
+@pytest.fixture
+def lightning(tmp_path):
+    """A checkpoint as Lightning saves one: the LightningModule's weights under `model.`, the
+    optimizer's state, and hyper-parameters that are no tensors (an argparse.Namespace, an object
+    of the script's own class)."""
+    import argparse
+
+    torch.manual_seed(3)
+    mlp = MLP().eval()
+    opt = torch.optim.Adam(mlp.parameters())
+    mlp(torch.randn(2, 32)).sum().backward()
+    opt.step()
+    marker = tmp_path / "marker"
+    path = tmp_path / "epoch=3-step=120.ckpt"
+    torch.save({"epoch": 3, "global_step": 120, "pytorch-lightning_version": "2.4.0",
+                "state_dict": {f"model.{k}": v for k, v in mlp.state_dict().items()},
+                "optimizer_states": [opt.state_dict()], "lr_schedulers": [], "hparams_name": "kwargs",
+                "hyper_parameters": argparse.Namespace(lr=1e-3, hidden=64),
+                "datamodule_hyper_parameters": TrainingHParams(marker, 1e-3)}, path)
+    return path, marker, mlp
+
+
+def test_lightning_checkpoint_is_exit_3_without_trust_and_runs_nothing(cli, lightning, tmp_path):
+    path, marker, _ = lightning
+    for arch in ("zoo:mlp", "modelport.zoo_builders.pytorch:MLP"):
+        r = cli("convert", path, "--arch", arch, "--input", "x:batch,32", "-o", tmp_path / "o")
+        assert r.exit_code == 3, (arch, r)
+        err = r.stderr.strip()
+        assert "unsafe pickle global, refusing to load" in err and path.name in err, err
+        assert "--trust loads it" in err, err  # was: "a plain state dict loads without --trust", nothing on --trust
+        assert not marker.exists() and not (tmp_path / "o").exists()
+
+
+def test_lightning_checkpoint_loads_with_trust_and_says_so(cli, lightning, tmp_path):
+    path, marker, mlp = lightning
+    r = cli("convert", path, "--arch", "zoo:mlp", "--trust", "--input", "x:batch,32", "-o", tmp_path / "o", "--json")
+    assert r.exit_code == 0, r  # was exit 3 even with --trust: "unsafe pickle global, refusing to load"
+    report = r.json()
+    assert marker.exists()  # --trust is what let the checkpoint's own code run
+    assert report["source"]["state_dict_key"] == "state_dict" and report["source"]["state_dict_prefix_removed"] == "model."
+    warnings = "\n".join(report["warnings"])
+    assert "loaded with --trust (torch.load weights_only=False)" in warnings and "argparse.Namespace" in warnings
+    assert "the prefix 'model.' was removed from the checkpoint's keys to fit --arch zoo:mlp" in warnings
+    assert report["parity"] and all(p["ok"] for p in report["parity"])
+    module, _, _ = load_module(path, spec(path, arch="zoo:mlp", trust=True))
+    x = np.random.default_rng(2).standard_normal((2, 32)).astype(np.float32)
+    np.testing.assert_allclose(out(module, x), out(mlp, x), rtol=1e-6)  # the checkpoint's weights
+
+
+def test_a_plain_state_dict_with_trust_still_loads_weights_only(files, monkeypatch):
+    """--trust allows weights_only=False; it is used only when the weights-only reader refuses the file."""
+    d, _, mlp, _ = files
+    calls = []
+    real = torch.load
+    monkeypatch.setattr(torch, "load", lambda *a, **kw: calls.append(kw.get("weights_only")) or real(*a, **kw))
+    module, _, _ = load_module(d / "train.pt", spec(d / "train.pt", arch="zoo:mlp", trust=True))
+    assert calls == [True]
+    assert not any("--trust" in w for w in module.checkpoint_entry.get("warnings", []))
+
+
+# --- keys under a prefix on either side: removed or added when that makes every key fit ----------------
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.fc2 = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+class Wrapped(nn.Module):
+    """Net's keys under `net.`, as a wrapper or LightningModule holds it."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = Net()
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class DeepWrapped(nn.Module):
+    """Net's keys under two levels, `model.net.`."""
+
+    def __init__(self):
+        super().__init__()
+        self.model = Wrapped()
+
+    def forward(self, x):
+        return self.model(x)
+
+
+class WrappedWithHead(nn.Module):
+    """`net.` plus keys of its own: no prefix makes a bare Net checkpoint fit."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = Net()
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.head(self.net(x))
+
+
+@pytest.fixture(scope="module")
+def net():
+    torch.manual_seed(5)
+    return Net().eval()
+
+
+@pytest.mark.parametrize(("saved", "arch", "said", "entry"), [
+    ("model.", "Net", "the prefix 'model.' was removed from the checkpoint's keys to fit --arch {arch}",
+     {"state_dict_prefix_removed": "model."}),
+    ("encoder.module.", "Net", "the prefix 'encoder.module.' was removed from the checkpoint's keys to fit --arch {arch}",
+     {"state_dict_prefix_removed": "encoder.module."}),
+    ("", "Wrapped", "the prefix 'net.' was added to the checkpoint's keys to fit --arch {arch}",
+     {"state_dict_prefix_added": "net."}),
+    ("", "DeepWrapped", "the prefix 'model.net.' was added to the checkpoint's keys to fit --arch {arch}",
+     {"state_dict_prefix_added": "model.net."}),
+    ("model.", "Wrapped", "the prefix 'model.' of the checkpoint's keys was replaced by 'net.' to fit --arch {arch}",
+     {"state_dict_prefix_removed": "model.", "state_dict_prefix_added": "net."}),
+])
+def test_prefixed_keys_are_fitted_to_the_arch_and_said(cli, net, tmp_path, saved, arch, said, entry):
+    path = tmp_path / "weights.pt"
+    torch.save({f"{saved}{k}": v for k, v in net.state_dict().items()}, path)
+    arch = f"{__name__}:{arch}"
+    r = cli("convert", path, "--arch", arch, "--trust", "--input", "x:batch,8", "-o", tmp_path / "o", "--json")
+    assert r.exit_code == 0, r  # adding was exit 2: "the state dict does not fit --arch ...: 4 missing key(s) ..."
+    report = r.json()
+    assert said.format(arch=arch) in report["warnings"], report["warnings"]
+    assert {k: report["source"].get(k) for k in entry} == entry
+    assert {"state_dict_prefix_removed", "state_dict_prefix_added"} - set(entry) == \
+        {"state_dict_prefix_removed", "state_dict_prefix_added"} - set(report["source"])
+    jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text())).validate(report)
+    assert report["parity"] and all(p["ok"] for p in report["parity"])
+    module, _, _ = load_module(path, spec(path, arch=arch, trust=True, inputs=[parse_input_spec("x:batch,8")]))
+    x = np.random.default_rng(4).standard_normal((3, 8)).astype(np.float32)
+    np.testing.assert_allclose(out(module, x), out(net, x), rtol=1e-6)  # the checkpoint's weights, not a fresh init
+
+
+def test_a_prefix_that_does_not_make_every_key_fit_is_not_applied(cli, net, tmp_path):
+    path = tmp_path / "weights.pt"
+    torch.save(net.state_dict(), path)
+    arch = f"{__name__}:WrappedWithHead"
+    r = cli("convert", path, "--arch", arch, "--trust", "--input", "x:batch,8", "-o", tmp_path / "o")
+    assert r.exit_code == 2, r
+    err = r.stderr.strip()
+    assert f"does not fit --arch {arch}" in err and "6 missing key(s) (net.fc1.weight" in err, err
+    assert "4 unexpected key(s) (fc1.weight" in err, err
+    assert not (tmp_path / "o").exists()

@@ -2,9 +2,10 @@
 (.pt/.pth/.safetensors) with an architecture, and nn.Module objects passed from Python.
 
 Safety: a plain state dict is read with `torch.load(weights_only=True)` or safetensors; anything
-that runs code from the file (a pickled module, TorchScript) or imports code (`--arch pkg.mod:Class`)
-is refused unless `trust` is set. `--arch zoo:NAME` builds our own zoo architecture, which needs
-no trust. What kind of file a path is and how its weights are read: parsers/pytorch_files.py.
+that runs code from the file (a pickled module, TorchScript, a checkpoint with pickled objects
+beside its weights) or imports code (`--arch pkg.mod:Class`) is refused unless `trust` is set.
+`--arch zoo:NAME` builds our own zoo architecture, which needs no trust. What kind of file a path
+is and how its weights are read: parsers/pytorch_files.py.
 
 Inputs: a zoo entry's or a `.pt2`'s own contract (parsers/pytorch_signature.py) with `--input`
 overriding by name, else `--input` alone; outputs are named after the keys of a dict or
@@ -168,7 +169,7 @@ def load_module(source, spec):
     from modelport.parsers.pytorch_checkpoints import find_state_dict, load_into
 
     try:
-        checkpoint = read_checkpoint(path)
+        checkpoint, trusted = read_checkpoint(path, trust=spec.trust)
     except ModelportError:
         raise
     except Exception as e:
@@ -177,7 +178,8 @@ def load_module(source, spec):
     found = find_state_dict(checkpoint, path, expected=list(module.state_dict()), key=spec.state_dict_key, arch=spec.arch)
     load_into(module, found.state, arch=spec.arch, args=spec.arch_args, path=path,
               parameters=lambda: arch_parameters(spec.arch, module))
-    module.checkpoint_entry = {**found.to_dict(), **({"warnings": [found.note()]} if found.note() else {})}
+    warnings = [w for w in (trusted, found.note()) if w]
+    module.checkpoint_entry = {**found.to_dict(), **({"warnings": warnings} if warnings else {})}
     return module.eval(), f"state dict ({fmt}) + {spec.arch}", None
 
 
@@ -195,10 +197,11 @@ def parse(source, spec) -> IRModel:
     import numpy as np
     torch = _torch()
 
+    from modelport.input_roles import apply_roles, controls, guessed_inputs
     from modelport.parsers.onnx import convert_opset, infer_and_check
     from modelport.parsers.pytorch_export import export_model
     from modelport.runtimes.torch import TorchRunner, flatten_outputs
-    from modelport.samples import make_inputs, reference_samples
+    from modelport.samples import make_inputs, reference_samples, run_reference
 
     module, how, carried = load_module(source, spec)
     own_shapes = [(c.dtype, list(c.shape)) for c in carried[0]] if carried is not None else None
@@ -216,16 +219,22 @@ def parse(source, spec) -> IRModel:
     names = spec.output_names or output_names_of(out)
     if len(names) != n_out:
         raise BadInputError(f"{len(names)} output names given for {n_out} outputs", path=spec.path)
-    runner = TorchRunner(module, input_names=[s.name for s in specs], output_names=names, inputs=specs)
-    ref = runner.run(sample)
-    varies, extra, skipped = reference_samples(runner.run, specs, sample, ref, spec.sample_dims, seed=spec.seed,
-                                               given=spec.given, path=spec.path, **spec.sampling)
-
     program = getattr(module, "exported_program", None)
     kept = own_shapes == [(s.dtype, list(s.shape)) for s in specs]  # the saved program fits the contract as it is
     exported = export_model(module, args, specs, names, opset=spec.opset, ranges=ranges, program=program,
                             program_shapes_kept=kept, path=spec.path, weights_dir=spec.weights_dir)
     model, stored = exported.model, exported.stored
+    # what the exported graph shows of each input (token ids, a mask, a size): an integer input
+    # given a range gets samples it can take, and the references are computed on those
+    ranges_before = [s.value_range for s in specs]
+    keep = controls(apply_roles(specs, model, spec.given), specs)
+    if [s.value_range for s in specs] != ranges_before:
+        sample = make_inputs(specs, spec.sample_dims, seed=spec.seed, given=spec.given, path=spec.path)
+    runner = TorchRunner(module, input_names=[s.name for s in specs], output_names=names, inputs=specs)
+    torch.manual_seed(spec.seed)
+    ref = run_reference(runner.run, sample, specs, spec.given, spec.path)
+    varies, extra, skipped = reference_samples(runner.run, specs, sample, ref, spec.sample_dims, seed=spec.seed,
+                                               given=spec.given, path=spec.path, keep=keep, **spec.sampling)
     fixed: dict[str, int] = {}
     for s in specs:  # a route that traced the sizes as constants fixed these dims to the sample's
         for i, d in enumerate(s.shape):
@@ -266,7 +275,7 @@ def parse(source, spec) -> IRModel:
             **(getattr(module, "checkpoint_entry", None) or {}),
         },
         reference=Reference(sample, {k: np.asarray(v) for k, v in ref.items()}, producer=f"torch {torch.__version__}",
-                            extra=extra),
+                            extra=extra, guessed=guessed_inputs(specs, spec.given)),
         sample_dims=dict(spec.sample_dims),
         stored=stored,
     )
@@ -329,7 +338,7 @@ def inspect(path: Path) -> dict:
         return info
     from modelport.parsers.pytorch_checkpoints import find_state_dict
 
-    found = find_state_dict(read_checkpoint(path), path)
+    found = find_state_dict(read_checkpoint(path)[0], path)
     state = found.state
     if found.key is not None:
         info["state_dict_key"] = found.key  # the checkpoint entry these figures describe

@@ -2,10 +2,13 @@
 
 A training script rarely saves a bare state dict: `{"model_state": ..., "optimizer_state": ...,
 "step": 42}`, Lightning's `{"state_dict": ...}`, an EMA copy beside the live weights, keys
-prefixed `module.` by DataParallel or `_orig_mod.` by `torch.compile`. `find_state_dict` looks
-at every dict of tensors up to two levels down and takes the one whose keys are the
-architecture's (after removing such a common prefix); two that fit are ambiguous (exit 2 naming
-both and `--state-dict-key`). The key it used goes into the report.
+prefixed `module.` by DataParallel, `_orig_mod.` by `torch.compile` or `model.` by a
+LightningModule, or an architecture that holds the saved network under a prefix of its own
+(`self.net = Net()`). `find_state_dict` looks at every dict of tensors up to two levels down and
+takes the one whose keys are the architecture's, after removing the checkpoint's common prefix
+and/or adding the architecture's (up to two levels each) when that makes every key fit; two that
+fit are ambiguous (exit 2 naming both and `--state-dict-key`). The key it used and the prefix it
+removed or added go into the report, with a warning.
 
 `load_into` loads them; a checkpoint of another configuration of the class (a "tiny" one into the
 default "full" constructor) is exit 2 naming the missing and unexpected keys and the first size
@@ -29,12 +32,15 @@ SHOWN = 5  # keys and mismatches named in a message
 @dataclass
 class Found:
     """A state dict and where in the checkpoint it was: `key` ('a' or 'a.b'; None: the file is one),
-    `prefix` removed from its keys, and whether the key was found by matching keys (`searched`)."""
+    the `prefix` removed from its keys and the one `added` to them to fit `arch`, and whether the
+    key was found by matching keys (`searched`)."""
 
     state: dict
     key: str | None = None
     prefix: str = ""
     searched: bool = False
+    added: str = ""
+    arch: str | None = None
 
     def to_dict(self) -> dict:
         """The provenance entries (none for a plain state dict)."""
@@ -43,19 +49,24 @@ class Found:
             out["state_dict_key"] = self.key
         if self.prefix:
             out["state_dict_prefix_removed"] = self.prefix
+        if self.added:
+            out["state_dict_prefix_added"] = self.added
         return out
 
     def note(self) -> str | None:
         """The warning that says where the weights came from, when modelport chose it."""
-        if not self.searched and not self.prefix:
-            return None
         parts = []
         if self.key is not None and self.searched:
             parts.append(f"the weights were read from the checkpoint's '{self.key}' entry, the one dict of tensors "
                          f"whose keys fit the architecture (--state-dict-key {self.key} names it)")
-        if self.prefix:
-            parts.append(f"the prefix '{self.prefix}' was removed from its keys")
-        return "; ".join(parts)
+        fit = f" to fit --arch {self.arch}" if self.arch else ""
+        if self.prefix and self.added:
+            parts.append(f"the prefix '{self.prefix}' of the checkpoint's keys was replaced by '{self.added}'{fit}")
+        elif self.prefix:
+            parts.append(f"the prefix '{self.prefix}' was removed from the checkpoint's keys{fit}")
+        elif self.added:
+            parts.append(f"the prefix '{self.added}' was added to the checkpoint's keys{fit}")
+        return "; ".join(parts) or None
 
 
 def _tensor_dict(obj) -> bool:
@@ -85,21 +96,43 @@ def candidates(obj) -> dict[str, dict]:
     return found
 
 
-def _strip(state: dict, expected: set[str]) -> tuple[dict, str]:
-    """`state` with the common dotted prefix of its keys removed (up to PREFIX_LEVELS levels) when
-    that makes more of them the architecture's; else as it is."""
-    best, best_prefix, best_score = state, "", len(set(state) & expected)
-    keys, prefix = list(state), ""
+def _prefixes(keys) -> list[str]:
+    """'' and the dotted prefixes every one of `keys` starts with, up to PREFIX_LEVELS levels
+    ('', 'module.', 'module._orig_mod.')."""
+    found, prefix, rest = [""], "", list(keys)
     for _ in range(PREFIX_LEVELS):
-        heads = {k.split(".", 1)[0] for k in keys}
-        if len(heads) != 1 or any("." not in k for k in keys):
+        heads = {k.split(".", 1)[0] for k in rest}
+        if len(heads) != 1 or any("." not in k for k in rest):
             break
-        prefix += heads.pop() + "."
-        keys = [k[len(prefix):] for k in state]
-        score = len(set(keys) & expected)
+        head = heads.pop() + "."
+        prefix += head
+        rest = [k[len(head):] for k in rest]
+        found.append(prefix)
+    return found
+
+
+def _refit(state: dict, expected: set[str]) -> tuple[dict, str, str]:
+    """(`state` with its keys made the architecture's, the prefix removed, the prefix added).
+
+    A common prefix of the checkpoint's keys removed and/or one of the architecture's added, the
+    fewest levels first, when that makes the keys exactly `expected`; failing that, the checkpoint's
+    prefix removed when it makes more keys the architecture's (so that a misfit is reported in the
+    architecture's names); else `state` as it is. Each change keeps keys distinct, so equal sets
+    mean every key has its place."""
+    keys = set(state)
+    if not keys or not expected or keys == expected:
+        return state, "", ""
+    changes = sorted(((r, a) for r in _prefixes(keys) for a in _prefixes(expected) if r or a),
+                     key=lambda ra: (ra[0].count(".") + ra[1].count("."), bool(ra[1])))
+    for removed, added in changes:
+        if {added + k[len(removed):] for k in keys} == expected:
+            return {added + k[len(removed):]: v for k, v in state.items()}, removed, added
+    best, best_prefix, best_score = state, "", len(keys & expected)
+    for prefix in _prefixes(keys)[1:]:
+        score = len({k[len(prefix):] for k in keys} & expected)
         if score > best_score:
             best, best_prefix, best_score = {k[len(prefix):]: v for k, v in state.items()}, prefix, score
-    return best, best_prefix
+    return best, best_prefix, ""
 
 
 def _at(obj, key: str, path) -> dict:
@@ -146,8 +179,8 @@ def find_state_dict(obj, path: Path | None, *, expected: list[str] | None = None
                                 f"in it (looked {MAX_DEPTH} levels down)", path=path)
         found = Found(*_choose(nested, want, path, arch), searched=True)
     if want:
-        stripped, prefix = _strip(found.state, want)
-        found.state, found.prefix = stripped, prefix
+        found.state, found.prefix, found.added = _refit(found.state, want)
+        found.arch = arch
     return found
 
 
@@ -155,13 +188,13 @@ def _choose(nested: dict[str, dict], want: set[str], path, arch: str | None) -> 
     if len(nested) == 1 or not want:
         name = max(nested, key=lambda k: len(nested[k])) if len(nested) > 1 else next(iter(nested))
         return nested[name], name
-    fits = [k for k, v in nested.items() if set(_strip(v, want)[0]) == want]
+    fits = [k for k, v in nested.items() if set(_refit(v, want)[0]) == want]
     if len(fits) == 1:
         return nested[fits[0]], fits[0]
     if len(fits) > 1:
         raise BadInputError(f"the checkpoint holds {len(fits)} state dicts that fit --arch {arch}: {', '.join(fits)}",
                             path=path, hint=f"pick one with --state-dict-key, e.g. --state-dict-key {fits[0]}")
-    overlap = {k: len(set(_strip(v, want)[0]) & want) for k, v in nested.items()}
+    overlap = {k: len(set(_refit(v, want)[0]) & want) for k, v in nested.items()}
     best = max(overlap.values())
     top = [k for k, n in overlap.items() if n == best]
     if best and len(top) == 1:

@@ -1,13 +1,16 @@
 """A PyTorch file read without running its code: which kind of file it is, the torch release that
 loads weights safely, a safetensors header checked before any tensor is read, and a state-dict
 file's contents (safetensors, or `torch.load(weights_only=True)`, which refuses any pickle global
-outside torch's allow-list).
+outside torch's allow-list). Only with `--trust` is a checkpoint the weights-only reader refused
+(a Lightning checkpoint's hyper-parameter object beside its `state_dict`) loaded with
+`weights_only=False`, which runs the pickle's code.
 """
 
 from __future__ import annotations
 
 import json
 import pickle
+import re
 import struct
 import zipfile
 from pathlib import Path
@@ -84,9 +87,11 @@ def check_safetensors_header(path: Path) -> dict:
     return header
 
 
-def read_checkpoint(path: Path):
-    """What a state-dict file holds, read without running code: a safetensors file's tensors, or
-    the object `torch.load(weights_only=True)` gives (a state dict, or a checkpoint dict around one)."""
+def read_checkpoint(path: Path, *, trust: bool = False) -> tuple[object, str | None]:
+    """(what a state-dict file holds, the warning to give when its pickled code ran): a safetensors
+    file's tensors, or the object `torch.load(weights_only=True)` gives (a state dict, or a
+    checkpoint dict around one). A pickle that reader refuses is exit 3, or with `trust` loaded
+    again with `weights_only=False`, which runs its code."""
     torch = _torch()
 
     fmt = file_format(path)
@@ -94,13 +99,32 @@ def read_checkpoint(path: Path):
         check_safetensors_header(path)
         load_file = require("safetensors.torch", purpose="safetensors state dicts").load_file
         try:
-            return load_file(str(path))
+            return load_file(str(path)), None
         except Exception as e:
             raise BadInputError(f"cannot read safetensors: {e}", path=path) from None
     try:
-        return torch.load(str(path), map_location="cpu", weights_only=True)
+        return torch.load(str(path), map_location="cpu", weights_only=True), None
     except pickle.UnpicklingError as e:
-        raise UnsafeInputError(f"unsafe pickle global, refusing to load: {first_line(e)}", path=path, hint="a plain state dict loads without --trust") from None
+        if not trust:
+            raise UnsafeInputError(f"unsafe pickle global, refusing to load: {first_line(e)}", path=path,
+                                   hint="--trust loads it if you trust the file (its pickled code runs); "
+                                        "a plain state dict loads without --trust") from None
+        refused = _refused_global(e)
+    try:
+        obj = torch.load(str(path), map_location="cpu", weights_only=False)
+    except (AttributeError, ModuleNotFoundError, ImportError) as e:
+        raise BadInputError(f"the checkpoint's pickled objects need code that cannot be imported here ({first_line(e)})",
+                            path=path, hint="save the state dict alone (torch.save(model.state_dict(), ...)): it "
+                                            "loads without --trust") from None
+    held = f" ({refused})" if refused else ""
+    return obj, (f"the checkpoint holds objects beyond tensors{held}: loaded with --trust (torch.load "
+                 f"weights_only=False), which ran its pickled code")
+
+
+def _refused_global(e: BaseException) -> str | None:
+    """The global torch's weights-only unpickler refused ('argparse.Namespace'), when it names one."""
+    m = re.search(r"GLOBAL ([\w.]+)", str(e))
+    return m.group(1) if m else None
 
 
 def first_line(e: BaseException) -> str:
