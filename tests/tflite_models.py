@@ -65,3 +65,19 @@ def write_dense_tflite(path: Path) -> Path:
     owner.f = f
     path.write_bytes(tf.lite.TFLiteConverter.from_concrete_functions([f.get_concrete_function()], owner).convert())
     return path
+
+
+def write_dynamic_range_tflite(path: Path) -> Path:
+    """A small Keras MLP x[batch,64] → Dense(128, relu) → Dense(64, relu) → Dense(10) → y, through the
+    converter's dynamic-range quantisation (Optimize.DEFAULT, no representative dataset): the two
+    larger kernels are stored in int8 and LiteRT's hybrid kernels quantise their float activations
+    to int8 at run time; the last one (640 weights, under the converter's 1024) stays float."""
+    tf = _tf()
+    keras = tf.keras
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((64,), name="x"), keras.layers.Dense(128, activation="relu"),
+                              keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10)])
+    conv = tf.lite.TFLiteConverter.from_keras_model(model)
+    conv.optimizations = [tf.lite.Optimize.DEFAULT]
+    path.write_bytes(conv.convert())
+    return path

@@ -68,3 +68,17 @@ def test_a_scalar_spec_on_an_input_with_dims_is_exit_2():
         merge_specs([TensorSpec("x", shape=["batch", 8])], [parse_input_spec("x:scalar")])
     (sr,) = merge_specs([TensorSpec("sr", dtype="int64", shape=[])], [parse_input_spec("sr:scalar:int64")])
     assert (sr.shape, sr.dtype) == ([], "int64")
+
+
+def test_produced_shapes_replace_only_contradicted_dims():
+    """`follow_produced`: a size that differs between sample sets becomes a symbolic dim, a declared
+    symbolic dim stays, and an output without a declared shape is left alone."""
+    from modelport.parsers.contract import follow_produced
+
+    outs = [TensorSpec("boxes", shape=["n", 4]), TensorSpec("scores", shape=[1, "n"]), TensorSpec("free", shape=[])]
+    produced = [{"boxes": np.zeros((3, 4)), "scores": np.zeros((2, 3, 7)), "free": np.zeros((2, 2))},
+                {"boxes": np.zeros((5, 4)), "scores": np.zeros((2, 5, 7)), "free": np.zeros((2, 2))}]
+    notes = follow_produced(outs, produced, declared={"boxes", "scores"})
+    assert [o.shape for o in outs] == [["n", 4], [2, "scores_dim1", 7], []]
+    (note,) = notes
+    assert "output 'scores': the model declares the shape [1, 'n'], its runtime produces [2, 3, 7] or [2, 5, 7]" in note

@@ -119,3 +119,61 @@ def test_checking_a_large_model_does_not_copy_its_weights(tmp_path):
     rows = 2_000_000  # 2e6 x 32 float32: 256 MB
     grown = int(run_alone(CHECK, str(rows)).split()[-1])
     assert grown < 0.5 * rows * 32 * 4, grown
+
+
+def _misdeclared(path, *, x: list, new_shape: list, declared: list):
+    """y = Reshape(x * 0.5, new_shape), its output declared as `declared` whatever the Reshape gives."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    shape = numpy_helper.from_array(np.array(new_shape, np.int64), "shape")
+    half = numpy_helper.from_array(np.array(0.5, np.float32), "half")
+    graph = helper.make_graph([helper.make_node("Mul", ["x", "half"], ["h"]), helper.make_node("Reshape", ["h", "shape"], ["y"])],
+                              "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, declared)], [shape, half])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path.parent.mkdir(exist_ok=True)
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.mark.parametrize("target", ["onnx", "tflite"])
+def test_declared_output_shape_that_onnxruntime_contradicts_gives_way_to_the_produced_one(cli, tmp_path, target):
+    """The file declares y [1, 4]; onnxruntime, running it, returns [2, 1, 4]. The contract took the
+    declaration, so a target that holds its artifact to the contract failed (tflite: exit 4, "the
+    tflite artifact's output 'y' has the shape [2, 1, 4]; the contract's is [1, 4]"). The contract
+    now follows the runtime, the IR declares that shape, and a warning names the declaration."""
+    import onnx
+
+    path = _misdeclared(tmp_path / "src" / "m.onnx", x=[8, 1], new_shape=[2, 1, 4], declared=[1, 4])
+    out = tmp_path / "out"
+    r = cli("convert", path, "--to", target, "-o", out, "--json")
+    assert r.exit_code == 0, r.stderr
+    report = r.json()
+    (y,) = report["contract"]["outputs"]
+    assert y["name"] == "y" and y["shape"] == [2, 1, 4]
+    assert any("output 'y': the model declares the shape [1, 4], its runtime produces [2, 1, 4]" in w for w in report["warnings"])
+    assert all(p["ok"] for p in report["parity"])
+    if target == "onnx":
+        dims = onnx.load(str(out / "model.onnx")).graph.output[0].type.tensor_type.shape.dim
+        assert [d.dim_value for d in dims] == [2, 1, 4]
+
+
+@pytest.mark.parametrize("x, new_shape, declared, expected", [
+    (["n", 8], [0, 8], ["n", 3], ["n", 8]),  # the fixed dim that differs is replaced, the symbolic one kept
+    (["n", 8], [0, 8], [5, 8], ["n", 8]),  # a fixed dim where the graph's is dynamic: symbolic again
+    (["n", 8], [0, 2, 4], ["n", 8], ["n", 2, 4]),  # another rank: the graph's own dims, n still symbolic
+    (["n", 8], [0, 8], ["n", 8], ["n", 8]),  # agreeing: nothing changes, n is not fixed at its sample size
+])
+def test_only_a_contradicted_output_shape_is_replaced(tmp_path, x, new_shape, declared, expected):
+    path = _misdeclared(tmp_path / "m.onnx", x=x, new_shape=new_shape, declared=declared)
+    ir = parse(path, SourceSpec(path=path))
+    assert ir.outputs[0].shape == expected
+    dims = ir.model.graph.output[0].type.tensor_type.shape.dim
+    assert [d.dim_param or d.dim_value for d in dims] == expected
+    notes = [w for w in ir.provenance.get("warnings") or [] if "declares" in w]
+    assert bool(notes) == (declared != expected)
+    if notes:
+        assert f"declares the shape {declared}" in notes[0] and f"the contract takes {expected}" in notes[0]

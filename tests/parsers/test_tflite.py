@@ -211,3 +211,33 @@ def test_keras_recurrent_tflite_converts_with_parity(cli, tmp_path, kind):
     assert r.exit_code == 0, r.stderr
     report = r.json()
     assert report["parity"] and all(p["ok"] for p in report["parity"])
+
+
+def test_dynamic_range_quantised_source_is_judged_at_its_own_precision(cli, tflites, tmp_path):
+    """A dynamic-range quantised file (int8 weights, float I/O): LiteRT's hybrid kernels quantise the
+    activations to int8 at run time, tf2onnx's IR computes in float. The IR hop was judged with the
+    fp32 tolerance and failed (exit 4, max abs 0.014 against an effective atol of 1.5e-4); the parser
+    records the source's precision and every hop is judged with the int8 defaults, which the report
+    says (the source's `source_precision`, each parity entry's tolerance `basis`, a warning)."""
+    from tests.tflite_models import write_dynamic_range_tflite, write_int8_io_tflite
+
+    path = write_dynamic_range_tflite(tmp_path / "dr.tflite")
+    out = tmp_path / "out"
+    r = cli("convert", path, "--to", "onnx", "-o", out, "--json")
+    assert r.exit_code == 0, r.stderr
+    report = r.json()
+    assert report["source"]["source_precision"] == "int8-dynamic-range"
+    ir_hop = next(p for p in report["parity"] if p["hop"].endswith("(IR)"))
+    assert ir_hop["ok"] and ir_hop["tolerance"]["min_cosine"] == 0.98
+    assert "int8 defaults" in ir_hop["tolerance"]["basis"] and "int8-dynamic-range" in ir_hop["tolerance"]["basis"]
+    (y,) = ir_hop["outputs"]
+    assert y["max_abs"] > 1e-4 * y["tolerance"]["scale"]  # what the fp32 tolerance refused: int8 error, not a bug
+    assert y["cosine"] > 0.99
+    assert all(p["ok"] and "basis" in p["tolerance"] for p in report["parity"])
+    assert any("dynamic-range quantised: 2 op(s)" in w for w in report["warnings"])
+    assert any("judged against the source's outputs with the int8 defaults" in w for w in report["warnings"])
+    assert (out / "model.onnx").is_file()
+    # a float file and a full-integer one compute as their tensors say: judged as before
+    assert probe(tflites / "cnn.tflite", SourceSpec(path=tflites / "cnn.tflite"))["precision"][0] is None
+    q = write_int8_io_tflite(tmp_path / "q.tflite")
+    assert probe(q, SourceSpec(path=q))["precision"][0] is None

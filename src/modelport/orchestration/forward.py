@@ -43,6 +43,7 @@ class ForwardRun:
         self.src = self.spec = self.zoo_tol = None
         self.source_ref: SourceRef | None = None
         self.framework = "source"
+        self.source_precision: str | None = None  # what the source computes at where not fp32 (the parser says)
 
     def __enter__(self):
         return self
@@ -57,6 +58,7 @@ class ForwardRun:
 
         request = self.ctx.request
         self.src, self.spec, self.zoo_tol = resolve_source(request.source, request.options)
+        self.ctx.model_bytes = source_bytes(self.src)  # the stages' memory bound follows the model's size
         check_memory(self.src, self.ctx)
 
     def parse(self) -> dict[str, IRModel]:
@@ -82,8 +84,12 @@ class ForwardRun:
             ir.attach_stored()
             parts = ir.parts or {"": ir}  # a model exported as several (an encoder and a decoder) goes to OUT/<part>/
             parsed.note(nodes=sum(len(p.model.graph.node) for p in parts.values()), exporter=ir.provenance.get("exporter"))
+        from modelport.tensor_sizes import tensor_bytes
+
+        ctx.model_bytes = max(ctx.model_bytes, sum(tensor_bytes(p.model) for p in parts.values()))
         self.source_ref = SourceRef(kind_of(ir.provenance), self.src, spec)  # for the native routes
         self.framework = ir.provenance.get("framework", "source")
+        self.source_precision = ir.provenance.get("source_precision")
         self.companions = ir.provenance.get("companion_files") or []
         for pir in parts.values():
             pir.source = self.source_ref
@@ -96,7 +102,10 @@ class ForwardRun:
                 report.set_contract(pir.contract(), reference_varies=pir.provenance.get("reference_varies"), given=given)
         if ir.parts and ctx.request.packages:
             raise BadInputError(f"--package takes one model; this source gives {len(parts)} ({', '.join(parts)})", path=spec.path)
-        check_override_names(self.tolerance(None), [o.name for p in parts.values() for o in p.outputs], path=spec.path)
+        check_override_names(tol := self.tolerance(None), [o.name for p in parts.values() for o in p.outputs], path=spec.path)
+        if tol.basis:  # the references carry the error of the source's own precision
+            report.warn(f"the IR and every artifact are judged against the source's outputs with {tol.basis} "
+                        f"(min cosine {tol.min_cosine:g}, atol {tol.atol:g}, rtol {tol.rtol:g})")
         return parts
 
     def prepare(self, part: str, ir: IRModel) -> list[Job]:
@@ -116,7 +125,8 @@ class ForwardRun:
             ctx.report.warn(f"{label}{drift}; every target is emitted from the source itself")
         else:
             export_parity.raise_if_failed(path=self.spec.path)
-        prepared = optimise(ir, ctx, self.zoo_tol)
+        with ctx.bounded("optimize"):  # the passes write their own rows
+            prepared = optimise(ir, ctx, self.zoo_tol)
         if all(variant.model is not ir.model for variant in prepared.irs.values()):
             from modelport.memory import give_back
 
@@ -161,13 +171,25 @@ class ForwardRun:
     def tolerance(self, resolved: Resolved | None, budget: Tolerance | None = None) -> Tolerance:
         """The tolerance an artifact of `resolved`'s precision is judged with: its precision's defaults,
         the zoo entry's, the user's flags; the accuracy budget instead of the user's flags for a
-        precision the optimisation stage applied."""
+        precision the optimisation stage applied. A source that computes below fp32 (the IR's
+        `source_precision`) widens the defaults to its own precision's: every hop is judged against its outputs."""
         options = self.ctx.request.options
+        source = self.source_precision
         if resolved is None or resolved.precision == FP32 or budget is None or resolved.stage != "optimize":
-            return options.tolerance(resolved.judged_as if resolved else FP32, self.zoo_tol)
+            return options.tolerance(resolved.judged_as if resolved else FP32, self.zoo_tol, source=source)
         return tolerance_for(resolved.judged_as, zoo=self.zoo_tol,
                              user={"atol": budget.atol, "rtol": budget.rtol, "min_cosine": budget.min_cosine},
-                             overrides=options.output_tolerances, scaled=budget.scaled)
+                             overrides=options.output_tolerances, scaled=budget.scaled, source=source)
+
+
+def source_bytes(src) -> int:
+    """Bytes of a source's files (a file, its external data, a folder's files; 0 for a Python object):
+    the model's size before it is parsed."""
+    if not isinstance(src, (str, Path)) or str(src).startswith("zoo:"):
+        return 0
+    path = Path(src)
+    files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path, *path.parent.glob(path.name + ".data")]
+    return sum(p.stat().st_size for p in files if p.is_file())
 
 
 def check_memory(src, ctx: Context) -> None:

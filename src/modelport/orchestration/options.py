@@ -56,6 +56,8 @@ class ConvertOptions:
     force: bool = False
     keep_failed: bool = False  # a failed run's files go to OUT.failed/ (with FAILED.json) instead of being removed
     strict: bool = False  # a pass that breaks parity, or a reference that ignores its input, fails the run
+    stage_timeout: float | None = None  # seconds a stage may run (stage_limits.py; None: MODELPORT_STAGE_TIMEOUT, else the default)
+    stage_memory: int | str | None = None  # bytes (or "8G") a stage may hold (None: MODELPORT_STAGE_MEMORY, else by the model)
     allow_precision_fallback: bool = False  # deliver FP32 when the requested precision cannot hold parity
     tensorflow: TFSourceOptions = field(default_factory=TFSourceOptions)
     optimize: OptimizeOptions | str | None = None  # or a level name ("all", "auto"); None: no stage unless precision asks
@@ -99,8 +101,9 @@ class ConvertOptions:
         """The optimisation level asked for (`--optimize`), or None."""
         return self.optimize.level if self.optimize is not None else None
 
-    def tolerance(self, precision: str | None = None, zoo_tol: dict | None = None) -> Tolerance:
-        """The tolerance an artifact of `precision` is judged with: its defaults, a zoo entry's, the user's flags."""
+    def tolerance(self, precision: str | None = None, zoo_tol: dict | None = None, *, source: str | None = None) -> Tolerance:
+        """The tolerance an artifact of `precision` is judged with: its defaults (widened to those of the
+        precision the source computes at, `source`), a zoo entry's, the user's flags."""
         return tolerance_for(precision or "fp32", zoo=zoo_tol,
                              user={"atol": self.atol, "rtol": self.rtol, "min_cosine": self.min_cosine},
-                             overrides=self.output_tolerances, scaled=self.scaled_atol)
+                             overrides=self.output_tolerances, scaled=self.scaled_atol, source=source)

@@ -93,7 +93,8 @@ def pinned_inputs(data, values: list[str]) -> dict:
 
 
 # what the parser recorded about how it read the source that the report's `source` repeats
-SOURCE_DETAILS = ("arch", "arch_args", "state_dict_key", "state_dict_prefix_removed")
+SOURCE_DETAILS = ("arch", "arch_args", "state_dict_key", "state_dict_prefix_removed", "state_dict_prefix_added",
+                  "source_precision")
 
 
 def describe_source(source, ir: IRModel) -> dict:

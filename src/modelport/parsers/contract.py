@@ -1,6 +1,9 @@
-"""Building the I/O contract of a parsed model: user specs merged onto what the graph says."""
+"""Building the I/O contract of a parsed model: user specs merged onto what the graph says, and
+output shapes made to agree with what the source's own runtime returns."""
 
 from __future__ import annotations
+
+import numpy as np
 
 from modelport.errors import BadInputError
 from modelport.ir import TensorSpec, guess_layout
@@ -54,3 +57,55 @@ def check_fixed_dims(graph: TensorSpec, shape: list, what: str = "input") -> Non
             given = f"{u}" if isinstance(u, int) else f"'{u}' (a dynamic dim)"
             raise BadInputError(f"{what} '{graph.name}' dim {i} is fixed at {g} in the model {graph.shape}, "
                                 f"the spec gives {given}")
+
+
+def follow_produced(outputs: list[TensorSpec], produced: list[dict], *, declared: set[str],
+                    inferred=None) -> list[str]:
+    """The output specs (in place) made to agree with what the source's own runtime returned on the
+    sample sets (`produced`: one {name: array} per set), and a warning per output it changed.
+
+    A declaration can be wrong (a file whose graph says [1, seqlen] where its runtime returns
+    [20, 1, 8210]); every later hop is judged against the runtime's arrays, so the contract follows
+    them. Only a contradiction is replaced: another rank, or a fixed size that differs. A declared
+    symbolic dim stays symbolic even where every sample has one size. A replaced dim takes the
+    produced size, or a symbolic dim where the sample sets differ in size or where `inferred`
+    ({name: shape}, the graph's shape with the declaration set aside, asked only for the contradicted
+    outputs) has a symbolic dim there. Outputs without a declared shape (not in `declared`) are left.
+    """
+    notes = []
+    shapes = {s.name: [tuple(np.shape(p[s.name])) for p in produced if isinstance(p.get(s.name), np.ndarray)]
+              for s in outputs if s.name in declared}
+    wrong = [s for s in outputs if shapes.get(s.name) and _contradicts(s.shape, shapes[s.name])]
+    guesses = (inferred([s.name for s in wrong]) if inferred and wrong else None) or {}
+    for s in wrong:
+        seen = shapes[s.name]
+        told = list(seen[0]) if len(set(seen)) == 1 else " or ".join(str(list(x)) for x in sorted(set(seen)))
+        if len({len(x) for x in seen}) > 1:
+            notes.append(f"output '{s.name}': the model declares the shape {s.shape}, its runtime produces {told} on the "
+                         "sample inputs (ranks that differ between samples); the declaration is kept")
+            continue
+        rank = len(seen[0])
+        guess = guesses.get(s.name) or []
+        guess = guess if len(guess) == rank else [None] * rank
+        same_rank = len(s.shape) == rank
+        new = []
+        for i in range(rank):
+            sizes = {x[i] for x in seen}
+            if same_rank and (isinstance(s.shape[i], str) or sizes == {s.shape[i]}):
+                new.append(s.shape[i])  # this dim agrees with the declaration
+            elif isinstance(guess[i], str):
+                new.append(guess[i])
+            else:
+                new.append(f"{s.name}_dim{i}" if len(sizes) > 1 else sizes.pop())
+        notes.append(f"output '{s.name}': the model declares the shape {s.shape}, its runtime produces {told} on the "
+                     f"sample inputs; the contract takes {new}")
+        s.shape = new
+        if not same_rank:
+            s.layout = None
+    return notes
+
+
+def _contradicts(shape: list, seen: list[tuple]) -> bool:
+    """Whether a declared shape disagrees with produced ones: another rank, or a fixed size that differs."""
+    return any(len(x) != len(shape) or any(isinstance(d, int) and d != n for d, n in zip(shape, x, strict=True))
+               for x in seen)

@@ -75,6 +75,45 @@ def _take_types(src, dst) -> None:
     walk(src.graph, dst.graph)
 
 
+def inferred_output_shapes(model, names: list[str]) -> dict[str, list]:
+    """{name: shape} of these graph outputs as onnx's shape inference gives them with their declared
+    shapes set aside (on the model without its large weights); anonymous dims are named
+    `<output>_dim<i>`. Empty where inference fails."""
+    import onnx
+
+    from modelport.ir import specs_from_onnx
+    from modelport.weightless_copy import weightless
+
+    skeleton, _ = weightless(model)
+    for v in skeleton.graph.output:
+        if v.name in names:
+            v.type.tensor_type.ClearField("shape")
+    try:
+        inferred = onnx.shape_inference.infer_shapes(skeleton, strict_mode=False, data_prop=True)
+    except Exception:
+        return {}
+    found = {v.name: v for v in inferred.graph.output if v.name in names and v.type.tensor_type.HasField("shape")}
+    return {s.name: [f"{s.name}_dim{i}" if isinstance(d, str) and d.startswith("unk__") else d for i, d in enumerate(s.shape)]
+            for s in specs_from_onnx(found.values())}
+
+
+def write_output_shapes(model, outputs) -> None:
+    """The specs' shapes written over the graph outputs' declared ones (symbolic dims by name)."""
+    by_name = {s.name: s for s in outputs}
+    for v in model.graph.output:
+        s = by_name.get(v.name)
+        if s is None:
+            continue
+        shape = v.type.tensor_type.shape
+        del shape.dim[:]
+        for d in s.shape:
+            dim = shape.dim.add()
+            if isinstance(d, str):
+                dim.dim_param = d
+            else:
+                dim.dim_value = int(d)
+
+
 IMAGE_SIZE_KEYS = ("imgsz", "img_size", "image_size", "input_size", "imgsize")  # ultralytics writes imgsz: "[640, 640]"
 
 
@@ -111,9 +150,10 @@ def metadata_dims(model, inputs) -> tuple[dict[str, int], str]:
 
 
 def parse(source, spec) -> IRModel:
+    from modelport.input_roles import apply_roles, controls, guessed_inputs
     from modelport.ir_version_fit import fit_ir_version
     from modelport.onnx_io import load_onnx
-    from modelport.parsers.contract import merge_specs
+    from modelport.parsers.contract import follow_produced, merge_specs
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
     from modelport.samples import reference_samples, sample_reference
 
@@ -131,13 +171,20 @@ def parse(source, spec) -> IRModel:
     if spec.output_names:
         if len(spec.output_names) != len(outputs):
             raise BadInputError(f"--output names {spec.output_names} do not match the model's {len(outputs)} outputs", path=path)
+    keep = controls(apply_roles(inputs, model, spec.given), inputs)  # token ids, masks, sizes: what the graph shows
     runner = OnnxRuntimeRunner(original)
     hints, hints_from = metadata_dims(model, inputs)
     sampled = sample_reference(runner.run, inputs, spec.sample_dims, seed=spec.seed, given=spec.given, path=path,
                                hints=hints, hints_from=hints_from)
     sample, ref_out, spec.sample_dims = sampled.feeds, sampled.outputs, sampled.dims
     varies, extra, skipped = reference_samples(runner.run, inputs, sample, ref_out, spec.sample_dims, seed=spec.seed,
-                                               given=spec.given, path=spec.path, **spec.sampling)
+                                               given=spec.given, path=spec.path, keep=keep, **spec.sampling)
+    # the contract follows what onnxruntime returns where the file's declared output shapes contradict it
+    declared = {v.name for v in model.graph.output if v.type.tensor_type.HasField("shape")}
+    shape_notes = follow_produced(outputs, [ref_out, *(s.outputs for s in extra)], declared=declared,
+                                  inferred=lambda names: inferred_output_shapes(model, names))
+    if shape_notes:
+        write_output_shapes(model, outputs)
     import onnxruntime
 
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
@@ -148,7 +195,8 @@ def parse(source, spec) -> IRModel:
         provenance={"framework": "onnx", "format": "onnx", "path": str(path), "opset": opset,
                     "producer": f"{model.producer_name} {model.producer_version}".strip(), "ir_version_note": ir_note,
                     "reference_varies": varies, "samples_skipped": skipped or None,
-                    **({"warnings": [sampled.note]} if sampled.note else {})},
-        reference=Reference(sample, ref_out, producer=f"onnxruntime {onnxruntime.__version__}", extra=extra),
+                    **({"warnings": notes} if (notes := [n for n in (sampled.note, *shape_notes) if n]) else {})},
+        reference=Reference(sample, ref_out, producer=f"onnxruntime {onnxruntime.__version__}", extra=extra,
+                            guessed=guessed_inputs(inputs, spec.given)),
         sample_dims=dict(spec.sample_dims),
     )

@@ -85,6 +85,35 @@ def _op_histogram(interp) -> dict:
     return dict(ops.most_common())
 
 
+DYNAMIC_RANGE = "int8-dynamic-range"
+QUANTISED_WEIGHTS = ("int8", "uint8")
+
+
+def _source_precision(interp) -> tuple[str | None, int]:
+    """(the precision the file computes at where it is not its tensors' float one, how many ops show it).
+
+    Dynamic-range quantisation (the converter's Optimize.DEFAULT without a representative dataset)
+    stores weights in int8 and keeps float tensors between ops; LiteRT's hybrid kernels then
+    quantise each op's float activations to int8 at run time and compute in int8, so its outputs
+    carry int8 error against any float computation of the same weights, tf2onnx's IR included. Such
+    an op takes a float tensor and an 8-bit one and returns float; a DEQUANTIZE op (weights widened
+    to float before a float kernel) and the ops of a full-integer file (8-bit in and out) do not."""
+    import numpy as np
+
+    try:
+        dtypes = {d["index"]: np.dtype(d["dtype"]).name for d in interp.get_tensor_details()}
+        ops = interp._get_ops_details()
+    except Exception:
+        return None, 0
+    hybrid = 0
+    for op in ops:
+        ins = {dtypes.get(i) for i in op["inputs"] if i >= 0}
+        outs = {dtypes.get(i) for i in op["outputs"] if i >= 0}
+        if op["op_name"] != "DEQUANTIZE" and "float32" in ins and ins & set(QUANTISED_WEIGHTS) and outs == {"float32"}:
+            hybrid += 1
+    return (DYNAMIC_RANGE, hybrid) if hybrid else (None, 0)
+
+
 def _probe_here(path: Path, spec):
     """The probe, run inside the child: returns (response, interpreter-side arrays)."""
     import numpy as np
@@ -115,6 +144,7 @@ def _probe_here(path: Path, spec):
                           for n, d in zip(out_names, outs, strict=True)},
         "signatures": sorted(interp.get_signature_list() or {}),
         "ops": _op_histogram(interp),
+        "precision": _source_precision(interp),
         "reference_varies": varies,
         "samples_skipped": skipped or None,
     }
@@ -173,6 +203,7 @@ def _convert_here(path: Path, spec, probed: dict, sample: dict, reference: dict,
         mapping.update(zip(onnx_in, [s.name for s in specs], strict=True))
     tf_common.rename_values(model, mapping)
     out_shapes = {n: probed["output_shapes"].get(o) for n, o in zip(names, probed["outputs"], strict=True)}
+    precision, hybrid = probed["precision"]
     litert = version_of("ai_edge_litert")
     producer = f"ai-edge-litert {litert} interpreter" if litert else f"tensorflow {tf.__version__} tf.lite interpreter"
     return tf_common.build_ir(
@@ -180,7 +211,11 @@ def _convert_here(path: Path, spec, probed: dict, sample: dict, reference: dict,
         provenance={"framework": "tflite", "format": "tflite", "path": str(path), "signatures": probed["signatures"],
                     "tensorflow": tf.__version__,
                     "reference_varies": {n: probed["reference_varies"].get(o) for n, o in zip(names, probed["outputs"], strict=True)},
-                    "samples_skipped": probed["samples_skipped"]},
+                    "samples_skipped": probed["samples_skipped"],
+                    **({"source_precision": precision,
+                        "warnings": [f"the TFLite file is dynamic-range quantised: {hybrid} op(s) hold int8 weights and "
+                                     "quantise their float activations to int8 at run time, so its outputs (the "
+                                     "references) carry int8 error"]} if precision else {})},
         spec=spec, path=path, extra=extra,
     )
 
@@ -213,5 +248,6 @@ def inspect(path: Path) -> dict:
         "outputs": [{"name": n, "shape": shapes.get(n)} for n in probed["outputs"]],
         "signatures": probed["signatures"],
         "ops": probed["ops"],
+        **({"precision": probed["precision"][0]} if probed["precision"][0] else {}),
         "size": path.stat().st_size,
     }

@@ -24,6 +24,7 @@ class Tolerance:
     scaled: bool = True  # atol times the output's scale max(1, max|reference|)
     # per-output overrides: output name -> {"atol"|"rtol"|"min_cosine": value}
     overrides: dict = field(default_factory=dict, compare=False, hash=False)
+    basis: str = field(default="", compare=False)  # why the defaults are not the candidate's precision's own
 
     def for_output(self, name: str) -> Tolerance:
         """The tolerance one output is judged with (an override replaces the default's value)."""
@@ -36,6 +37,8 @@ class Tolerance:
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in KEYS}
         out["scaled"] = self.scaled
+        if self.basis:
+            out["basis"] = self.basis
         if self.overrides:
             out["outputs"] = {n: {k: finite_or_none(float(x)) for k, x in v.items()} for n, v in self.overrides.items()}
         return out
@@ -90,19 +93,40 @@ DEFAULT_TOLERANCES = {
 }
 
 
+# Sources that compute below fp32 themselves (a parser records it as the IR's `source_precision`),
+# and the precision whose defaults their references are judged with: a hop against them cannot be
+# closer than the source is to a float computation of its own weights.
+SOURCE_PRECISIONS = {
+    "int8-dynamic-range": "int8",  # int8 weights, float activations quantised to int8 per run by the kernels
+}
+
+
 def tolerance_for(precision: str = "fp32", *, zoo: dict | None = None, user: dict | None = None,
-                  overrides: dict | None = None, scaled: bool = True) -> Tolerance:
+                  overrides: dict | None = None, scaled: bool = True, source: str | None = None) -> Tolerance:
     """The tolerance a candidate of `precision` is judged with.
 
     Layers, each replacing the one before where it names a value: the precision's defaults
-    (`DEFAULT_TOLERANCES`, fp32's for a precision without its own), a zoo entry's `tolerance`,
-    the user's flags (`--atol/--rtol/--min-cosine`), then per-output overrides on top.
+    (`DEFAULT_TOLERANCES`, fp32's for a precision without its own), widened to those of the
+    precision the source computes at (`source`, a key of `SOURCE_PRECISIONS`: per key the looser
+    value, and `basis` says so), a zoo entry's `tolerance`, the user's flags
+    (`--atol/--rtol/--min-cosine`), then per-output overrides on top.
     """
     base = DEFAULT_TOLERANCES.get(precision or "fp32", DEFAULT_TOLERANCES["fp32"])
     values = {k: getattr(base, k) for k in KEYS}
+    basis = ""
+    if source:
+        own = SOURCE_PRECISIONS[source]
+        theirs = DEFAULT_TOLERANCES[own]
+        wider = {"atol": max(values["atol"], theirs.atol), "rtol": max(values["rtol"], theirs.rtol),
+                 "min_cosine": min(values["min_cosine"], theirs.min_cosine)}
+        if wider != values:
+            values = wider
+            which = f"the {own} defaults" if wider == {k: getattr(theirs, k) for k in KEYS} else \
+                f"the wider of the {precision or 'fp32'} and {own} defaults"
+            basis = f"{which}, as the source computes in {source}"
     for layer in (zoo or {}, user or {}):
         values.update({k: float(v) for k, v in layer.items() if k in KEYS and v is not None})
-    return Tolerance(**values, scaled=scaled, overrides=dict(overrides or {}))
+    return Tolerance(**values, scaled=scaled, overrides=dict(overrides or {}), basis=basis)
 
 
 def finite_or_none(v):
