@@ -10,11 +10,14 @@ name users type (`--passes fold,dce,fuse`); adding one is a module plus one line
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from modelport.errors import BadInputError
 from modelport.ir import IRModel
 from modelport.registry import Registry
+
+if TYPE_CHECKING:
+    from modelport.validation import Tolerance
 
 
 @dataclass
@@ -35,12 +38,16 @@ class Pass:
     kept, new tensors in memory). The pipeline then keeps a large model's weights in files while the
     pass and its parity check run, so neither the pass's input nor its result holds them; other
     passes are given the weights in memory.
+
+    `gate_tolerance`: set by the pipeline before `apply` to the tolerance its parity gate will
+    hold the result to; a precision pass whose own fallback keeps nodes in float aims at it.
     """
 
     name = ""
     description = ""
     precision = "fp32"
     reads_stored = False
+    gate_tolerance: Tolerance | None = None
 
     def apply(self, ir: IRModel) -> PassResult:
         raise NotImplementedError

@@ -205,6 +205,7 @@ def _run_pass(p: Pass, ir: IRModel, row: PassRow, rows: list[PassRow], tolerance
         rows.append(row)
         return ValidationError(message, rows=rows, **details)
 
+    p.gate_tolerance = tolerance(p.precision)
     try:
         try:
             result = p.apply(ir)
@@ -440,6 +441,9 @@ def _check_delivered(out: IRModel, passes: list[Pass], rows: list[PassRow], opts
     why = f"pass '{p.name}' {row.status.replace('_', ' ')}: {row.reason or 'no change'}"
     if kept:
         why += f"; nodes kept in FP32: {', '.join(kept[:10])}" + (f" (+{len(kept) - 10} more)" if len(kept) > 10 else "")
+    gave_up = (row.details.get("fallback") or {}).get("gave_up")
+    if gave_up:
+        why += f"; {gave_up}"
     if not opts.allow_fallback:
         raise ValidationError(f"--precision {requested} cannot be delivered within tolerance: {why} "
                               "(--allow-precision-fallback accepts an FP32 model instead)", parity=row.parity, rows=rows)

@@ -4,14 +4,18 @@ from user data.
 Exports keep stale intermediate `value_info` that make onnxruntime's quantiser fail ("Inferred
 shape and existing shape differ"), so it is dropped first. Static calibration reads an `.npz` of
 named inputs (each array is a batch along axis 0) or a folder of images (see
-`calibration.py`). When the quantised model breaks parity, the first diverging node is localised
-and excluded from quantisation, up to `max_rounds` times; the excluded nodes are reported.
+`calibration.py`). When the quantised model misses its tolerance on a sample set, the nodes whose
+rounding causes it are kept in float, the worst first, until it holds on every set
+(`int8_fallback.py`); they are reported with their share of the error. When it holds at once, the
+model is the quantiser's output with nothing excluded, as before.
 """
 
 from __future__ import annotations
 
 import contextlib
+import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,18 +32,19 @@ CALIBRATION_METHODS = ("minmax", "entropy", "percentile", "distribution")
 @dataclass
 class Int8Info:
     mode: str
-    excluded: list[str] = field(default_factory=list)
-    diverged: list[dict] = field(default_factory=list)
+    excluded: list[str] = field(default_factory=list)  # every node left in float (asked for, or kept by the fallback)
+    kept_float: list[dict] = field(default_factory=list)  # the fallback's: {"node", "op", "error": its share}
     rounds: int = 0
     parity_ok: bool | None = None
     calibration: dict | None = None
     per_channel: bool = False
     checked_on: str = "the reference inputs"
+    fallback: dict | None = None  # when INT8 missed at once: missed_on, quantised, trials, seconds, error_left, tried, gave_up
 
     def to_dict(self) -> dict:
-        return {"mode": self.mode, "kept_fp32": self.excluded, "diverged": self.diverged, "rounds": self.rounds,
+        return {"mode": self.mode, "kept_fp32": self.excluded, "kept_float": self.kept_float, "rounds": self.rounds,
                 "parity_ok": self.parity_ok, "calibration": self.calibration, "per_channel": self.per_channel,
-                "checked_on": self.checked_on}
+                "checked_on": self.checked_on, "fallback": self.fallback}
 
 
 def _prepared(model):
@@ -199,38 +204,47 @@ class _Reader:
 
 
 def _static(model, feeds: list[dict], *, exclude: list[str], per_channel: bool, method: str,
-            weights_dir: Path | None = None):
+            weights_dir: Path | None = None, ranges: Path | None = None):
+    """`ranges`: a file for the calibration's tensor ranges, written by the first run and read by
+    the next instead of calibrating again (the ranges do not depend on what is excluded), where
+    onnxruntime's `quantize_static` takes a `calibration_cache_path`."""
+    import inspect
+
     from modelport.deps import require
     from modelport.optimize.model_tools import opset_of
 
     q = require("onnxruntime.quantization", purpose="INT8 quantisation")
     methods = {"minmax": q.CalibrationMethod.MinMax, "entropy": q.CalibrationMethod.Entropy,
                "percentile": q.CalibrationMethod.Percentile, "distribution": q.CalibrationMethod.Distribution}
+    cache = {"calibration_cache_path": str(ranges)} \
+        if ranges is not None and "calibration_cache_path" in inspect.signature(q.quantize_static).parameters else {}
 
     def run(src, dst, large):
         with _weights_after_calibration(opset_of(model)):
             q.quantize_static(src, dst, _Reader(feeds), quant_format=q.QuantFormat.QDQ, per_channel=per_channel,
                               activation_type=q.QuantType.QInt8, weight_type=q.QuantType.QInt8,
                               nodes_to_exclude=exclude or None, use_external_data_format=large,
-                              calibrate_method=methods[method], extra_options={"ActivationSymmetric": False})
+                              calibrate_method=methods[method], extra_options={"ActivationSymmetric": False}, **cache)
 
     return _run_quantizer(model, run, weights_dir)
 
 
 def quantize_model(ir: IRModel, *, mode: str = "dynamic", calibration: list[dict] | None = None,
                    method: str = "minmax", per_channel: bool | None = None, exclude: list[str] | None = None,
-                   fallback: bool = True, tol: Tolerance | None = None, max_rounds: int = 6,
-                   batch: int = 32, check_on_calibration: bool = True) -> tuple[IRModel, Int8Info]:
+                   fallback: bool = True, tol: Tolerance | None = None, max_rounds: int = 8,
+                   max_trials: int = 64, check_on_calibration: bool = True) -> tuple[IRModel, Int8Info]:
     """(INT8 IRModel, report info). `mode` is "dynamic" or "static" (static needs `calibration`).
 
     A static model is judged on calibration samples (`calibration_reference`) unless
     `check_on_calibration` is False: then on the reference inputs, which must be held out of
     `calibration` (calibration drawn like the sample inputs, `calibration.sample_calibration`).
+    With `fallback`, a model that misses `tol` (default: INT8's) on any sample set gets nodes kept
+    in float until it holds (`int8_fallback.hold_parity`, at most `max_rounds` nodes or groups
+    checked and `max_trials` quantiser runs); `exclude` names nodes to keep in float from the start.
     """
-    from modelport.external_data_files import attach_external
+    from modelport.optimize.int8_fallback import hold_parity
     from modelport.optimize.model_tools import with_model
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
-    from modelport.validation.localize import first_divergence
 
     if mode not in ("dynamic", "static"):
         raise BadInputError(f"unknown INT8 mode '{mode}': dynamic or static")
@@ -244,7 +258,7 @@ def quantize_model(ir: IRModel, *, mode: str = "dynamic", calibration: list[dict
     info = Int8Info(mode=mode, per_channel=per_channel)
     if mode == "static":
         info.calibration = {"samples": len(calibration), "method": method}
-    excluded = list(exclude or [])
+    asked = list(exclude or [])
     tol = tol or tolerance_for("int8")
     ref = ir.reference
     if mode == "static" and ref is not None and check_on_calibration:
@@ -257,35 +271,33 @@ def quantize_model(ir: IRModel, *, mode: str = "dynamic", calibration: list[dict
         ref = ref.without("random-small")
     # The FP32 weights wait in a file while onnxruntime's quantiser reads them from its own copy of
     # that file: neither the IR nor the prepared model holds them (a 0.94 GB encoder: 5.48 GB at
-    # this pass's peak with both in memory). The localisation of a failed round runs the FP32 model,
-    # so it reads them back into the prepared model.
-    with ir.weights_parked() as parked:
+    # this pass's peak with both in memory). The fallback's runs read them from there too: it
+    # compares with the references, never runs the FP32 model.
+    with ir.weights_parked() as parked, tempfile.TemporaryDirectory(prefix="modelport-int8-") as scratch:
         base = _prepared(ir.model)
         weights_dir = parked.parent if parked is not None else None
-        while True:
+
+        def quantise(kept: list[str]):
             if mode == "dynamic":
-                qmodel = _dynamic(base, exclude=excluded, per_channel=per_channel, weights_dir=weights_dir)
-            else:
-                qmodel = _static(base, calibration, exclude=excluded, per_channel=per_channel, method=method,
-                                 weights_dir=weights_dir)
-            if not fallback or ref is None:
-                break
+                return _dynamic(base, exclude=asked + kept, per_channel=per_channel, weights_dir=weights_dir)
+            return _static(base, calibration, exclude=asked + kept, per_channel=per_channel, method=method,
+                           weights_dir=weights_dir, ranges=Path(scratch) / "ranges.json")
+
+        qmodel = quantise([])
+        kept: list[str] = []
+        if fallback and ref is not None:
             parity = check(OnnxRuntimeRunner(qmodel), ref, tol, f"int8-{mode}")
             info.parity_ok = parity.ok
-            if parity.ok or info.rounds >= max_rounds:
-                break
-            info.rounds += 1
-            worst = parity.worst()  # localised on the sample set that failed
-            feeds = next((x.inputs for x in ref.sets() if worst and x.kind == worst.sample), ref.inputs)
-            if weights_dir is not None:
-                attach_external(base, weights_dir)
-                weights_dir = None
-            div = first_divergence(base, qmodel, feeds, threshold=0.1, batch=batch, skip=set(excluded), worst_if_none=True)
-            if div is None:
-                break
-            info.diverged.append(div.to_dict())
-            excluded.append(div.node)
-    info.excluded = sorted(excluded)
+            if not parity.ok:
+                t0 = time.perf_counter()
+                held = hold_parity(quantise, base, qmodel, parity, ref, tol, f"int8-{mode}", max_rounds=max_rounds,
+                                   max_trials=max_trials)
+                qmodel, info.parity_ok, info.rounds, info.kept_float = held.model, held.parity.ok, held.rounds, held.kept
+                kept = [k["node"] for k in held.kept]
+                info.fallback = {"missed_on": held.missed_on, "quantised": held.quantised, "trials": held.trials,
+                                 "seconds": round(time.perf_counter() - t0, 3), "error_left": held.error_left,
+                                 "tried": held.tried, "gave_up": held.reason}
+    info.excluded = sorted(asked + kept)
     out = with_model(ir, qmodel)
     if ref is not None:
         out.reference = ref
@@ -335,6 +347,15 @@ def quantize_static(ir: IRModel, calibration: list[dict], *, method: str = "minm
                           per_channel=per_channel, fallback=fallback)[0]
 
 
+def fallback_target(gate: Tolerance | None) -> Tolerance | None:
+    """The tolerance the fallback aims at: the gate's, which a model must pass to be kept; INT8's
+    default (None) under a gate nothing fails (`auto` judges its candidates against its budget after)."""
+    if gate is None or (gate.min_cosine <= -1 and gate.atol == float("inf") and gate.rtol == float("inf")
+                        and not gate.overrides):
+        return None
+    return gate
+
+
 class DynamicQuantizationPass(Pass):
     name = "int8-dynamic"
     description = "INT8 weights, activations quantised at run time"
@@ -345,7 +366,8 @@ class DynamicQuantizationPass(Pass):
         self.fallback = fallback
 
     def apply(self, ir: IRModel) -> PassResult:
-        out, info = quantize_model(ir, mode="dynamic", per_channel=self.per_channel, fallback=self.fallback)
+        out, info = quantize_model(ir, mode="dynamic", per_channel=self.per_channel, fallback=self.fallback,
+                                   tol=fallback_target(self.gate_tolerance))
         return PassResult(out, True, info.to_dict())
 
 
@@ -365,5 +387,5 @@ class StaticQuantizationPass(Pass):
     def apply(self, ir: IRModel) -> PassResult:
         out, info = quantize_model(ir, mode="static", calibration=self.calibration, method=self.method,
                                    per_channel=self.per_channel, fallback=self.fallback,
-                                   check_on_calibration=self.check_on_calibration)
+                                   check_on_calibration=self.check_on_calibration, tol=fallback_target(self.gate_tolerance))
         return PassResult(out, True, info.to_dict())

@@ -159,6 +159,23 @@ def warn_round_limits(report, rows: list[dict]) -> None:
                         f"({limit}), short of a fixed point")
 
 
+def warn_kept_float(report, rows: list[dict]) -> None:
+    """A warning for each applied INT8 pass that kept nodes in float to hold parity, naming them."""
+    for row in rows:
+        details = row.get("details") or {}
+        kept = details.get("kept_float")
+        if row.get("status") != "applied" or not kept:
+            continue
+        fallback = details.get("fallback") or {}
+        missed = fallback.get("missed_on") or []
+        where = f" on the {', '.join(repr(k) for k in missed)} sample{'s' if len(missed) > 1 else ''}" if missed else ""
+        of = f" of {fallback['quantised']} quantised" if fallback.get("quantised") else ""
+        nodes = ", ".join(f"{k['node']} ({k['op']}, {k['error']:.0%} of the error)" for k in kept[:10])
+        more = f" (+{len(kept) - 10} more)" if len(kept) > 10 else ""
+        report.warn(f"pass '{row['pass']}': INT8 missed its tolerance{where}; {len(kept)}{of} node{'s' if len(kept) != 1 or of else ''} "
+                    f"kept in float to hold it: {nodes}{more}")
+
+
 def _run_recorded(ir, opts, *, ctx, zoo_tol, release_input: bool = True, select: dict | None = None) -> IRModel:
     """The passes of `opts` (`optimize_ir`, or `auto_select` when `select` is given: its selection
     goes there), their stage rows in the report also when they fail."""
@@ -169,12 +186,14 @@ def _run_recorded(ir, opts, *, ctx, zoo_tol, release_input: bool = True, select:
     options = ctx.request.options
     run = auto_select if select is not None else functools.partial(optimize_ir, release_input=release_input)
     try:
-        out, rows, selection = run(ir, opts, tolerance=lambda p: options.tolerance(p, zoo_tol), on_pass=ctx.on_stage)
+        out, rows, selection = run(ir, opts, on_pass=ctx.on_stage,
+                                   tolerance=lambda p: options.tolerance(p, zoo_tol, source=ir.provenance.get("source_precision")))
     except ValidationError as e:
         ctx.report.add_stage_rows(e.rows)
         raise
     ctx.report.add_stage_rows(rows)
     warn_round_limits(ctx.report, rows)
+    warn_kept_float(ctx.report, rows)
     if select is not None:
         select.update(selection)
     elif selection:
