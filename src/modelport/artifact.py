@@ -32,6 +32,9 @@ class Artifact:
     # the data to validate it with when the emitter judged it on other data than the IR's
     # references (a model calibrated for INT8 is judged on its calibration data); None: the IR's
     reference: Any = None
+    # what the emitter chose for the user that they should hear of (a kernel kept out of a delegate);
+    # the pipeline warns with them once the artifact has passed its validation
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self, root: Path | None = None) -> dict[str, Any]:
         from modelport.staging import describe_files  # shutil, tempfile: not at CLI start-up

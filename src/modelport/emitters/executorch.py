@@ -117,7 +117,9 @@ def lower(ir: IRModel, module, out_dir: Path, options: EmitOptions, converter: s
             if produced != len(out_names):
                 raise UnsupportedError(f"the exported program gives {produced} outputs; the contract has {len(out_names)} ({out_names})")
             executorch_program, info = _lower(program, opts.backend, in_names, out_names)
-    _check_kernels(info["operators"])
+            _check_kernels(info["operators"])
+            screened = _screen(ir, program, (executorch_program, info), reference, options, (in_names, out_names))
+    executorch_program, info = screened.chosen.program, screened.chosen.info
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / FILE
     path.write_bytes(executorch_program.buffer)
@@ -130,11 +132,32 @@ def lower(ir: IRModel, module, out_dir: Path, options: EmitOptions, converter: s
                  "methods": {"forward": "the inputs positionally in the contract's order, the outputs in its order",
                              NAMES[0]: in_names, NAMES[1]: out_names},
                  "fixed_dims": fixed, "quantization": quantisation,
+                 **({"kernel_fallback": screened.entry} if screened.entry else {}),
                  "validation": "ExecuTorch's runtime (executorch.runtime) runs `forward` on the inputs"
                                + ("" if reference is ir.reference else
                                   f" cut to the fixed sizes {sizes}, against the source run on them")},
         runner=RUNTIME, reference=None if reference is ir.reference else reference,
+        warnings=[f"{NAME}: {screened.warning}"] if screened.warning else [],
     )
+
+
+def _screen(ir: IRModel, program, lowered, reference, options: EmitOptions, names):
+    """The XNNPACK program screened for kernel faults (`executorch_kernel_fallback`): the program to
+    deliver, with the ops kept out of XNNPACK when its kernels broke it. fp32 XNNPACK programs only."""
+    from modelport.emitters.executorch_kernel_fallback import Program, Screen, screen
+
+    first = Program(*lowered)
+    if target_options(options).backend != "xnnpack" or options.precision != "fp32" or not first.info["delegates"]:
+        return Screen(first)
+
+    def relower(kept_out):  # a program that does not lower, or does not load, does not hold (`judge`)
+        try:
+            return Program(*_lower(program, "portable" if kept_out is None else "xnnpack", *names, keep_out=kept_out or ()),
+                           tuple(kept_out or ()))
+        except UnsupportedError as e:
+            return Program(None, {"error": e.reason}, tuple(kept_out or ()))
+
+    return screen(first, relower, reference, ir, options.precision)
 
 
 def _first_line(e: BaseException) -> str:
@@ -197,15 +220,19 @@ def _quantise(module, args, sets: list[dict[str, np.ndarray]], names: list[str])
 _NOT_CORE = re.compile(r"Operator (?:torch\._ops\.)?([\w.:]+) is not (?:in )?(?:Core ATen|Aten Canonical)")
 
 
-def _lower(program, backend: str, in_names: list[str], out_names: list[str]):
-    """(the ExecuTorch program, {"delegates": N, "operators": the ops left to the runtime's kernels})."""
+def _lower(program, backend: str, in_names: list[str], out_names: list[str], *, keep_out: tuple[str, ...] = ()):
+    """(the ExecuTorch program, {"delegates": N, "operators": the ops left to the runtime's kernels,
+    "delegated_ops": the op types inside XNNPACK's partitions}); `keep_out`: op types
+    ('aten.sqrt.default') XNNPACK's partitioner is not given (`executorch_kernel_fallback`)."""
     from executorch.exir import to_edge_transform_and_lower
 
     partitioner = []
     if backend == "xnnpack":
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
-        partitioner = [XnnpackPartitioner()]
+        from modelport.emitters.executorch_kernel_fallback import xnnpack_configs
+
+        partitioner = [XnnpackPartitioner(configs=xnnpack_configs(keep_out)) if keep_out else XnnpackPartitioner()]
     try:
         edge = to_edge_transform_and_lower(program, partitioner=partitioner,
                                            constant_methods={NAMES[0]: list(in_names), NAMES[1]: list(out_names)})
@@ -219,7 +246,20 @@ def _lower(program, backend: str, in_names: list[str], out_names: list[str]):
         raise UnsupportedError(f"ExecuTorch could not lower the model ({backend}): {type(e).__name__}: {_first_line(e)}") from None
     plan = next(p for p in et.executorch_program.execution_plan if p.name == "forward")
     operators = sorted({f"{o.name}.{o.overload}" if o.overload else o.name for o in plan.operators})
-    return et, {"delegates": len(plan.delegates), "operators": operators}
+    return et, {"delegates": len(plan.delegates), "operators": operators, "delegated_ops": _delegated_ops(et)}
+
+
+def _delegated_ops(et) -> list[str]:
+    """The op types ('aten.linear.default', ...) inside the program's delegated partitions."""
+    import torch
+
+    graph = et.exported_program().graph_module
+    ops = set()
+    for node in graph.graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.higher_order.executorch_call_delegate:
+            inner = getattr(graph, node.args[0].target).original_module.graph_module
+            ops.update(n.target.__name__ for n in inner.graph.nodes if n.op == "call_function")
+    return sorted(ops)
 
 
 def _check_kernels(operators: list[str]) -> None:
