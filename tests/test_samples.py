@@ -196,3 +196,37 @@ def test_symbolic_dims_no_size_fits_is_exit_2_naming_each_dim_and_the_flag(cli, 
     assert "symbolic dims sampled at height=2, width=2 (also tried 32, 64, 224, 640)" in err
     assert "--dim height=640 --dim width=640" in err
     assert cli("convert", model, "--dim", "height=100", "--dim", "width=100", "-o", tmp_path / "out").exit_code == 0
+
+
+# --- structured sets at the magnitudes real inputs take ----------------------------------------------
+
+def test_large_sets_sweep_floats_with_no_range_and_keep_everything_else():
+    """+/-LARGE on every float input whose range nobody declared (float16 too: 138.5, finite, and so
+    is its square); a declared range, an integer input and a size (`keep`) keep the first set's values."""
+    from modelport.samples import LARGE, sample_sets
+
+    specs = [TensorSpec("frame", "float32", [2, 384]), TensorSpec("half", "float16", [2, 8]),
+             TensorSpec("image", "float32", [1, 3, 4, 4], "NCHW", value_range=[0, 1]),
+             TensorSpec("ids", "int64", [2, 3]), TensorSpec("scales", "float32", [4])]
+    first = make_inputs(specs)
+    sets = dict(sample_sets(specs, first, keep={"scales"}))
+    assert list(sets) == ["random-2", "random-small", "zeros", "constant", "low", "high", "grey", "large", "large-negative"]
+    for kind, sign in (("large", 1), ("large-negative", -1)):
+        feeds = sets[kind]
+        assert (feeds["frame"] == sign * LARGE).all() and feeds["frame"].dtype == np.float32
+        assert (feeds["half"] == np.float16(sign * 138.5)).all() and np.isfinite(feeds["half"].astype(np.float16) ** 2).all()
+        for name in ("image", "ids", "scales"):
+            np.testing.assert_array_equal(feeds[name], first[name])
+    for kind in ("zeros", "constant", "grey"):  # a size keeps its values in every structured set
+        np.testing.assert_array_equal(sets[kind]["scales"], first["scales"])
+    # an image's letterbox grey inside its declared range; nothing else takes one
+    assert np.allclose(sets["grey"]["image"], 114 / 255) and np.array_equal(sets["grey"]["frame"], first["frame"])
+
+
+def test_an_8_bit_image_is_also_judged_at_its_letterbox_grey():
+    from modelport.samples import sample_sets
+
+    specs = [TensorSpec("pixels", "uint8", [1, 8, 8, 3], "NHWC"), TensorSpec("q", "int8", [1, 3, 8, 8], "NCHW")]
+    first = make_inputs(specs)
+    grey = dict(sample_sets(specs, first))["grey"]
+    assert (grey["pixels"] == 114).all() and (grey["q"] == 114 - 128).all()

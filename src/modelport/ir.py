@@ -149,13 +149,16 @@ class Reference:
     `inputs`/`outputs` are the first sample set (kind `first_kind`: "random", or "data" when the
     user's `--data` pinned every input); `extra` holds the other sample sets every hop is judged
     on too (`samples.py` says which): other seeds and scales, and structured inputs (all-zeros,
-    a constant, the extremes of the input's range) that random data never reach."""
+    a constant, the extremes of the input's range, large constants of both signs) that random data
+    never reach."""
 
     inputs: dict[str, np.ndarray]
     outputs: dict[str, np.ndarray]
     producer: str = ""  # e.g. "torch 2.13.0"
     extra: list[Sample] = field(default_factory=list)
     first_kind: str = "random"
+    # inputs whose sample values are a guess (`input_roles.guessed_inputs`): a failure names them
+    guessed: list[str] = field(default_factory=list)
 
     def sets(self) -> list[Sample]:
         """Every sample set, the first one first."""
@@ -167,7 +170,7 @@ class Reference:
     def without(self, *kinds: str) -> Reference:
         """The same reference less the extra sets of these kinds."""
         return Reference(self.inputs, self.outputs, self.producer, [s for s in self.extra if s.kind not in kinds],
-                         self.first_kind)
+                         self.first_kind, list(self.guessed))
 
     def save(self, path: Path) -> None:
         arrays = {f"in/{k}": v for k, v in self.inputs.items()}
@@ -176,6 +179,8 @@ class Reference:
             arrays.update({f"s{i}/in/{k}": v for k, v in sample.inputs.items()})
             arrays.update({f"s{i}/out/{k}": v for k, v in sample.outputs.items()})
         arrays["kinds"] = np.asarray(self.kinds())
+        if self.guessed:
+            arrays["guessed"] = np.asarray(self.guessed)
         with open(path, "wb") as f:
             np.savez(f, **arrays)
 
@@ -187,7 +192,8 @@ class Reference:
 
             kinds = [str(k) for k in z["kinds"]] if "kinds" in z.files else ["random"]
             extra = [Sample(kind, part(f"s{i}/in/"), part(f"s{i}/out/")) for i, kind in enumerate(kinds[1:], start=1)]
-            return cls(part("in/"), part("out/"), producer, extra, kinds[0])
+            guessed = [str(n) for n in z["guessed"]] if "guessed" in z.files else []
+            return cls(part("in/"), part("out/"), producer, extra, kinds[0], guessed)
 
 
 @dataclass

@@ -22,11 +22,24 @@ source's outputs are also computed on
 - `low` / `high`: the ends of the input's range, where the contract knows it: its `value_range`,
   the raw pixel range [0, 255] (or [0, 1]) through its preprocessing (`--mean/--std/--scale`),
   or the whole range of an 8-bit integer input;
+- `grey`: an image's letterbox grey, raw 114 of [0, 255] (ultralytics' padding; 114/255 of a
+  [0, 1] range) through its preprocessing, where the contract knows an image input's range;
+- `large`, `large-negative`: every float input whose range nobody declared at +/-LARGE (138.4):
+  a magnitude real inputs take and random data never reach (digital silence is -138.47 dB after
+  a log-power front end: 20·log10 of float32's eps; raw 8-bit pixels, raw sensor values);
 - `data-3`, …: further samples the user stacked in `--data`.
 Structured sets change float and 8-bit inputs only: other integer and bool inputs (token ids,
 masks, indices) keep the first set's values, except at `low`/`high` where a `value_range` is
-declared. A set identical to the first is left out, and so is one the source itself fails on
-(named in the provenance's `samples_skipped`).
+declared, and so do the inputs named in `keep` (what the graph shows is a size, a scale or an
+index: `input_roles.py`). A set identical to the first is left out, and so is one the source
+itself fails on (named in the provenance's `samples_skipped`).
+
+Why LARGE is 2215/16 = 138.4375, in two sets (docs/validation.md): a constant frame at a large
+mean is where a one-pass variance E[x²]−E[x]² cancels and half precision or an approximation runs
+out. The silence floor with a 12-bit mantissa: float32 sums of up to 7,574 copies are exact (correct
+implementations agree exactly on a constant frame's mean), its square's sums round (a one-pass
+variance shows); float16 holds it and its square. Both signs, as ReLU, log and sqrt differ. The
+sweep judges fp32 models only (`for_precision`).
 """
 
 from __future__ import annotations
@@ -155,9 +168,28 @@ def make_inputs(specs: list[TensorSpec], dims: dict[str, int] | None = None, *, 
 
 
 RANDOM_KINDS = ("random-2", "random-small")
-STRUCTURED_KINDS = ("zeros", "constant", "low", "high")
+# sets at values a real input takes (kept beside a calibrated model's data), then the sweep of inputs
+# whose range nobody declared
+STRUCTURED_KINDS = ("zeros", "constant", "low", "high", "grey")
+SWEEP_KINDS = ("large", "large-negative")
+# what a model quantised to int8 is not judged on, by design: 1/100 of the amplitude lies below its
+# calibrated resolution, the sweep beyond its calibrated range (`for_precision`)
+NOT_FOR_INT8 = ("random-small", *SWEEP_KINDS)
 SMALL = 0.01  # the amplitude of `random-small`
+LARGE = 2215 / 16  # the magnitude of `large`: 138.4375 (module docstring: exact sums, a rounding square)
+GREY = 114  # the letterbox grey of a [0, 255] image
 EIGHT_BIT = (np.uint8, np.int8)
+IMAGE_LAYOUTS = ("NCHW", "NHWC", "NCDHW", "NDHWC")
+
+
+def for_precision(reference, precision: str | None):
+    """`reference` as a model computing at `precision` is judged on it: an fp32 model on every set;
+    one at a lower precision (fp16, bf16, int8, …) less the sweep: half precision and a calibrated
+    range are built for a range, and the sweep is a guess where nobody declared one (a declared
+    range's values, `low`/`high`/`grey`, judge every precision)."""
+    if reference is None or (precision or "fp32") == "fp32":
+        return reference
+    return reference.without(*SWEEP_KINDS)
 
 
 def _raw_range(pre) -> tuple[float, float]:
@@ -204,14 +236,20 @@ def _structured(spec: TensorSpec, kind: str, first: np.ndarray) -> np.ndarray | 
             return np.zeros(shape, dtype)
         if kind == "constant":
             return np.full(shape, 1.0 if rng is None else (rng[0] + rng[1]) / 2, dtype)
+        if kind in SWEEP_KINDS:  # a declared range says which values are real: nothing to sweep
+            return None if rng is not None else np.full(shape, LARGE if kind == "large" else -LARGE, dtype)
         if rng is None:
             return None
+        if kind == "grey":
+            return _grey(spec, rng, shape, dtype)
         if spec.preprocess and not spec.value_range:
             raw = _raw_range(spec.preprocess)[0 if kind == "low" else 1]
             return _preprocessed(spec, raw, shape).astype(dtype)
         return np.full(shape, rng[0] if kind == "low" else rng[1], dtype)
-    if dtype in EIGHT_BIT and not spec.value_range:
+    if dtype in EIGHT_BIT and not spec.value_range and kind not in SWEEP_KINDS:
         info = np.iinfo(dtype)
+        if kind == "grey":  # raw 114 of an 8-bit image (int8 data: offset by -128)
+            return np.full(shape, GREY + int(info.min), dtype) if spec.layout in IMAGE_LAYOUTS else None
         value = {"zeros": 0, "constant": (int(info.min) + int(info.max) + 1) // 2, "low": info.min, "high": info.max}[kind]
         return np.full(shape, value, dtype)
     if np.issubdtype(dtype, np.integer) and spec.value_range and kind in ("low", "high"):
@@ -220,12 +258,23 @@ def _structured(spec: TensorSpec, kind: str, first: np.ndarray) -> np.ndarray | 
     return None
 
 
+def _grey(spec: TensorSpec, rng: tuple[float, float], shape, dtype) -> np.ndarray | None:
+    """The letterbox grey of an image input as the model sees it (None: not an image)."""
+    if spec.preprocess and not spec.value_range:
+        raw = GREY * _raw_range(spec.preprocess)[1] / 255
+        return _preprocessed(spec, raw, shape).astype(dtype)
+    if spec.layout not in IMAGE_LAYOUTS:
+        return None
+    return np.full(shape, rng[0] + (rng[1] - rng[0]) * GREY / 255, dtype)
+
+
 def sample_sets(specs: list[TensorSpec], first: dict[str, np.ndarray], dims: dict[str, int] | None = None, *,
-                seed: int = 0, given: dict[str, np.ndarray] | None = None, path=None,
-                randoms: int = 3, structured: bool = True) -> list[tuple[str, dict[str, np.ndarray]]]:
+                seed: int = 0, given: dict[str, np.ndarray] | None = None, path=None, randoms: int = 3,
+                structured: bool = True, keep=()) -> list[tuple[str, dict[str, np.ndarray]]]:
     """The sample sets beyond the first (`first`, the reference's inputs), as (kind, feeds): see
     the module docstring. `randoms` counts the random sets with the first; the user's pinned
-    inputs keep their values in every set."""
+    inputs, and those named in `keep` (sizes, scales, indices), keep their values in every
+    structured set."""
     given = given or {}
     pinned = {s.name for s in specs if s.name in given}
     stacked = max((len(given[s.name]) for s in specs if s.name in given
@@ -250,10 +299,10 @@ def sample_sets(specs: list[TensorSpec], first: dict[str, np.ndarray], dims: dic
     for k in range(2, stacked):
         out.append((f"data-{k + 1}", make_inputs(specs, dims, seed=seed, variant=k, given=given, path=path)))
     if structured:
-        for kind in STRUCTURED_KINDS:
+        for kind in STRUCTURED_KINDS + SWEEP_KINDS:
             feeds, changed = {}, False
             for spec in specs:
-                value = None if spec.name in pinned else _structured(spec, kind, first[spec.name])
+                value = None if spec.name in pinned or spec.name in keep else _structured(spec, kind, first[spec.name])
                 changed |= value is not None and not np.array_equal(value, first[spec.name])
                 feeds[spec.name] = first[spec.name] if value is None else value
             if changed:
@@ -264,7 +313,7 @@ def sample_sets(specs: list[TensorSpec], first: dict[str, np.ndarray], dims: dic
 def reference_samples(run: Callable[[dict[str, np.ndarray]], dict], specs: list[TensorSpec], first: dict,
                       first_outputs: dict, dims: dict[str, int] | None = None, *, seed: int = 0,
                       given: dict[str, np.ndarray] | None = None, path=None, randoms: int = 3,
-                      structured: bool = True) -> tuple[dict[str, bool | None], list, list[str]]:
+                      structured: bool = True, keep=()) -> tuple[dict[str, bool | None], list, list[str]]:
     """(reference_varies, the extra sample sets with the source's outputs on them, the kinds left
     out because the source failed on them): `run` is the source framework's own run."""
     from modelport.ir import Sample
@@ -272,7 +321,7 @@ def reference_samples(run: Callable[[dict[str, np.ndarray]], dict], specs: list[
     varies: dict[str, bool | None] = dict.fromkeys(first_outputs)
     extra, skipped = [], []
     for kind, feeds in sample_sets(specs, first, dims, seed=seed, given=given, path=path, randoms=randoms,
-                                   structured=structured):
+                                   structured=structured, keep=keep):
         try:
             outputs = {k: np.asarray(v) for k, v in run(feeds).items()}
         except Exception as e:  # the source's own failure on a set: that set proves nothing either way

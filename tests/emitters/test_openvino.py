@@ -47,6 +47,12 @@ def _hop(report):
     return next(p for p in report["parity"] if p["hop"].endswith("openvino (end to end)"))
 
 
+def _random_max_abs(report) -> float:
+    """The hop's max abs error on the first (random) sample set: f32 against bf16 shows there; the
+    large-constant sets scale every error with outputs ~100 times larger."""
+    return _hop(report)["samples"][0]["outputs"][0]["max_abs"]
+
+
 @pytest.mark.parametrize("precision,weights,atol", [("fp32", "'float32'", 1e-4), ("fp16", "'float16'", 2e-2), ("int8", "int8", 0.25)])
 def test_pytorch_cnn_to_openvino_ir(cnn, tmp_path, precision, weights, atol):
     import torch
@@ -97,7 +103,7 @@ def test_onnx_to_openvino_fp32_is_pinned_to_f32(cli, tmp_path):
     assert r.exit_code == 0, r.stderr
     report = json.loads(r.stdout)
     assert report["artifacts"][0]["inference_precision"] == "fp32"
-    assert _hop(report)["outputs"][0]["max_abs"] < 1e-5  # f32, not the CPU's default bf16
+    assert _random_max_abs(report) < 1e-5  # f32, not the CPU's default bf16
     r = cli("validate", src, tmp_path / "out" / "model.xml", "--json")
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["b"]["io"].startswith("OpenVINO CPU, inference precision f32")
@@ -277,10 +283,11 @@ def test_the_report_and_row_carry_the_precision_a_plain_load_runs_at_when_it_dif
     src = small_onnx(tmp_path / "src")
     report = convert(src, tmp_path / "out", ConvertOptions(targets=["openvino"]))
     (art,) = report["artifacts"]
-    assert art["inference_precision"] == "fp32" and _hop(report)["outputs"][0]["max_abs"] < 1e-5  # validated pinned at f32
+    assert art["inference_precision"] == "fp32" and _random_max_abs(report) < 1e-5  # validated pinned at f32
     plain = art["plain_compile"]
     assert plain["inference_precision"] == "dynamic"  # read back from the plain compile's properties
-    assert plain["ok"] and [o["name"] for o in plain["outputs"]] == ["logits"] and plain["outputs"][0]["max_abs"] < 1e-4
+    scale = _hop(report)["outputs"][0]["tolerance"]["scale"]  # of the worst set's outputs, as the plain load's figure
+    assert plain["ok"] and [o["name"] for o in plain["outputs"]] == ["logits"] and plain["outputs"][0]["max_abs"] < 1e-4 * scale
     (warning,) = [w for w in report["warnings"] if "plain compile_model" in w]
     assert "validated at fp32" in warning and "runs it at dynamic" in warning and "INFERENCE_PRECISION_HINT=f32" in warning
     import jsonschema

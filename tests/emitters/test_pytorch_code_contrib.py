@@ -88,7 +88,8 @@ def test_contrib_op_matches_onnxruntime(tmp_path, name):
     onnx.save(model, str(path))
     report = convert(path, tmp_path / "out", ConvertOptions(targets=["pytorch"]))
     (parity,) = [p for p in report["parity"] if p["hop"].endswith("→pytorch (end to end)")]
-    assert parity["ok"] and all(o["max_abs"] < 1e-5 for o in parity["outputs"]), parity
+    # float rounding only, at the scale of the worst set's outputs (the large constants' reach ~100)
+    assert parity["ok"] and all(o["max_abs"] < 1e-5 * o["tolerance"]["scale"] for o in parity["outputs"]), parity
     # and on inputs of other sizes than the sample's (no size was baked into the code)
     module = load_generated(tmp_path / "out" / "pytorch")
     feeds = {i.name: (np.ones if i.type.tensor_type.elem_type == TensorProto.INT32 else rng.standard_normal)(

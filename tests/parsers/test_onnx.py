@@ -33,6 +33,32 @@ def test_user_spec_overrides_and_unknown_names(tiny_onnx):
         parse(tiny_onnx, SourceSpec(path=tiny_onnx, inputs=[parse_input_spec("x:1x2x8")]))
 
 
+def test_integer_inputs_take_the_values_their_graph_reads(tmp_path):
+    """An encoder whose inputs lost their names: `a` indexes a 2-row type table (random 0..9 failed
+    the reference run, exit 2), `b` becomes an additive mask (1 - b) * -10000: ids in [0, 2), ones."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("Gather", ["types", "a"], ["t"]), helper.make_node("Cast", ["b"], ["bf"], to=TensorProto.FLOAT),
+             helper.make_node("Sub", ["one", "bf"], ["inv"]), helper.make_node("Mul", ["inv", "big"], ["bias"]),
+             helper.make_node("Unsqueeze", ["bias", "last"], ["bias3"]), helper.make_node("Add", ["t", "bias3"], ["y"])]
+    inits = [numpy_helper.from_array(np.arange(8, dtype=np.float32).reshape(2, 4), "types"),
+             numpy_helper.from_array(np.asarray(1.0, np.float32), "one"),
+             numpy_helper.from_array(np.asarray(-10000.0, np.float32), "big"),
+             numpy_helper.from_array(np.asarray([-1], np.int64), "last")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("a", TensorProto.INT64, [1, 6]),
+                                           helper.make_tensor_value_info("b", TensorProto.INT64, [1, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 4])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    ir = parse(tmp_path / "m.onnx", SourceSpec(path=tmp_path / "m.onnx"))
+    assert [s.value_range for s in ir.inputs] == [[0, 2], [1, 2]]
+    assert ir.reference.inputs["a"].max() <= 1 and (ir.reference.inputs["b"] == 1).all()
+    assert ir.reference.guessed == []
+
+
 def test_newer_ir_version_is_lowered_for_onnxruntime(tmp_path):
     """onnx.helper writes the newest IR version, which onnxruntime may not load yet."""
     import onnx

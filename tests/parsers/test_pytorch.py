@@ -278,3 +278,74 @@ def test_torchscript_with_a_scalar_int_input(tmp_path, cli):
     assert report["contract"]["given_inputs"] == ["sr"]
     # torch.export takes no ScriptModule: the TorchScript exporter is the one route tried, with no failed-route warnings
     assert [a["route"] for a in report["stages"][0]["attempts"]] == ["torchscript"] and not report["warnings"]
+
+
+# --- sample sets that are valid inputs, at the magnitudes real inputs take -------------------------
+
+class PositionalLM(torch.nn.Module):
+    """A decoder called with positional arguments: its `.pt2` names the inputs args_0 and args_1."""
+
+    def __init__(self, lm):
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, *args):
+        ids, mask = args
+        return self.lm(input_ids=ids, attention_mask=mask, use_cache=False).logits
+
+
+def test_a_positionally_exported_gpt2_gets_ids_and_a_mask_from_its_graph(tmp_path, cli):
+    """args_0 feeds the embedding Gather (ids in [0, vocab)), args_1 is cast to bool (a mask: ones).
+    By name alone args_1 took integers 0..9, masking whole rows: exit 4 on `random-3`, max abs 0.05."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=64)
+    lm = PositionalLM(transformers.GPT2LMHeadModel(cfg).eval())
+    ids, mask = torch.randint(0, 100, (1, 8)), torch.ones(1, 8, dtype=torch.long)
+    path = tmp_path / "gpt2.pt2"
+    torch.export.save(torch.export.export(lm, (ids, mask)), str(path))
+    r = cli("convert", path, "--to", "onnx", "-o", tmp_path / "out", "--json")
+    assert r.exit_code == 0, r
+    report = r.json()
+    assert [(i["name"], i.get("value_range")) for i in report["contract"]["inputs"]] == [("args_0", [0, 100]),
+                                                                                          ("args_1", [1, 2])]
+    samples = report["parity"][0]["samples"]
+    assert [s["kind"] for s in samples] == ["random", "random-2", "random-3", "low", "high"]
+    assert all(s["ok"] for s in samples)
+
+
+class FrameNorm(torch.nn.Module):
+    """A pitch encoder's front: a LayerNorm over a 384-wide frame, then a projection."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(384)
+        self.proj = torch.nn.Linear(384, 8)
+        with torch.no_grad():
+            self.norm.weight.normal_()
+            self.norm.bias.normal_()
+
+    def forward(self, frame):
+        return self.proj(self.norm(frame))
+
+
+def test_a_layernorm_frame_is_judged_at_large_constants_of_both_signs(tmp_path, cli):
+    """A frame with no declared range is also judged at +/-138.4375 (digital silence in dB); the
+    structured sets before reached 1.0 at most."""
+    from modelport.samples import LARGE
+
+    torch.manual_seed(0)
+    path = tmp_path / "frame.pt2"
+    torch.export.save(torch.export.export(FrameNorm().eval(), (torch.randn(1, 16, 384),)), str(path))
+    r = cli("convert", path, "--to", "onnx", "-o", tmp_path / "out", "--json")
+    assert r.exit_code == 0, r
+    for hop in r.json()["parity"]:
+        assert [s["kind"] for s in hop["samples"]] == ["random", "random-2", "random-small", "zeros", "constant",
+                                                      "large", "large-negative"]
+        assert all(s["ok"] for s in hop["samples"])
+    ir = parse(path, SourceSpec(path=path))
+    sets = {s.kind: s for s in ir.reference.extra}
+    assert LARGE == 138.4375
+    assert (sets["large"].inputs["frame"] == LARGE).all() and (sets["large-negative"].inputs["frame"] == -LARGE).all()
+    # the mean of a constant frame is exact: the LayerNorm gives its bias, the output is finite
+    assert all(np.isfinite(sets[k].outputs["output"]).all() for k in ("large", "large-negative"))

@@ -42,12 +42,16 @@ def test_sets_cover_seeds_scales_and_structured_inputs():
     specs = [image, pcm, ids, mask]
     first = make_inputs(specs, {"batch": 1})
     sets = dict(sample_sets(specs, first, {"batch": 1}))
-    assert list(sets) == ["random-2", "random-small", "zeros", "constant", "low", "high"]
-    # a black and a white image as the model sees them, channel by channel
+    # no sweep: every float input has a known range
+    assert list(sets) == ["random-2", "random-small", "zeros", "constant", "low", "high", "grey"]
+    # a black, a white and a letterbox-grey image as the model sees them, channel by channel
     black = (0 - np.array([0.485, 0.456, 0.406])) / np.array([0.229, 0.224, 0.225])
     white = (1 - np.array([0.485, 0.456, 0.406])) / np.array([0.229, 0.224, 0.225])
+    grey = (114 / 255 - np.array([0.485, 0.456, 0.406])) / np.array([0.229, 0.224, 0.225])
     np.testing.assert_allclose(sets["low"]["image"][0, :, 0, 0], black, rtol=1e-6)
     np.testing.assert_allclose(sets["high"]["image"][0, :, 2, 3], white, rtol=1e-6)
+    np.testing.assert_allclose(sets["grey"]["image"][0, :, 1, 1], grey, rtol=1e-6)
+    np.testing.assert_array_equal(sets["grey"]["mask"], first["mask"])  # 8-bit, but not an image
     assert not sets["zeros"]["image"].any()
     # quiet: 1/100 of the range above its low end
     small = sets["random-small"]["image"]
@@ -84,7 +88,7 @@ def test_source_failure_on_a_set_skips_it_and_says_so():
 
     varies, extra, skipped = reference_samples(run, specs, first, run(first))
     assert varies == {"y": True}
-    assert [s.kind for s in extra] == ["random-2", "random-small", "constant"]
+    assert [s.kind for s in extra] == ["random-2", "random-small", "constant", "large", "large-negative"]
     assert skipped == ["zeros: ZeroDivisionError: silence"]
 
 
@@ -156,3 +160,69 @@ def test_an_attention_mask_without_a_range_is_sampled_as_ones():
     for variant in (0, 1, 2):
         assert (make_inputs(specs, variant=variant)["attention_mask"] == 1).all()
     assert make_inputs(specs)["input_ids"].max() > 1
+
+
+def _frame_norm(path, *, one_pass: bool, width: int = 384):
+    """y = (x - E[x]) / sqrt(Var[x] + 1e-5) over a frame: Var as E[(x - E[x])²] (two passes), or
+    as E[x²] - E[x]² (one pass), which cancels at a large mean: NaN where it rounds below -eps."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", width])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", width])
+    nodes = [helper.make_node("ReduceMean", ["x", "axes"], ["m"], keepdims=1), helper.make_node("Sub", ["x", "m"], ["d"])]
+    if one_pass:
+        nodes += [helper.make_node("Mul", ["x", "x"], ["sq"]), helper.make_node("ReduceMean", ["sq", "axes"], ["m2"], keepdims=1),
+                  helper.make_node("Mul", ["m", "m"], ["mm"]), helper.make_node("Sub", ["m2", "mm"], ["var"])]
+    else:
+        nodes += [helper.make_node("Mul", ["d", "d"], ["dd"]), helper.make_node("ReduceMean", ["dd", "axes"], ["var"], keepdims=1)]
+    nodes += [helper.make_node("Add", ["var", "eps"], ["ve"]), helper.make_node("Sqrt", ["ve"], ["s"]),
+              helper.make_node("Div", ["d", "s"], ["y"])]
+    inits = [helper.make_tensor("axes", TensorProto.INT64, [1], [-1]), helper.make_tensor("eps", TensorProto.FLOAT, [], [1e-5])]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x], [y], inits), opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_validate_fails_a_one_pass_variance_at_a_large_mean(cli, tmp_path):
+    """Right on random data, silence (zeros) and 1.0, where E[x²] - E[x]² is exact or well
+    conditioned; NaN on a constant frame at +/-138.4375: the sweep's sets fail the hop."""
+    source = _frame_norm(tmp_path / "two_pass.onnx", one_pass=False)
+    rewritten = _frame_norm(tmp_path / "one_pass.onnx", one_pass=True)
+    r = cli("validate", source, rewritten, "--json")
+    assert r.exit_code == 4, r
+    parity = r.json()["parity"][0]
+    rows = {s["kind"]: s for s in parity["samples"]}
+    assert list(rows) == ["random", "random-2", "random-small", "zeros", "constant", "large", "large-negative"]
+    assert all(rows[k]["ok"] for k in ("random", "random-2", "random-small", "zeros", "constant"))
+    assert not rows["large"]["ok"] and not rows["large-negative"]["ok"] and rows["large"]["outputs"][0]["nan"] > 0
+    assert parity["outputs"][0]["sample"] == "large"
+    assert "[large]" in r.json()["error"]["message"]
+    assert cli("validate", source, rewritten, "--no-structured-samples").exit_code == 0
+
+
+def _scaled_by_count(path, *, clip: int | None):
+    """y = x * k, k an int64 input that only arithmetic reads (no role the graph shows); `clip`
+    caps k first, which random integers above it expose."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+    k = helper.make_tensor_value_info("k", TensorProto.INT64, [2, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])
+    nodes, inits, src = [], [], "k"
+    if clip is not None:
+        nodes.append(helper.make_node("Min", ["k", "cap"], ["kc"]))
+        inits.append(helper.make_tensor("cap", TensorProto.INT64, [], [clip]))
+        src = "kc"
+    nodes += [helper.make_node("Cast", [src], ["kf"], to=TensorProto.FLOAT), helper.make_node("Mul", ["x", "kf"], ["y"])]
+    model = helper.make_model(helper.make_graph(nodes, "g", [x, k], [y], inits), opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(path))
+    return path
+
+
+def test_a_failure_on_random_integers_names_the_input_and_the_fix(tmp_path):
+    from modelport.orchestration.validate import validate_models
+
+    source = _scaled_by_count(tmp_path / "a.onnx", clip=None)
+    capped = _scaled_by_count(tmp_path / "b.onnx", clip=4)
+    with pytest.raises(ValidationError) as e:
+        validate_models(source, capped)
+    assert "input(s) k got random integers" in e.value.hint and "--value NAME=V" in e.value.hint
+    assert validate_models(source, capped, values=["k=3"])["parity"][0]["ok"]

@@ -260,15 +260,17 @@ def quantize_model(ir: IRModel, *, mode: str = "dynamic", calibration: list[dict
         info.calibration = {"samples": len(calibration), "method": method}
     asked = list(exclude or [])
     tol = tol or tolerance_for("int8")
-    ref = ir.reference
+    from modelport.samples import NOT_FOR_INT8, for_precision
+
+    ref = for_precision(ir.reference, "int8")
     if mode == "static" and ref is not None and check_on_calibration:
         ref = calibration_reference(ir, calibration)
         rows = len(next(iter(ref.inputs.values())))
         info.checked_on = f"{rows} calibration row{'s' if rows != 1 else ''} against the FP32 model"
     elif mode == "static" and ref is not None:
         # a signal at 1/100 of the amplitude lies below the calibrated resolution by design; silence,
-        # constants and the range ends are real inputs and stay
-        ref = ref.without("random-small")
+        # constants, the range ends and a grey image are real inputs and stay
+        ref = ref.without(*NOT_FOR_INT8)
     # The FP32 weights wait in a file while onnxruntime's quantiser reads them from its own copy of
     # that file: neither the IR nor the prepared model holds them (a 0.94 GB encoder: 5.48 GB at
     # this pass's peak with both in memory). The fallback's runs read them from there too: it

@@ -110,6 +110,7 @@ def validate_models(a: str | Path, b: str | Path, *, data: str | Path | None = N
     on the first set only. A side whose runtime cannot run here (a Core ML package off macOS) is
     checked without running (`check_without_running`); `strict` then fails the run (exit 4)."""
     from modelport.file_checks import check_model_file
+    from modelport.input_roles import guessed_inputs
     from modelport.ir import Reference
     from modelport.samples import load_data, make_inputs, parse_values, reference_samples, run_reference
     from modelport.validation.compare import merge_samples, run_sets
@@ -133,11 +134,12 @@ def validate_models(a: str | Path, b: str | Path, *, data: str | Path | None = N
     stage(f"run:{pa.name} ({ka})")
     if sa.runner is not None:
         specs = sa.runner.input_specs()
+        keep = _roles(pa, specs, given)
         feeds = make_inputs(specs, dims or {}, seed=seed, given=given, path=data or pa)
         out_a = run_reference(sa.runner.run, feeds, specs, given, pa)
         extra = reference_samples(sa.runner.run, specs, feeds, out_a, dims or {}, seed=seed, given=given, path=data or pa,
-                                  **(sampling or {}))[1]
-        reference = Reference(feeds, out_a, extra=extra)
+                                  keep=keep, **(sampling or {}))[1]
+        reference = Reference(feeds, out_a, extra=extra, guessed=guessed_inputs(specs, given))
     else:
         reference = sa.parse(given).reference
         feeds, out_a = dict(reference.inputs), dict(reference.outputs)
@@ -151,6 +153,7 @@ def validate_models(a: str | Path, b: str | Path, *, data: str | Path | None = N
     hop = f"{pa.name} ({ka}) vs {pb.name} ({kb})"
     parity = merge_samples([compare(x.outputs, _align_outputs(x.outputs, o), tol, hop=hop, by_position=by_position)
                             for x, o in zip(sets, outs_b, strict=True)], [x.kind for x in sets])
+    parity.guessed = list(reference.guessed)
     side_a, side_b = {"path": str(pa), "kind": ka}, {"path": str(pb), "kind": kb}
     for side, r in ((side_a, sa), (side_b, sb)):
         note = r.io_note()
@@ -173,8 +176,19 @@ def validate_models(a: str | Path, b: str | Path, *, data: str | Path | None = N
             if where.get("node"):
                 reason += f"; first diverging node: {where['node']} ({where['op_type']}, tensor '{where['tensor']}')"
             raise ValidationError(reason, path=pb, parity=parity.to_dict(),
-                                  hint="--match-by-position pairs the outputs in order" if named else None)
+                                  hint="--match-by-position pairs the outputs in order" if named else parity.hint())
     return report.to_dict()
+
+
+def _roles(path: Path, specs: list, given: dict) -> set[str]:
+    """An ONNX file's input roles read from its graph (`input_roles.py`) applied to `specs`: the
+    inputs structured sample sets keep. Other kinds: none."""
+    if path.suffix.lower() != ".onnx":
+        return set()
+    from modelport.input_roles import apply_roles, controls
+    from modelport.onnx_io import load_onnx
+
+    return controls(apply_roles(specs, load_onnx(path, weights=False), given), specs)
 
 
 def check_without_running(sa: _Side, sb: _Side, *, given: dict, seed: int, strict: bool, on_stage=None) -> dict:

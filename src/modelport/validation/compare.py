@@ -32,7 +32,8 @@ import numpy as np
 from modelport.errors import ValidationError
 from modelport.validation.tolerance import KEYS, Tolerance, finite_or_none
 
-STRUCTURED = ("zeros", "constant", "low", "high")  # samples.STRUCTURED_KINDS (that module sits above this one)
+# samples.STRUCTURED_KINDS + samples.SWEEP_KINDS
+STRUCTURED = ("zeros", "constant", "low", "high", "grey", "large", "large-negative")
 NEGLIGIBLE = 1e-3  # the largest |reference| whose direction is never judged (cosine), whatever the atol
 
 
@@ -68,6 +69,7 @@ class ParityResult:
     tolerance: Tolerance
     outputs: list[OutputParity] = field(default_factory=list)
     samples: list[dict] = field(default_factory=list)  # per sample set: kind, ok, each output's figures
+    guessed: list[str] = field(default_factory=list)  # inputs whose sample values are a guess (Reference.guessed)
 
     @property
     def ok(self) -> bool:
@@ -94,12 +96,23 @@ class ParityResult:
             out["samples"] = self.samples
         return out
 
+    def hint(self) -> str | None:
+        """What to try when the hop failed: the structured sets it failed on, and the inputs whose
+        sample values were a guess where it failed on a set that gave them random values."""
+        failed = {o.sample for o in self.outputs if not o.ok}
+        structured = sorted(k for k in failed if k in STRUCTURED)
+        hints = [f"the {'/'.join(structured)} sample(s) are structured inputs (samples.py): calibration data that covers "
+                 "them, a wider tolerance, or --no-structured-samples to judge random samples only"] if structured else []
+        if self.guessed and failed - set(STRUCTURED):
+            hints.append(f"input(s) {', '.join(self.guessed)} got random integers (no declared range, and the graph does "
+                         "not show their role): where those are not values they take, pin them with --value NAME=V or "
+                         "--data inputs.npz (arrays keyed by input name)")
+        return "; ".join(hints) or None
+
     def raise_if_failed(self, path=None) -> None:
         if not self.ok:
-            structured = sorted({o.sample for o in self.outputs if not o.ok and o.sample in STRUCTURED})
-            hint = (f"the {'/'.join(structured)} sample(s) are structured inputs (samples.py): calibration data that covers "
-                    "them, a wider tolerance, or --no-structured-samples to judge random samples only") if structured else None
-            raise ValidationError(f"parity failed for {self.hop}: {self.summary()}", path=path, parity=self.to_dict(), hint=hint)
+            raise ValidationError(f"parity failed for {self.hop}: {self.summary()}", path=path, parity=self.to_dict(),
+                                  hint=self.hint())
 
 
 def _failed(name: str, reason: str) -> OutputParity:
@@ -211,7 +224,10 @@ def check(runner, reference, tolerance: Tolerance, hop: str) -> ParityResult:
     compare its outputs with the reference's: the one way every stage proves a hop."""
     sets = reference.sets() if hasattr(reference, "sets") else None
     if not sets or len(sets) == 1:
-        return compare(reference.outputs, runner.run(reference.inputs), tolerance, hop=hop)
-    actual = run_sets(runner, [s.inputs for s in sets])
-    results = [compare(s.outputs, a, tolerance, hop=hop) for s, a in zip(sets, actual, strict=True)]
-    return merge_samples(results, [s.kind for s in sets])
+        result = compare(reference.outputs, runner.run(reference.inputs), tolerance, hop=hop)
+    else:
+        actual = run_sets(runner, [s.inputs for s in sets])
+        result = merge_samples([compare(s.outputs, a, tolerance, hop=hop) for s, a in zip(sets, actual, strict=True)],
+                               [s.kind for s in sets])
+    result.guessed = list(getattr(reference, "guessed", None) or [])
+    return result
