@@ -26,11 +26,12 @@ def _error_line(stderr: str) -> str:
 
 def test_a_stage_past_its_time_bound_stops_naming_itself(runaway, tiny_onnx, tmp_path, cli):
     start = time.monotonic()
-    r = cli("convert", tiny_onnx, "--to", "tiny-runaway", "-o", tmp_path / "out", "--stage-timeout", "2")
+    # a bound the other stages keep on a loaded machine too; the runaway stops itself only after 120 s
+    r = cli("convert", tiny_onnx, "--to", "tiny-runaway", "-o", tmp_path / "out", "--stage-timeout", "20")
     assert r.exit_code == 2, r.stderr
-    assert time.monotonic() - start < 60
+    assert time.monotonic() - start < 100
     line = _error_line(r.stderr)
-    assert "stage 'emit:tiny-runaway' ran" in line and "past its bound of 2 s" in line and "--stage-timeout SECONDS" in line
+    assert "stage 'emit:tiny-runaway' ran" in line and "past its bound of 20 s" in line and "--stage-timeout SECONDS" in line
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.staging-*"))
 
 

@@ -75,6 +75,9 @@ class ModelportError(Exception):
     def with_report(self, report: dict) -> ModelportError:
         return self._replace(report=report)
 
+    def with_hint(self, hint: str) -> ModelportError:
+        return self._replace(hint=hint)
+
     def shortened(self) -> ModelportError:
         """This error with its reason cut to one short line when it is a page of a library's internals
         (several lines, or one over LONG characters), the whole reason kept as `detail` for

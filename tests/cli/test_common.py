@@ -121,7 +121,7 @@ def test_every_choice_option_is_covered():
             "--scale", "--dim", "--seed", "--samples", "--arch-args", "--state-dict-key", "--signature", "--input-names", "--calibration", "--accuracy-budget", "--trt-shapes",
             "--workspace", "-in", "-iw", "--inputs", "--name", "--version", "--max-batch", "--preferred-batch", "--queue-delay-us",
             "--instances", "--image", "--replicas", "--min-replicas", "--max-replicas", "--cpu", "--memory", "--gpus", "--namespace",
-            "--storage-uri", "--data", "--value", "--junit", "--new-tokens", "--block-size"}
+            "--storage-uri", "--data", "--value", "--junit", "--new-tokens", "--block-size", "--stage-timeout", "--stage-memory"}
     covered = {(c, o) for c, o, _, _ in CHOICES}
     for name in ("convert", "optimize", "emit", "validate", "package"):
         for param in group.commands[name].params:

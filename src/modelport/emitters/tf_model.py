@@ -105,7 +105,7 @@ def onnx2tf_model(ir: IRModel, work: Path, keep_first, keep_last, log: Path):
             raise
         except Exception as e:
             raise UnsupportedError(f"onnx2tf could not convert the model: {type(e).__name__}: "
-                                   f"{str(e).splitlines()[0] if str(e) else ''}") from None
+                                   f"{str(e).splitlines()[0] if str(e) else ''}", detail=str(e)[:4000]) from None
 
 
 @contextlib.contextmanager
@@ -246,7 +246,7 @@ def plan_ports(ir: IRModel, keras_model, changes: dict[str, list[int]], describe
                               training=False)
     except Exception as e:
         raise UnsupportedError(f"onnx2tf's TensorFlow model fails on the sample inputs: {type(e).__name__}: "
-                               f"{(str(e).strip().splitlines() or [''])[0][:300]}") from None
+                               f"{(str(e).strip().splitlines() or [''])[0][:300]}", detail=str(e)[:4000]) from None
     got = [np.asarray(g) for g in (got if isinstance(got, (list, tuple)) else [got])]
     outputs = []
     for j, (spec, y) in enumerate(zip(ir.outputs, got, strict=True)):
@@ -451,10 +451,13 @@ def build(ir: IRModel, work: Path, log: Path, *, layout: str = "source") -> tupl
         inputs, outputs = plan_ports(ir, keras_model, changes, described, layout == "nhwc", log)
     except UnsupportedError as e:
         dims = dynamic_dims(ir)
-        if not dims or not SHAPE_WORDS.search(e.reason):  # --dim helps only where the converter's trouble is a shape
+        # --dim helps only where the converter's trouble is a shape (said in its first line or further down)
+        if not dims or not (SHAPE_WORDS.search(e.reason) or SHAPE_WORDS.search(e.detail or "")):
             raise
-        raise e.with_reason(f"{e.reason}; dynamic dims onnx2tf may not convert: {dims}; give each a size "
-                            f"the model takes with --dim NAME=N (an image size the network divides evenly)") from e
+        # in the hint: a converter's reason is cut to one short line, the dims and the fix must stay whole
+        hint = (f"dynamic dims onnx2tf may not convert: {dims}; give each a size the model takes with "
+                f"--dim NAME=N (an image size the network divides evenly)")
+        raise e.with_hint(f"{e.hint}; {hint}" if e.hint else hint) from e
     return keras_model, inputs, outputs
 
 

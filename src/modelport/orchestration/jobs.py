@@ -184,7 +184,7 @@ def emit_by_routes(job: Job, task, ctx: Context) -> None:
                 if notes:
                     raise e.with_reason(f"{e.reason} (after: {'; '.join(notes)})") from e
                 raise
-            notes.append(f"{route.name} route ({route.converter}) failed: {e.reason}")
+            notes.append(f"{route.name} route ({route.converter}) failed: {e.reason}" + (f" ({e.hint})" if e.hint else ""))
 
 
 def attempt(job: Job, route, task, ctx: Context, *, retry: bool) -> None:

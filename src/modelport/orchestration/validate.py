@@ -113,7 +113,7 @@ def validate_models(a: str | Path, b: str | Path, *, data: str | Path | None = N
     from modelport.input_roles import guessed_inputs
     from modelport.ir import Reference
     from modelport.samples import load_data, make_inputs, parse_values, reference_samples, run_reference
-    from modelport.validation.compare import merge_samples, run_sets
+    from modelport.validation.compare import amplitude, merge_samples, run_sets
 
     def stage(name: str) -> None:
         if on_stage:
@@ -151,7 +151,8 @@ def validate_models(a: str | Path, b: str | Path, *, data: str | Path | None = N
 
         check_override_names(tol, list(out_a), path=pa)
     hop = f"{pa.name} ({ka}) vs {pb.name} ({kb})"
-    parity = merge_samples([compare(x.outputs, _align_outputs(x.outputs, o), tol, hop=hop, by_position=by_position)
+    parity = merge_samples([compare(x.outputs, _align_outputs(x.outputs, o), tol, hop=hop, by_position=by_position,
+                                    floor=amplitude(x.kind))
                             for x, o in zip(sets, outs_b, strict=True)], [x.kind for x in sets])
     parity.guessed = list(reference.guessed)
     side_a, side_b = {"path": str(pa), "kind": ka}, {"path": str(pb), "kind": kb}

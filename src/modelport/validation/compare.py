@@ -119,7 +119,17 @@ def _failed(name: str, reason: str) -> OutputParity:
     return OutputParity(name, False, float("inf"), float("inf"), 0.0, 0, 0, False, reason)
 
 
-def compare_arrays(name: str, ref: np.ndarray, act: np.ndarray, tol: Tolerance) -> OutputParity:
+def amplitude(kind: str | None) -> float:
+    """The magnitude a sample set's inputs were swept to (`samples.SWEEP_KINDS`: LARGE), else 1. Its
+    outputs' atol is scaled by at least that much: float rounding follows the magnitude of the
+    values inside the network, which the outputs (normalised, saturated) need not show."""
+    from modelport.samples import LARGE, SWEEP_KINDS
+
+    return LARGE if kind in SWEEP_KINDS else 1.0
+
+
+def compare_arrays(name: str, ref: np.ndarray, act: np.ndarray, tol: Tolerance, floor: float = 1.0) -> OutputParity:
+    """One output against its reference; `floor`: the least scale atol is multiplied by (`amplitude`)."""
     ref = np.asarray(ref)
     act = np.asarray(act)
     tol = tol.for_output(name)
@@ -136,7 +146,7 @@ def compare_arrays(name: str, ref: np.ndarray, act: np.ndarray, tol: Tolerance) 
     if r.size == 0:
         return OutputParity(name, True, 0.0, 0.0, 1.0, 0, 0, True, tolerance=_applied(tol, 1.0))
     finite_ref = np.abs(r[np.isfinite(r)])
-    scale = max(1.0, float(finite_ref.max())) if tol.scaled and finite_ref.size else 1.0
+    scale = max(floor, float(finite_ref.max())) if tol.scaled and finite_ref.size else 1.0
     max_abs = float(diff[finite].max()) if finite.any() else 0.0
     rel = diff[finite] / np.maximum(np.abs(r[finite]), 1e-12)
     max_rel = float(rel.max()) if rel.size else 0.0
@@ -172,7 +182,7 @@ def _applied(tol: Tolerance, scale: float) -> dict:
 
 
 def compare(reference: dict[str, np.ndarray], actual: dict[str, np.ndarray], tol: Tolerance, *, hop: str,
-            by_position: bool = False) -> ParityResult:
+            by_position: bool = False, floor: float = 1.0) -> ParityResult:
     """Compare outputs by name: a candidate must give every reference output under its name.
 
     `by_position` pairs outputs in order instead (same count required): for `validate A B` on two
@@ -192,7 +202,7 @@ def compare(reference: dict[str, np.ndarray], actual: dict[str, np.ndarray], tol
             return result
         pairs = [(n, reference[n], actual[n]) for n in reference]
     for name, r, a in pairs:
-        result.outputs.append(compare_arrays(name, r, a, tol))
+        result.outputs.append(compare_arrays(name, r, a, tol, floor))
     return result
 
 
@@ -227,7 +237,8 @@ def check(runner, reference, tolerance: Tolerance, hop: str) -> ParityResult:
         result = compare(reference.outputs, runner.run(reference.inputs), tolerance, hop=hop)
     else:
         actual = run_sets(runner, [s.inputs for s in sets])
-        result = merge_samples([compare(s.outputs, a, tolerance, hop=hop) for s, a in zip(sets, actual, strict=True)],
+        result = merge_samples([compare(s.outputs, a, tolerance, hop=hop, floor=amplitude(s.kind))
+                                for s, a in zip(sets, actual, strict=True)],
                                [s.kind for s in sets])
     result.guessed = list(getattr(reference, "guessed", None) or [])
     return result
