@@ -30,7 +30,7 @@ LAYERS = [
               "modelport.onnx_io", "modelport.quiet_call", "modelport.version", "modelport.targets",
               "modelport.external_data_checks", "modelport.tensor_sizes", "modelport.proto_pieces",
               "modelport.external_data_files", "modelport.weightless_copy", "modelport.ir_version_fit",
-              "modelport.contract_stamp", "modelport.stage_limits", "modelport.input_roles"]),
+              "modelport.contract_stamp", "modelport.stage_limits", "modelport.input_roles", "modelport.dims"]),
     ("validation/runtimes", ["modelport.validation", "modelport.runtimes"]),
     ("frameworks", ["modelport.frameworks"]),
     ("stages", ["modelport.parsers", "modelport.optimize", "modelport.emitters", "modelport.serving", "modelport.zoo",

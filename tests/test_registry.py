@@ -94,7 +94,9 @@ def test_a_new_extension_is_one_registry_line(monkeypatch, tmp_path, cli):
     model = tmp_path / "m.echo"
     model.write_text("x:2,3")
     info = cli("inspect", model, "--json").json()
-    assert info == {"format": "echo", "inputs": [{"name": "x", "shape": [2, 3]}], "path": str(model)}
+    # `inspect` adds each dim's form to whatever an inspector reports (orchestration/inspect.add_dims)
+    fixed = [{"kind": "fixed", "size": 2}, {"kind": "fixed", "size": 3}]
+    assert info == {"format": "echo", "inputs": [{"name": "x", "shape": [2, 3], "dims": fixed}], "path": str(model)}
     r = cli("validate", model, model, "--json")
     assert r.exit_code == 0, r
     assert r.json()["a"]["kind"] == "echo" and r.json()["inputs"] == {"x": [2, 3]}

@@ -216,6 +216,8 @@ class IRModel:
     provenance: dict[str, Any] = field(default_factory=dict)
     reference: Reference | None = None
     sample_dims: dict[str, int] = field(default_factory=dict)
+    # the dims declared a range or a list of sizes (`--dim batch=1..8`): {name: dims.DimSpec}
+    dim_bounds: dict[str, Any] = field(default_factory=dict)
     # A source exported as several models (a seq2seq encoder and decoder): one full IR per part,
     # converted and validated one by one into OUT/<part>/; this IR then has no model of its own.
     parts: dict[str, IRModel] = field(default_factory=dict)
@@ -244,6 +246,7 @@ class IRModel:
             provenance=copy.deepcopy(self.provenance),
             reference=self.reference,
             sample_dims=dict(self.sample_dims),
+            dim_bounds=dict(self.dim_bounds),
             source=self.source,
         )
 
@@ -252,6 +255,7 @@ class IRModel:
             "inputs": [s.to_dict() for s in self.inputs],
             "outputs": [s.to_dict() for s in self.outputs],
             "sample_dims": self.sample_dims,
+            **({"dims": {d: b.to_dict() for d, b in self.dim_bounds.items()}} if self.dim_bounds else {}),
         }
 
     def attach_stored(self) -> IRModel:
@@ -340,4 +344,14 @@ class IRModel:
             provenance=meta.get("provenance", {}),
             reference=Reference.load(ref_path) if ref_path.exists() else None,
             sample_dims=meta.get("sample_dims", {}),
+            dim_bounds=_dim_bounds(meta.get("dims")),
         )
+
+
+def _dim_bounds(stored: dict | None) -> dict:
+    """The `dims` of a saved contract as {name: dims.DimSpec}."""
+    if not stored:
+        return {}
+    from modelport.dims import DimSpec
+
+    return {name: DimSpec.from_dict(d) for name, d in stored.items()}

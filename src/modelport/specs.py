@@ -155,14 +155,11 @@ def apply_options(
 
 
 def parse_dims(values: list[str]) -> dict[str, int]:
-    """`--dim NAME=VALUE`: the size symbolic dims take in sample data."""
-    out = {}
-    for text in values:
-        name, _, value = text.partition("=")
-        if not name or not value.isdigit() or int(value) < 1:
-            raise BadInputError(f"bad --dim '{text}': expected NAME=POSITIVE_INT, e.g. batch=4")
-        out[name] = int(value)
-    return out
+    """`--dim NAME=VALUE`: the size symbolic dims take in sample data (a range or a list of sizes:
+    the size inside it that `dims.DimSpec.sample` picks; `dims.parse_dims` keeps the bounds)."""
+    from modelport.dims import parse_dims as parse_dim_specs
+
+    return {name: spec.sample for name, spec in parse_dim_specs(values).items()}
 
 
 _ARG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")

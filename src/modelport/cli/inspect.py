@@ -11,8 +11,21 @@ HEAD = ("format", "ir_version", "opsets", "producer", "model_type", "spec_versio
         "parameters", "size", "signatures", "note")
 
 
-def _shape(shape) -> str:
-    return ",".join(map(str, shape)) if isinstance(shape, (list, tuple)) else str(shape)
+def _dim(d, form: dict | None) -> str:
+    """One dim as the shape column shows it: 3, batch, batch[1..8] or seq{128,256,512}."""
+    kind = (form or {}).get("kind")
+    if kind == "range":
+        return f"{d}[{form['min']}..{form['max']}]"
+    if kind == "sizes":
+        return f"{d}{{{','.join(map(str, form['sizes']))}}}"
+    return str(d)
+
+
+def _shape(shape, forms=None) -> str:
+    if not isinstance(shape, (list, tuple)):
+        return str(shape)
+    forms = forms if isinstance(forms, list) and len(forms) == len(shape) else [None] * len(shape)
+    return ",".join(_dim(d, f) for d, f in zip(shape, forms, strict=True))
 
 
 def _value(key: str, v) -> str:
@@ -31,7 +44,7 @@ def print_inspect(info: dict) -> None:
     import sys
 
     head = [(k, _value(k, info[k])) for k in HEAD if info.get(k) not in (None, "", {})]
-    io = [(kind[:-1], s.get("name"), s.get("dtype", ""), _shape(s.get("shape", ""))) for kind in ("inputs", "outputs") for s in info.get(kind) or []]
+    io = [(kind[:-1], s.get("name"), s.get("dtype", ""), _shape(s.get("shape", ""), s.get("dims"))) for kind in ("inputs", "outputs") for s in info.get(kind) or []]
     ops = list((info.get("ops") or {}).items())
     if not sys.stdout.isatty():
         rows = [("info", k, v, "") for k, v in head] + io + [("op", op, n, "") for op, n in ops]

@@ -55,7 +55,7 @@ KeepFailed = Annotated[bool, typer.Option("--keep-failed", help="On failure keep
 
 # --- sample inputs and parity --------------------------------------------------------------------
 Seed = Annotated[int, typer.Option("--seed", help="Seed of the sample inputs.")]
-Dim = Annotated[list[str], typer.Option("--dim", help="Size of a symbolic dim in the sample inputs, e.g. batch=4 (repeatable).")]
+Dim = Annotated[list[str], typer.Option("--dim", help="A symbolic dim: its size in the sample inputs (batch=4), or a range (batch=1..8) or sizes (seq=128,256,512) the artifacts keep it dynamic within (repeatable).")]
 Inputs = Annotated[list[str], typer.Option("--input", "-i", help="NAME:SHAPE[:DTYPE], e.g. input:batch,3,224,224 (repeatable).")]
 Data = Annotated[str | None, typer.Option("--data", help="Sample inputs to use instead of random ones: an .npz of arrays keyed "
                                                         "by input name, each used as given (leading axis the batch).")]
@@ -164,10 +164,12 @@ def tolerances(shared: dict) -> tuple[dict, dict]:
 
 def parity_kwargs(shared: dict) -> dict:
     """ConvertOptions keywords from TOLERANCES and SAMPLES' --dim, --seed, --data and --value."""
-    from modelport.specs import parse_dims
+    from modelport.dims import parse_dims
 
     tols, per_output = tolerances(shared)
-    return {**tols, "output_tolerances": per_output, "sample_dims": parse_dims(shared["dim"]), "seed": shared["seed"],
+    dims = parse_dims(shared["dim"])
+    return {**tols, "output_tolerances": per_output, "sample_dims": {n: d.sample for n, d in dims.items()},
+            "dim_bounds": {n: d for n, d in dims.items() if d.kind != "fixed"}, "seed": shared["seed"],
             "data": shared["data"], "values": list(shared["values"]),
             "sampling": {"randoms": shared.get("samples", 3), "structured": not shared.get("no_structured", False)}}
 

@@ -11,8 +11,12 @@ and converted with `coremltools.convert(convert_to="mlprogram")`.
   `compute_precision=FLOAT16`, `fp32` with FLOAT32. Inputs and outputs stay fp32 either way, so
   the contract holds; the precision is recorded in the package's metadata and is visible in its
   program (fp16 tensors between a cast at each input and output).
-- shapes: every dynamic dim is fixed (`fixed_dims.fixed_sizes`: a declared size, else a batch at
-  1 and any other dim at its sample size); the artifact's `fixed_dims` and a warning say so.
+- shapes: a dim declared with bounds (`--dim batch=1..8`) is a flexible shape: `ct.RangeDim`
+  within them, or, where every such dim of an input lists sizes (`--dim seq=128,256,512`),
+  `ct.EnumeratedShapes` of those sizes (at most MAX_ENUMERATED shapes; beyond, a range from the
+  smallest to the largest); the package's metadata keeps the contract's dim names. Every other
+  dynamic dim is fixed (`fixed_dims.fixed_sizes`: a declared size, else a batch at 1 and any other
+  dim at its sample size); the artifact's `dims`, `fixed_dims` and a warning say which.
 - names: the contract's; where Core ML renames one (feature names are identifiers: `input.1`
   becomes `input_1`) the package's metadata maps them (`runtimes/coreml.py`) and the artifact's
   `io_names` lists them. int64 I/O is int32 (Core ML has no 64-bit integer I/O), in `io_dtypes`.
@@ -28,6 +32,7 @@ and converted with `coremltools.convert(convert_to="mlprogram")`.
 from __future__ import annotations
 
 import json
+import math
 import tempfile
 from pathlib import Path
 
@@ -44,6 +49,7 @@ CONVERTER = "modelport PyTorch code → coremltools"
 DESCRIPTION = "Core ML ML Program (.mlpackage, fp16 or fp32 compute) via coremltools; runs on macOS only, spec-checked elsewhere"
 FILE = "model.mlpackage"
 ALLOWED_TOLERANCE = 0.02  # the converted module vs the source in PyTorch: the generated code's own parity class
+MAX_ENUMERATED = 128  # the most enumerated shapes an input takes (Core ML's limit)
 
 
 
@@ -94,6 +100,27 @@ class _Flat:
         return Flat(module).eval()
 
 
+def _shape(ct, spec, sample_shape, kept: dict):
+    """An input's shape for coremltools: its sample shape, each dim kept with bounds flexible
+    (module docstring: enumerated shapes where every kept dim lists sizes, else RangeDims)."""
+    import itertools
+
+    axes = {i: kept[d] for i, d in enumerate(spec.shape) if isinstance(d, str) and d in kept}
+    sample = tuple(int(n) for n in sample_shape)
+    if not axes:
+        return sample
+    if all(b.kind == "sizes" for b in axes.values()) and math.prod(len(b.sizes) for b in axes.values()) <= MAX_ENUMERATED:
+        shapes = []
+        for combo in itertools.product(*(b.sizes for b in axes.values())):
+            shape = list(sample)
+            for axis, n in zip(axes, combo, strict=True):
+                shape[axis] = n
+            shapes.append(tuple(shape))
+        return ct.EnumeratedShapes(shapes=shapes, default=sample)
+    return ct.Shape(shape=tuple(ct.RangeDim(lower_bound=axes[i].low, upper_bound=axes[i].high, default=n) if i in axes else n
+                                for i, n in enumerate(sample)))
+
+
 def _coreml_dtype(dtype: str, name: str):
     if dtype in ("float32", "float16", "float64"):
         return np.float32  # I/O stays fp32 (float64 computes in fp32 in Core ML anyway)
@@ -130,10 +157,11 @@ def convert_module(module, model: IRModel, out_dir: Path, options: EmitOptions, 
     """`module` (taking the contract's inputs in order) as `out_dir/model.mlpackage`, at the fixed sizes."""
     import torch
 
-    from modelport.emitters.fixed_dims import fixed_sizes, reference_at
+    from modelport.emitters.fixed_dims import dims_entry, export_dynamic_shapes, fixed_sizes, kept_bounds, reference_at
     from modelport.quiet_call import captured_output
     from modelport.runtimes.coreml import (
         META_CONTRACT,
+        META_DIMS,
         META_DTYPES,
         META_NAMES,
         META_PRECISION,
@@ -151,13 +179,15 @@ def convert_module(module, model: IRModel, out_dir: Path, options: EmitOptions, 
         module.eval()
     except Exception:
         pass  # an ExportedProgram's module is in inference mode already and refuses train()/eval()
-    sizes = fixed_sizes(model)
+    kept = kept_bounds(model)
+    sizes = fixed_sizes(model, keep=kept)
     reference = reference_at(model, module, sizes, converter="coremltools")
     flat = _Flat.wrap(module)
     args = tuple(torch.from_numpy(np.ascontiguousarray(reference.inputs[s.name])) for s in model.inputs)
     _check_module(flat, reference, model, args)
-    inputs = [ct.TensorType(name=s.name, shape=tuple(reference.inputs[s.name].shape), dtype=_coreml_dtype(s.dtype, s.name))
-              for s in model.inputs]
+    inputs = [ct.TensorType(name=s.name, shape=_shape(ct, s, reference.inputs[s.name].shape, kept),
+                            dtype=_coreml_dtype(s.dtype, s.name)) for s in model.inputs]
+    dynamic = export_dynamic_shapes(model, kept, flat)
     outputs = [ct.TensorType(name=s.name, dtype=_coreml_dtype(s.dtype, s.name)) for s in model.outputs]
     compute = ct.precision.FLOAT16 if precision == "fp16" else ct.precision.FLOAT32
     target = getattr(ct.target, opts.deployment_target)
@@ -168,7 +198,8 @@ def convert_module(module, model: IRModel, out_dir: Path, options: EmitOptions, 
         for how in ("torch.export", "torch.jit.trace"):
             try:
                 if how == "torch.export":
-                    source = torch.export.export(flat, args, strict=False).run_decompositions({})
+                    source = torch.export.export(flat, args, strict=False,
+                                                 dynamic_shapes=dynamic).run_decompositions({})
                 else:
                     with torch.no_grad():
                         source = torch.jit.trace(flat, args, check_trace=False)
@@ -192,16 +223,21 @@ def convert_module(module, model: IRModel, out_dir: Path, options: EmitOptions, 
     meta[META_PRECISION] = precision
     meta[META_NAMES] = json.dumps(renamed)
     meta[META_DTYPES] = json.dumps(narrowed)
+    if kept:
+        meta[META_DIMS] = json.dumps({s.name: {str(i): d for i, d in enumerate(s.shape) if isinstance(d, str) and d in kept}
+                                      for s in model.inputs if any(isinstance(d, str) and d in kept for d in s.shape)})
     meta[META_CONTRACT] = json.dumps({"inputs": [s.name for s in model.inputs], "outputs": [s.name for s in model.outputs]})
     mlmodel.short_description = f"converted by modelport from {model.provenance.get('path') or model.provenance.get('framework') or 'a model'}"
     path = out_dir / FILE
     mlmodel.save(str(path))
     make_reproducible(path)
     files = sorted(p for p in path.rglob("*") if p.is_file())
-    fixed = {s.name: {dim: int(n) for dim, n in zip(s.shape, reference.inputs[s.name].shape, strict=False) if isinstance(dim, str)}
-             for s in model.inputs if any(isinstance(dim, str) for dim in s.shape)}
-    fixed.update({s.name: {dim: int(n) for dim, n in zip(s.shape, reference.outputs[s.name].shape, strict=False) if isinstance(dim, str)}
-                  for s in model.outputs if any(isinstance(dim, str) for dim in s.shape)})
+    fixed = {s.name: {dim: int(n) for dim, n in zip(s.shape, reference.inputs[s.name].shape, strict=False)
+                      if isinstance(dim, str) and dim not in kept}
+             for s in model.inputs if any(isinstance(dim, str) and dim not in kept for dim in s.shape)}
+    fixed.update({s.name: {dim: int(n) for dim, n in zip(s.shape, reference.outputs[s.name].shape, strict=False)
+                           if isinstance(dim, str) and dim not in kept}
+                  for s in model.outputs if any(isinstance(dim, str) and dim not in kept for dim in s.shape)})
     reason = cannot_run_reason()
     return Artifact(
         target=NAME, runtime=RUNTIME, path=path, files=files, precision=precision,
@@ -209,7 +245,7 @@ def convert_module(module, model: IRModel, out_dir: Path, options: EmitOptions, 
                  "coremltools": ct.__version__, "deployment_target": opts.deployment_target,
                  "compute_precision": precision, "io_dtype": "float32 (as the contract)" if not narrowed else "float32; int64 as int32",
                  "converter": f"{route} → {how} → coremltools {ct.__version__}", "export_attempts": attempts,
-                 "fixed_dims": fixed, "io_names": renamed, "io_dtypes": narrowed},
+                 "fixed_dims": fixed, "dims": dims_entry(model, sizes, kept), "io_names": renamed, "io_dtypes": narrowed},
         runner=RUNTIME, not_validated=reason,
         reference=None if reference is model.reference else reference,
     )

@@ -6,9 +6,12 @@ Keras, ...) through modelport's generated PyTorch code for its ONNX IR (`pytorch
 so a model the generator cannot write is exit 2 naming its ops. Both then take the same steps
 (`lower`):
 
-- the module is exported (`torch.export`) on the reference's inputs, every dynamic dim fixed at
-  the size `emitters/fixed_dims.py` chooses (ExecuTorch plans its memory for static shapes), and
-  validated against the source run at those sizes;
+- the module is exported (`torch.export`) on the reference's inputs. A dim declared with bounds
+  (`--dim batch=1..8`; a list of sizes: its smallest to its largest) stays dynamic within them
+  (ExecuTorch plans its memory for the upper bounds; XNNPACK takes bounded dynamic shapes), named in
+  two more constant methods, `input_dims` and `output_dims`; every other dynamic dim is fixed at the size
+  `emitters/fixed_dims.py` chooses, and the program validated against the source run at those
+  sizes. A model that cannot vary a declared dim (an op that specialises it) is exit 2 naming it;
 - `--precision int8`: PT2E post-training quantisation (torchao's `prepare_pt2e`/`convert_pt2e`
   with ExecuTorch's `XNNPACKQuantizer`, symmetric per-channel weights, per-tensor activations),
   calibrated on `--calibration` data cut to the fixed sizes, else on the sample inputs;
@@ -42,6 +45,8 @@ DESCRIPTION = "an ExecuTorch program (.pte): torch.export → edge dialect, XNNP
 CONVERTER = "generated PyTorch code → torch.export → ExecuTorch"
 FILE = "model.pte"
 NAMES = ("input_names", "output_names")  # the program's constant methods holding the contract's names
+# the constant methods naming the dims kept dynamic: 'TENSOR:AXIS:DIM:MIN:MAX' each
+DIMS = ("input_dims", "output_dims")
 CALIBRATION_SETS = 32  # at most this many calibration batches are run through the prepared model
 
 
@@ -94,44 +99,47 @@ def lower(ir: IRModel, module, out_dir: Path, options: EmitOptions, converter: s
     import torch
 
     from modelport.deps import version_of
-    from modelport.emitters.fixed_dims import fixed_sizes, reference_at
+    from modelport.emitters.fixed_dims import dims_entry, export_dynamic_shapes, fixed_sizes, kept_bounds, reference_at
     from modelport.quiet_call import captured_output
 
     opts = target_options(options)
     require_executorch()
-    sizes = fixed_sizes(ir)
+    kept = kept_bounds(ir)
+    sizes = fixed_sizes(ir, keep=kept)
     reference = reference_at(ir, module, sizes, "ExecuTorch")
     args = tuple(torch.from_numpy(reference.inputs[s.name].copy()) for s in ir.inputs)
     in_names, out_names = [s.name for s in ir.inputs], [s.name for s in ir.outputs]
+    dynamic = export_dynamic_shapes(ir, kept, module)
     with tempfile.TemporaryDirectory(prefix="modelport-executorch-") as tmp:
         log = Path(tmp) / "convert.log"
         with captured_output(log, NAME):
-            program = _export(module, args)
+            program = _export(module, args, dynamic)
             quantisation = "none"
             if options.precision == "int8":
-                sets = _calibration(ir, options, reference, sizes)
-                program = _quantise(module, args, sets, in_names)
+                sets = _calibration(ir, options, reference, _at_sample(ir, reference, sizes))
+                program = _quantise(module, args, sets, in_names, dynamic)
                 quantisation = (f"PT2E int8 (XNNPACKQuantizer: symmetric per-channel weights, per-tensor activations), "
                                 f"calibrated on {len(sets)} set(s) of {'--calibration data' if options.calibration else 'the sample inputs'}")
             produced = len(program.graph_signature.user_outputs)
             if produced != len(out_names):
                 raise UnsupportedError(f"the exported program gives {produced} outputs; the contract has {len(out_names)} ({out_names})")
-            executorch_program, info = _lower(program, opts.backend, in_names, out_names)
+            names = (in_names, out_names, _dim_strings(ir, kept))
+            executorch_program, info = _lower(program, opts.backend, *names)
             _check_kernels(info["operators"])
-            screened = _screen(ir, program, (executorch_program, info), reference, options, (in_names, out_names))
+            screened = _screen(ir, program, (executorch_program, info), reference, options, names)
     executorch_program, info = screened.chosen.program, screened.chosen.info
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / FILE
     path.write_bytes(executorch_program.buffer)
-    fixed = {s.name: {d: sizes[d] for d in s.shape if isinstance(d, str)}
-             for s in ir.inputs if any(isinstance(d, str) for d in s.shape)}
+    fixed = {s.name: {d: sizes[d] for d in s.shape if isinstance(d, str) and d in sizes}
+             for s in ir.inputs if any(isinstance(d, str) and d in sizes for d in s.shape)}
     return Artifact(
         target=NAME, runtime=RUNTIME, path=path, files=[path], precision=options.precision,
         details={"converter": f"{converter} (executorch {version_of('executorch')})", "backend": opts.backend,
                  "delegated_partitions": info["delegates"], "portable_ops": info["operators"],
                  "methods": {"forward": "the inputs positionally in the contract's order, the outputs in its order",
                              NAMES[0]: in_names, NAMES[1]: out_names},
-                 "fixed_dims": fixed, "quantization": quantisation,
+                 "fixed_dims": fixed, "dims": dims_entry(ir, sizes, kept), "quantization": quantisation,
                  **({"kernel_fallback": screened.entry} if screened.entry else {}),
                  "validation": "ExecuTorch's runtime (executorch.runtime) runs `forward` on the inputs"
                                + ("" if reference is ir.reference else
@@ -164,13 +172,56 @@ def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [""])[0][:300]
 
 
-def _export(module, args):
+def _export(module, args, dynamic=None):
     import torch
 
     try:
-        return torch.export.export(module, args)
+        return torch.export.export(module, args, dynamic_shapes=dynamic)
     except Exception as e:
+        if dynamic is not None and _specialised(e):
+            raise UnsupportedError(f"the model cannot keep {_declared_text(dynamic)} dynamic in ExecuTorch: "
+                                   f"{type(e).__name__}: {_first_line(e)}",
+                                   hint="fix the dim with --dim NAME=N, or give bounds the model takes") from None
         raise UnsupportedError(f"torch.export could not export the model for ExecuTorch: {type(e).__name__}: {_first_line(e)}") from None
+
+
+def _specialised(e: BaseException) -> bool:
+    """torch.export's refusal of a declared dynamic dim (a guard that fixes or narrows it)."""
+    return type(e).__name__ in ("ConstraintViolationError", "UserError") or "Constraints violated" in str(e)
+
+
+def _declared_text(dynamic) -> str:
+    """The dims `dynamic` (export's dynamic_shapes, nested in a `*args` tuple or not) names."""
+    names: dict[str, None] = {}
+    stack = [dynamic]
+    while stack:
+        item = stack.pop(0)
+        if isinstance(item, (tuple, list)):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            names.update(dict.fromkeys(str(getattr(d, "__name__", d)) for d in item.values()))
+    return ", ".join(f"'{name}'" for name in names) or "the declared dims"
+
+
+def _dim_strings(ir: IRModel, kept: dict) -> tuple[list[str], ...]:
+    """The `input_dims` and `output_dims` constant methods: 'TENSOR:AXIS:DIM:MIN:MAX' per kept dim of
+    an input and of an output (whose size in the program's metadata is the upper bound); none
+    when no dim is kept."""
+    if not kept:
+        return ()
+    return tuple([f"{s.name}:{axis}:{d}:{kept[d].low}:{kept[d].high}"
+                  for s in specs for axis, d in enumerate(s.shape) if isinstance(d, str) and d in kept]
+                 for specs in (ir.inputs, ir.outputs))
+
+
+def _at_sample(ir: IRModel, reference, sizes: dict[str, int]) -> dict[str, int]:
+    """`sizes` with each kept dim at the size the reference's inputs have (calibration batches)."""
+    at = dict(sizes)
+    for s in ir.inputs:
+        for axis, d in enumerate(s.shape):
+            if isinstance(d, str):
+                at.setdefault(d, int(reference.inputs[s.name].shape[axis]))
+    return at
 
 
 def _calibration(ir: IRModel, options: EmitOptions, reference, sizes: dict[str, int]) -> list[dict[str, np.ndarray]]:
@@ -197,20 +248,20 @@ def _calibration(ir: IRModel, options: EmitOptions, reference, sizes: dict[str, 
     return sets[:CALIBRATION_SETS]
 
 
-def _quantise(module, args, sets: list[dict[str, np.ndarray]], names: list[str]):
+def _quantise(module, args, sets: list[dict[str, np.ndarray]], names: list[str], dynamic=None):
     """PT2E static int8 for XNNPACK: the module prepared with observers, run on `sets`, converted, exported again."""
     import torch
     from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
     try:
-        graph = torch.export.export(module, args).module()
+        graph = torch.export.export(module, args, dynamic_shapes=dynamic).module()
         quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
         prepared = prepare_pt2e(graph, quantizer)
         with torch.no_grad():
             for feeds in sets:
                 prepared(*[torch.from_numpy(np.ascontiguousarray(feeds[n])) for n in names])
-        return torch.export.export(convert_pt2e(prepared), args)
+        return torch.export.export(convert_pt2e(prepared), args, dynamic_shapes=dynamic)
     except (BadInputError, MemoryError):
         raise
     except Exception as e:
@@ -220,7 +271,8 @@ def _quantise(module, args, sets: list[dict[str, np.ndarray]], names: list[str])
 _NOT_CORE = re.compile(r"Operator (?:torch\._ops\.)?([\w.:]+) is not (?:in )?(?:Core ATen|Aten Canonical)")
 
 
-def _lower(program, backend: str, in_names: list[str], out_names: list[str], *, keep_out: tuple[str, ...] = ()):
+def _lower(program, backend: str, in_names: list[str], out_names: list[str], dims: list[str] = (), *,
+           keep_out: tuple[str, ...] = ()):
     """(the ExecuTorch program, {"delegates": N, "operators": the ops left to the runtime's kernels,
     "delegated_ops": the op types inside XNNPACK's partitions}); `keep_out`: op types
     ('aten.sqrt.default') XNNPACK's partitioner is not given (`executorch_kernel_fallback`)."""
@@ -235,7 +287,8 @@ def _lower(program, backend: str, in_names: list[str], out_names: list[str], *, 
         partitioner = [XnnpackPartitioner(configs=xnnpack_configs(keep_out)) if keep_out else XnnpackPartitioner()]
     try:
         edge = to_edge_transform_and_lower(program, partitioner=partitioner,
-                                           constant_methods={NAMES[0]: list(in_names), NAMES[1]: list(out_names)})
+                                           constant_methods={NAMES[0]: list(in_names), NAMES[1]: list(out_names),
+                                                             **dict(zip(DIMS, dims, strict=False))})
         et = edge.to_executorch()
     except Exception as e:
         text = str(e)

@@ -10,7 +10,9 @@ the contract's names (`tflite._name_io`: signature `serving_default`, I/O tensor
 litert-torch 0.10 converts with static shapes, so each dynamic dim is fixed (`emitters/fixed_dims.py`): at
 the size the user declared (`--dim`, `--data`, a zoo entry's or a `.pt2`'s own sample size), else a
 batch (a dynamic leading dim) at 1, what a caller of a one-sample file feeds, and any other dim at
-its sample size. The file is converted on the reference's inputs cut to those sizes and validated
+its sample size. A dim declared with bounds (`--dim batch=1..8`) is not fixed: the route refuses
+(exit 2 naming the dims; litert-torch's dynamic shapes fail on common ops, a Linear over a 3-D input
+among them), and the ONNX route keeps such dims dynamic where onnx2tf can. The file is converted on the reference's inputs cut to those sizes and validated
 against the source run on them (`reference_at`); the artifact's `fixed_dims`, the report's
 `contract_check` and a warning say which dims were fixed and at what size. It is an optional dependency, checked only when this route is
 taken (exit 5 naming the install when it is missing). What the route refuses before running: a
@@ -24,7 +26,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from modelport.emitters import Artifact, EmitOptions
-from modelport.emitters.fixed_dims import fixed_sizes, reference_at
+from modelport.emitters.fixed_dims import fixed_sizes, kept_bounds, reference_at
 from modelport.emitters.tf_model import Port
 from modelport.errors import BadInputError, UnsupportedError
 from modelport.ir import IRModel
@@ -109,6 +111,12 @@ def convert_module(model: IRModel, module, out_dir: Path, *, order: list[str] | 
     specs = {s.name: s for s in model.inputs + model.outputs}
     in_specs = [specs[n] for n in order] if order else list(model.inputs)
     out_specs = [specs[n] for n in outputs_order] if outputs_order else list(model.outputs)
+    declared = kept_bounds(model)
+    if declared:
+        raise UnsupportedError(f"{NAME} converts static shapes: it cannot keep "
+                               f"{', '.join(f'{d}={b}' for d, b in declared.items())} dynamic",
+                               hint="fix the dims with --dim NAME=N for this route, or take the onnx route (onnx2tf keeps "
+                                    "dynamic dims where the graph allows)")
     sizes = fixed_sizes(model)
     wide = any(s.dtype in ("int64", "float64", "uint64") for s in model.inputs + model.outputs)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -91,8 +91,13 @@ class ForwardRun:
         self.framework = ir.provenance.get("framework", "source")
         self.source_precision = ir.provenance.get("source_precision")
         self.companions = ir.provenance.get("companion_files") or []
+        from modelport.dims import declared
+
+        declared(ctx.request.options.dim_bounds, [s for p in parts.values() for s in p.inputs], path=spec.path)
         for pir in parts.values():
             pir.source = self.source_ref
+            symbolic = {d for s in pir.inputs for d in s.shape if isinstance(d, str)}
+            pir.dim_bounds = {d: b for d, b in ctx.request.options.dim_bounds.items() if d in symbolic}
         report.set_source(describe_source(self.src, ir))
         for part, pir in parts.items():
             given = list(spec.given)

@@ -26,6 +26,9 @@ def inspect_onnx(path: Path) -> dict:
     model = _parse(path)
     data_files = check_external_data(model, path.parent, path)
     inputs, outputs, _ = contract_from_onnx(model)
+    from modelport.contract_stamp import read_contract
+
+    declared = (read_contract(model) or {}).get("dims") or {}  # a modelport-written file's declared bounds
     ops = Counter((f"{n.domain}::{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type) for n in model.graph.node)
     params = sum(math.prod(t.dims) for t in iter_tensors(model.graph))
     return {
@@ -35,6 +38,9 @@ def inspect_onnx(path: Path) -> dict:
         "producer": f"{model.producer_name} {model.producer_version}".strip(),
         "inputs": [s.to_dict() for s in inputs],
         "outputs": [s.to_dict() for s in outputs],
+        **({"dynamic_dims": bounded} if (bounded := {s.name: {d: declared[d] for d in s.shape if isinstance(d, str) and d in declared}
+                                                     for s in inputs if any(isinstance(d, str) and d in declared for d in s.shape)})
+           else {}),
         "nodes": len(model.graph.node),
         "ops": dict(ops.most_common()),
         "parameters": int(params),
@@ -61,4 +67,28 @@ def inspect(path: str | Path) -> dict:
         raise BadInputError("no inspector for this kind of file", path=p, hint="known: " + ", ".join(INSPECTORS.suffixes))
     info = INSPECTORS.load(name)(p)
     info.setdefault("path", str(p))
+    add_dims(info)
     return info
+
+
+def add_dims(info: dict) -> None:
+    """Each input's and output's `dims`: per axis, fixed (its size), or dynamic under its name with
+    the bounds the file declares where it does (`dynamic_dims`: {input: {dim: form}}, a range or
+    enumerated sizes; an ExecuTorch program's, a Core ML package's flexible shapes, a stamped ONNX
+    contract's), else dynamic with no bounds."""
+    bounds = info.get("dynamic_dims") or {}
+    for kind in ("inputs", "outputs"):
+        for tensor in info.get(kind) or []:
+            shape = tensor.get("shape")
+            if not isinstance(shape, list):
+                continue
+            forms = []
+            for d in shape:
+                if isinstance(d, int) and d >= 0:
+                    forms.append({"kind": "fixed", "size": d})
+                else:
+                    name = d if isinstance(d, str) else None
+                    declared = next((per[name] for per in ([bounds.get(tensor.get("name"), {})] if kind == "inputs" else [])
+                                     + list(bounds.values()) if name in per), None)
+                    forms.append({"name": name, **(declared or {"kind": "dynamic"})})
+            tensor["dims"] = forms

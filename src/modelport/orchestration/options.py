@@ -48,6 +48,9 @@ class ConvertOptions:
     calibration: str | None = None  # .npz of named inputs or a folder of images (optimisation stage and emitters)
     accuracy_budget: str | None = None  # --accuracy-budget as written; the task reads it (precision passes, generation)
     sample_dims: dict[str, int] = field(default_factory=dict)
+    # dims declared a range or a list of sizes ({"batch": "1..8"}, or dims.DimSpec values): kept dynamic
+    # within them by the targets that can (modelport.dims)
+    dim_bounds: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
     data: str | Path | None = None  # --data: .npz of named sample inputs used instead of random ones
     values: list[str] | dict[str, float] = field(default_factory=list)  # --value NAME=V (or {NAME: V}): broadcast to that input
@@ -81,6 +84,7 @@ class ConvertOptions:
             self.arch_args = parse_arch_args(self.arch_args)
         if isinstance(self.targets, str):
             self.targets = [t.strip() for t in self.targets.split(",") if t.strip()]
+        self._declare_dims()
         if isinstance(self.optimize, str):
             self.optimize = OptimizeOptions(level=self.optimize)
         if self.task is not None:
@@ -95,6 +99,20 @@ class ConvertOptions:
         if o is not None and (o.precision != "fp32" or o.calibration or o.strict or o.allow_fallback):
             raise BadInputError("set precision, calibration, strict and allow_precision_fallback on ConvertOptions, "
                                 "not on its OptimizeOptions: they apply to every stage of the run")
+
+    def _declare_dims(self) -> None:
+        """`sample_dims` may hold the CLI's texts ("1..8", "128,256"): those move to `dim_bounds`, and
+        every range or list gets its sample size (`dims.DimSpec.sample`) unless one is given."""
+        from modelport.dims import as_dim_spec
+
+        bounds = {name: as_dim_spec(v) for name, v in self.dim_bounds.items()}
+        for name, value in list(self.sample_dims.items()):
+            if not isinstance(value, int):
+                spec = bounds.setdefault(name, as_dim_spec(value))
+                self.sample_dims[name] = spec.sample if spec.kind != "fixed" else spec.low
+        self.dim_bounds = {name: spec for name, spec in bounds.items() if spec.kind != "fixed"}
+        for name, spec in self.dim_bounds.items():
+            self.sample_dims.setdefault(name, spec.sample)
 
     @property
     def level(self) -> str | None:

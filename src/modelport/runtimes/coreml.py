@@ -39,6 +39,7 @@ META_PRECISION = "com.modelport.precision"
 META_NAMES = "com.modelport.io_names"
 META_DTYPES = "com.modelport.io_dtypes"
 META_CONTRACT = "com.modelport.contract"
+META_DIMS = "com.modelport.dims"  # {input: {axis: the contract's dim name}} for the flexible dims
 CANNOT_RUN = ("Core ML runs on macOS (and iOS) only; on {system} coremltools converts and reads models but cannot run them")
 # ArrayFeatureType.ArrayDataType names -> numpy dtype names
 ARRAY_DTYPES = {"FLOAT32": "float32", "FLOAT16": "float16", "DOUBLE": "float64", "INT32": "int32", "INT8": "int8"}
@@ -160,7 +161,29 @@ def _json_meta(spec, key: str) -> dict:
         return {}
 
 
-def _feature_spec(feature, name: str) -> TensorSpec:
+def flexible_dims(feature) -> dict[int, dict]:
+    """{axis: its form} for each dim of a multi-array feature that takes more than one size: a
+    `ct.RangeDim` ({"kind": "range", "min", "max"}; an unbounded top is max -1) or the sizes of
+    `ct.EnumeratedShapes` ({"kind": "sizes", "sizes"})."""
+    if feature.type.WhichOneof("Type") != "multiArrayType":
+        return {}
+    array = feature.type.multiArrayType
+    which = array.WhichOneof("ShapeFlexibility")
+    out: dict[int, dict] = {}
+    if which == "shapeRange":
+        for i, r in enumerate(array.shapeRange.sizeRanges):
+            if r.lowerBound != r.upperBound:
+                out[i] = {"kind": "range", "min": int(r.lowerBound), "max": int(r.upperBound)}
+    elif which == "enumeratedShapes":
+        shapes = [list(s.shape) for s in array.enumeratedShapes.shapes]
+        for i in range(len(shapes[0]) if shapes else 0):
+            sizes = sorted({int(s[i]) for s in shapes if i < len(s)})
+            if len(sizes) > 1:
+                out[i] = {"kind": "sizes", "sizes": sizes}
+    return out
+
+
+def _feature_spec(feature, name: str, dim_names: dict | None = None) -> TensorSpec:
     from coremltools.proto import FeatureTypes_pb2
 
     kind = feature.type.WhichOneof("Type")
@@ -169,19 +192,32 @@ def _feature_spec(feature, name: str) -> TensorSpec:
     array = feature.type.multiArrayType
     dtype = ARRAY_DTYPES.get(FeatureTypes_pb2.ArrayFeatureType.ArrayDataType.Name(array.dataType), "unknown")
     shape: list = [int(d) for d in array.shape]
-    ranges = array.shapeRange.sizeRanges if array.WhichOneof("ShapeFlexibility") == "shapeRange" else []
-    for i, r in enumerate(ranges):  # a ct.RangeDim: a dynamic dim
-        if r.lowerBound != r.upperBound and i < len(shape):
-            shape[i] = f"{name}_dim{i}"
+    for i in flexible_dims(feature):  # a flexible dim, under the contract's name where the package keeps it
+        if i < len(shape):
+            shape[i] = (dim_names or {}).get(str(i), f"{name}_dim{i}")
     return TensorSpec(name, dtype=dtype, shape=shape)
 
 
 def io_specs(spec) -> tuple[list[TensorSpec], list[TensorSpec]]:
     """(inputs, outputs) under the contract's names where the package records them."""
     names = {v: k for k, v in _json_meta(spec, META_NAMES).items()}  # feature name -> contract name
+    dims = _json_meta(spec, META_DIMS)
     d = spec.description
-    return ([_feature_spec(f, names.get(f.name, f.name)) for f in d.input],
+    return ([_feature_spec(f, names.get(f.name, f.name), dims.get(names.get(f.name, f.name))) for f in d.input],
             [_feature_spec(f, names.get(f.name, f.name)) for f in d.output])
+
+
+def input_dims(spec) -> dict[str, dict[str, dict]]:
+    """Per input, each flexible dim's form (`flexible_dims`) under the contract's dim name."""
+    names = {v: k for k, v in _json_meta(spec, META_NAMES).items()}
+    dims = _json_meta(spec, META_DIMS)
+    out = {}
+    for f in spec.description.input:
+        name = names.get(f.name, f.name)
+        forms = {dims.get(name, {}).get(str(i), f"{name}_dim{i}"): form for i, form in flexible_dims(f).items()}
+        if forms:
+            out[name] = forms
+    return out
 
 
 def _main_block(spec):
@@ -249,7 +285,7 @@ class CoreMLRunner(Runner):
     def describe(self) -> dict:
         return {"cannot_run": self.cannot_run(), "spec_version": int(self.spec.specificationVersion),
                 "model_type": self.spec.WhichOneof("Type"), "compute_precision": compute_precision(self.spec),
-                "io_dtypes": self.io_dtypes(), "io_names": dict(self.names)}
+                "io_dtypes": self.io_dtypes(), "io_names": dict(self.names), "dims": input_dims(self.spec)}
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if self.cannot_run():
@@ -291,6 +327,7 @@ def inspect_mlpackage(path: str | Path) -> dict:
         "precision": compute_precision(spec),
         "inputs": [s.to_dict() for s in inputs],
         "outputs": [s.to_dict() for s in outputs],
+        **({"dynamic_dims": input_dims(spec)} if input_dims(spec) else {}),
         "nodes": sum(n for op, n in ops.items() if op != "const"),
         "ops": dict(ops.most_common()),
         "metadata": meta,

@@ -4,7 +4,9 @@ The program's `forward` takes its inputs positionally. A program modelport wrote
 its outputs) in two constant methods, `input_names` and `output_names` (`emitters/executorch.py`);
 feeds are matched by those names, and another program's inputs are `input_0`, `input_1`, ...
 (outputs `output_0`, ...), matched by name and otherwise by position. Shapes and dtypes come from
-the method's metadata (ExecuTorch programs have static shapes).
+the method's metadata: static shapes, or for a dim the program keeps dynamic (the constant method
+`input_dims`, 'INPUT:AXIS:DIM:MIN:MAX' each; `output_dims` for the outputs) its upper bound there, which the runner describes as
+the named dim and takes any size of within its bounds.
 
 `open_pte(path)` is `validate`'s opener (the file's identifier checked here, then loaded and run in a
 child process), `inspect_pte(path)` `inspect`'s description of a file.
@@ -23,6 +25,7 @@ from modelport.runtimes.base import Runner
 IDENTIFIER = b"ET"  # bytes 4..6 of a .pte flatbuffer ("ET12", ...)
 METHOD = "forward"
 NAMES = ("input_names", "output_names")
+DIMS = ("input_dims", "output_dims")
 # ExecuTorch ScalarType codes (c10's numbering) -> numpy dtype names
 SCALAR_TYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "float16", 6: "float32", 7: "float64",
                 11: "bool", 15: "bfloat16"}
@@ -63,6 +66,22 @@ def _tensor_specs(meta, count: int, which: str, names: list[str]) -> list[Tensor
     return specs
 
 
+def _bounds(texts) -> dict[tuple[str, int], tuple[str, int, int]]:
+    """{(tensor, axis): (dim, min, max)} from a program's 'TENSOR:AXIS:DIM:MIN:MAX' strings."""
+    out = {}
+    for text in texts or []:
+        parts = str(text).rsplit(":", 4)
+        if len(parts) == 5 and parts[1].isdigit() and parts[3].isdigit() and parts[4].isdigit():
+            out[(parts[0], int(parts[1]))] = (parts[2], int(parts[3]), int(parts[4]))
+    return out
+
+
+def _named(specs: list[TensorSpec], bounds: dict) -> list[TensorSpec]:
+    """`specs` with each dim the program keeps dynamic named as the contract names it."""
+    return [TensorSpec(s.name, s.dtype, [bounds[(s.name, i)][0] if (s.name, i) in bounds else d for i, d in enumerate(s.shape)],
+                       scalar=s.scalar) for s in specs]
+
+
 class ExecuTorchRunner(Runner):
     name = "executorch"
     imports = ("executorch", "torch")
@@ -90,6 +109,9 @@ class ExecuTorchRunner(Runner):
                                 f"{self.n_in} and gives {self.n_out}", path=self.path)
         self._inputs = _tensor_specs(meta, self.n_in, "input", in_names)
         self._outputs = _tensor_specs(meta, self.n_out, "output", out_names)
+        self.bounds = _bounds(self._names(DIMS[0]))  # (input, axis) -> (dim, min, max)
+        self._described = _named(self._inputs, self.bounds)
+        self._outputs_described = _named(self._outputs, _bounds(self._names(DIMS[1])))
 
     def _names(self, method: str) -> list[str] | None:
         if method not in self.methods:
@@ -98,14 +120,32 @@ class ExecuTorchRunner(Runner):
         return [str(n) for n in names] if isinstance(names, (list, tuple)) else None
 
     def input_specs(self) -> list[TensorSpec]:
-        return list(self._inputs)
+        return list(self._described)
 
     def output_specs(self) -> list[TensorSpec]:
-        return list(self._outputs)
+        return list(self._outputs_described)
 
     def describe(self) -> dict:
-        return {"methods": self.methods, "inputs": [s.to_dict() for s in self._inputs],
-                "outputs": [s.to_dict() for s in self._outputs]}
+        dims: dict[str, dict] = {}
+        for (name, _axis), (d, lo, hi) in self.bounds.items():
+            dims.setdefault(name, {})[d] = {"kind": "range", "min": lo, "max": hi}
+        return {"methods": self.methods, "inputs": [s.to_dict() for s in self._described], **({"dynamic_dims": dims} if dims else {}),
+                "outputs": [s.to_dict() for s in self._outputs_described]}
+
+    def _fits(self, spec: TensorSpec, shape) -> bool:
+        if len(shape) != len(spec.shape):
+            return False
+        for axis, (want, got) in enumerate(zip(spec.shape, shape, strict=True)):
+            bound = self.bounds.get((spec.name, axis))
+            if not (bound[1] <= got <= bound[2] if bound else got == want):
+                return False
+        return True
+
+    def _shape_text(self, spec: TensorSpec) -> str:
+        if not any((spec.name, i) in self.bounds for i in range(len(spec.shape))):
+            return f"{spec.shape}"
+        return "[" + ", ".join(f"{b[0]} in {b[1]}..{b[2]}" if (b := self.bounds.get((spec.name, i))) else str(d)
+                               for i, d in enumerate(spec.shape)) + "]"
 
     def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         import torch
@@ -120,9 +160,10 @@ class ExecuTorchRunner(Runner):
         args = []
         for spec, a in zip(self._inputs, arrays, strict=True):
             a = np.asarray(a)
-            if list(a.shape) != spec.shape:
-                raise BadInputError(f"input '{spec.name}' is fixed at the shape {spec.shape} in this program; fed {list(a.shape)}",
-                                    path=self.path)
+            if not self._fits(spec, a.shape):
+                kept = any((spec.name, i) in self.bounds for i in range(len(spec.shape)))
+                raise BadInputError(f"input '{spec.name}' {'takes' if kept else 'is fixed at'} the shape {self._shape_text(spec)} "
+                                    f"in this program; fed {list(a.shape)}", path=self.path)
             args.append(torch.from_numpy(np.ascontiguousarray(a.astype(spec.dtype, copy=False))))
         outs = self.method.execute(args)
         return {s.name: np.asarray(o.detach().numpy() if hasattr(o, "detach") else o).copy()
@@ -135,4 +176,5 @@ def inspect_pte(path: str | Path) -> dict:
     runner = open_pte(path)
     info = runner.describe()
     return {"format": "executorch", "methods": info["methods"], "inputs": info["inputs"], "outputs": info["outputs"],
+            **({"dynamic_dims": info["dynamic_dims"]} if info.get("dynamic_dims") else {}),
             "files": [str(path)], "size": path.stat().st_size}

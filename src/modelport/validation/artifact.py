@@ -88,7 +88,7 @@ def validate_artifact(artifact, ir: IRModel, judging: Judging) -> ArtifactCheck:
     result = ArtifactCheck()
     if not artifact.runner:  # judged by other means (an ort-genai folder, by generation)
         return result
-    with ir.weights_parked():  # the child's runtime loads the artifact; this process needs only the references
+    with ir.weights_parked() as parked:  # the child's runtime loads the artifact; this process needs only the references
         runner = artifact_runner(artifact)
         if judging.check_io:
             result.entry["contract_check"] = check_contract(runner, ir, artifact)
@@ -102,11 +102,15 @@ def validate_artifact(artifact, ir: IRModel, judging: Judging) -> ArtifactCheck:
             result.entry["validated_with"] = runner.ran_in()
         if runner.capabilities.plain_load:
             result.entry.update(_plain_load(artifact, runner, reference, judging))
+        sized = _at_sizes(result, runner, artifact, ir, parked, judging) if result.parity.ok else None
     if not result.parity.ok:
         try:
             result.parity.raise_if_failed(path=judging.out)
         except ValidationError as e:
             result.failure = e
+        return result
+    if sized is not None:
+        result.failure = sized
         return result
     if runner.capabilities.plain_load:
         warning = runner.plain_load_warning(artifact.target, {**artifact.to_dict(judging.root), **result.entry})
@@ -117,6 +121,31 @@ def validate_artifact(artifact, ir: IRModel, judging: Judging) -> ArtifactCheck:
             result.warnings.append(warning)
     _warn_fixed(result, artifact.target)
     return result
+
+
+def _at_sizes(result: ArtifactCheck, runner, artifact, ir: IRModel, parked, judging: Judging):
+    """The artifact at the sizes of the declared dims it keeps dynamic (`dim_sizes.py`): rows in its
+    entry (`sizes`, and `sizes_capped` where memory capped the largest); the failure, or None."""
+    from modelport.validation.dim_sizes import check_sizes, kept_dims
+
+    kept = kept_dims(artifact, ir)
+    if not kept or ir.reference is None:
+        return None
+    seed = getattr(getattr(ir.source, "spec", None), "seed", 0) or 0
+    rows, note, failure = check_sizes(runner, ir, parked or ir.model, kept, judging.tolerance, judging.hop, seed=seed)
+    if "dims" not in artifact.details:  # a target that keeps every dim as the IR has it
+        from modelport.dims import input_dims
+
+        result.entry["dims"] = input_dims(ir.inputs, kept, {})
+    result.entry["sizes"] = rows
+    if note:
+        result.entry["sizes_capped"] = note
+        result.warnings.append(f"{artifact.target}: checked at {note['capped_at']} at most, not at {note['largest']}: "
+                               f"about {note['estimate_bytes'] >> 20} MiB of inputs and outputs there, over the "
+                               f"{note['cap_bytes'] >> 20} MiB a check run may hold")
+    if failure is not None:
+        failure.path = str(judging.out) if judging.out else None
+    return failure
 
 
 def _plain_load(artifact, runner, reference, judging: Judging) -> dict:
