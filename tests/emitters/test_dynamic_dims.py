@@ -11,8 +11,6 @@ import pytest
 
 from modelport.orchestration import ConvertOptions, convert
 
-pytest.importorskip("executorch")
-
 
 def _artifact(report: dict, target: str) -> dict:
     return next(a for a in report["artifacts"] if a["target"] == target)
@@ -54,7 +52,6 @@ class Encoder:
 
 @pytest.fixture(scope="module")
 def cnn_out(cnn, tmp_path_factory):
-    pytest.importorskip("coremltools")
     out = tmp_path_factory.mktemp("dyn_cnn") / "out"
     report = convert(cnn, out, ConvertOptions(targets=["onnx", "executorch", "coreml", "tflite", "tfjs"],
                                               inputs=["pixels:batch,3,16,16"], output_names=["logits"],
@@ -115,7 +112,6 @@ def test_inspect_shows_the_bounds_of_each_format(cnn_out, cli):
 
 @pytest.fixture(scope="module")
 def encoder_out(tmp_path_factory):
-    pytest.importorskip("coremltools")
     out = tmp_path_factory.mktemp("dyn_encoder") / "out"
     report = convert(Encoder.build(), out, ConvertOptions(targets=["executorch", "coreml"], inputs=["ids:batch,seq:int64"],
                                                           sample_dims={"batch": "1..4", "seq": "4..16"}))
@@ -140,7 +136,6 @@ def test_a_transformer_encoder_keeps_batch_and_sequence(encoder_out):
 
 
 def test_listed_sizes_are_core_ml_enumerated_shapes(tmp_path):
-    pytest.importorskip("coremltools")
     import coremltools as ct
 
     report = convert(Encoder.build(), tmp_path / "out", ConvertOptions(targets=["coreml"], inputs=["ids:1,seq:int64"],

@@ -297,7 +297,8 @@ class PositionalLM(torch.nn.Module):
 def test_a_positionally_exported_gpt2_gets_ids_and_a_mask_from_its_graph(tmp_path, cli):
     """args_0 feeds the embedding Gather (ids in [0, vocab)), args_1 is cast to bool (a mask: ones).
     By name alone args_1 took integers 0..9, masking whole rows: exit 4 on `random-3`, max abs 0.05."""
-    transformers = pytest.importorskip("transformers")
+    import transformers
+
     torch.manual_seed(0)
     cfg = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=64)
     lm = PositionalLM(transformers.GPT2LMHeadModel(cfg).eval())
