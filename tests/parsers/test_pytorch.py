@@ -234,8 +234,13 @@ def test_inspect_pt2_shows_the_contract(cli, masked_pt2):
     r = cli("inspect", masked_pt2, "--json")
     assert r.exit_code == 0, r
     info = r.json()
-    assert info["inputs"] == [{"name": "x", "dtype": "float32", "shape": ["batch", "x_dim1", 8]},
-                              {"name": "mask", "dtype": "int64", "shape": ["batch", "x_dim1"]}]
+    batch, length = ({"name": "batch", "kind": "range", "min": 1, "max": 64},
+                     {"name": "x_dim1", "kind": "range", "min": 3, "max": 512})  # the program's range constraints
+    assert info["inputs"] == [{"name": "x", "dtype": "float32", "shape": ["batch", "x_dim1", 8],
+                               "dims": [batch, length, {"kind": "fixed", "size": 8}]},
+                              {"name": "mask", "dtype": "int64", "shape": ["batch", "x_dim1"], "dims": [batch, length]}]
+    assert info["dynamic_dims"]["x"] == {"batch": {"kind": "range", "min": 1, "max": 64},
+                                         "x_dim1": {"kind": "range", "min": 3, "max": 512}}
     assert [(o["dtype"], o["shape"]) for o in info["outputs"]] == [("float32", ["batch", 4]), ("float32", ["batch", "x_dim1", 8])]
 
 

@@ -328,7 +328,14 @@ def inspect(path: Path) -> dict:
     info: dict = {"format": fmt, "size": path.stat().st_size}
     if fmt == "exported_program":
         ep = load_exported(path)
-        info["inputs"] = [{"name": s.name, "dtype": s.dtype, "shape": list(s.shape)} for s in exported_program_specs(ep)[0]]
+        specs, _, ranges = exported_program_specs(ep)
+        info["inputs"] = [{"name": s.name, "dtype": s.dtype, "shape": list(s.shape)} for s in specs]
+        # the program's range constraints: a dim bounded above is a range (`inspect` shows it, orchestration/inspect.add_dims)
+        bounded = {s.name: {d: {"kind": "range", "min": max(ranges[d][0], 0), "max": ranges[d][1]}
+                            for d in s.shape if isinstance(d, str) and ranges.get(d, (0, None))[1] is not None}
+                   for s in specs}
+        if any(bounded.values()):
+            info["dynamic_dims"] = {name: dims for name, dims in bounded.items() if dims}
         info["outputs"] = exported_outputs(ep)
         info["ops"] = dict(sorted(_ep_ops(ep).items(), key=lambda kv: -kv[1]))
         info["parameters"] = int(sum(p.numel() for p in ep.state_dict.values()))
