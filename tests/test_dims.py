@@ -59,6 +59,9 @@ def test_the_python_api_takes_the_cli_texts():
     assert o.dim_bounds == {"batch": DimSpec(1, 8), "seq": DimSpec(128, 256, (128, 256))}
     o = ConvertOptions(dim_bounds={"batch": "1..4"})
     assert o.sample_dims == {"batch": 2}
+    assert ConvertOptions(sample_dims={"batch": 3}, dim_bounds={"batch": "1..4"}).sample_dims == {"batch": 3}
+    with pytest.raises(BadInputError, match=r"batch=16 is outside the sizes declared for it \(1..4\)"):
+        ConvertOptions(sample_dims={"batch": 16}, dim_bounds={"batch": "1..4"})
 
 
 def test_input_dims_say_kept_fixed_or_dynamic():

@@ -112,7 +112,10 @@ class ConvertOptions:
                 self.sample_dims[name] = spec.sample if spec.kind != "fixed" else spec.low
         self.dim_bounds = {name: spec for name, spec in bounds.items() if spec.kind != "fixed"}
         for name, spec in self.dim_bounds.items():
-            self.sample_dims.setdefault(name, spec.sample)
+            size = self.sample_dims.setdefault(name, spec.sample)
+            if not spec.contains(size):
+                raise BadInputError(f"the sample size {name}={size} is outside the sizes declared for it ({spec})",
+                                    hint="sample inside the declared sizes, or leave the sample size to the bounds")
 
     @property
     def level(self) -> str | None:
