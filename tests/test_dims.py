@@ -87,3 +87,24 @@ def test_the_largest_size_is_capped_by_the_memory_estimate_and_said():
     at, note = points(ir, ir.dim_bounds, cap=8 << 20)  # halved until the estimate fits: 1024 rows, 8 MiB
     assert at == [{"batch": 1}, {"batch": 512}, {"batch": 1024}]
     assert note == {"capped_at": {"batch": 1024}, "largest": {"batch": 4096}, "estimate_bytes": 32 << 20, "cap_bytes": 8 << 20}
+
+
+def test_an_artifact_in_another_layout_is_not_fed_the_contract_s():
+    """A channels-last TFLite file takes [n, 8, 8, 3] where the contract has [batch, 3, 8, 8]: the
+    sizes are then not checked (said in the entry), where a cut to other sizes is still its layout."""
+    from pathlib import Path
+
+    from modelport.artifact import Artifact
+    from modelport.validation.dim_sizes import other_layout
+
+    zeros = np.zeros
+    ir = IRModel(model=None, inputs=[TensorSpec("x", "float32", ["batch", 3, 8, 8])],
+                 outputs=[TensorSpec("y", "float32", ["batch", 4])],
+                 reference=Reference({"x": zeros((2, 3, 8, 8))}, {"y": zeros((2, 4))}))
+    art = Artifact("tflite", "tflite", Path("model.tflite"), [],
+                   reference=Reference({"x": zeros((2, 8, 8, 3))}, {"y": zeros((2, 4))}))
+    assert other_layout(art, ir) == ["x"]
+    art.reference = Reference({"x": zeros((1, 3, 8, 8))}, {"y": zeros((1, 4))})
+    assert other_layout(art, ir) == []
+    art.reference = None
+    assert other_layout(art, ir) == []

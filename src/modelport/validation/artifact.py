@@ -126,10 +126,16 @@ def validate_artifact(artifact, ir: IRModel, judging: Judging) -> ArtifactCheck:
 def _at_sizes(result: ArtifactCheck, runner, artifact, ir: IRModel, parked, judging: Judging):
     """The artifact at the sizes of the declared dims it keeps dynamic (`dim_sizes.py`): rows in its
     entry (`sizes`, and `sizes_capped` where memory capped the largest); the failure, or None."""
-    from modelport.validation.dim_sizes import check_sizes, kept_dims
+    from modelport.validation.dim_sizes import check_sizes, kept_dims, other_layout
 
     kept = kept_dims(artifact, ir)
     if not kept or ir.reference is None:
+        return None
+    moved = other_layout(artifact, ir)
+    if moved:
+        result.entry["sizes"] = f"not checked: {', '.join(moved)} in another layout than the contract's"
+        result.warnings.append(f"{artifact.target}: the declared dims were checked at the sample size only: "
+                               f"{', '.join(moved)} in another layout than the contract's")
         return None
     seed = getattr(getattr(ir.source, "spec", None), "seed", 0) or 0
     rows, note, failure = check_sizes(runner, ir, parked or ir.model, kept, judging.tolerance, judging.hop, seed=seed)

@@ -40,6 +40,23 @@ def kept_dims(artifact, ir) -> dict:
     return {d: b for d, b in bounds.items() if d not in fixed}
 
 
+def other_layout(artifact, ir) -> list[str]:
+    """The tensors the artifact takes or gives in another layout than the contract's (its own
+    reference, `Artifact.reference`, has a fixed dim of the contract elsewhere: a channels-last
+    TFLite file): the IR's inputs at other sizes are not its inputs."""
+    ref = artifact.reference
+    if ref is None:
+        return []
+    moved = []
+    for specs, arrays in ((ir.inputs, ref.inputs), (ir.outputs, ref.outputs)):
+        for s in specs:
+            shape = np.shape(arrays[s.name]) if s.name in arrays else None
+            if shape is not None and (len(shape) != len(s.shape)
+                                      or any(isinstance(d, int) and d != n for d, n in zip(s.shape, shape, strict=True))):
+                moved.append(s.name)
+    return moved
+
+
 def _sample_sizes(ir, kept: dict) -> dict[str, int]:
     """The size each kept dim has in the reference's first sample set."""
     sizes = {}
