@@ -407,12 +407,19 @@ def markdown(rows: list[dict], route_names: list[str], seconds: float | None, co
         "",
         "## Summary per route",
         "",
-        "| route | ok |",
-        "| --- | --- |",
+        "The last column says how each target keeps a dim declared with bounds or sizes (`--dim batch=1..8`,",
+        "`--dim seq=128,256,512`; its descriptor's `dims`, `docs/dynamic_shapes.md`); its artifacts are run at the",
+        "smallest, a middle and the largest size.",
+        "",
+        "| route | ok | dims kept dynamic |",
+        "| --- | --- | --- |",
     ]
+    from modelport.targets import TARGETS
+
     for r in route_names:
         got = [row for row in rows if row["route"] == r]
-        lines.append(f"| {r} | {sum(row['exit'] == 0 for row in got)} / {len(got)} |")
+        kept = TARGETS[r].dims if r in TARGETS else ""
+        lines.append(f"| {r} | {sum(row['exit'] == 0 for row in got)} / {len(got)} | {kept or '–'} |")
     quick = {m.name for m in CORPUS if m.quick}
     lines += ["", "## Results", "", "| model | " + " | ".join(route_names) + " |", "| --- |" + " --- |" * len(route_names)]
     for m in models:

@@ -64,6 +64,7 @@ class Target:
     onnx_route: bool = True  # False: reached by its native routes only
     bench: bool = True  # `bench` opens its files (by suffixes, with `runner`)
     runs_on: tuple[str, ...] | None = None  # the systems (sys.platform) its artifacts run on; None: any
+    dims: str = ""  # how its artifacts keep dims declared with --dim bounds, in words (docs/dynamic_shapes.md, coverage)
 
     @property
     def is_target(self) -> bool:
@@ -82,10 +83,12 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("onnx", "ONNX", "modelport.emitters.onnx", runtime="onnxruntime", runner=f"{_ORT}:OnnxRuntimeRunner",
            opener=f"{_ORT}:open_onnx_file", inspector="modelport.orchestration.inspect:inspect_onnx", suffixes=(".onnx",),
            file="model.onnx", artifact="an ONNX model (.onnx)", precisions=("fp32", "fp16", "int8"),
-           tasks={"text-generation": _GENERATION}, precision_stage="optimize", needs=("onnx", "onnxruntime")),
+           tasks={"text-generation": _GENERATION}, precision_stage="optimize", needs=("onnx", "onnxruntime"),
+           dims="symbolic in the graph"),
     Target("pytorch", "PyTorch code", "modelport.emitters.pytorch_code", runtime="torch_source",
            runner="modelport.runtimes.torch_source:TorchSourceRunner", file="pytorch/model.py", artifact="PyTorch code",
-           needs=("torch", "safetensors")),
+           needs=("torch", "safetensors"),
+           dims="symbolic (the module takes any size)"),
     Target("tflite", "TFLite", "modelport.emitters.tflite", runtime="tflite", runner="modelport.runtimes.tflite:TFLiteRunner",
            opener="modelport.runtimes.tflite:open_untrusted", inspector="modelport.parsers.tflite:inspect",
            suffixes=(".tflite",), file="model.tflite", artifact="a TFLite flatbuffer (.tflite)",
@@ -94,16 +97,19 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            options="modelport.emitters.tflite_options:TFLiteOptions",
            native={"keras": _TF_NATIVE, "savedmodel": _TF_NATIVE, "pytorch": "modelport.emitters.tflite_torch",
                    "onnx": _TFL_CODE, "graphdef": _TFL_CODE, "huggingface": _TFL_CODE,
-                   "tflite": "modelport.emitters.tflite_copy"}),
+                   "tflite": "modelport.emitters.tflite_copy"},
+           dims="-1 in the signature (onnx2tf); one signature per listed size (litert-torch)"),
     Target("tensorrt", "TensorRT", "modelport.emitters.tensorrt", aliases=("trt",), runtime="tensorrt",
            runner="modelport.runtimes.tensorrt:TensorRTRunner", opener="modelport.runtimes.tensorrt:open_engine",
            inspector="modelport.runtimes.tensorrt:engine_info", suffixes=(".plan", ".engine"), file="model.plan",
            artifact="a TensorRT engine", precisions=("fp32", "fp16", "best"), judged_as={"best": "fp16"},
            refused={"int8": "TensorRT INT8 needs an explicitly quantized (Q/DQ) model"}, needs=("tensorrt", "torch"),
-           extras={"tensorrt": "tensorrt"}, gpu=True, options="modelport.emitters.tensorrt_options:TensorRTOptions"),
+           extras={"tensorrt": "tensorrt"}, gpu=True, options="modelport.emitters.tensorrt_options:TensorRTOptions",
+           dims="an optimisation profile (min, opt, max)"),
     Target("ort", "ORT format", "modelport.emitters.ort", runtime="onnxruntime", runner=f"{_ORT}:OnnxRuntimeRunner",
            opener=f"{_ORT}:OnnxRuntimeRunner", suffixes=(".ort",), file="model.ort", artifact="an ORT-format model (.ort)",
-           precisions=("fp32", "fp16", "int8"), precision_stage="optimize", needs=("onnx", "onnxruntime")),
+           precisions=("fp32", "fp16", "int8"), precision_stage="optimize", needs=("onnx", "onnxruntime"),
+           dims="symbolic in the graph"),
     Target("ort-genai", "onnxruntime-genai", "modelport.emitters.ort_genai", runtime="onnxruntime-genai",
            runner="modelport.runtimes.ort_genai:OrtGenAIRunner", precisions=(), tasks={"text-generation": _GENERATION}, precision_stage="optimize", bench=False),
     Target("savedmodel", "SavedModel", "modelport.emitters.savedmodel", aliases=("tensorflow", "tf", "saved_model", "keras"),
@@ -113,7 +119,8 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            runner="modelport.runtimes.openvino:OpenVINORunner", opener="modelport.runtimes.openvino:open_ir",
            inspector="modelport.runtimes.openvino:inspect_ir", suffixes=(".xml",), file="model.xml",
            artifact="OpenVINO IR (model.xml + model.bin)", precisions=("fp32", "fp16", "bf16", "int8"), needs=("openvino",),
-           extras={"openvino": "openvino", "nncf": "openvino"}, options="modelport.emitters.openvino_options:OpenVINOOptions"),
+           extras={"openvino": "openvino", "nncf": "openvino"}, options="modelport.emitters.openvino_options:OpenVINOOptions",
+           dims="symbolic in the IR"),
     Target("tfjs", "TF.js", "modelport.emitters.tfjs", aliases=("tensorflowjs", "tensorflow.js"), runtime="tfjs",
            runner="modelport.runtimes.tfjs:TFJSRunner", opener="modelport.runtimes.tfjs:open_model_json",
            inspector="modelport.runtimes.tfjs:inspect_model_json", suffixes=("model.json", "/model.json"), file="tfjs/model.json",
@@ -121,19 +128,22 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            needs=("tensorflow", "onnx2tf", "modelport.runtimes.tfjs:missing"),
            extras={"onnx2tf": "tf", "onnx_graphsurgeon": "tf"},
            native={"keras": "modelport.emitters.tfjs_tf", "savedmodel": "modelport.emitters.tfjs_tf"},
-           bench=False),  # each run is a fresh Node.js process: no steady-state latency to time
+           bench=False,
+           dims="-1 in the graph model (onnx2tf)"),  # each run is a fresh Node.js process: no steady-state latency to time
     Target("executorch", "ExecuTorch", "modelport.emitters.executorch", aliases=("pte",), runtime="executorch",
            runner="modelport.runtimes.executorch:ExecuTorchRunner", opener="modelport.runtimes.executorch:open_pte",
            inspector="modelport.runtimes.executorch:inspect_pte", suffixes=(".pte",), file="model.pte",
            artifact="an ExecuTorch program (.pte)", precisions=("fp32", "int8"), needs=("executorch", "torch"),
            extras={"executorch": "executorch"}, options="modelport.emitters.executorch_options:ExecuTorchOptions",
-           native={"pytorch": "modelport.emitters.executorch_torch"}),
+           native={"pytorch": "modelport.emitters.executorch_torch"},
+           dims="bounded: torch.export Dim(min, max)"),
     Target("coreml", "Core ML", "modelport.emitters.coreml", runtime="coreml", runner="modelport.runtimes.coreml:CoreMLRunner",
            opener="modelport.runtimes.coreml:open_mlpackage", inspector="modelport.runtimes.coreml:inspect_mlpackage",
            suffixes=(".mlpackage", "/Manifest.json"), file="model.mlpackage", artifact="a Core ML package (.mlpackage)",
            precisions=("fp16", "fp32"), needs=("coremltools", "torch"), extras={"coremltools": "coreml"},
            options="modelport.emitters.coreml_options:CoreMLOptions", native={"pytorch": "modelport.emitters.coreml_torch"},
-           bench=False, runs_on=("darwin",)),
+           bench=False, runs_on=("darwin",),
+           dims="flexible: RangeDim, or EnumeratedShapes for listed sizes"),
     # artifact formats that are no --to target: packagers read them from a convert folder
     Target("torchscript", "TorchScript", file="model.pt", artifact="a TorchScript model.pt", bench=False),
 )}

@@ -148,6 +148,45 @@ def test_listed_sizes_are_core_ml_enumerated_shapes(tmp_path):
     assert json.loads(meta["com.modelport.dims"]) == {"ids": {"1": "seq"}}
 
 
+def test_listed_sizes_are_one_tflite_signature_each_run_in_litert(tmp_path, cli):
+    """litert-torch traces static shapes: listed sizes become one signature per size in one file,
+    each run in LiteRT at its size; the runner picks the signature whose shapes take the feeds, and
+    `inspect` names the dims from the keys."""
+    import torch
+
+    from modelport.runtimes.tflite import TFLiteRunner
+
+    out = tmp_path / "out"
+    module = Encoder.build()
+    report = convert(module, out, ConvertOptions(targets=["tflite"], route="native", inputs=["ids:batch,seq:int64"],
+                                                 sample_dims={"batch": "1,2", "seq": "4,8,16"}))
+    art = _artifact(report, "tflite")
+    assert art["route"] == "native"
+    want = {"ids": {"batch": {"kind": "sizes", "sizes": [1, 2]}, "seq": {"kind": "sizes", "sizes": [4, 8, 16]}}}
+    assert art["dims"] == want and not art["fixed_dims"] and not art["contract_check"]["fixed_dims"]
+    keys = [s["key"] for s in art["signatures"]]
+    assert keys[0] == "batch_2_seq_4" and sorted(keys) == sorted(f"batch_{b}_seq_{n}" for b in (1, 2) for n in (4, 8, 16))
+    assert _sizes(art) == [{"batch": 1, "seq": 4}, {"batch": 2, "seq": 8}, {"batch": 2, "seq": 16}]
+    assert all(row["ok"] and row["cosine"] > 0.9999 for row in art["sizes"]), art["sizes"]
+    assert not [w for w in report["warnings"] if "fixes dynamic dims" in w]
+
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(str(out / "model.tflite"))  # as a LiteRT user calls it: by the signature's key
+    assert set(interpreter.get_signature_list()) == {*keys, "serving_default"}
+    for b, n in ((1, 4), (1, 16), (2, 8)):
+        ids = np.random.default_rng(n).integers(0, 50, (b, n))
+        got = interpreter.get_signature_runner(f"batch_{b}_seq_{n}")(ids=ids)["output"]
+        np.testing.assert_allclose(got, module(torch.from_numpy(ids)).detach().numpy(), atol=1e-4)
+    runner = TFLiteRunner(out / "model.tflite", signature="serving_default")
+    assert runner.run({"ids": np.zeros((1, 16), np.int64)})["output"].shape == (1, 16, 3)
+    r = cli("inspect", out / "model.tflite")
+    assert "batch{1,2},seq{4,8,16}" in r.stdout, r.stdout
+    r = cli("inspect", out / "model.tflite", "--json")
+    assert r.json()["inputs"][0]["dims"][1] == {"name": "seq", "kind": "sizes", "sizes": [4, 8, 16]}
+    assert r.json()["outputs"][0]["dims"][2] == {"kind": "fixed", "size": 3}
+
+
 def test_a_route_that_cannot_keep_a_declared_dim_is_exit_2_naming_it(tmp_path, cli):
     """litert-torch converts static shapes: asked to keep `seq` within bounds it refuses, naming the
     dim, instead of fixing it silently."""

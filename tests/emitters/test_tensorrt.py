@@ -79,6 +79,18 @@ def test_profiles_derived_from_the_contract(cnn_ir):
     assert p.min == [1, 3, 32, 32] and p.opt == [batch, 3, 32, 32] and p.max == [max(4 * batch, 8), 3, 32, 32]
 
 
+def test_a_declared_range_is_the_profile(cnn_ir):
+    """--dim batch=2..16: the optimisation profile spans the declared bounds, optimised at the sample."""
+    from dataclasses import replace
+
+    from modelport.dims import parse_dims
+
+    ir = replace(cnn_ir, dim_bounds=parse_dims(["batch=2..16"]))
+    p = trt_plan.make_plan(ir, "fp32").profiles[0]
+    batch = cnn_ir.reference.inputs["x"].shape[0]
+    assert (p.source, p.min, p.opt, p.max) == ("declared", [2, 3, 32, 32], [batch, 3, 32, 32], [16, 3, 32, 32])
+
+
 def test_profile_names_are_checked_against_real_inputs(cnn_ir):
     with pytest.raises(BadInputError, match=r"\['input'\] are not inputs of the model; its inputs are \['x'\]"):
         trt_plan.make_plan(cnn_ir, "fp32", shapes=["input:1x3x32x32:4x3x32x32:8x3x32x32"])

@@ -120,30 +120,42 @@ def quantization(mode: str, io_dtype: str) -> str:
                             f"quantising float inputs and dequantising outputs with each tensor's scale and zero point"}[mode]
 
 
-def _name_io(data: bytes, inputs: list[Port], outputs: list[Port]) -> bytes:
-    """The file with the contract's names: signature keys, I/O tensor names, and I/O in contract order."""
+def _name_io(data: bytes, inputs: list[Port], outputs: list[Port], keys: list[str] | None = None) -> bytes:
+    """The file with the contract's names: signature keys, I/O tensor names, and I/O in contract order.
+
+    `keys`: the keys of a file with one signature (and subgraph) per size, in the file's order
+    (`tflite_sizes`); the first signature's graph is also `serving_default`, its main graph."""
+    import copy
+
     from tensorflow.lite.tools import flatbuffer_utils
 
     model = flatbuffer_utils.read_model_from_bytearray(bytearray(data))
-    if len(model.signatureDefs or []) != 1 or len(model.subgraphs) != 1:
-        raise UnsupportedError(f"TensorFlow's TFLite converter wrote {len(model.signatureDefs or [])} signature(s) and "
-                               f"{len(model.subgraphs)} subgraph(s); the emitter writes one of each")
-    sig, graph = model.signatureDefs[0], model.subgraphs[0]
-    index = {}
-    for maps, ports in ((sig.inputs, inputs), (sig.outputs, outputs)):
-        by_key = {p.key: p for p in ports}
-        for m in maps:
-            port = by_key[m.name.decode()]
-            m.name = port.name.encode()
-            index[id(port)] = int(m.tensorIndex)
-        maps.sort(key=lambda m, order=[p.name for p in ports]: order.index(m.name.decode()))
-    sig.signatureKey = SIGNATURE.encode()
-    new_in, new_out = [index[id(p)] for p in inputs], [index[id(p)] for p in outputs]
-    if sorted(new_in) != sorted(int(i) for i in graph.inputs) or sorted(new_out) != sorted(int(i) for i in graph.outputs):
-        raise UnsupportedError("the TFLite file's signature does not cover its input and output tensors")
-    graph.inputs, graph.outputs = new_in, new_out
-    for port in outputs + inputs:  # an output that is an input passed through keeps the input's name
-        graph.tensors[index[id(port)]].name = port.name.encode()
+    signatures = list(model.signatureDefs or [])
+    want = keys or [SIGNATURE]
+    if len(signatures) != len(want) or len(model.subgraphs) != len(want):
+        raise UnsupportedError(f"the TFLite converter wrote {len(signatures)} signature(s) and "
+                               f"{len(model.subgraphs)} subgraph(s); the emitter writes {len(want)} of each")
+    for sig, key in zip(signatures, want, strict=True):
+        graph = model.subgraphs[int(sig.subgraphIndex)]
+        index = {}
+        for maps, ports in ((sig.inputs, inputs), (sig.outputs, outputs)):
+            by_key = {p.key: p for p in ports}
+            for m in maps:
+                port = by_key[m.name.decode()]
+                m.name = port.name.encode()
+                index[port.name] = int(m.tensorIndex)
+            maps.sort(key=lambda m, order=[p.name for p in ports]: order.index(m.name.decode()))
+        sig.signatureKey = key.encode()
+        new_in, new_out = [index[p.name] for p in inputs], [index[p.name] for p in outputs]
+        if sorted(new_in) != sorted(int(i) for i in graph.inputs) or sorted(new_out) != sorted(int(i) for i in graph.outputs):
+            raise UnsupportedError("the TFLite file's signature does not cover its input and output tensors")
+        graph.inputs, graph.outputs = new_in, new_out
+        for port in outputs + inputs:  # an output that is an input passed through keeps the input's name
+            graph.tensors[index[port.name]].name = port.name.encode()
+    if keys:
+        alias = copy.deepcopy(signatures[0])
+        alias.signatureKey = SIGNATURE.encode()
+        model.signatureDefs = [alias, *signatures]
     return bytes(flatbuffer_utils.convert_object_to_bytearray(model))
 
 

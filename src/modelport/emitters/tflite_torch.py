@@ -10,9 +10,10 @@ the contract's names (`tflite._name_io`: signature `serving_default`, I/O tensor
 litert-torch 0.10 converts with static shapes, so each dynamic dim is fixed (`emitters/fixed_dims.py`): at
 the size the user declared (`--dim`, `--data`, a zoo entry's or a `.pt2`'s own sample size), else a
 batch (a dynamic leading dim) at 1, what a caller of a one-sample file feeds, and any other dim at
-its sample size. A dim declared with bounds (`--dim batch=1..8`) is not fixed: the route refuses
-(exit 2 naming the dims; litert-torch's dynamic shapes fail on common ops, a Linear over a 3-D input
-among them), and the ONNX route keeps such dims dynamic where onnx2tf can. The file is converted on the reference's inputs cut to those sizes and validated
+its sample size. A dim declared with listed sizes (`--dim seq=128,256,512`) is kept as one
+signature per size in the one file (`emitters/tflite_sizes.py`); a range (`--dim batch=1..8`) is
+refused (exit 2 naming the dims; litert-torch's dynamic shapes fail on common ops, a Linear over a
+3-D input among them), and the ONNX route keeps such dims dynamic where onnx2tf can. The file is converted on the reference's inputs cut to those sizes and validated
 against the source run on them (`reference_at`); the artifact's `fixed_dims`, the report's
 `contract_check` and a warning say which dims were fixed and at what size. It is an optional dependency, checked only when this route is
 taken (exit 5 naming the install when it is missing). What the route refuses before running: a
@@ -26,8 +27,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from modelport.emitters import Artifact, EmitOptions
-from modelport.emitters.fixed_dims import fixed_sizes, kept_bounds, reference_at
+from modelport.emitters.fixed_dims import dims_entry, fixed_sizes, reference_at
 from modelport.emitters.tf_model import Port
+from modelport.emitters.tflite_sizes import convert_sizes, signature_key, signature_sizes, sized_dims
 from modelport.errors import BadInputError, UnsupportedError
 from modelport.ir import IRModel
 
@@ -101,8 +103,6 @@ def convert_module(model: IRModel, module, out_dir: Path, *, order: list[str] | 
     positionally in `order` (default: the contract's) and returns the outputs in `outputs_order`
     (default: the contract's); `run_source(feeds)` recomputes the reference at the fixed sizes
     (default: the module itself, the source). `how` goes into the report's converter."""
-    import torch
-
     from modelport.deps import version_of
     from modelport.emitters.tflite import SIGNATURE, _check_ops, _name_io
     from modelport.quiet_call import captured_output
@@ -111,13 +111,8 @@ def convert_module(model: IRModel, module, out_dir: Path, *, order: list[str] | 
     specs = {s.name: s for s in model.inputs + model.outputs}
     in_specs = [specs[n] for n in order] if order else list(model.inputs)
     out_specs = [specs[n] for n in outputs_order] if outputs_order else list(model.outputs)
-    declared = kept_bounds(model)
-    if declared:
-        raise UnsupportedError(f"{NAME} converts static shapes: it cannot keep "
-                               f"{', '.join(f'{d}={b}' for d, b in declared.items())} dynamic",
-                               hint="fix the dims with --dim NAME=N for this route, or take the onnx route (onnx2tf keeps "
-                                    "dynamic dims where the graph allows)")
-    sizes = fixed_sizes(model)
+    listed = sized_dims(model, NAME)
+    sizes = fixed_sizes(model, keep=tuple(listed))
     wide = any(s.dtype in ("int64", "float64", "uint64") for s in model.inputs + model.outputs)
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="modelport-litert-") as tmp:
@@ -129,32 +124,35 @@ def convert_module(model: IRModel, module, out_dir: Path, *, order: list[str] | 
             module.eval()
         except Exception:
             pass  # an ExportedProgram's module is in inference mode already and refuses train()/eval()
-        reference = reference_at(model, module, sizes, NAME, run_source)
+        combos = signature_sizes(model, listed)  # [{}] when no dim is listed: one signature
+        reference = reference_at(model, module, {**sizes, **combos[0]}, NAME, run_source)
         inputs = [Port(s.name, f"args_{i}", s.dtype, list(reference.inputs[s.name].shape),
                        layout=f"{s.layout} (as source)" if s.layout else "as source") for i, s in enumerate(in_specs)]
         outputs = [Port(s.name, f"output_{j}", s.dtype, list(reference.outputs[s.name].shape),
                         layout=f"{s.layout} (as source)" if s.layout else "as source") for j, s in enumerate(out_specs)]
-        args = tuple(torch.from_numpy(reference.inputs[s.name].copy()) for s in in_specs)
         try:
             with captured_output(log, NAME):
-                edge = litert_torch.convert(module, args, enable_x64=wide)
+                edge = convert_sizes(litert_torch, model, module, in_specs, reference, sizes, combos, wide)
                 edge.export(str(work / "model.tflite"))
         except Exception as e:
             raise UnsupportedError(f"{NAME} could not convert the model: {conversion_failure(e)}") from None
         data = (work / "model.tflite").read_bytes()
     outputs = _output_keys(data, outputs)
     path = out_dir / "model.tflite"
-    path.write_bytes(_name_io(data, inputs, outputs))
+    keys = [signature_key(at) for at in combos] if listed else None
+    path.write_bytes(_name_io(data, inputs, outputs, keys))
     ops = _check_ops(load_interpreter(path), path)
-    fixed = {s.name: {d: n for d, n in zip(s.shape, p.shape, strict=False) if isinstance(d, str)}
-             for s, p in zip(in_specs + out_specs, inputs + outputs, strict=True) if any(isinstance(d, str) for d in s.shape)}
+    fixed = {s.name: {d: n for d, n in zip(s.shape, p.shape, strict=False) if isinstance(d, str) and d not in listed}
+             for s, p in zip(in_specs + out_specs, inputs + outputs, strict=True)
+             if any(isinstance(d, str) and d not in listed for d in s.shape)}
     return Artifact(
         target="tflite", runtime="tflite", path=path, files=[path], precision="fp32",
         details={"converter": f"litert-torch {version_of('litert-torch') or version_of('litert_torch')} ({how})",
                  "layout": "source", "inputs_layout": {p.name: p.layout for p in inputs},
                  "outputs_layout": {p.name: p.layout for p in outputs},
                  "signature": {"key": SIGNATURE, "inputs": [p.name for p in inputs], "outputs": [p.name for p in outputs]},
-                 "fixed_dims": fixed,
+                 "fixed_dims": fixed, "dims": dims_entry(model, sizes, listed),
+                 **({"signatures": [{"key": k, "dims": at} for k, at in zip(keys, combos, strict=True)]} if keys else {}),
                  "validation": f"signature '{SIGNATURE}' fed and read by the contract's names, as the file is, with no transpose"
                                + ("" if reference is model.reference else
                                   f"; on the reference's inputs cut to the fixed sizes {sizes}, against the source run on them"),

@@ -27,7 +27,7 @@ class Profile:
     min: list[int]
     opt: list[int]
     max: list[int]
-    source: str  # "user" | "derived" | "static"
+    source: str  # "user" | "declared" (--dim bounds) | "derived" | "static"
 
     def to_dict(self) -> dict:
         return {"name": self.name, "min": self.min, "opt": self.opt, "max": self.max, "source": self.source}
@@ -102,14 +102,18 @@ def derive_profiles(ir: IRModel, user: dict[str, tuple[list[int], list[int], lis
             profiles.append(Profile(spec.name, shape, shape, shape, "static"))
             continue
         sample = list(ref[spec.name].shape) if spec.name in ref else list(spec.concrete_shape(ir.sample_dims))
-        mn, opt, mx = [], [], []
+        mn, opt, mx, declared = [], [], [], False
+        bounds = getattr(ir, "dim_bounds", None) or {}
         for i, d in enumerate(spec.shape):
             if isinstance(d, int):
                 mn.append(d), opt.append(d), mx.append(d)
+            elif d in bounds:  # --dim batch=1..8: the profile spans the declared bounds
+                mn.append(bounds[d].low), opt.append(int(sample[i])), mx.append(bounds[d].high)
+                declared = True
             else:
                 o = int(sample[i])
                 mn.append(1), opt.append(o), mx.append(max(4 * o, 8))
-        profiles.append(Profile(spec.name, mn, opt, mx, "derived"))
+        profiles.append(Profile(spec.name, mn, opt, mx, "declared" if declared else "derived"))
     return profiles
 
 

@@ -75,6 +75,41 @@ def _names(interp, details, wanted_signature: str | None, kind: str) -> list[str
     return names
 
 
+def _signature_shapes(interp, kind: str) -> dict:
+    """{signature: {input or output: shape}} of a file with more than one signature, else {}."""
+    keys = list(interp.get_signature_list() or {})
+    if len(keys) < 2:
+        return {}
+    runners = {k: interp.get_signature_runner(k) for k in keys}
+    return {k: {n: [int(x) for x in d["shape_signature"]]
+                for n, d in (r.get_input_details() if kind == "inputs" else r.get_output_details()).items()}
+            for k, r in runners.items()}
+
+
+def listed_sizes(signature_inputs: dict) -> dict:
+    """{input: {axis: (dim name, sizes)}} for the axes whose size differs between the signatures of a
+    file with one signature per size (`emitters/tflite_sizes.py`: keys such as `batch_2_seq_128`
+    name the dims; an axis no key names is `dimK`)."""
+    import re
+
+    pairs = {k: dict(re.findall(r"(.+?)_(\d+)(?:_|$)", k)) for k in signature_inputs}
+    out: dict = {}
+    names = set.intersection(*(set(v) for v in signature_inputs.values())) if signature_inputs else set()
+    for name in sorted(names):
+        shapes = {k: v[name] for k, v in signature_inputs.items()}
+        if len({len(x) for x in shapes.values()}) != 1:
+            continue
+        for axis in range(len(next(iter(shapes.values())))):
+            at = {k: x[axis] for k, x in shapes.items()}
+            if len(set(at.values())) < 2:
+                continue
+            first = next((k for k in at if k != "serving_default"), next(iter(at)))
+            dim = next((d for d in pairs[first] if all(pairs[k].get(d) == str(n) for k, n in at.items()
+                                                                  if k != "serving_default")), f"dim{axis}")
+            out.setdefault(name, {})[axis] = (dim, sorted(set(at.values())))
+    return out
+
+
 def _op_histogram(interp) -> dict:
     from collections import Counter
 
@@ -143,6 +178,8 @@ def _probe_here(path: Path, spec):
         "output_shapes": {n: [None if s < 0 else int(s) for s in d.get("shape_signature", d["shape"])]
                           for n, d in zip(out_names, outs, strict=True)},
         "signatures": sorted(interp.get_signature_list() or {}),
+        "signature_inputs": _signature_shapes(interp, "inputs"),
+        "signature_outputs": _signature_shapes(interp, "outputs"),
         "ops": _op_histogram(interp),
         "precision": _source_precision(interp),
         "reference_varies": varies,
@@ -242,9 +279,19 @@ def inspect(path: Path) -> dict:
     check_header(path)
     probed = probe(path, SourceSpec(path=path))
     shapes = probed["output_shapes"]
+    listed = listed_sizes(probed.get("signature_inputs") or {})
+    listed_out = listed_sizes(probed.get("signature_outputs") or {})
+    inputs = probed["inputs"]
+    outputs = [{"name": n, "shape": shapes.get(n)} for n in probed["outputs"]]
+    for tensors, per in ((inputs, listed), (outputs, listed_out)):
+        for tensor in tensors:
+            for axis, (dim, _) in per.get(tensor["name"], {}).items():
+                tensor["shape"][axis] = dim
     return {
         "format": "tflite",
-        "inputs": probed["inputs"],
+        "inputs": inputs,
+        **({"dynamic_dims": {n: {dim: {"kind": "sizes", "sizes": sizes} for dim, sizes in per.values()}
+                             for n, per in listed.items()}} if listed else {}),
         "outputs": [{"name": n, "shape": shapes.get(n)} for n in probed["outputs"]],
         "signatures": probed["signatures"],
         "ops": probed["ops"],

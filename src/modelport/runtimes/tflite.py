@@ -175,9 +175,26 @@ class TFLiteRunner(Runner):
         keys = {}
         if self.signature is not None:
             keys = {int(d["index"]): k for k, d in self.interpreter.get_signature_runner(self.signature).get_input_details().items()}
-        return [TensorSpec(keys.get(d["index"]) or tflite_name(d["name"]), d["dtype"],
-                           [int(x) if x > 0 else f"dim{k}" for k, x in enumerate(d["shape_signature"])])
-                for d in self.describe()["inputs"]]
+        varying = self._varying("inputs")
+        specs = []
+        for d in self.describe()["inputs"]:
+            name = keys.get(d["index"]) or tflite_name(d["name"])
+            specs.append(TensorSpec(name, d["dtype"], [int(x) if x > 0 and k not in varying.get(name, ()) else f"dim{k}"
+                                                       for k, x in enumerate(d["shape_signature"])]))
+        return specs
+
+    def _varying(self, kind: str) -> dict[str, set[int]]:
+        """{tensor: axes} whose size differs between the signatures of a file with one signature per
+        size (`emitters/tflite_sizes.py`): dims the file keeps at listed sizes."""
+        if self.signature is None or len(self.signatures) < 2:
+            return {}
+        shapes: dict[str, set[tuple]] = {}
+        for key in self.signatures:
+            runner = self.interpreter.get_signature_runner(key)
+            for name, d in (runner.get_input_details() if kind == "inputs" else runner.get_output_details()).items():
+                shapes.setdefault(name, set()).add(tuple(int(x) for x in d["shape_signature"]))
+        return {name: {k for k in range(len(next(iter(seen)))) if len({s[k] for s in seen}) > 1}
+                for name, seen in shapes.items() if len({len(s) for s in seen}) == 1}
 
     def output_specs(self) -> list[TensorSpec]:
         """Outputs under the names a caller reads them by (the signature's keys when it runs through
@@ -186,12 +203,12 @@ class TFLiteRunner(Runner):
             details = self.interpreter.get_signature_runner(self.signature).get_output_details().items()
         else:
             details = [(tflite_name(d["name"]), d) for d in self.outputs]
-        specs = []
+        specs, varying = [], self._varying("outputs")
         for name, d in details:
             quantised = _scale_zero(d) is not None and np.dtype(d["dtype"]).type in QUANTISED and self.dequantize_outputs
             shape = [int(x) for x in d.get("shape_signature", d["shape"])]
             specs.append(TensorSpec(name, "float32" if quantised else np.dtype(d["dtype"]).name,
-                                    [x if x > 0 else f"dim{k}" for k, x in enumerate(shape)]))
+                                    [x if x > 0 and k not in varying.get(name, ()) else f"dim{k}" for k, x in enumerate(shape)]))
         return specs
 
     def io_note(self) -> str:
@@ -228,11 +245,21 @@ class TFLiteRunner(Runner):
 
     def _signature_for(self, feeds: dict[str, np.ndarray]) -> str | None:
         if self.signature is not None:
-            return self.signature
+            return self.signature if len(self.signatures) == 1 else self._sized(feeds) or self.signature
         if self.input_names or self.output_names or self.input_transpose or len(self.signatures) != 1:
             return None
         key, io = next(iter(self.signatures.items()))
         return key if set(io.get("inputs", [])) == set(feeds) else None
+
+    def _sized(self, feeds: dict[str, np.ndarray]) -> str | None:
+        """In a file with one signature per size (`emitters/tflite_sizes.py`), the signature whose
+        input shapes take the feeds: the one asked for where it does, else the first that does."""
+        for key in (self.signature, *self.signatures):
+            details = self.interpreter.get_signature_runner(key).get_input_details()
+            if set(details) == set(feeds) and all(_fits([int(x) for x in d["shape_signature"]], np.shape(feeds[n]))
+                                                  for n, d in details.items()):
+                return key
+        return None
 
     def _dequantised(self, v: np.ndarray, d: dict) -> np.ndarray:
         sz = _scale_zero(d)
