@@ -33,12 +33,13 @@ $(TFJS_STAMP): $(TFJS_NODE)/package.json $(TFJS_NODE)/package-lock.json
 
 # One resolve for everything; torch is pinned to the CPU wheel (torch==2.13.0) in pyproject.
 # tf_keras is installed without its dependencies: it would otherwise pull the full `tensorflow`
-# wheel beside tensorflow-cpu (onnx2tf imports it).
+# wheel beside tensorflow-cpu (onnx2tf imports it). kserve (`modelport serve`) likewise: it declares psutil<6
+# and pandas<3; the serve extra lists the rest of its dependencies.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
-	$(BIN)/python -m pip install --quiet --no-deps "tf_keras==2.21.0"
+	$(BIN)/python -m pip install --quiet --no-deps "tf_keras==2.21.0" "kserve==0.21.0"
 	$(BIN)/python -m pip install --quiet --no-deps $(LITERT_TORCH)
 	$(BIN)/python -m pip download --quiet --no-deps $(FIXTURE_WHEELS) -d $(VENV)/fixture-wheels
 	$(BIN)/python -c "import modelport, onnx, onnxruntime, torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"

@@ -27,7 +27,7 @@ def test_convert_pt2_writes_model_and_report(cli, cnn_source, tmp_path):
     r = cli("convert", cnn_source / "model.pt2", "--input", "input:batch,3,64,64", "--layout", "NCHW",
             "--mean", "0.485,0.456,0.406", "--std", "0.229,0.224,0.225", "--to", "onnx", "-o", out)
     assert r.exit_code == 0, r
-    assert sorted(p.name for p in out.iterdir()) == ["model.onnx", "report.html", "report.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["model.onnx", "reference.npz", "report.html", "report.json"]
     report = json.loads((out / "report.json").read_text())
     assert report["schema"] == "modelport.report/1" and report["status"] == "ok"
     spec = report["contract"]["inputs"][0]
@@ -317,7 +317,7 @@ def test_route_is_in_the_report_and_the_table(cli, keras_cnn_file, tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert [(a["target"], a["route"], a["route_asked"]) for a in report["artifacts"]] == [
         ("tflite", "native", "native"), ("savedmodel", "native", "native")]
-    assert sorted(p.name for p in out.iterdir()) == ["model.tflite", "report.html", "report.json", "saved_model"]
+    assert sorted(p.name for p in out.iterdir()) == ["model.tflite", "reference.npz", "report.html", "report.json", "saved_model"]
     assert "route" in r.stderr and "native" in r.stderr
     import jsonschema
 

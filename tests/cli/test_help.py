@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 SNAPSHOTS = Path(__file__).resolve().parent / "help"
-COMMANDS = ["", "convert", "inspect", "optimize", "emit", "validate", "package", "bench", "doctor", "zoo", "zoo list",
+COMMANDS = ["", "convert", "inspect", "optimize", "emit", "validate", "package", "serve", "bench", "doctor", "zoo", "zoo list",
             "zoo build", "zoo fetch", "batch", "report", "report diff"]
 
 

@@ -78,7 +78,7 @@ def test_keras_export_converts_with_parity(cli, saved, tmp_path):
     assert inputs["image"]["layout"] == "NHWC" and inputs["image"]["shape"] == ["batch", 16, 16, 3]
     assert [o["name"] for o in report["contract"]["outputs"]] == ["output_0", "output_1"]
     assert all(p["ok"] for p in report["parity"])
-    assert sorted(p.name for p in out.iterdir()) == ["model.onnx", "report.html", "report.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["model.onnx", "reference.npz", "report.html", "report.json"]
 
 
 def test_rnn_savedmodel(saved):

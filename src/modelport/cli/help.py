@@ -60,6 +60,7 @@ EXAMPLES = {
     "emit": "modelport emit out/model.onnx --to tflite,ort --precision fp16 -o edge/",
     "validate": "modelport validate model.pt2 out/model.tflite --data inputs.npz --atol logits=1e-3",
     "package": "modelport package out/ --for triton,k8s -o serve/",
+    "serve": "modelport serve out/ --http-port 8000 --grpc-port 8001 --max-batch-size 8",
     "bench": "modelport bench out/model.onnx out/model.tflite --batch 1,8 --runs 200   |   "
              "modelport bench http://127.0.0.1:8080/v2/models/cnn/infer --concurrency 8 --duration 30",
     "doctor": "modelport doctor --json",

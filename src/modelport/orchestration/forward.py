@@ -91,6 +91,7 @@ class ForwardRun:
         self.framework = ir.provenance.get("framework", "source")
         self.source_precision = ir.provenance.get("source_precision")
         self.companions = ir.provenance.get("companion_files") or []
+        self.reference = None if ir.parts else ir.reference  # written beside the artifacts (`finish`)
         from modelport.dims import declared
 
         declared(ctx.request.options.dim_bounds, [s for p in parts.values() for s in p.inputs], path=spec.path)
@@ -163,7 +164,8 @@ class ForwardRun:
         return check
 
     def finish(self, stage: Path) -> None:
-        """The source's tokenizer/preprocessor files next to the artifacts."""
+        """The source's tokenizer/preprocessor files next to the artifacts, and the reference's first
+        sample set (`reference.npz`: what `modelport serve` checks the artifact's answers against)."""
         import shutil
 
         names = []
@@ -172,6 +174,11 @@ class ForwardRun:
             names.append(Path(f).name)
         if names:
             self.ctx.report.set_files(names)
+        from modelport.serving.reference_file import write_reference
+
+        entry = write_reference(self.reference, stage)
+        if entry:
+            self.ctx.report.set_reference(entry)
 
     def tolerance(self, resolved: Resolved | None, budget: Tolerance | None = None) -> Tolerance:
         """The tolerance an artifact of `resolved`'s precision is judged with: its precision's defaults,

@@ -135,6 +135,10 @@ class Report:
         """The files a `zoo build` wrote, or those `convert` copied from the source (a tokenizer), relative to the output."""
         self._data["files"] = list(files)
 
+    def set_reference(self, entry: dict) -> None:
+        """The reference sample written beside the artifacts (`serving.reference_file`)."""
+        self._data["reference"] = dict(entry)
+
     def set_sides(self, a: dict, b: dict, inputs: dict[str, list[int]]) -> None:
         """`validate`'s two models (`a`, `b`) and the input shapes both ran on."""
         self._data.update(a=a, b=b, inputs=inputs)

@@ -1,0 +1,50 @@
+"""`modelport serve PATH --http-port N --grpc-port M`: the artifact on the Open Inference Protocol."""
+
+from __future__ import annotations
+
+import typer
+
+from modelport.cli._common import console, run
+
+PANEL = "Server"
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("serve")
+    def serve_cmd(
+        path: str = typer.Argument(..., help="A 'modelport convert' output folder or a model file."),
+        http_port: int = typer.Option(8000, "--http-port", help="HTTP port (KServe v2 REST: /v2/health/ready, /v2/models/NAME/infer).", rich_help_panel=PANEL),
+        grpc_port: int = typer.Option(8001, "--grpc-port", help="gRPC port (KServe v2 GRPCInferenceService).", rich_help_panel=PANEL),
+        host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (0.0.0.0: every interface).", rich_help_panel=PANEL),
+        artifact: str | None = typer.Option(None, "--artifact", help="Which artifact of a convert folder (a target: onnx, openvino, tflite, ...).", rich_help_panel=PANEL),
+        name: str | None = typer.Option(None, "--name", help="Model name in the server (default: the folder's or file's name).", rich_help_panel=PANEL),
+        max_batch_size: int = typer.Option(0, "--max-batch-size", help="Dynamic batching: rows run together (0: off; needs a dynamic batch dim).", rich_help_panel=PANEL),
+        max_queue_delay_ms: float = typer.Option(2.0, "--max-queue-delay-ms", help="Dynamic batching: the longest a request waits for others.", rich_help_panel=PANEL),
+        max_request_bytes: int = typer.Option(64 << 20, "--max-request-bytes", help="Larger request bodies are refused (413).", rich_help_panel=PANEL),
+        threads: int | None = typer.Option(None, "--threads", help="The runtime's intra-op threads.", rich_help_panel=PANEL),
+    ):
+        """Serve an artifact on KServe v2 (HTTP and gRPC; Triton's clients speak it), checked against its reference first."""
+
+        def body():
+            from modelport.errors import BadInputError
+            from modelport.orchestration.serve import serve
+            from modelport.serving.v2_server import ServeOptions
+
+            for flag, port in (("--http-port", http_port), ("--grpc-port", grpc_port)):
+                if not 0 < port < 65536:
+                    raise BadInputError(f"{flag} {port}: a port is 1..65535")
+            if http_port == grpc_port:
+                raise BadInputError(f"--http-port and --grpc-port are both {http_port}")
+            options = ServeOptions(host=host, http_port=http_port, grpc_port=grpc_port, max_request_bytes=max_request_bytes,
+                                   max_batch_size=max_batch_size, max_queue_delay_ms=max_queue_delay_ms)
+
+            def ready(served, model):
+                checked = served.checked
+                note = (f"answers checked against the reference sample (max abs {checked['max_abs']:.3g})" if checked["checked"]
+                        else f"answers not checked: {checked['reason']}")
+                console.print(f"serving {served.path} as '{model}' on http://{host}:{http_port} and grpc {host}:{grpc_port}; {note}",
+                              soft_wrap=True, markup=False)
+
+            serve(path, options, artifact=artifact, name=name, threads=threads, on_ready=ready)
+
+        run(body, command="serve", json_out=False, quiet=False)

@@ -1,0 +1,149 @@
+"""`modelport serve PATH`: an artifact answering on the Open Inference Protocol (`serving/v2_server.py`).
+
+PATH is a `modelport convert` output folder (its report.json gives the contract; the artifact is
+the one `--artifact` names, else the first of the report's that opens here) or a model file
+(its runner describes its inputs and outputs). Before the server goes ready the artifact answers
+the reference sample its convert run wrote (`reference.npz`), judged with its precision's
+tolerance: a mismatch refuses to start (exit 4) naming the output; a folder without one is
+served with a warning that it was not checked.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from modelport.errors import BadInputError, ValidationError
+from modelport.ir import TensorSpec
+
+log = logging.getLogger("modelport.serve")
+
+
+@dataclass
+class Served:
+    name: str
+    path: Path
+    runner: object
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    precision: str
+    reference: tuple[dict, dict] | None
+    checked: dict
+
+
+def _from_folder(folder: Path, artifact: str | None, threads: int | None) -> Served:
+    from modelport.orchestration.bench import open_artifact
+    from modelport.serving.reference_file import read_reference
+    from modelport.targets import TARGETS
+
+    try:
+        report = json.loads((folder / "report.json").read_text())
+    except (OSError, ValueError) as e:
+        raise BadInputError(f"not a convert output folder: report.json cannot be read ({e})", path=folder) from None
+    contract = report.get("contract") or {}
+    if not contract.get("inputs"):
+        raise BadInputError("report.json has no I/O contract (a text-generation folder is not served by `serve`)", path=folder)
+    entries = [a for a in report.get("artifacts") or [] if a.get("path")]
+    if artifact:
+        wanted = {artifact, *(t.name for t in TARGETS.values() if artifact in t.aliases)}
+        entries = [a for a in entries if a.get("target") in wanted]
+        if not entries:
+            known = sorted({a.get("target") for a in report.get("artifacts") or []})
+            raise BadInputError(f"the folder has no {artifact} artifact; it has {known}", path=folder)
+    tried = []
+    for entry in entries:
+        path = folder / Path(entry["path"]).name if not (folder / entry["path"]).exists() else folder / entry["path"]
+        try:
+            runner, _ = open_artifact(path, threads=threads)
+        except Exception as e:  # the next artifact: this one does not open here
+            tried.append(f"{entry.get('target')}: {' '.join(str(e).split())[:120]}")
+            continue
+        return Served(folder.resolve().name, path, runner,
+                      [TensorSpec.from_dict(s) for s in contract["inputs"]], [TensorSpec.from_dict(s) for s in contract["outputs"]],
+                      entry.get("precision") or "fp32", read_reference(folder, report.get("reference")), {})
+    raise BadInputError(f"no artifact of the folder opens here ({'; '.join(tried) or 'none listed'})", path=folder)
+
+
+def _from_file(path: Path, threads: int | None) -> Served:
+    from modelport.orchestration.bench import open_artifact
+
+    runner, _ = open_artifact(path, threads=threads)
+    outputs = runner.output_specs()
+    if not outputs:
+        raise BadInputError("the runtime does not describe this file's outputs; serve its convert output folder", path=path)
+    return Served(path.stem, path, runner, list(runner.input_specs()), list(outputs), "fp32", None, {})
+
+
+def model_name(text: str) -> str:
+    import re
+
+    name = re.sub(r"[^A-Za-z0-9_.-]", "-", text).strip("-.") or "model"
+    return name[:64]
+
+
+def open_served(path: str | Path, *, artifact: str | None = None, threads: int | None = None) -> Served:
+    from modelport.file_checks import check_model_file
+
+    p = Path(path)
+    if p.is_dir() and (p / "report.json").is_file():
+        return _from_folder(p, artifact, threads)
+    return _from_file(check_model_file(p), threads)
+
+
+def check_reference(served: Served) -> dict:
+    """The artifact's answers to the reference sample, judged by its precision's tolerance; a miss
+    is exit 4 naming the output (the server does not start)."""
+    import numpy as np
+
+    from modelport.validation import compare, tolerance_for
+
+    if served.reference is None:
+        return {"checked": False, "reason": "no reference.npz beside the artifact"}
+    inputs, expected = served.reference
+    fixed = {s.name: s.shape for s in served.runner.input_specs()}
+    rows = None
+    for name, shape in fixed.items():  # a file that fixes the batch (at 1) answers the first rows
+        if name in inputs and shape and isinstance(shape[0], int) and inputs[name].ndim and inputs[name].shape[0] > shape[0]:
+            rows = shape[0]
+    if rows is not None:
+        inputs = {k: v[:rows] for k, v in inputs.items()}
+        expected = {k: v[:rows] for k, v in expected.items()}
+    got = served.runner.run({k: np.asarray(v) for k, v in inputs.items()})
+    parity = compare(expected, {k: np.asarray(v) for k, v in got.items()}, tolerance_for(served.precision),
+                     hop=f"{served.path.name} served, against the reference sample")
+    if not parity.ok:
+        raise ValidationError(f"the artifact does not give the reference outputs, so the server does not start: {parity.summary()}",
+                              path=served.path, parity=parity.to_dict())
+    return {"checked": True, "outputs": [o.name for o in parity.outputs],
+            "max_abs": max((float(o.max_abs) for o in parity.outputs), default=0.0)}
+
+
+def batch_dynamic(inputs: list[TensorSpec]) -> bool:
+    """Whether every input leads with one symbolic dim (a batch requests can be stacked along)."""
+    leads = {s.shape[0] if s.shape else None for s in inputs}
+    return len(leads) == 1 and isinstance(next(iter(leads)), str)
+
+
+def serve(path: str | Path, options, *, artifact: str | None = None, name: str | None = None, threads: int | None = None,
+          on_ready=None) -> None:
+    """Open, check, and serve until interrupted. `options`: `serving.v2_server.ServeOptions`."""
+    from modelport.serving import v2_server
+
+    served = open_served(path, artifact=artifact, threads=threads)
+    served.checked = check_reference(served)
+    if not served.checked["checked"]:
+        log.warning("serve: the answers are not checked before ready: %s", served.checked["reason"])
+    batching = None
+    if options.max_batch_size > 1:
+        if not batch_dynamic(served.inputs):
+            raise BadInputError("--max-batch-size needs a dynamic batch dim (axis 0 of every input); this model's inputs are "
+                                + ", ".join(f"{s.name} {s.shape}" for s in served.inputs), path=served.path)
+        batching = v2_server.Batcher(served.runner.run, options.max_batch_size, options.max_queue_delay_ms / 1000)
+    sys.argv = sys.argv[:1]  # KServe reads its own flags from argv when imported
+    model = v2_server.make_model(model_name(name or served.name), served.runner, served.inputs, served.outputs, batching)
+    if on_ready:
+        on_ready(served, model.name)
+    v2_server.start(model, options)
