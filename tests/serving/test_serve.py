@@ -44,11 +44,11 @@ def folder(tmp_path_factory):
 
 
 class Server:
-    def __init__(self, path: Path, *extra: str, log: Path):
+    def __init__(self, path: Path, *extra: str, log: Path, env: dict | None = None):
         self.http, self.grpc = _free_port(), _free_port()
         self.log = log
         cmd = [sys.executable, "-m", "modelport", "serve", str(path), "--http-port", str(self.http), "--grpc-port", str(self.grpc), *extra]
-        self.proc = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.proc = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
 
     def wait_ready(self, timeout: float = 60) -> None:
         import tritonclient.http as http

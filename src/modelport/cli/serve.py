@@ -7,6 +7,7 @@ import typer
 from modelport.cli._common import console, run
 
 PANEL = "Server"
+SCALE = "Scale-out (Ray Serve)"
 
 
 def register(app: typer.Typer) -> None:
@@ -22,12 +23,21 @@ def register(app: typer.Typer) -> None:
         max_queue_delay_ms: float = typer.Option(2.0, "--max-queue-delay-ms", help="Dynamic batching: the longest a request waits for others.", rich_help_panel=PANEL),
         max_request_bytes: int = typer.Option(64 << 20, "--max-request-bytes", help="Larger request bodies are refused (413).", rich_help_panel=PANEL),
         threads: int | None = typer.Option(None, "--threads", help="The runtime's intra-op threads.", rich_help_panel=PANEL),
+        replicas: int = typer.Option(1, "--replicas", help="Replicas on Ray Serve behind the one front end (1: in-process).",
+                                     rich_help_panel=SCALE),
+        min_replicas: int | None = typer.Option(None, "--min-replicas", help="Autoscaling minimum (with --max-replicas).",
+                                                rich_help_panel=SCALE),
+        max_replicas: int | None = typer.Option(None, "--max-replicas", help="Autoscaling maximum: Ray Serve scales on ongoing requests.",
+                                                rich_help_panel=SCALE),
+        address: str | None = typer.Option(None, "--address", help="An existing Ray cluster (default: a local one on 127.0.0.1).",
+                                           rich_help_panel=SCALE),
     ):
         """Serve an artifact on KServe v2 (HTTP and gRPC; Triton's clients speak it), checked against its reference first."""
 
         def body():
             from modelport.errors import BadInputError
             from modelport.orchestration.serve import serve
+            from modelport.serving.ray_serve import Scale
             from modelport.serving.v2_server import ServeOptions
 
             for flag, port in (("--http-port", http_port), ("--grpc-port", grpc_port)):
@@ -45,6 +55,8 @@ def register(app: typer.Typer) -> None:
                 console.print(f"serving {served.path} as '{model}' on http://{host}:{http_port} and grpc {host}:{grpc_port}; {note}",
                               soft_wrap=True, markup=False)
 
-            serve(path, options, artifact=artifact, name=name, threads=threads, on_ready=ready)
+            scale = Scale(replicas=replicas, min_replicas=min_replicas, max_replicas=max_replicas, address=address)
+            scale.deployment_options()  # bad bounds are exit 2 before anything starts
+            serve(path, options, artifact=artifact, name=name, threads=threads, scale=scale, on_ready=ready)
 
         run(body, command="serve", json_out=False, quiet=False)

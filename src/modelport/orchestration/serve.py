@@ -27,6 +27,7 @@ class Served:
     name: str
     path: Path
     runner: object
+    runtime: str
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
     precision: str
@@ -57,11 +58,11 @@ def _from_folder(folder: Path, artifact: str | None, threads: int | None) -> Ser
     for entry in entries:
         path = folder / Path(entry["path"]).name if not (folder / entry["path"]).exists() else folder / entry["path"]
         try:
-            runner, _ = open_artifact(path, threads=threads)
+            runner, runtime = open_artifact(path, threads=threads)
         except Exception as e:  # the next artifact: this one does not open here
             tried.append(f"{entry.get('target')}: {' '.join(str(e).split())[:120]}")
             continue
-        return Served(folder.resolve().name, path, runner,
+        return Served(folder.resolve().name, path, runner, runtime,
                       [TensorSpec.from_dict(s) for s in contract["inputs"]], [TensorSpec.from_dict(s) for s in contract["outputs"]],
                       entry.get("precision") or "fp32", read_reference(folder, report.get("reference")), {})
     raise BadInputError(f"no artifact of the folder opens here ({'; '.join(tried) or 'none listed'})", path=folder)
@@ -70,11 +71,11 @@ def _from_folder(folder: Path, artifact: str | None, threads: int | None) -> Ser
 def _from_file(path: Path, threads: int | None) -> Served:
     from modelport.orchestration.bench import open_artifact
 
-    runner, _ = open_artifact(path, threads=threads)
+    runner, runtime = open_artifact(path, threads=threads)
     outputs = runner.output_specs()
     if not outputs:
         raise BadInputError("the runtime does not describe this file's outputs; serve its convert output folder", path=path)
-    return Served(path.stem, path, runner, list(runner.input_specs()), list(outputs), "fp32", None, {})
+    return Served(path.stem, path, runner, runtime, list(runner.input_specs()), list(outputs), "fp32", None, {})
 
 
 def model_name(text: str) -> str:
@@ -128,22 +129,33 @@ def batch_dynamic(inputs: list[TensorSpec]) -> bool:
 
 
 def serve(path: str | Path, options, *, artifact: str | None = None, name: str | None = None, threads: int | None = None,
-          on_ready=None) -> None:
-    """Open, check, and serve until interrupted. `options`: `serving.v2_server.ServeOptions`."""
-    from modelport.serving import v2_server
+          scale=None, on_ready=None) -> None:
+    """Open, check, and serve until interrupted. `options`: `serving.v2_server.ServeOptions`;
+    `scale`: `serving.ray_serve.Scale` (replicas on Ray Serve), None for one in-process runner."""
+    from modelport.serving import ray_serve, v2_server
 
     served = open_served(path, artifact=artifact, threads=threads)
     served.checked = check_reference(served)
     if not served.checked["checked"]:
         log.warning("serve: the answers are not checked before ready: %s", served.checked["reason"])
-    batching = None
-    if options.max_batch_size > 1:
-        if not batch_dynamic(served.inputs):
-            raise BadInputError("--max-batch-size needs a dynamic batch dim (axis 0 of every input); this model's inputs are "
-                                + ", ".join(f"{s.name} {s.shape}" for s in served.inputs), path=served.path)
-        batching = v2_server.Batcher(served.runner.run, options.max_batch_size, options.max_queue_delay_ms / 1000)
+    if options.max_batch_size > 1 and not batch_dynamic(served.inputs):
+        raise BadInputError("--max-batch-size needs a dynamic batch dim (axis 0 of every input); this model's inputs are "
+                            + ", ".join(f"{s.name} {s.shape}" for s in served.inputs), path=served.path)
     sys.argv = sys.argv[:1]  # KServe reads its own flags from argv when imported
-    model = v2_server.make_model(model_name(name or served.name), served.runner, served.inputs, served.outputs, batching)
-    if on_ready:
-        on_ready(served, model.name)
-    v2_server.start(model, options)
+    name = model_name(name or served.name)
+    scale = scale or ray_serve.Scale()
+    try:
+        if scale.on_ray:
+            served.runner = None  # the replicas open their own
+            infer = ray_serve.replica_infer(ray_serve.start_replicas(name, str(served.path), served.runtime, threads, scale))
+        else:
+            infer = v2_server.local_infer(served.runner)
+        batching = (v2_server.Batcher(infer, options.max_batch_size, options.max_queue_delay_ms / 1000)
+                    if options.max_batch_size > 1 else None)
+        model = v2_server.make_model(name, infer, served.inputs, served.outputs, batching)
+        if on_ready:
+            on_ready(served, model.name)
+        v2_server.start(model, options)
+    finally:
+        if scale.on_ray:
+            ray_serve.stop(name, started_here=not scale.address)

@@ -26,6 +26,7 @@ from modelport.serving.requests import V2_DATATYPES
 
 log = logging.getLogger("modelport.serve")
 NUMPY_OF = {v: k for k, v in V2_DATATYPES.items() if k != "string"}
+REPLICA = "__replica__"  # a replica's answer names itself under this key (`ray_serve.py`)
 
 
 @dataclass(frozen=True)
@@ -58,10 +59,11 @@ def check_inputs(feeds: dict[str, np.ndarray], inputs: list[TensorSpec]) -> str 
 
 
 class Batcher:
-    """Requests queued for at most `delay` seconds and run together, up to `limit` rows along axis 0."""
+    """Requests queued for at most `delay` seconds and run together, up to `limit` rows along axis 0;
+    `infer(feeds)` is the coroutine that runs one call (`local_infer`, or a Ray Serve replica's)."""
 
-    def __init__(self, run, limit: int, delay: float):
-        self.run, self.limit, self.delay = run, limit, delay
+    def __init__(self, infer, limit: int, delay: float):
+        self.infer, self.limit, self.delay = infer, limit, delay
         self.queue: asyncio.Queue | None = None
         self.worker: asyncio.Task | None = None
 
@@ -97,17 +99,18 @@ class Batcher:
     async def _run(self, group: list) -> None:
         feeds = {k: np.concatenate([g[0][k] for g in group]) for k in group[0][0]} if len(group) > 1 else group[0][0]
         try:
-            out = await asyncio.get_running_loop().run_in_executor(None, self.run, feeds)
+            out = await self.infer(feeds)
         except Exception as e:  # every caller of the group gets the error
             for _, done in group:
                 if not done.done():
                     done.set_exception(e)
             return
+        replica = {REPLICA: out.pop(REPLICA)} if REPLICA in out else {}
         start = 0
         for item, done in group:
             n = _rows(item)
             if not done.done():
-                done.set_result({k: v[start:start + n] for k, v in out.items()} if len(group) > 1 else out)
+                done.set_result({**({k: v[start:start + n] for k, v in out.items()} if len(group) > 1 else out), **replica})
             start += n
 
 
@@ -119,8 +122,19 @@ def _same_shapes(a: dict, b: dict) -> bool:
     return all(a[k].shape[1:] == b[k].shape[1:] and a[k].dtype == b[k].dtype for k in a)
 
 
-def make_model(name: str, runner, inputs: list[TensorSpec], outputs: list[TensorSpec], batching: Batcher | None):
-    """The `kserve.Model` of one artifact (kserve imported here: its import takes about a second)."""
+def local_infer(runner):
+    """The coroutine running `runner` (the artifact's) off the event loop."""
+
+    async def infer(feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return await asyncio.get_running_loop().run_in_executor(None, runner.run, feeds)
+
+    return infer
+
+
+def make_model(name: str, infer, inputs: list[TensorSpec], outputs: list[TensorSpec], batching: Batcher | None):
+    """The `kserve.Model` of one artifact (kserve imported here: its import takes about a second).
+    `infer(feeds)`: the coroutine answering one call (`local_infer`, or `ray_serve.replica_infer`);
+    an output named REPLICA in its answer (which replica ran it) goes into the response's parameters."""
     import kserve
     from kserve import InferOutput, InferRequest, InferResponse
     from kserve.errors import InvalidInput
@@ -144,10 +158,8 @@ def make_model(name: str, runner, inputs: list[TensorSpec], outputs: list[Tensor
             reason = check_inputs(feeds, inputs)
             if reason:
                 raise InvalidInput(reason)
-            if batching is not None:
-                got = await batching.submit(feeds)
-            else:
-                got = await asyncio.get_running_loop().run_in_executor(None, runner.run, feeds)
+            got = await (batching.submit(feeds) if batching is not None else infer(feeds))
+            replica = got.pop(REPLICA, None) if isinstance(got, dict) else None
             binary = payload.use_binary_outputs  # gRPC: raw contents, what Triton's client reads
             out = []
             for s in outputs:
@@ -155,8 +167,11 @@ def make_model(name: str, runner, inputs: list[TensorSpec], outputs: list[Tensor
                 o = InferOutput(name=s.name, shape=list(a.shape), datatype=V2_DATATYPES[s.dtype])
                 o.set_data_from_numpy(a, binary_data=binary)
                 out.append(o)
+            if replica is not None:  # beside KServe's access log
+                logging.getLogger("kserve.modelport").info("infer answered by replica %s", replica)
             return InferResponse(response_id=payload.id or "", model_name=self.name, infer_outputs=out,
-                                 use_binary_outputs=binary, requested_outputs=payload.request_outputs)
+                                 use_binary_outputs=binary, requested_outputs=payload.request_outputs,
+                                 parameters={"replica": str(replica)} if replica is not None else None)
 
     model = V2Model(name)
     model.load()
