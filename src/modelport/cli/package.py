@@ -30,6 +30,10 @@ def render_package(report: dict) -> None:
         details = ", ".join(f"{k}={b[k]}" for k in ("version", "platform", "runtime", "max_batch_size", "server", "image", "gpu") if k in b)
         t.add_row(b["system"], b["path"], str(b.get("model_name", "")), str(len(b["files"])), details)
     console.print(t)
+    up = report.get("upload")  # -o s3://…: the bundle paths above are inside the uploaded prefix
+    if up:
+        console.print(f"uploaded {up['objects']} objects ({up['bytes']} bytes) to {up['uri']}, manifest last: {up['manifest']}",
+                      markup=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

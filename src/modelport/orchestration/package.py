@@ -4,12 +4,20 @@ With one system the bundle is OUT_DIR itself; with several, each gets OUT_DIR/<s
 existing OUT_DIR is refused unless `force` (replace it) or `add_version` (keep it and add a
 version of the model to its Triton / TF Serving repositories). Either way the new tree is built
 in a staging folder and swapped in at the end, so a failure leaves the old bundle (or nothing).
+
+OUT_DIR may be `s3://bucket/prefix` (a str): the tree is built in a temporary local folder and
+uploaded atomically (`serving.s3_repository.upload`, docs/serving_s3.md); the returned report then
+holds `upload` ({uri, objects, bytes, manifest, manifest_sha256}) and an `upload` stage row, and a
+KServe bundle's storageUri defaults to its server bundle's folder there. Any other `scheme://`
+output is refused (exit 2), never taken for a local folder.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 from modelport.errors import BadInputError
@@ -59,14 +67,60 @@ def write_bundles(artifacts: Artifacts, dest: Path, systems: list[str], options:
     return bundles
 
 
+def remote_output(output_dir: str | Path) -> str | None:
+    """The s3:// URI `output_dir` names (None for a local folder); any other `scheme://` is exit 2."""
+    from modelport.serving import s3_repository
+
+    text = output_dir if isinstance(output_dir, str) else None
+    scheme = s3_repository.uri_scheme(text)
+    if scheme is None:
+        if text is None and s3_repository.uri_scheme(str(output_dir).replace(":/", "://", 1)):
+            raise BadInputError(f"'{s3_repository.shown(str(output_dir))}' looks like a URI made into a path",
+                                hint="pass an output URI as a str, not a Path")
+        return None
+    if scheme != "s3":
+        raise BadInputError(f"unsupported output URI scheme '{scheme}://' in '{s3_repository.shown(text)}'",
+                            hint="-o takes a local folder or s3://bucket/prefix")
+    bucket, prefix = s3_repository.parse_uri(text)
+    return f"s3://{bucket}/{prefix}"
+
+
+def _package_remote(artifacts: Artifacts, uri: str, names: list[str], options: PackageOptions, report: Report,
+                    on_stage=None) -> dict:
+    """Build the bundles in a temporary folder and upload it to `uri`; returns the report with `upload`."""
+    from modelport.serving import kserve, s3_repository
+
+    if options.add_version:
+        raise BadInputError("--add-version needs a local output folder (an S3 repository is replaced whole, with --force)")
+    if kserve.NAME in names and options.storage_uri is None:
+        base = f"{uri}/{kserve.NAME}" if len(names) > 1 else uri
+        options = dataclasses.replace(options, storage_uri=kserve.storage_uri_under(base, options))
+    with tempfile.TemporaryDirectory(prefix="modelport-package-") as tmp:
+        stage = Path(tmp) / "bundle"
+        stage.mkdir()
+        bundles = write_bundles(artifacts, stage, names, options, subfolders=len(names) > 1, report=report,
+                                on_stage=on_stage)
+        report.set_bundles([b.to_dict(stage) for b in bundles])
+        report.write(stage)  # report.json travels with the bundle; the upload row is in the returned report only
+        if on_stage:
+            on_stage("upload")
+        with report.stage("upload") as entry:
+            info = s3_repository.upload(stage, uri, force=options.force)
+            entry.note(**info)
+    return {**report.to_dict(), "upload": info}
+
+
 def package(source, output_dir: str | Path, systems: str | list[str], options: PackageOptions | None = None,
             *, on_stage=None, **kwargs) -> dict:
-    """Package `source` (a convert output folder or an .onnx file) for `systems`; returns the report."""
+    """Package `source` (a convert output folder or an .onnx file) for `systems`; returns the report.
+
+    `output_dir` is a local folder or an `s3://bucket/prefix` URI (module docstring)."""
     from modelport.staging import staged_dir
 
     options = options or PackageOptions(**kwargs)
     with Run("package") as report:
         names = parse_systems(systems)
+        remote = remote_output(output_dir)
         out = Path(output_dir)
         if on_stage:
             on_stage("load")
@@ -75,6 +129,8 @@ def package(source, output_dir: str | Path, systems: str | list[str], options: P
             entry.note(artifacts=sorted(artifacts.files))
         report.set_source(artifacts.source_info())
         report.set_contract(artifacts.contract())
+        if remote:
+            return _package_remote(artifacts, remote, names, options, report, on_stage)
         adding = options.add_version and out.exists()
         if options.add_version and options.force:
             raise BadInputError("--add-version keeps the existing bundle and --force replaces it: pick one")

@@ -70,6 +70,12 @@ def pvc_claim(uri: str) -> tuple[str, str] | None:
     return claim, path
 
 
+def storage_uri_under(output_uri: str, options: PackageOptions) -> str:
+    """The storage URI of a KServe bundle uploaded to `output_uri` (`package -o s3://…`): the server
+    bundle's folder inside it, which is what the predictor downloads."""
+    return f"{output_uri.rstrip('/')}/{server(options.server).bundle_dir}"
+
+
 def inference_service(options: PackageOptions, model_name: str, gpu: bool) -> dict:
     s = server(options.server)
     name = k8s_name(model_name)
