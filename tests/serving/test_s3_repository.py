@@ -379,3 +379,41 @@ def test_boto3_is_not_imported_at_start_up():
     code = "import sys, modelport.cli, modelport.orchestration.package; print('boto3' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_serve_pulls_a_repository_checks_it_and_answers(uploaded, s3, bucket, tmp_path):
+    """`modelport serve s3://…`: the repository pulled into a temporary folder, checked against its
+    manifest, its model served on KServe v2 (Triton's client answers); a changed object refuses to
+    start (exit 2) naming the key, and the credentials appear nowhere."""
+    import numpy as np
+    import onnxruntime as ort
+    import tritonclient.http as http
+
+    from tests.serving.test_serve import Server
+
+    local, uri, _ = uploaded
+    server = Server(uri, log=tmp_path / "serve.log")
+    try:
+        server.wait_ready()
+        client = http.InferenceServerClient(f"127.0.0.1:{server.http}")
+        model = "mlp"  # the Triton repository's name for it: mlp/1/model.onnx
+        assert f"as '{model}'" in server.log.read_text()
+        meta = client.get_model_metadata(model)
+        spec = meta["inputs"][0]
+        x = np.random.default_rng(0).standard_normal([2 if d == -1 else d for d in spec["shape"]]).astype(np.float32)
+        i = http.InferInput(spec["name"], list(x.shape), "FP32")
+        i.set_data_from_numpy(x)
+        got = client.infer(model, [i]).as_numpy(meta["outputs"][0]["name"])
+        (onnx_file,) = [p for p in local.rglob("model.onnx")]
+        want = ort.InferenceSession(str(onnx_file), providers=["CPUExecutionProvider"]).run(None, {spec["name"]: x})[0]
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    finally:
+        server.stop()
+    text = server.log.read_text()
+    assert not leaks(text), leaks(text)
+    key = next(k for k in keys(s3, bucket, "rt/") if k.endswith("model.onnx"))
+    s3.put_object(Bucket=bucket, Key=key, Body=b"not the model")
+    bad = Server(uri, log=tmp_path / "changed.log")
+    assert bad.proc.wait(120) == 2
+    text = bad.log.read_text()
+    assert key in text and not leaks(text), text[-2000:]

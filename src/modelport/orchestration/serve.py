@@ -1,8 +1,11 @@
 """`modelport serve PATH`: an artifact answering on the Open Inference Protocol (`serving/v2_server.py`).
 
 PATH is a `modelport convert` output folder (its report.json gives the contract; the artifact is
-the one `--artifact` names, else the first of the report's that opens here) or a model file
-(its runner describes its inputs and outputs). Before the server goes ready the artifact answers
+the one `--artifact` names, else the first of the report's that opens here), a `package` bundle
+(its first model file that opens, the contract from the bundle's report.json), a model file (its
+runner describes its inputs and outputs), or an `s3://bucket/prefix` repository `package -o s3://`
+wrote: pulled into a temporary folder and checked against its manifest's sha256s first
+(`serving/s3_repository.py`; a missing or changed object refuses to start, exit 2). Before the server goes ready the artifact answers
 the reference sample its convert run wrote (`reference.npz`), judged with its precision's
 tolerance: a mismatch refuses to start (exit 4) naming the output; a folder without one is
 served with a warning that it was not checked.
@@ -68,14 +71,19 @@ def _from_folder(folder: Path, artifact: str | None, threads: int | None) -> Ser
     raise BadInputError(f"no artifact of the folder opens here ({'; '.join(tried) or 'none listed'})", path=folder)
 
 
-def _from_file(path: Path, threads: int | None) -> Served:
+def _from_file(path: Path, threads: int | None, contract: dict | None = None) -> Served:
+    """A model file: the contract's specs where given (a bundle's report.json), else its runner's."""
     from modelport.orchestration.bench import open_artifact
 
     runner, runtime = open_artifact(path, threads=threads)
-    outputs = runner.output_specs()
+    if contract and contract.get("inputs") and contract.get("outputs"):
+        inputs = [TensorSpec.from_dict(s) for s in contract["inputs"]]
+        outputs = [TensorSpec.from_dict(s) for s in contract["outputs"]]
+    else:
+        inputs, outputs = list(runner.input_specs()), runner.output_specs()
     if not outputs:
         raise BadInputError("the runtime does not describe this file's outputs; serve its convert output folder", path=path)
-    return Served(path.stem, path, runner, runtime, list(runner.input_specs()), list(outputs), "fp32", None, {})
+    return Served(path.stem, path, runner, runtime, inputs, list(outputs), "fp32", None, {})
 
 
 def model_name(text: str) -> str:
@@ -85,12 +93,38 @@ def model_name(text: str) -> str:
     return name[:64]
 
 
+def _from_bundle(folder: Path, threads: int | None) -> Served:
+    """A `package` bundle (a Triton or OVMS repository, ...): its first model file a runner opens
+    (shallowest first), named as the repository names it (`<name>/<version>/model.onnx`), with the
+    contract of the bundle's report.json where it has one."""
+    from modelport.orchestration.bench import KINDS
+
+    found = sorted((p for p in folder.rglob("*") if KINDS.name_for(p) is not None), key=lambda p: (len(p.parts), str(p)))
+    try:
+        contract = json.loads((folder / "report.json").read_text()).get("contract") or {}
+    except (OSError, ValueError):
+        contract = {}
+    tried = []
+    for path in found:
+        try:
+            served = _from_file(path, threads, contract)
+        except Exception as e:
+            tried.append(f"{path.relative_to(folder)}: {' '.join(str(e).split())[:120]}")
+            continue
+        if path.parent.name.isdigit():
+            served.name = path.parent.parent.name
+        return served
+    raise BadInputError(f"no model file in the folder opens here ({'; '.join(tried) or 'none of a known kind'})", path=folder)
+
+
 def open_served(path: str | Path, *, artifact: str | None = None, threads: int | None = None) -> Served:
     from modelport.file_checks import check_model_file
 
     p = Path(path)
-    if p.is_dir() and (p / "report.json").is_file():
+    if p.is_dir() and (p / "report.json").is_file() and (json.loads((p / "report.json").read_text() or "{}").get("artifacts")):
         return _from_folder(p, artifact, threads)
+    if p.is_dir() and not (p / "model.py").is_file() and not (p / "saved_model.pb").is_file():
+        return _from_bundle(p, threads)
     return _from_file(check_model_file(p), threads)
 
 
@@ -132,6 +166,17 @@ def serve(path: str | Path, options, *, artifact: str | None = None, name: str |
           scale=None, on_ready=None) -> None:
     """Open, check, and serve until interrupted. `options`: `serving.v2_server.ServeOptions`;
     `scale`: `serving.ray_serve.Scale` (replicas on Ray Serve), None for one in-process runner."""
+    import tempfile
+
+    from modelport.serving.s3_repository import is_s3, pull
+
+    with tempfile.TemporaryDirectory(prefix="modelport-serve-") as tmp:
+        if is_s3(str(path)):  # pulled and checked against its manifest before anything opens it
+            path = pull(str(path), Path(tmp) / "repository")
+        _serve(path, options, artifact, name, threads, scale, on_ready)
+
+
+def _serve(path, options, artifact, name, threads, scale, on_ready) -> None:
     from modelport.serving import ray_serve, v2_server
 
     served = open_served(path, artifact=artifact, threads=threads)
