@@ -192,3 +192,11 @@ def test_a_wrong_reference_answer_refuses_to_start(folder, tmp_path):
     assert s.proc.wait(120) == 4
     text = s.log.read_text()
     assert "does not give the reference outputs, so the server does not start" in text and "logits" in text
+
+
+def test_bench_load_tests_the_served_model(server, cli):
+    """`modelport bench URL` against `serve`: the model's metadata says what to send; every request answered."""
+    r = cli("bench", f"http://127.0.0.1:{server.http}/v2/models/cnn/infer", "--requests", "30", "--concurrency", "4", "--json")
+    assert r.exit_code == 0, r
+    doc = r.json()
+    assert doc["protocol"] == "kserve" and doc["ok"] == 30 and doc["errors"] == 0 and doc["latency_ms"]["p50"] > 0
