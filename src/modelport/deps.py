@@ -20,6 +20,8 @@ EXTRAS = {
     "keras": "tf",
     "tf_keras": "tf",
     "tritonclient": "serve",
+    "kserve": "serve",  # installed without its dependencies: the Makefile's set-up says how
+    "boto3": "serve",
     "onnxsim": "optimize",
     "onnxscript": "optimize",
     "onnx_ir": "optimize",

@@ -200,3 +200,10 @@ def test_bench_load_tests_the_served_model(server, cli):
     assert r.exit_code == 0, r
     doc = r.json()
     assert doc["protocol"] == "kserve" and doc["ok"] == 30 and doc["errors"] == 0 and doc["latency_ms"]["p50"] > 0
+
+
+def test_without_kserve_it_is_exit_5_naming_the_install(folder, cli, monkeypatch):
+    monkeypatch.setitem(sys.modules, "kserve", None)  # an import of it fails, as where it is not installed
+    r = cli("serve", folder, "--http-port", str(_free_port()), "--grpc-port", str(_free_port()))
+    assert r.exit_code == 5, r
+    assert "pip install --no-deps kserve==0.21.0" in r.stderr

@@ -179,6 +179,7 @@ def serve(path: str | Path, options, *, artifact: str | None = None, name: str |
 def _serve(path, options, artifact, name, threads, scale, on_ready) -> None:
     from modelport.serving import ray_serve, v2_server
 
+    v2_server.require_kserve()  # exit 5 before anything is opened
     served = open_served(path, artifact=artifact, threads=threads)
     served.checked = check_reference(served)
     if not served.checked["checked"]:

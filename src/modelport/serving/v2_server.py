@@ -39,6 +39,21 @@ class ServeOptions:
     max_queue_delay_ms: float = 2.0
 
 
+KSERVE_INSTALL = 'pip install "modelport[serve]", then pip install --no-deps kserve==0.21.0 (make setup does both)'
+
+
+def require_kserve():
+    """KServe's ModelServer, or exit 5 naming how to install it (it is installed without its
+    dependencies: it declares psutil<6 and pandas<3, which would downgrade both under the rest)."""
+    from modelport.deps import require
+    from modelport.errors import MissingDependencyError
+
+    try:
+        return require("kserve", purpose="modelport serve")
+    except MissingDependencyError as e:
+        raise MissingDependencyError(e.reason, hint=KSERVE_INSTALL) from None
+
+
 def shape_of(spec: TensorSpec) -> list[int]:
     return [d if isinstance(d, int) else -1 for d in spec.shape]
 
@@ -135,7 +150,7 @@ def make_model(name: str, infer, inputs: list[TensorSpec], outputs: list[TensorS
     """The `kserve.Model` of one artifact (kserve imported here: its import takes about a second).
     `infer(feeds)`: the coroutine answering one call (`local_infer`, or `ray_serve.replica_infer`);
     an output named REPLICA in its answer (which replica ran it) goes into the response's parameters."""
-    import kserve
+    kserve = require_kserve()
     from kserve import InferOutput, InferRequest, InferResponse
     from kserve.errors import InvalidInput
 
