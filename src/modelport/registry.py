@@ -142,4 +142,6 @@ PACKAGERS = Registry("serving system", {
     "k8s": "modelport.serving.kubernetes",
     "kserve": "modelport.serving.kserve",
     "ovms": "modelport.serving.ovms",
-}, aliases={"kubernetes": "k8s", "tf-serving": "tfserving", "tensorflow-serving": "tfserving", "openvino-model-server": "ovms"})
+    "ray-serve": "modelport.serving.rayserve",
+}, aliases={"kubernetes": "k8s", "tf-serving": "tfserving", "tensorflow-serving": "tfserving", "openvino-model-server": "ovms",
+            "rayserve": "ray-serve"})
