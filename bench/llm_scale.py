@@ -23,7 +23,10 @@ median step time; one intra-op thread and onnxruntime's default); the builder's 
 fp32 is in --decode (modelport's fp32 row writes model.onnx alone), as the CPU figure fp16 is
 compared with. `model MB` is the size of the model files written (model.onnx and its data file).
 
-Usage: python bench/llm_scale.py [--layers 24 --hidden 896 --intermediate 4864 --heads 14 --kv-heads 2
+The source folder is written tensor by tensor into bf16 shards (`build_folder`), never holding the
+model: `--preset 7b` (Qwen2.5-7B's shapes, 15.2 GB) fits on the 24 GiB machine beside the runs.
+
+Usage: python bench/llm_scale.py [--preset 0.5b|1.5b|7b] [--layers 24 --hidden 896 --intermediate 4864 --heads 14 --kv-heads 2
                                   --vocab 151936 --rounds 1 --precisions fp32,int4[,fp16] --decode int4[,fp16,fp32]
                                   --work DIR --no-builder]
 """
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -46,29 +50,70 @@ QWEN25_05B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
                   use_sliding_window=False, sliding_window=32768, max_window_layers=21)
 
 
-def build_folder(folder: Path, **overrides) -> Path:
-    """A random-init Qwen2 `save_pretrained` folder in bf16 (Qwen2.5-0.5B's config with `overrides`)
-    and a small byte-level BPE tokenizer (the builder and onnxruntime-genai load one)."""
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+QWEN25_7B = dict(QWEN25_05B, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
+                 num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False, max_window_layers=28)
+PRESETS = {"0.5b": QWEN25_05B, "1.5b": dict(QWEN25_05B, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                                            num_attention_heads=12, num_key_value_heads=2, max_window_layers=21),
+           "7b": QWEN25_7B}
+SHARD_BYTES = 2 << 30  # as `save_pretrained`'s default shard size, about
 
-    torch.manual_seed(0)
+
+def build_folder(folder: Path, shard_bytes: int = SHARD_BYTES, **overrides) -> Path:
+    """A random-init Qwen2 folder in bf16 safetensors shards (Qwen2.5-0.5B's config with `overrides`),
+    written tensor by tensor: the model is never held (a 7 B folder is 15 GB), only the shard being
+    filled; each tensor is drawn in row blocks, so not even one fp32 copy of the embedding is made.
+    Weights N(0, 0.02), norms 1, seeded. Plus a small byte-level BPE tokenizer (the builder and
+    onnxruntime-genai load one)."""
+    import torch
+    from safetensors.torch import save_file
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+
     cfg = Qwen2Config(**{**QWEN25_05B, **overrides}, torch_dtype="bfloat16")
     with torch.device("meta"):
-        model = Qwen2ForCausalLM(cfg)
-    model = model.to(torch.bfloat16).to_empty(device="cpu")  # one bf16 copy, never an fp32 one
-    model.tie_weights()  # to_empty gives lm_head a tensor of its own
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.fill_(1.0)
-            else:
-                p.normal_(0.0, 0.02)
-    model.generation_config.do_sample = False
+        skeleton = Qwen2ForCausalLM(cfg)
+    shapes = [(n, tuple(p.shape)) for n, p in skeleton.named_parameters()
+              if not (cfg.tie_word_embeddings and n == "lm_head.weight")]
+    del skeleton
     folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(folder))
-    del model
+    generator = torch.Generator().manual_seed(0)
+    shard: dict = {}
+    filled, written, weight_map, total = 0, [], {}, 0
+
+    def flush():
+        nonlocal shard, filled
+        if shard:
+            path = folder / f"part-{len(written):05d}.safetensors"
+            save_file(shard, str(path), metadata={"format": "pt"})
+            written.append((path, list(shard)))
+        shard, filled = {}, 0
+
+    for name, shape in shapes:
+        tensor = torch.empty(shape, dtype=torch.bfloat16)
+        if "norm" in name:
+            tensor.fill_(1.0)
+        else:
+            rows = max(1, (64 << 20) // (4 * math.prod(shape[1:])))
+            for start in range(0, shape[0], rows):  # 64 MiB of fp32 at a time
+                block = tensor[start:start + rows]
+                block.copy_(torch.randn(block.shape, generator=generator).mul_(0.02))
+        size = tensor.numel() * 2
+        if filled and filled + size > shard_bytes:
+            flush()
+        shard[name] = tensor
+        filled += size
+        total += size
+    flush()
+    count = len(written)
+    for k, (path, names) in enumerate(written):
+        final = folder / f"model-{k + 1:05d}-of-{count:05d}.safetensors"
+        path.rename(final)
+        weight_map.update({n: final.name for n in names})
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total},
+                                                                     "weight_map": weight_map}, indent=2))
+    cfg.architectures = ["Qwen2ForCausalLM"]
+    cfg.save_pretrained(str(folder))
+    GenerationConfig(do_sample=False, bos_token_id=cfg.bos_token_id, eos_token_id=cfg.eos_token_id).save_pretrained(str(folder))
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -206,6 +251,7 @@ def agreement(report: Path) -> float | None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", choices=sorted(PRESETS), help="Qwen2.5 shapes (0.5b, 1.5b, 7b); the flags below override them")
     ap.add_argument("--layers", type=int, default=QWEN25_05B["num_hidden_layers"])
     ap.add_argument("--hidden", type=int, default=QWEN25_05B["hidden_size"])
     ap.add_argument("--intermediate", type=int, default=QWEN25_05B["intermediate_size"])
@@ -224,8 +270,10 @@ def main() -> int:
     work = a.work or Path(tempfile.mkdtemp(prefix="llm_scale_"))
     src = work / "src"
     if not (src / "config.json").exists():
-        build_folder(src, hidden_size=a.hidden, intermediate_size=a.intermediate, num_hidden_layers=a.layers,
-                     num_attention_heads=a.heads, num_key_value_heads=a.kv_heads, vocab_size=a.vocab)
+        given = {k: v for k, v in (("hidden_size", a.hidden), ("intermediate_size", a.intermediate), ("num_hidden_layers", a.layers),
+                                   ("num_attention_heads", a.heads), ("num_key_value_heads", a.kv_heads), ("vocab_size", a.vocab))
+                 if v != QWEN25_05B[k]}  # a flag left at its default leaves the preset's value
+        build_folder(src, **{**PRESETS.get(a.preset or "0.5b", QWEN25_05B), **given})
     checkpoint = sum(f.stat().st_size for f in src.glob("*.safetensors"))
     src_dir = str(Path(__file__).resolve().parents[1] / "src")  # this checkout's modelport
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(p for p in (src_dir, os.environ.get("PYTHONPATH")) if p)}
