@@ -207,3 +207,13 @@ def test_without_kserve_it_is_exit_5_naming_the_install(folder, cli, monkeypatch
     r = cli("serve", folder, "--http-port", str(_free_port()), "--grpc-port", str(_free_port()))
     assert r.exit_code == 5, r
     assert "pip install --no-deps kserve==0.21.0" in r.stderr
+
+
+def test_a_report_naming_a_path_outside_the_folder_is_refused(folder, tmp_path, cli_proc):
+    bad = tmp_path / "bad"
+    shutil.copytree(folder, bad)
+    report = json.loads((bad / "report.json").read_text())
+    report["artifacts"][0]["path"] = "../cnn/model.onnx"
+    (bad / "report.json").write_text(json.dumps(report))
+    r = cli_proc("serve", bad, "--http-port", str(_free_port()), "--grpc-port", str(_free_port()))
+    assert r.exit_code == 3 and "outside the folder" in r.stderr, r

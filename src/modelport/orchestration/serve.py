@@ -40,6 +40,7 @@ class Served:
 
 def _from_folder(folder: Path, artifact: str | None, threads: int | None) -> Served:
     from modelport.orchestration.bench import open_artifact
+    from modelport.serving.bundle import report_path
     from modelport.serving.reference_file import read_reference
     from modelport.targets import TARGETS
 
@@ -59,7 +60,7 @@ def _from_folder(folder: Path, artifact: str | None, threads: int | None) -> Ser
             raise BadInputError(f"the folder has no {artifact} artifact; it has {known}", path=folder)
     tried = []
     for entry in entries:
-        path = folder / Path(entry["path"]).name if not (folder / entry["path"]).exists() else folder / entry["path"]
+        path = report_path(folder, entry["path"])  # a path report.json names, refused when it leaves the folder (exit 3)
         try:
             runner, runtime = open_artifact(path, threads=threads)
         except Exception as e:  # the next artifact: this one does not open here

@@ -182,7 +182,7 @@ def _inside(path: Path, root: Path) -> bool:
     return os.path.commonpath([str(path.resolve()), str(root.resolve())]) == str(root.resolve())
 
 
-def _report_path(root: Path, rel: str) -> Path:
+def report_path(root: Path, rel: str) -> Path:
     """A path named in report.json, refused when it leaves the folder."""
     if os.path.isabs(rel) or ".." in Path(rel).parts:
         raise UnsafeInputError(f"report.json names '{rel}', a path outside the folder", path=root)
@@ -218,7 +218,7 @@ def from_report(root: Path, report: dict) -> Artifacts:
     for a in report.get("artifacts", []):
         kind = kinds.get(str(a.get("target", "")).lower(), str(a.get("target", "")).lower())
         if a.get("path"):
-            p = _report_path(root, a["path"])
+            p = report_path(root, a["path"])
             if p.exists():
                 files.setdefault(kind, p)
                 entries.setdefault(kind, dict(a))

@@ -38,7 +38,9 @@ def read_reference(folder: Path, entry: dict | None) -> tuple[dict, dict] | None
 
     if not entry:
         return None
-    path = Path(folder) / entry.get("file", FILE)
+    from modelport.serving.bundle import report_path
+
+    path = report_path(Path(folder), str(entry.get("file", FILE)))  # refused when it leaves the folder (exit 3)
     if not path.is_file():
         return None
     if hashlib.sha256(path.read_bytes()).hexdigest() != entry.get("sha256"):
