@@ -13,14 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
+import transformers
 
 from modelport.errors import BadInputError, UnsupportedError
 from modelport.validation.streamed_reference import logits_agreement, streamed_logits
 from tests.hf_folders import COMMON, FAMILIES
-
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-pytest.importorskip("safetensors")
 
 SEQUENCES = [[5, 9, 3, 100, 7, 8, 1], [4], [9, 8, 7, 6, 5, 4, 3, 2, 1, 10, 11, 12, 13]]
 # family (tests/hf_folders.py) -> sharded or a single model.safetensors
