@@ -217,3 +217,11 @@ def test_a_report_naming_a_path_outside_the_folder_is_refused(folder, tmp_path, 
     (bad / "report.json").write_text(json.dumps(report))
     r = cli_proc("serve", bad, "--http-port", str(_free_port()), "--grpc-port", str(_free_port()))
     assert r.exit_code == 3 and "outside the folder" in r.stderr, r
+
+
+def test_an_unreadable_report_is_exit_2_naming_it(folder, tmp_path, cli_proc):
+    bad = tmp_path / "bad"
+    shutil.copytree(folder, bad)
+    (bad / "report.json").write_text("{not json")
+    r = cli_proc("serve", bad, "--http-port", str(_free_port()), "--grpc-port", str(_free_port()))
+    assert r.exit_code == 2 and "report.json cannot be read" in r.stderr, r

@@ -38,16 +38,26 @@ class Served:
     checked: dict
 
 
-def _from_folder(folder: Path, artifact: str | None, threads: int | None) -> Served:
+def _read_report(folder: Path) -> dict:
+    """The folder's report.json ({} when it has none); an unreadable one is exit 2."""
+    path = folder / "report.json"
+    if not path.is_file():
+        return {}
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise BadInputError(f"report.json cannot be read ({type(e).__name__}: {e})", path=path) from None
+    if not isinstance(report, dict):
+        raise BadInputError("report.json is not a JSON object", path=path)
+    return report
+
+
+def _from_folder(folder: Path, report: dict, artifact: str | None, threads: int | None) -> Served:
     from modelport.orchestration.bench import open_artifact
     from modelport.serving.bundle import report_path
     from modelport.serving.reference_file import read_reference
     from modelport.targets import TARGETS
 
-    try:
-        report = json.loads((folder / "report.json").read_text())
-    except (OSError, ValueError) as e:
-        raise BadInputError(f"not a convert output folder: report.json cannot be read ({e})", path=folder) from None
     contract = report.get("contract") or {}
     if not contract.get("inputs"):
         raise BadInputError("report.json has no I/O contract (a text-generation folder is not served by `serve`)", path=folder)
@@ -94,17 +104,14 @@ def model_name(text: str) -> str:
     return name[:64]
 
 
-def _from_bundle(folder: Path, threads: int | None) -> Served:
+def _from_bundle(folder: Path, report: dict, threads: int | None) -> Served:
     """A `package` bundle (a Triton or OVMS repository, ...): its first model file a runner opens
     (shallowest first), named as the repository names it (`<name>/<version>/model.onnx`), with the
     contract of the bundle's report.json where it has one."""
     from modelport.orchestration.bench import KINDS
 
     found = sorted((p for p in folder.rglob("*") if KINDS.name_for(p) is not None), key=lambda p: (len(p.parts), str(p)))
-    try:
-        contract = json.loads((folder / "report.json").read_text()).get("contract") or {}
-    except (OSError, ValueError):
-        contract = {}
+    contract = report.get("contract") or {}
     tried = []
     for path in found:
         try:
@@ -122,10 +129,11 @@ def open_served(path: str | Path, *, artifact: str | None = None, threads: int |
     from modelport.file_checks import check_model_file
 
     p = Path(path)
-    if p.is_dir() and (p / "report.json").is_file() and (json.loads((p / "report.json").read_text() or "{}").get("artifacts")):
-        return _from_folder(p, artifact, threads)
+    report = _read_report(p) if p.is_dir() else {}
+    if report.get("artifacts"):
+        return _from_folder(p, report, artifact, threads)
     if p.is_dir() and not (p / "model.py").is_file() and not (p / "saved_model.pb").is_file():
-        return _from_bundle(p, threads)
+        return _from_bundle(p, report, threads)
     return _from_file(check_model_file(p), threads)
 
 
