@@ -76,6 +76,7 @@ CHOICES = [  # command, option, a bad value, the words of the message
     ("convert", "--task", "summarise", "unknown task 'summarise'; known: feature-extraction, text-classification"),
     ("convert", "--layout", "XYZ", "unknown --layout 'XYZ'; known:"),
     ("convert", "--channel-order", "GBR", "bad --channel-order 'GBR'"),
+    ("convert", "--reference", "fp32", "unknown --reference 'fp32'; known: auto, transformers, streamed"),
     ("convert", "--runtimes", "onnxruntime,tensorflow", "unknown runtime 'tensorflow' for --runtimes; known: onnxruntime, openvino"),
     ("optimize", "--level", "max", "unknown optimisation level 'max'; known:"),
     ("optimize", "--passes", "fold,foo", "unknown pass(es) 'foo'; known:"),

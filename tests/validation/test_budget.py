@@ -29,8 +29,9 @@ def test_both_budgets_share_it_and_keep_their_messages():
 
     with pytest.raises(BadInputError, match=r"^bad --accuracy-budget 'tokens>=0.9': use cosine>=0.999 and/or max_abs<=0.01$"):
         parse_budget("tokens>=0.9")
-    with pytest.raises(BadInputError, match=r"^bad --accuracy-budget 'cosine>=0.9' for text generation: use tokens>=0.95"):
-        parse_generation_budget("cosine>=0.9")
+    with pytest.raises(BadInputError, match=r"^bad --accuracy-budget 'atol<=0.9' for text generation: use tokens>=0.95"):
+        parse_generation_budget("atol<=0.9")
+    assert parse_generation_budget("tokens>=0.5, cosine>=0.98") == GenerationBudget(0.5, None, 0.98)
     t = parse_budget("cos>=0.99, atol<=0.5")
     assert (t.min_cosine, t.atol, t.rtol, t.scaled) == (0.99, 0.5, 0.0, False)
     t = parse_budget("cosine>=0.9")

@@ -72,7 +72,7 @@ def test_nan_logits_fail():
     assert not compare_generation(_gen([[1, 2]]), _gen([[1, 2]], got), hop="h").ok
 
 
-@pytest.mark.parametrize("text", ["cosine>=0.9", "tokens>=2", "tokens<=0.5", "max_abs>=1", "tokens>=x"])
+@pytest.mark.parametrize("text", ["cosine<=0.9", "cosine>=2", "atol<=0.1", "tokens>=2", "tokens<=0.5", "max_abs>=1", "tokens>=x"])
 def test_bad_budgets_are_exit_2(text):
     with pytest.raises(BadInputError, match="for text generation"):
         parse_generation_budget(text)

@@ -68,6 +68,8 @@ def register(app: typer.Typer) -> None:
         new_tokens: int = typer.Option(32, "--new-tokens", help="text-generation: tokens generated per prompt when validating."),
         block_size: int = typer.Option(32, "--block-size", help="text-generation --precision int4/int8: input channels per scale."),
         asymmetric: bool = typer.Option(False, "--asymmetric", help="text-generation --precision int4/int8: zero points per block."),
+        reference: str = typer.Option("auto", "--reference", help="text-generation: transformers (the fp32 model in memory), "
+                                      "streamed (a layer at a time from the safetensors) or auto (streamed when the fp32 model does not fit)."),
         **shared,
     ):
         """Convert a model into one or more targets, validated against the source framework."""
@@ -86,7 +88,8 @@ def register(app: typer.Typer) -> None:
             specs = apply_options([parse_input_spec(t) for t in inputs], input_shapes=input_shape, **flags.preprocessing_kwargs(shared))
             options = ConvertOptions(
                 task=task, accuracy_budget=accuracy_budget,
-                text_generation=TextGenerationOptions(new_tokens=new_tokens, block_size=block_size, symmetric=not asymmetric),
+                text_generation=TextGenerationOptions(new_tokens=new_tokens, block_size=block_size, symmetric=not asymmetric,
+                                                      reference=reference),
                 targets=[choice(t, EMITTERS, "target") for t in split_list(to)] or ["onnx"],
                 framework=choice(framework, PARSERS, "source framework"), inputs=specs, output_names=split_list(outputs) or None,
                 arch=arch_, arch_args=arch_args, state_dict_key=state_dict_key, trust=trust, opset=opset, force=shared["force"], keep_failed=keep_failed,

@@ -27,7 +27,7 @@ PANELS = {
               "--max-batch-size", "--instances", "--image", "--cpu", "--memory", "--gpus", "--replicas"),
     VALIDATION: ("--seed", "--dim", "--data", "--inputs", "--value", "--atol", "--rtol", "--min-cosine", "--strict", "--localize",
                  "--match-by-position", "--max-size-growth", "--max-nodes-growth", "--max-error-growth", "--max-cosine-drop",
-                 "--max-latency-growth", "--new-tokens"),
+                 "--max-latency-growth", "--new-tokens", "--reference"),
     OPTIMISATION: ("--optimize", "--level", "--passes", "--precision", "--runtimes", "--calibration", "--accuracy-budget",
                    "--allow-precision-fallback"),
     QUANTISATION: ("--int8-mode", "--calibration-method", "--per-channel", "--keep-io-types", "--block-size", "--asymmetric"),

@@ -4,8 +4,12 @@ weight-only) and/or an onnxruntime-genai folder, each proven by generation.
     preflight:memory  the peak memory estimated from the checkpoint's headers, against the memory
                available (exit 2 before any work when it does not fit; see `check_memory`)
     parse      export with a KV cache (parsers/hf_decoder.py)
-    reference  transformers `generate` (greedy) from fixed prompts on the same weights
-    validate:ir  the export on one left-padded decode step
+    reference  transformers `generate` (greedy) from fixed prompts on the same weights; or, with
+               the streamed reference (`--reference streamed`, or chosen when the fp32 model does
+               not fit in memory), nothing yet: each artifact is judged later against logits
+               computed a layer at a time from the safetensors (validation/streamed_reference.py)
+    validate:ir  the export on one left-padded decode step (streamed: on a prefill of each prompt,
+               when the fp32 graph fits in memory; else skipped and said)
     optimize   orchestration/decoder_variants.py: --optimize all (fusions, kept only when the fused
                model still generates the reference's tokens and logits), --precision int4/int8/fp16,
                or --optimize auto among variants
@@ -26,6 +30,11 @@ second copy of the model (optimize/weight_store.py); the IR handed to the emitte
 weights wait in a file (`IRModel.stored`), copied tensor by tensor; sessions load models from files
 with external data, one at a time. Peak about 2.6 W above the libraries
 (tests/orchestration/test_text_generation_memory.py).
+
+With the streamed reference nothing holds the fp32 model: the writer and the quantiser hold a tensor
+at a time (the largest is the 152k-vocabulary embedding), the reference a layer at a time, and the
+peak is the artifact's own onnxruntime session (`streamed_peak`): a 7 B decoder converts to int4
+on a 24 GiB machine (bench/llm_scale.py --preset 7b).
 """
 
 from __future__ import annotations
@@ -55,6 +64,14 @@ LIBRARIES = 1.3e9
 WEIGHT_COPIES = {"fp32": 1.5, "fp16": 1.5, "int8": 1.6, "int4": 1.6, AUTO: 2.5}
 WRITTEN_COPIES = {"fp32": 1.15, "fp16": 1.15, "int8": 1.15, "int4": 1.15, AUTO: 2.5}
 DEFAULT_QUANT_BUDGET = GenerationBudget(min_tokens=0.9)
+REFERENCES = ("auto", "transformers", "streamed")
+# The streamed route's peak (no fp32 model anywhere): LIBRARIES + the largest of
+#   the artifact's onnxruntime session, SESSION_COPIES x its weights' bytes (`artifact_bytes`);
+#   the writer and the quantiser, TENSOR_COPIES x the largest tensor in fp32 (the embedding);
+#   the streamed reference's child, the embedding in fp32 plus one layer in fp32.
+SESSION_COPIES = 1.5
+TENSOR_COPIES = 3.0
+BYTES_PER_WEIGHT = {"fp32": 4.0, "fp16": 2.0, "int8": 1.0, "int4": 0.5}
 
 
 @dataclass(frozen=True)
@@ -68,10 +85,13 @@ class TextGenerationOptions:
     symmetric: bool = True
     budget: str | None = None  # "tokens>=0.95,max_abs<=2"
     auto: DecoderAutoOptions = DecoderAutoOptions()
+    reference: str = "auto"  # transformers, streamed, or auto: streamed when the fp32 model does not fit in memory
 
     def __post_init__(self):
         if self.new_tokens < 1:
             raise BadInputError(f"bad --new-tokens {self.new_tokens}: at least 1")
+        if self.reference not in REFERENCES:
+            raise BadInputError(f"unknown --reference '{self.reference}'; known: {', '.join(REFERENCES)}")
         WeightOnlyOptions(bits=4, block_size=self.block_size, symmetric=self.symmetric)
         parse_generation_budget(self.budget)
 
@@ -88,6 +108,8 @@ class TextGenerationRun:
         self.budget_text = self.tg.budget or self.options.accuracy_budget
         self.precision = next(iter(ctx.request.precisions.values())).precision  # a given one applies to all, defaults agree
         self.cfg = self.ref = self.prompts = self.export = None
+        self.streamed = False  # the reference: streamed from the safetensors (True) or transformers in memory (check_memory decides)
+        self.fp32_fits = True  # whether an fp32 graph of the model can run in onnxruntime here (the IR and fusion checks)
         self._scratch = None
 
     def __enter__(self):
@@ -131,6 +153,9 @@ class TextGenerationRun:
         if self.precision == "fp16" and level == "auto":
             raise BadInputError("--task text-generation: --optimize auto times its variants on the CPU, where fp16 is not meant to run",
                                 hint="--optimize all --precision fp16 writes the fused fp16 model")
+        if self.tg.reference == "streamed" and level == "auto":
+            raise BadInputError("--task text-generation --optimize auto judges its variants against the transformers reference",
+                                hint="--reference auto or transformers, or --optimize all")
         runtimes = options.optimize.runtimes if options.optimize is not None else None
         if runtimes and tuple(runtimes) != ("onnxruntime",):
             raise BadInputError(f"--task text-generation --optimize auto times onnxruntime variants; not --runtimes {','.join(runtimes)}")
@@ -160,10 +185,13 @@ class TextGenerationRun:
         from modelport.validation import check
 
         ctx = self.ctx
-        with ctx.step("validate:ir"):
-            parity = check(OnnxRuntimeRunner(self.export), ir.reference, self.tolerance(), "transformers→onnx (IR, one decode step)")
-        ctx.report.add_parity(parity)
-        parity.raise_if_failed(path=self.folder)
+        if self.streamed:
+            self.check_fp32(self.export, "validate:ir", "streamed→onnx (IR, prefill)")
+        else:
+            with ctx.step("validate:ir"):
+                parity = check(OnnxRuntimeRunner(self.export), ir.reference, self.tolerance(), "transformers→onnx (IR, one decode step)")
+            ctx.report.add_parity(parity)
+            parity.raise_if_failed(path=self.folder)
         variant = None
         if self.options.level == "auto":
             ir.attach_stored()
@@ -182,25 +210,50 @@ class TextGenerationRun:
             job.extra["variant"] = variant
         return jobs
 
+    def check_fp32(self, path: Path, step: str, hop: str):
+        """An fp32 graph (the export, or its fused form) against the streamed reference on a prefill of
+        each prompt (exit 4 when it misses the fp32 tolerance), when it fits in memory; else the row
+        says it was skipped and why. Returns the GenerationResult, or None when skipped."""
+        from modelport.validation import streamed_reference
+
+        with self.ctx.step(step) as row:
+            if not self.fp32_fits:
+                row.note(skipped="the fp32 graph does not fit in memory; each artifact is checked against the streamed reference")
+                return None
+            tol = self.tolerance()
+            result = streamed_reference.judge_prefill(path, self.folder, self.prompts, hop=hop, atol=tol.atol, rtol=tol.rtol)
+            row.note(ok=result.ok, token_agreement=round(result.tokens, 6), max_abs=result.max_abs, positions=result.details["positions"])
+        if step == "validate:ir":
+            result.raise_if_failed(path=self.folder)
+        return result
+
     def validate(self, job: Job, artifact, route) -> ArtifactCheck:
         """The artifact generates what transformers generated, within the budget of its precision, from
-        its files; a runtime that generates by itself must agree with our loop on the same file."""
+        its files; a runtime that generates by itself must agree with our loop on the same file.
+        Streamed: the artifact's own greedy tokens judged against the streamed reference's logits at
+        the same context (validation/streamed_reference.py)."""
         from modelport.runtimes import runner_class
         from modelport.validation import generation
 
         tg, cfg, precision, tol = self.tg, self.cfg, artifact.precision, self.tolerance()
         budget = self.budget(precision)
-        hop = f"transformers→{job.target} ({precision}, greedy {tg.new_tokens} tokens)"
+        hop = f"{'streamed' if self.streamed else 'transformers'}→{job.target} ({precision}, greedy {tg.new_tokens} tokens)"
         generates = runner_class(artifact.runtime).capabilities.generates
         model_file = next(f for f in artifact.files if f.suffix == ".onnx")
         with self.ctx.step(f"validate:{job.target}"):
-            if precision == "fp32" and generates:
+            if precision == "fp32" and generates and not self.streamed:
                 got = generation.Generation(*runner_class(artifact.runtime)(artifact.path).generate(self.prompts, tg.new_tokens, cfg.vocab_size))
                 result = generation.compare_generation(self.ref, got, hop=hop, precision=precision, budget=budget,
                                                        atol=tol.atol, rtol=tol.rtol)
             else:
-                result, ours = generation.judge_onnx(model_file, self.ref, self.prompts, tg.new_tokens, cfg.safe_pad, hop=hop,
-                                                     precision=precision, budget=budget, atol=tol.atol, rtol=tol.rtol)
+                if self.streamed:
+                    from modelport.validation.streamed_reference import judge_streamed
+
+                    result, ours = judge_streamed(model_file, self.folder, self.prompts, tg.new_tokens, cfg.safe_pad, hop=hop,
+                                                  precision=precision, budget=budget, atol=tol.atol, rtol=tol.rtol)
+                else:
+                    result, ours = generation.judge_onnx(model_file, self.ref, self.prompts, tg.new_tokens, cfg.safe_pad, hop=hop,
+                                                         precision=precision, budget=budget, atol=tol.atol, rtol=tol.rtol)
                 if generates:  # the runtime must generate what our loop generates on the same file
                     # quantised: by the same budget (their int4/int8 kernels differ from onnxruntime's, so a near-tie
                     # may break the other way; at fp32 the two must agree exactly)
@@ -241,22 +294,68 @@ def estimate_peak(parameters: int, run: TextGenerationRun, *, written: bool = Fa
     return int(LIBRARIES + copies * 4 * parameters)
 
 
+def artifact_bytes(cfg, parameters: int, precision: str, block_size: int = 32, symmetric: bool = True) -> int:
+    """Bytes of the weights of the artifact at `precision`: MatMulNBits weights with an fp32 scale (and,
+    asymmetric, a zero point) per block; an untied embedding stays an fp32 table (a tied one is read
+    from the quantised output projection)."""
+    embedding = cfg.vocab_size * cfg.hidden_size
+    per = BYTES_PER_WEIGHT[precision]
+    if precision in ("int4", "int8"):
+        per += 4 / block_size + (0 if symmetric else per / block_size)
+    if cfg.tied_embeddings or precision in ("fp32", "fp16"):
+        return int(per * parameters)
+    return int(per * (parameters - embedding) + 4 * embedding)
+
+
+def streamed_peak(cfg, parameters: int, run: TextGenerationRun) -> int:
+    """The streamed route's peak (bytes): see SESSION_COPIES above."""
+    embedding = 4 * cfg.vocab_size * cfg.hidden_size
+    layer = 4 * max(0, parameters - cfg.vocab_size * cfg.hidden_size * (1 if cfg.tied_embeddings else 2)) / max(1, cfg.num_layers)
+    session = SESSION_COPIES * artifact_bytes(cfg, parameters, run.precision, run.tg.block_size, run.tg.symmetric)
+    return int(LIBRARIES + max(session, TENSOR_COPIES * embedding, embedding + layer))
+
+
 def check_memory(folder: Path, run: TextGenerationRun) -> None:
     """Refuse (exit 2, before any work) a folder whose conversion is estimated to need more memory
     than is available, rather than be killed part way; the `preflight:memory` row records both
-    figures. MODELPORT_AVAILABLE_MEMORY overrides the memory counted as available (to run anyway)."""
+    figures. MODELPORT_AVAILABLE_MEMORY overrides the memory counted as available (to run anyway).
+
+    It also settles the reference: `--reference auto` takes transformers' (the fp32 model in memory)
+    when that fits, else the streamed one when the folder is written from its safetensors and the
+    streamed route fits; `run.fp32_fits` says whether an fp32 graph can be checked at all."""
     from modelport import memory
     from modelport.parsers import hf_decoder, hf_decoder_graph
     from modelport.parsers.huggingface import parameter_count, weight_files
+    from modelport.validation.streamed_reference import SUPPORTED
 
+    choice = run.tg.reference
     with run.ctx.step("preflight:memory") as row:
         parameters = parameter_count(weight_files(folder)[0])
         run.ctx.model_bytes = 4 * parameters  # in fp32: what the stages' memory bound follows
-        written = hf_decoder_graph.unsupported(folder, hf_decoder.read_decoder_config(folder), run.options.opset) is None
-        need, free = estimate_peak(parameters, run, written=written), memory.available()
-        row.note(parameters=parameters, estimated_peak_rss=need, available_memory=free)
+        cfg = hf_decoder.read_decoder_config(folder)
+        written = hf_decoder_graph.unsupported(folder, cfg, run.options.opset) is None
+        can_stream = written and cfg.architecture in SUPPORTED and run.options.level != "auto"
+        full, free = estimate_peak(parameters, run, written=written), memory.available()
+        streamed = streamed_peak(cfg, parameters, run) if can_stream else None
+        run.fp32_fits = free is None or full <= free
+        run.streamed = choice == "streamed" or (choice == "auto" and not run.fp32_fits and streamed is not None)
+        need = streamed if run.streamed else full
+        row.note(parameters=parameters, estimated_peak_rss=need, available_memory=free,
+                 reference="streamed" if run.streamed else "transformers",
+                 **({"fp32_reference_peak_rss": full} if run.streamed else {}))
+    if choice == "streamed" and not can_stream:
+        why = ("--optimize auto" if run.options.level == "auto" else
+               f"{cfg.architecture}" if cfg.architecture not in SUPPORTED else "a folder the decoder writer does not cover")
+        raise BadInputError(f"--reference streamed reads {', '.join(SUPPORTED)} folders the decoder writer covers; not {why}",
+                            path=folder, hint="--reference transformers")
+    if run.streamed:
+        memory.refuse_if_short(need, free, path=folder, why=f"{parameters / 1e6:,.0f} M parameters at {run.precision}: the "
+                               "artifact's onnxruntime session, with the reference streamed a layer at a time; the fp32 "
+                               f"reference would need {memory.fmt_bytes(full)}")
+        return
     memory.refuse_if_short(need, free, path=folder, why=f"{parameters / 1e6:,.0f} M parameters, held in fp32 by the "
-                           f"transformers reference{'' if written else ' and the ONNX passes'}")
+                           f"transformers reference{'' if written else ' and the ONNX passes'}"
+                           f"{'; the streamed reference would need ' + memory.fmt_bytes(streamed) if streamed else ''}")
 
 
 def export_and_reference(run: TextGenerationRun):
@@ -301,6 +400,10 @@ def export_and_reference(run: TextGenerationRun):
     if longest > cfg.context_length:
         raise BadInputError(f"--new-tokens {tg.new_tokens} with a {longest - tg.new_tokens}-token prompt passes the model's "
                             f"context of {cfg.context_length} tokens", path=folder)
+    if run.streamed:  # each artifact is judged against logits streamed from the safetensors (TextGenerationRun.validate)
+        run.cfg, run.ref, run.prompts, run.export = cfg, None, prompts, export
+        ir.stored = export.parent
+        return ir
     with ctx.step("reference:generate", new_tokens=tg.new_tokens, prompts=len(prompts)):
         if model is None:  # the written graph's reference: transformers on the same weights, in fp32, in a child
             ir.reference, ref = hf_decoder.transformers_reference(folder, cfg, seed=spec.seed, prompts=prompts,

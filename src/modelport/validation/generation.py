@@ -28,7 +28,8 @@ from modelport.validation.budget import BudgetKey, parse_clauses
 
 DEFAULT_NEW_TOKENS = 32
 PROMPT_LENGTHS = (7, 4, 1)  # one left-padded batch: rows of different lengths, one a single token
-GENERATION_BUDGET_KEYS = (BudgetKey("tokens", ">=", ("token_agreement",), 0.0, 1.0), BudgetKey("max_abs", "<=", ("logits", "abs"), 0.0))
+GENERATION_BUDGET_KEYS = (BudgetKey("tokens", ">=", ("token_agreement",), 0.0, 1.0), BudgetKey("max_abs", "<=", ("logits", "abs"), 0.0),
+                          BudgetKey("cosine", ">=", ("cosine_min",), -1.0, 1.0))
 
 
 @dataclass(frozen=True)
@@ -37,21 +38,24 @@ class GenerationBudget:
 
     min_tokens: float = 1.0
     max_abs: float | None = None  # None: the precision's scaled tolerance (fp32) or no bound (quantised)
+    min_cosine: float | None = None  # the least cosine similarity of a compared step's logits with the reference's
 
     def describe(self) -> str:
         parts = [f"tokens>={self.min_tokens:g}"]
         if self.max_abs is not None:
             parts.append(f"max_abs<={self.max_abs:g}")
+        if self.min_cosine is not None:
+            parts.append(f"cosine>={self.min_cosine:g}")
         return ", ".join(parts)
 
 
 def parse_generation_budget(text: str | None) -> GenerationBudget | None:
-    """`tokens>=0.95`, `max_abs<=2.0`, or both comma-separated."""
+    """`tokens>=0.95`, `max_abs<=2.0`, `cosine>=0.99`, or several comma-separated."""
     if not text:
         return None
     values = parse_clauses(text, GENERATION_BUDGET_KEYS,
-                           f"bad --accuracy-budget '{text}' for text generation: use tokens>=0.95 and/or max_abs<=2.0")
-    return GenerationBudget(min_tokens=values.get("tokens", 1.0), max_abs=values.get("max_abs"))
+                           f"bad --accuracy-budget '{text}' for text generation: use tokens>=0.95, max_abs<=2.0 and/or cosine>=0.99")
+    return GenerationBudget(min_tokens=values.get("tokens", 1.0), max_abs=values.get("max_abs"), min_cosine=values.get("cosine"))
 
 
 def fixed_prompts(vocab_size: int, *, seed: int = 0, lengths=PROMPT_LENGTHS, avoid: tuple[int, ...] = ()) -> list[list[int]]:
@@ -104,7 +108,7 @@ def generate_transformers(model, prompts: list[list[int]], new_tokens: int, pad:
     return Generation(tokens=tokens, logits=logits, producer=f"transformers {transformers.__version__}")
 
 
-def _cache_shapes(session) -> tuple[list[str], list[str], dict[str, tuple[int, int]], np.dtype]:
+def cache_shapes(session) -> tuple[list[str], list[str], dict[str, tuple[int, int]], np.dtype]:
     """(past input names, present output names, past name -> (kv_heads, head_dim), cache dtype) of a session."""
     past = [i for i in session.get_inputs() if i.name.startswith("past_key_values.")]
     if not past:
@@ -148,7 +152,7 @@ def generate_onnx(model_path: str | Path | None, prompts: list[list[int]], new_t
 
     if session is None:
         session = onnx_session(model_path)
-    past_names, present_names, shapes, dtype = _cache_shapes(session)
+    past_names, present_names, shapes, dtype = cache_shapes(session)
     ids, mask = left_padded(prompts, pad)
     batch = ids.shape[0]
     past = {n: np.zeros((batch, h, 0, d), dtype=dtype) for n, (h, d) in shapes.items()}
@@ -217,7 +221,7 @@ def compare_generation(reference: Generation, got: Generation, *, hop: str, prec
     same = (ref_t == got_t) & valid
     agreement = float(same.sum() / max(1, valid.sum()))
     first: list[int | None] = []
-    worst, breach = 0.0, False
+    worst, breach, cosine = 0.0, False, 1.0
     for r in range(ref_t.shape[0]):
         diff = np.flatnonzero(~same[r] & valid[r])
         produced = int(valid[r].sum())
@@ -229,6 +233,8 @@ def compare_generation(reference: Generation, got: Generation, *, hop: str, prec
                                     False, f"NaN/Inf in the logits of prompt {r}")
         err = np.abs(got_l - ref_l)
         worst = max(worst, float(err.max()) if err.size else 0.0)
+        if ref_l.size:
+            cosine = min(cosine, float(step_cosine(ref_l, got_l).min()))
         scale = max(1.0, float(np.abs(ref_l).max()) if ref_l.size else 1.0)
         breach |= bool((err > atol * scale + rtol * np.abs(ref_l)).any())
     if budget is None:
@@ -238,10 +244,21 @@ def compare_generation(reference: Generation, got: Generation, *, hop: str, prec
                                   if agreement < 1.0 else f"logits differ by up to {worst:.3g} (tolerance {budget_text})")
     else:
         budget_text = budget.describe()
-        ok = agreement >= budget.min_tokens and (budget.max_abs is None or worst <= budget.max_abs)
-        reason = None if ok else f"token agreement {agreement:.4f}, worst logit error {worst:.3g}; budget {budget_text}"
+        ok = (agreement >= budget.min_tokens and (budget.max_abs is None or worst <= budget.max_abs)
+              and (budget.min_cosine is None or cosine >= budget.min_cosine))
+        reason = None if ok else (f"token agreement {agreement:.4f}, worst logit error {worst:.3g}, least logit cosine "
+                                  f"{cosine:.4f}; budget {budget_text}")
     return GenerationResult(hop, precision, int(ref_t.shape[1]), int(ref_t.shape[0]), agreement, worst, first, budget_text, ok,
-                            reason)
+                            reason, details={"cosine_min": round(cosine, 6)})
+
+
+def step_cosine(ref: np.ndarray, got: np.ndarray) -> np.ndarray:
+    """The cosine similarity of each step's logit vector [..., vocab] with the reference's (1 where both are zero)."""
+    ref, got = np.asarray(ref, dtype=np.float64), np.asarray(got, dtype=np.float64)
+    num = (ref * got).sum(-1)
+    den = np.linalg.norm(ref, axis=-1) * np.linalg.norm(got, axis=-1)
+    both_zero = (np.abs(ref).sum(-1) + np.abs(got).sum(-1)) == 0
+    return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.where(both_zero, 1.0, 0.0))
 
 
 def judge_onnx(model_path: str | Path | None, reference: Generation, prompts: list[list[int]], new_tokens: int, pad: int, *,

@@ -27,14 +27,16 @@ or the embedding/head matrix (up to 2.2 GB in fp32 for Qwen2's 152k vocabulary),
 measures that still mean something on random weights, where greedy tokens are near-tied: cosine
 (min and mean), top-1 agreement, top-k overlap and the worst absolute error.
 
-Intended use for a quantised (int4) artifact too large for an fp32 reference in memory:
-  1. greedy-decode N tokens from each prompt with the artifact itself in onnxruntime
-     (the generation loop of validation/generation.py), keeping its logits at every position;
-  2. one streamed teacher-forced pass over prompt + those tokens:
-     `ref = streamed_logits(folder, [prompt + tokens])`: the reference's logits at the very
-     positions the artifact saw, so no divergence point cuts the comparison short;
-  3. `logits_agreement(ref[0][len(prompt) - 1:-1], got)` per prompt, judged against a budget.
-Nothing of this is wired into the pipeline here.
+`judge_streamed` is the generation check built on it (the text-generation pipeline's `--reference
+streamed`, chosen by itself when the fp32 model does not fit in memory):
+  1. greedy-decode N tokens from each prompt with the artifact itself in onnxruntime (the generation
+     loop of validation/generation.py, the left-padded batch), keeping its logits at every step;
+  2. one streamed teacher-forced pass over each prompt + those tokens, in a child process (the
+     torch allocator's memory goes with it): the reference's logits at the very positions the
+     artifact saw, so no divergence point cuts the comparison short;
+  3. the two compared step by step (`compare_generation(..., forced=True)`: top-1 agreement, the
+     worst logit error, the least cosine), judged against the budget, with `logits_agreement`'s mean
+     cosine and top-5 overlap beside them.
 """
 
 from __future__ import annotations
@@ -47,6 +49,17 @@ import numpy as np
 
 from modelport import progress as _progress
 from modelport.errors import BadInputError, UnsupportedError
+from modelport.validation.generation import (
+    Generation,
+    GenerationBudget,
+    GenerationResult,
+    compare_generation,
+    generate_onnx,
+    step_cosine,
+)
+
+MEASURE = ("teacher-forced on the artifact's own greedy tokens: top-1 agreement, worst logit error and least cosine per step "
+           "against fp32 logits streamed a layer at a time from the safetensors")
 
 # decoders whose layer is a self-contained module called as layer(hidden, attention_mask=,
 # position_ids=, position_embeddings=(cos, sin)) with plain embeddings (no scaling) and a plain
@@ -211,12 +224,6 @@ def streamed_logits(folder: Path, sequences: list[list[int]], *, dtype: str = "f
     return logits
 
 
-def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    num = (a * b).sum(-1)
-    den = np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1)
-    return np.where(den > 0, num / np.where(den > 0, den, 1.0), np.where(np.abs(a).sum(-1) + np.abs(b).sum(-1) == 0, 1.0, 0.0))
-
-
 def logits_agreement(ref: np.ndarray, got: np.ndarray, k: int = 5) -> dict:
     """How closely `got` follows `ref`, both [positions, vocab] (a leading batch of 1 is dropped).
 
@@ -236,7 +243,7 @@ def logits_agreement(ref: np.ndarray, got: np.ndarray, k: int = 5) -> dict:
     if ref.shape[0] == 0:
         raise BadInputError("logits_agreement needs at least one position")
     k = max(1, min(int(k), ref.shape[1]))
-    cos = _cosine(ref, got)
+    cos = step_cosine(ref, got)
     top_ref = np.argsort(-ref, axis=-1, kind="stable")[:, :k]
     top_got = np.argsort(-got, axis=-1, kind="stable")[:, :k]
     overlap = [len(set(a.tolist()) & set(b.tolist())) / k for a, b in zip(top_ref, top_got, strict=True)]
@@ -249,3 +256,87 @@ def logits_agreement(ref: np.ndarray, got: np.ndarray, k: int = 5) -> dict:
         "k": k,
         "max_abs": float(np.abs(ref - got).max()),
     }
+
+
+def reference_generation(folder: Path, prompts: list[list[int]], tokens: np.ndarray, *, dtype: str = "float32") -> Generation:
+    """The streamed reference at an artifact's own context: for each prompt r, the logits the source
+    gives at each of the artifact's generated steps (one pass over prompt + tokens[r][:-1]), with
+    their argmax as the reference's tokens [batch, steps]. Computed in a child process."""
+    from modelport.runtimes.isolated import CONVERT_TIMEOUT_S, call_in_child, read_arrays, timeout_for
+
+    tokens = np.asarray(tokens, dtype=np.int64)
+    sequences = [list(p) + [int(t) for t in tokens[r, :-1]] for r, p in enumerate(prompts)]
+
+    def collect(work: Path, response: dict) -> Generation:
+        got = read_arrays(work, "logits")
+        steps = tokens.shape[1]
+        logits = np.stack([got[f"row{r}"][len(p) - 1:len(p) - 1 + steps] for r, p in enumerate(prompts)])
+        return Generation(tokens=logits.argmax(-1).astype(np.int64), logits=logits, producer=response["producer"])
+
+    return call_in_child("modelport.validation.streamed_reference:_reference_child",
+                         {"folder": str(folder), "sequences": sequences, "dtype": dtype},
+                         path=folder, timeout=timeout_for(CONVERT_TIMEOUT_S), what="the streamed reference", collect=collect)
+
+
+def _reference_child(work: Path, request: dict) -> dict:
+    """The child's side of `reference_generation`."""
+    import transformers
+
+    from modelport.runtimes.isolated import write_arrays
+
+    logits = streamed_logits(Path(request["folder"]), request["sequences"], dtype=request.get("dtype", "float32"))
+    write_arrays(work, "logits", {f"row{r}": v for r, v in enumerate(logits)})
+    return {"producer": f"transformers {transformers.__version__} layers, streamed ({request.get('dtype', 'float32')})"}
+
+
+def judge_streamed(model_path: Path, folder: Path, prompts: list[list[int]], new_tokens: int, pad: int, *, hop: str,
+                   precision: str = "fp32", budget: GenerationBudget | None = None, atol: float = 1e-4, rtol: float = 1e-3,
+                   session=None) -> tuple[GenerationResult, Generation]:
+    """The generation check of one KV-cache model against the streamed reference: (its result, its
+    own greedy generation). The artifact decodes greedily in onnxruntime; the reference's logits are
+    then computed at the artifact's context (`reference_generation`, after the session is dropped,
+    so the two never hold memory together) and compared step by step. FP32 without a budget:
+    identical top-1 at every step and logits within the scaled tolerance; else the budget."""
+    from modelport.validation.generation import onnx_session
+
+    if session is None:
+        session = onnx_session(model_path)
+    ours = generate_onnx(model_path, prompts, new_tokens, pad, session=session)
+    del session
+    reference = reference_generation(folder, prompts, ours.tokens)
+    result = compare_generation(reference, ours, hop=hop, precision=precision, budget=budget, atol=atol, rtol=rtol, forced=True)
+    rows = [logits_agreement(reference.logits[r], ours.logits[r]) for r in range(len(prompts))]
+    positions = sum(r["positions"] for r in rows)
+    result.details.update(reference="streamed", measure=MEASURE,
+                          cosine_mean=round(sum(r["cosine_mean"] * r["positions"] for r in rows) / positions, 6),
+                          top5=round(sum(r["topk"] * r["positions"] for r in rows) / positions, 6))
+    return result, ours
+
+
+def judge_prefill(model_path: Path, folder: Path, prompts: list[list[int]], *, hop: str, atol: float = 1e-4,
+                  rtol: float = 1e-3) -> GenerationResult:
+    """An fp32 KV-cache graph against the streamed reference on a prefill of each prompt (a batch of
+    one, an empty cache): identical top-1 and logits within the scaled tolerance at every position.
+    `details["positions"]`: how many positions were compared."""
+    from modelport.runtimes.isolated import CONVERT_TIMEOUT_S, call_in_child, read_arrays, timeout_for
+    from modelport.validation.generation import cache_shapes, onnx_session
+
+    session = onnx_session(model_path)
+    past_names, _, shapes, dtype = cache_shapes(session)
+    got = []
+    for p in prompts:
+        ids = np.array([p], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids), "position_ids": np.arange(len(p), dtype=np.int64)[None],
+                 **{n: np.zeros((1, h, 0, d), dtype=dtype) for n, (h, d) in shapes.items()}}
+        got.append(session.run(["logits"], feeds)[0][0].astype(np.float32))
+    del session
+    ref = call_in_child("modelport.validation.streamed_reference:_reference_child",
+                        {"folder": str(folder), "sequences": [list(p) for p in prompts], "dtype": "float32"},
+                        path=folder, timeout=timeout_for(CONVERT_TIMEOUT_S), what="the streamed reference",
+                        collect=lambda work, response: read_arrays(work, "logits"))
+    ref_logits = np.concatenate([ref[f"row{r}"] for r in range(len(prompts))])[None]
+    got_logits = np.concatenate(got)[None]
+    result = compare_generation(Generation(ref_logits.argmax(-1), ref_logits), Generation(got_logits.argmax(-1), got_logits),
+                                hop=hop, atol=atol, rtol=rtol, forced=True)
+    result.details.update(positions=int(ref_logits.shape[1]), reference="streamed")
+    return result
