@@ -174,12 +174,50 @@ class _StageLine:
         return Text.from_markup(f"[bold]{escape(self.stage)}[/]{detail} {time.monotonic() - self.started:.1f}s")
 
 
+PROGRESS_ENV = "MODELPORT_PROGRESS"  # "lines": plain progress lines on stderr, for logs (CI steps, nohup)
+PROGRESS_LINE_SECONDS = 1.0  # within a stage, a new activity is written at most this often
+
+
+@contextmanager
+def progress_lines():
+    """`MODELPORT_PROGRESS=lines`: each stage and what runs inside it as a plain line on stderr
+    ("[  41.2s] parse: writing layer 3 of 28"), a loop's position ("quantising NAME (41/290)") at most
+    every PROGRESS_LINE_SECONDS; for logs, where the live line is not drawn. Yields the `on_stage` callback."""
+    from modelport import progress
+
+    started, state = time.monotonic(), {"stage": "starting", "last": 0.0, "detail": None}
+
+    def write(text: str) -> None:
+        sys.stderr.write(f"[{time.monotonic() - started:7.1f}s] {text}\n")
+        sys.stderr.flush()
+
+    def on_stage(name: str) -> None:
+        state.update(stage=name, detail=None)
+        write(name)
+
+    def on_activity(detail: str | None) -> None:
+        now = time.monotonic()
+        looping = detail is not None and detail.endswith(")") and "/" in detail.rpartition("(")[2]  # a tick: "name (41/290)"
+        if detail is None or detail == state["detail"] or (looping and now - state["last"] < PROGRESS_LINE_SECONDS):
+            return
+        state.update(last=now, detail=detail)
+        write(f"{state['stage']}: {detail}")
+
+    with progress.listening(on_activity):
+        yield on_stage
+
+
 @contextmanager
 def stage_status(quiet: bool):
-    """A live line naming the current stage and its elapsed time, on stderr and only on a terminal.
+    """A live line naming the current stage and its elapsed time, on stderr and only on a terminal
+    (`MODELPORT_PROGRESS=lines`: plain lines instead, anywhere; see `progress_lines`).
 
     Yields the `on_stage(name)` callback for the pipeline (None when nothing is shown).
     """
+    if os.environ.get(PROGRESS_ENV) == "lines":  # asked for by name: written even with --json or --quiet
+        with progress_lines() as on_stage:
+            yield on_stage
+        return
     if quiet or not console.is_terminal:
         yield None
         return
