@@ -25,10 +25,14 @@ compared with. `model MB` is the size of the model files written (model.onnx and
 
 The source folder is written tensor by tensor into bf16 shards (`build_folder`), never holding the
 model: `--preset 7b` (Qwen2.5-7B's shapes, 15.2 GB) fits on the 24 GiB machine beside the runs.
+There modelport's default (`--reference auto`) streams its reference, the fp32 model not fitting;
+`--reference streamed` asks for it at every size. `--memory-cap` (GiB, default 20: the 24 GiB
+machine's budget) kills a row whose process tree passes it, and the row says so (exit -9): a
+builder that would need more than the machine has is a row, not a machine brought down.
 
 Usage: python bench/llm_scale.py [--preset 0.5b|1.5b|7b] [--layers 24 --hidden 896 --intermediate 4864 --heads 14 --kv-heads 2
                                   --vocab 151936 --rounds 1 --precisions fp32,int4[,fp16] --decode int4[,fp16,fp32]
-                                  --work DIR --no-builder]
+                                  --work DIR --no-builder --reference auto|transformers|streamed --memory-cap 20]
 """
 
 from __future__ import annotations
@@ -187,18 +191,22 @@ def tree_rss(proc) -> int:
 
 
 class TreePeak:
-    """Samples the RSS of a process tree every `interval` seconds in a thread; `.peak` in bytes."""
+    """Samples the RSS of a process tree every `interval` seconds in a thread; `.peak` in bytes.
+    `cap` (bytes): a tree that passes it is killed (SIGKILL, every process of it) and `.capped` set."""
 
-    def __init__(self, pid: int, interval: float = 0.2):
+    def __init__(self, pid: int, interval: float = 0.2, cap: int | None = None):
         import psutil
 
-        self.proc, self.interval, self.peak = psutil.Process(pid), interval, 0
+        self.proc, self.interval, self.peak, self.cap, self.capped = psutil.Process(pid), interval, 0, cap, False
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
         while not self._stop.is_set():
             self.peak = max(self.peak, tree_rss(self.proc))
+            if self.cap is not None and self.peak > self.cap and not self.capped:
+                self.capped = True
+                kill_tree(self.proc)
             self._stop.wait(self.interval)
 
     def __enter__(self):
@@ -211,14 +219,33 @@ class TreePeak:
         return False
 
 
-def measured(cmd: list[str], log: Path, env: dict | None = None) -> tuple[int, float, int]:
-    """(exit code, wall seconds, peak RSS bytes of the process tree) of one command."""
+def kill_tree(proc) -> None:
+    """SIGKILL a psutil.Process and its descendants."""
+    import psutil
+
+    try:
+        procs = [*proc.children(recursive=True), proc]
+    except psutil.Error:
+        return
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+
+
+KILLED = -9  # the exit code a row gets when its tree passed --memory-cap and was killed
+
+
+def measured(cmd: list[str], log: Path, env: dict | None = None, cap: int | None = None) -> tuple[int, float, int]:
+    """(exit code, wall seconds, peak RSS bytes of the process tree) of one command; a tree that
+    passes `cap` bytes is killed and its exit code is KILLED."""
     started = time.perf_counter()
     with open(log, "wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-        with TreePeak(proc.pid) as peak:
+        with TreePeak(proc.pid, cap=cap) as peak:
             rc = proc.wait()
-    return rc, time.perf_counter() - started, peak.peak
+    return (KILLED if peak.capped else rc), time.perf_counter() - started, peak.peak
 
 
 def split_wall(report: Path) -> tuple[float | None, float | None]:
@@ -263,6 +290,10 @@ def main() -> int:
     ap.add_argument("--decode", default="int4", help="precisions whose ort-genai folders are timed at decoding")
     ap.add_argument("--work", type=Path, default=None)
     ap.add_argument("--no-builder", action="store_true")
+    ap.add_argument("--memory-cap", type=float, default=20.0,
+                    help="GiB: a run whose process tree passes it is killed and its row says so (the 24 GiB machine's budget)")
+    ap.add_argument("--reference", choices=("auto", "transformers", "streamed"), default=None,
+                    help="modelport's --reference (default: its own, auto: streamed when the fp32 model does not fit)")
     a = ap.parse_args()
 
     import tempfile
@@ -274,19 +305,21 @@ def main() -> int:
                                    ("num_attention_heads", a.heads), ("num_key_value_heads", a.kv_heads), ("vocab_size", a.vocab))
                  if v != QWEN25_05B[k]}  # a flag left at its default leaves the preset's value
         build_folder(src, **{**PRESETS.get(a.preset or "0.5b", QWEN25_05B), **given})
+    shape = json.loads((src / "config.json").read_text())
     checkpoint = sum(f.stat().st_size for f in src.glob("*.safetensors"))
     src_dir = str(Path(__file__).resolve().parents[1] / "src")  # this checkout's modelport
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(p for p in (src_dir, os.environ.get("PYTHONPATH")) if p)}
     rows: dict[str, dict] = {}
+    cap = int(a.memory_cap * 2**30) if a.memory_cap else None
     precisions = [p for p in a.precisions.split(",") if p]
     for _ in range(a.rounds):
         for precision in precisions:
             out = work / f"modelport_{precision}"
             cmd = [sys.executable, "-m", "modelport", "convert", str(src), "--task", "text-generation", "-o", str(out),
-                   "--force", "--json"]
+                   "--force", "--json"] + (["--reference", a.reference] if a.reference else [])
             if precision != "fp32":  # as the builder writes it: an onnxruntime-genai folder, generated from there
                 cmd += ["--precision", precision, "--optimize", "all", "--accuracy-budget", "tokens>=0", "--to", "ort-genai"]
-            rc, wall, peak = measured(cmd, work / f"modelport_{precision}.log", env)
+            rc, wall, peak = measured(cmd, work / f"modelport_{precision}.log", env, cap)
             convert_s, check_s = split_wall(out / "report.json")
             print(f"modelport {precision}: exit {rc}, {wall:.1f} s, peak {peak / 1e9:.2f} GB", *stage_lines(out / "report.json"),
                   sep="\n", flush=True)
@@ -298,12 +331,12 @@ def main() -> int:
             out = work / f"builder_{precision}"
             cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(src), "-o", str(out), "-p", precision,
                    "-e", "cpu", "-c", str(work / "cache")]
-            rc, wall, peak = measured(cmd, work / f"builder_{precision}.log", env)
+            rc, wall, peak = measured(cmd, work / f"builder_{precision}.log", env, cap)
             print(f"builder {precision}: exit {rc}, {wall:.1f} s, peak {peak / 1e9:.2f} GB", flush=True)
             keep(rows, f"builder {precision}", rc, wall, peak, convert=wall, size=model_bytes(out),
                  **decode_rates(out, precision, a, env))
-    print(f"\n{a.layers} layers, hidden {a.hidden}, intermediate {a.intermediate}, heads {a.heads}:{a.kv_heads}, "
-          f"vocab {a.vocab}; checkpoint {checkpoint / 1e6:.0f} MB (bf16); best of {a.rounds} interleaved round(s); "
+    print(f"\n{shape['num_hidden_layers']} layers, hidden {shape['hidden_size']}, intermediate {shape['intermediate_size']}, "
+          f"heads {shape['num_attention_heads']}:{shape['num_key_value_heads']}, vocab {shape['vocab_size']}; checkpoint {checkpoint / 1e6:.0f} MB (bf16); best of {a.rounds} interleaved round(s); "
           "peak RSS of the process tree")
     print("| row | exit | wall s | convert s | validate s | peak RSS GB | x checkpoint | vs builder RSS | vs builder wall "
           "| model MB | tokens | decode tok/s 1 thread | decode tok/s default | vs builder decode (1 / default) |")
@@ -320,6 +353,8 @@ def main() -> int:
         print(f"| {name} | {r['rc']} | {r['wall']:.1f} | {fmt(r.get('convert'))} | {fmt(r.get('validate'))} | "
               f"{r['peak'] / 1e9:.2f} | {r['peak'] / checkpoint:.1f} | {vs_rss} | {vs_wall} | {(r.get('size') or 0) / 1e6:.0f} | {tokens} | "
               f"{fmt(r.get('decode_1'))} | {fmt(r.get('decode_n'))} | {vs_decode} |")
+    if any(r["rc"] == KILLED for r in rows.values()):
+        print(f"exit {KILLED}: the process tree passed --memory-cap {a.memory_cap:g} GiB and was killed (its peak is the last sample)")
     return 0 if all(r["rc"] == 0 for r in rows.values()) else 1
 
 
