@@ -268,6 +268,15 @@ def stage_lines(report: Path) -> list[str]:
     return [f"    {s['name']:<28} {s.get('seconds') or 0:7.1f} s  {(s.get('peak_rss') or 0) / 1e9:6.2f} GB" for s in stages]
 
 
+def least_cosine(report: Path) -> float | None:
+    """The least `cosine_min` over modelport's generation entries (None when none reports one)."""
+    try:
+        gens = json.loads(report.read_text()).get("generation", [])
+    except (OSError, ValueError):
+        return None
+    return min((g["cosine_min"] for g in gens if "cosine_min" in g), default=None)
+
+
 def agreement(report: Path) -> float | None:
     try:
         gens = json.loads(report.read_text()).get("generation", [])
@@ -292,8 +301,9 @@ def main() -> int:
     ap.add_argument("--no-builder", action="store_true")
     ap.add_argument("--memory-cap", type=float, default=20.0,
                     help="GiB: a run whose process tree passes it is killed and its row says so (the 24 GiB machine's budget)")
-    ap.add_argument("--reference", choices=("auto", "transformers", "streamed"), default=None,
-                    help="modelport's --reference (default: its own, auto: streamed when the fp32 model does not fit)")
+    ap.add_argument("--reference", default="auto",
+                    help="modelport's --reference, comma-separated for a row each: auto (its default: streamed when the fp32 "
+                         "model does not fit), transformers, streamed")
     a = ap.parse_args()
 
     import tempfile
@@ -308,54 +318,68 @@ def main() -> int:
     shape = json.loads((src / "config.json").read_text())
     checkpoint = sum(f.stat().st_size for f in src.glob("*.safetensors"))
     src_dir = str(Path(__file__).resolve().parents[1] / "src")  # this checkout's modelport
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(p for p in (src_dir, os.environ.get("PYTHONPATH")) if p)}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "MODELPORT_PROGRESS": "lines", "PYTHONPATH": os.pathsep.join(p for p in (src_dir, os.environ.get("PYTHONPATH")) if p)}
     rows: dict[str, dict] = {}
     cap = int(a.memory_cap * 2**30) if a.memory_cap else None
     precisions = [p for p in a.precisions.split(",") if p]
+    references = [r for r in a.reference.split(",") if r]
     for _ in range(a.rounds):
         for precision in precisions:
-            out = work / f"modelport_{precision}"
-            cmd = [sys.executable, "-m", "modelport", "convert", str(src), "--task", "text-generation", "-o", str(out),
-                   "--force", "--json"] + (["--reference", a.reference] if a.reference else [])
-            if precision != "fp32":  # as the builder writes it: an onnxruntime-genai folder, generated from there
-                cmd += ["--precision", precision, "--optimize", "all", "--accuracy-budget", "tokens>=0", "--to", "ort-genai"]
-            rc, wall, peak = measured(cmd, work / f"modelport_{precision}.log", env, cap)
-            convert_s, check_s = split_wall(out / "report.json")
-            print(f"modelport {precision}: exit {rc}, {wall:.1f} s, peak {peak / 1e9:.2f} GB", *stage_lines(out / "report.json"),
-                  sep="\n", flush=True)
-            keep(rows, f"modelport {precision}", rc, wall, peak, convert=convert_s, validate=check_s,
-                 tokens=agreement(out / "report.json"), size=model_bytes(out / "ort-genai" if precision != "fp32" else out),
-                 **decode_rates(out / "ort-genai", precision, a, env))
-            if a.no_builder:
-                continue
-            out = work / f"builder_{precision}"
-            cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(src), "-o", str(out), "-p", precision,
-                   "-e", "cpu", "-c", str(work / "cache")]
-            rc, wall, peak = measured(cmd, work / f"builder_{precision}.log", env, cap)
-            print(f"builder {precision}: exit {rc}, {wall:.1f} s, peak {peak / 1e9:.2f} GB", flush=True)
-            keep(rows, f"builder {precision}", rc, wall, peak, convert=wall, size=model_bytes(out),
-                 **decode_rates(out, precision, a, env))
+            for reference in references:
+                run_modelport(rows, src, work, precision, reference, a, env, cap)
+            if not a.no_builder:
+                run_builder(rows, src, work, precision, a, env, cap)
     print(f"\n{shape['num_hidden_layers']} layers, hidden {shape['hidden_size']}, intermediate {shape['intermediate_size']}, "
           f"heads {shape['num_attention_heads']}:{shape['num_key_value_heads']}, vocab {shape['vocab_size']}; checkpoint {checkpoint / 1e6:.0f} MB (bf16); best of {a.rounds} interleaved round(s); "
           "peak RSS of the process tree")
     print("| row | exit | wall s | convert s | validate s | peak RSS GB | x checkpoint | vs builder RSS | vs builder wall "
-          "| model MB | tokens | decode tok/s 1 thread | decode tok/s default | vs builder decode (1 / default) |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| vs builder convert | model MB | tokens | cosine min | decode tok/s 1 thread | decode tok/s default "
+          "| vs builder decode (1 / default) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    fmt = (lambda v, d=1: f"{v:.{d}f}" if isinstance(v, float) else "")  # noqa: E731
     for name, r in rows.items():
-        base = rows.get(f"builder {name.split()[-1]}")
-        vs_rss = f"{r['peak'] / base['peak']:.2f}x" if base and name.startswith("modelport") else ""
-        vs_wall = f"{r['convert'] / base['convert']:.2f}x" if base and name.startswith("modelport") and r["convert"] else ""
-        fmt = (lambda v: f"{v:.1f}" if isinstance(v, float) else "")  # noqa: E731
-        tokens = f"{r['tokens']:.2f}" if r.get("tokens") is not None else ""
+        base = rows.get(f"builder {r['precision']}") if name.startswith("modelport") else None
+        base = base if base and base["rc"] == 0 else None  # a killed builder has no figures to compare with
+        vs_rss = f"{r['peak'] / base['peak']:.2f}x" if base else ""
+        vs_wall = f"{r['wall'] / base['wall']:.2f}x" if base else ""
+        vs_convert = f"{r['convert'] / base['convert']:.2f}x" if base and r.get("convert") else ""
         vs_decode = ""
-        if base and name.startswith("modelport") and all(x.get(k) for x in (r, base) for k in ("decode_1", "decode_n")):
+        if base and all(x.get(k) for x in (r, base) for k in ("decode_1", "decode_n")):
             vs_decode = f"{r['decode_1'] / base['decode_1']:.2f}x / {r['decode_n'] / base['decode_n']:.2f}x"
         print(f"| {name} | {r['rc']} | {r['wall']:.1f} | {fmt(r.get('convert'))} | {fmt(r.get('validate'))} | "
-              f"{r['peak'] / 1e9:.2f} | {r['peak'] / checkpoint:.1f} | {vs_rss} | {vs_wall} | {(r.get('size') or 0) / 1e6:.0f} | {tokens} | "
+              f"{r['peak'] / 1e9:.2f} | {r['peak'] / checkpoint:.1f} | {vs_rss} | {vs_wall} | {vs_convert} | "
+              f"{(r.get('size') or 0) / 1e6:.0f} | {fmt(r.get('tokens'), 2)} | {fmt(r.get('cosine'), 3)} | "
               f"{fmt(r.get('decode_1'))} | {fmt(r.get('decode_n'))} | {vs_decode} |")
     if any(r["rc"] == KILLED for r in rows.values()):
         print(f"exit {KILLED}: the process tree passed --memory-cap {a.memory_cap:g} GiB and was killed (its peak is the last sample)")
     return 0 if all(r["rc"] == 0 for r in rows.values()) else 1
+
+
+def run_modelport(rows: dict, src: Path, work: Path, precision: str, reference: str, a, env: dict, cap: int | None) -> None:
+    """One modelport row: convert with `--reference reference` (its name says which unless auto)."""
+    name = f"modelport {precision}" + ("" if reference == "auto" else f" {reference}")
+    out = work / name.replace(" ", "_")
+    cmd = [sys.executable, "-m", "modelport", "convert", str(src), "--task", "text-generation", "-o", str(out),
+           "--force", "--json", "--reference", reference]
+    if precision != "fp32":  # as the builder writes it: an onnxruntime-genai folder, generated from there
+        cmd += ["--precision", precision, "--optimize", "all", "--accuracy-budget", "tokens>=0", "--to", "ort-genai"]
+    rc, wall, peak = measured(cmd, work / f"{out.name}.log", env, cap)
+    convert_s, check_s = split_wall(out / "report.json")
+    print(f"{name}: exit {rc}, {wall:.1f} s, peak {peak / 1e9:.2f} GB", *stage_lines(out / "report.json"), sep="\n", flush=True)
+    keep(rows, name, rc, wall, peak, precision=precision, convert=convert_s, validate=check_s,
+         tokens=agreement(out / "report.json"), cosine=least_cosine(out / "report.json"),
+         size=model_bytes(out / "ort-genai" if precision != "fp32" else out), **decode_rates(out / "ort-genai", precision, a, env))
+
+
+def run_builder(rows: dict, src: Path, work: Path, precision: str, a, env: dict, cap: int | None) -> None:
+    """One row of onnxruntime-genai's model builder at `precision` (CPU)."""
+    out = work / f"builder_{precision}"
+    cmd = [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(src), "-o", str(out), "-p", precision,
+           "-e", "cpu", "-c", str(work / "cache")]
+    rc, wall, peak = measured(cmd, work / f"builder_{precision}.log", env, cap)
+    print(f"builder {precision}: exit {rc}, {wall:.1f} s, peak {peak / 1e9:.2f} GB", flush=True)
+    keep(rows, f"builder {precision}", rc, wall, peak, precision=precision, convert=wall, size=model_bytes(out),
+         **(decode_rates(out, precision, a, env) if rc == 0 else {}))
 
 
 def model_bytes(folder: Path) -> int:
