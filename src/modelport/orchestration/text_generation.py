@@ -110,6 +110,7 @@ class TextGenerationRun:
         self.cfg = self.ref = self.prompts = self.export = None
         self.streamed = False  # the reference: streamed from the safetensors (True) or transformers in memory (check_memory decides)
         self.fp32_fits = True  # whether an fp32 graph of the model can run in onnxruntime here (the IR and fusion checks)
+        self.streamed_cache: dict = {}  # the last streamed logits: the IR and the fused graph share the prompts' pass
         self._scratch = None
 
     def __enter__(self):
@@ -221,7 +222,8 @@ class TextGenerationRun:
                 row.note(skipped="the fp32 graph does not fit in memory; each artifact is checked against the streamed reference")
                 return None
             tol = self.tolerance()
-            result = streamed_reference.judge_prefill(path, self.folder, self.prompts, hop=hop, atol=tol.atol, rtol=tol.rtol)
+            result = streamed_reference.judge_prefill(path, self.folder, self.prompts, hop=hop, atol=tol.atol, rtol=tol.rtol,
+                                                      cache=self.streamed_cache)
             row.note(ok=result.ok, token_agreement=round(result.tokens, 6), max_abs=result.max_abs, positions=result.details["positions"])
         if step == "validate:ir":
             result.raise_if_failed(path=self.folder)
@@ -250,7 +252,8 @@ class TextGenerationRun:
                     from modelport.validation.streamed_reference import judge_streamed
 
                     result, ours = judge_streamed(model_file, self.folder, self.prompts, tg.new_tokens, cfg.safe_pad, hop=hop,
-                                                  precision=precision, budget=budget, atol=tol.atol, rtol=tol.rtol)
+                                                  precision=precision, budget=budget, atol=tol.atol, rtol=tol.rtol,
+                                                  cache=self.streamed_cache)
                 else:
                     result, ours = generation.judge_onnx(model_file, self.ref, self.prompts, tg.new_tokens, cfg.safe_pad, hop=hop,
                                                          precision=precision, budget=budget, atol=tol.atol, rtol=tol.rtol)

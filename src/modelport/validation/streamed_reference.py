@@ -31,9 +31,9 @@ measures that still mean something on random weights, where greedy tokens are ne
 streamed`, chosen by itself when the fp32 model does not fit in memory):
   1. greedy-decode N tokens from each prompt with the artifact itself in onnxruntime (the generation
      loop of validation/generation.py, the left-padded batch), keeping its logits at every step;
-  2. one streamed teacher-forced pass over each prompt + those tokens, in a child process (the
-     torch allocator's memory goes with it): the reference's logits at the very positions the
-     artifact saw, so no divergence point cuts the comparison short;
+  2. once the artifact's session is dropped, one streamed teacher-forced pass over each prompt +
+     those tokens: the reference's logits at the very positions the artifact saw, so no
+     divergence point cuts the comparison short;
   3. the two compared step by step (`compare_generation(..., forced=True)`: top-1 agreement, the
      worst logit error, the least cosine), judged against the budget, with `logits_agreement`'s mean
      cosine and top-5 overlap beside them.
@@ -258,44 +258,42 @@ def logits_agreement(ref: np.ndarray, got: np.ndarray, k: int = 5) -> dict:
     }
 
 
-def reference_generation(folder: Path, prompts: list[list[int]], tokens: np.ndarray, *, dtype: str = "float32") -> Generation:
+def sequence_logits(folder: Path, sequences: list[list[int]], *, dtype: str = "float32", cache: dict | None = None) -> list[np.ndarray]:
+    """`streamed_logits` of `sequences`, in this process: its peak is one layer (or the embedding)
+    in fp32, each freed before the next is read, and it runs while no onnxruntime session is held;
+    a child process would pay torch's and transformers' import (5-10 s) at every call. `cache`: a
+    dict kept by the caller across calls; the same sequences of the same folder are then streamed
+    once (two artifacts of one model file generate the same tokens)."""
+    key = (str(folder), dtype, tuple(tuple(int(t) for t in s) for s in sequences))
+    if cache is not None and key in cache:
+        return cache[key]
+    logits = streamed_logits(Path(folder), [list(k) for k in key[2]], dtype=dtype)
+    if cache is not None:
+        cache.clear()  # one entry: the logits of a 7 B vocabulary are 0.6 MB a position
+        cache[key] = logits
+    return logits
+
+
+def reference_generation(folder: Path, prompts: list[list[int]], tokens: np.ndarray, *, dtype: str = "float32",
+                         cache: dict | None = None) -> Generation:
     """The streamed reference at an artifact's own context: for each prompt r, the logits the source
     gives at each of the artifact's generated steps (one pass over prompt + tokens[r][:-1]), with
-    their argmax as the reference's tokens [batch, steps]. Computed in a child process."""
-    from modelport.runtimes.isolated import CONVERT_TIMEOUT_S, call_in_child, read_arrays, timeout_for
-
+    their argmax as the reference's tokens [batch, steps]."""
     tokens = np.asarray(tokens, dtype=np.int64)
     sequences = [list(p) + [int(t) for t in tokens[r, :-1]] for r, p in enumerate(prompts)]
-
-    def collect(work: Path, response: dict) -> Generation:
-        got = read_arrays(work, "logits")
-        steps = tokens.shape[1]
-        logits = np.stack([got[f"row{r}"][len(p) - 1:len(p) - 1 + steps] for r, p in enumerate(prompts)])
-        return Generation(tokens=logits.argmax(-1).astype(np.int64), logits=logits, producer=response["producer"])
-
-    return call_in_child("modelport.validation.streamed_reference:_reference_child",
-                         {"folder": str(folder), "sequences": sequences, "dtype": dtype},
-                         path=folder, timeout=timeout_for(CONVERT_TIMEOUT_S), what="the streamed reference", collect=collect)
-
-
-def _reference_child(work: Path, request: dict) -> dict:
-    """The child's side of `reference_generation`."""
-    import transformers
-
-    from modelport.runtimes.isolated import write_arrays
-
-    logits = streamed_logits(Path(request["folder"]), request["sequences"], dtype=request.get("dtype", "float32"))
-    write_arrays(work, "logits", {f"row{r}": v for r, v in enumerate(logits)})
-    return {"producer": f"transformers {transformers.__version__} layers, streamed ({request.get('dtype', 'float32')})"}
+    got = sequence_logits(folder, sequences, dtype=dtype, cache=cache)
+    steps = tokens.shape[1]
+    logits = np.stack([got[r][len(p) - 1:len(p) - 1 + steps] for r, p in enumerate(prompts)])
+    return Generation(tokens=logits.argmax(-1).astype(np.int64), logits=logits, producer=f"streamed ({dtype})")
 
 
 def judge_streamed(model_path: Path, folder: Path, prompts: list[list[int]], new_tokens: int, pad: int, *, hop: str,
                    precision: str = "fp32", budget: GenerationBudget | None = None, atol: float = 1e-4, rtol: float = 1e-3,
-                   session=None) -> tuple[GenerationResult, Generation]:
+                   session=None, cache: dict | None = None) -> tuple[GenerationResult, Generation]:
     """The generation check of one KV-cache model against the streamed reference: (its result, its
     own greedy generation). The artifact decodes greedily in onnxruntime; the reference's logits are
     then computed at the artifact's context (`reference_generation`, after the session is dropped,
-    so the two never hold memory together) and compared step by step. FP32 without a budget:
+    so the two never hold memory together; pass no `session` the caller keeps) and compared step by step. FP32 without a budget:
     identical top-1 at every step and logits within the scaled tolerance; else the budget."""
     from modelport.validation.generation import onnx_session
 
@@ -303,7 +301,7 @@ def judge_streamed(model_path: Path, folder: Path, prompts: list[list[int]], new
         session = onnx_session(model_path)
     ours = generate_onnx(model_path, prompts, new_tokens, pad, session=session)
     del session
-    reference = reference_generation(folder, prompts, ours.tokens)
+    reference = reference_generation(folder, prompts, ours.tokens, cache=cache)
     result = compare_generation(reference, ours, hop=hop, precision=precision, budget=budget, atol=atol, rtol=rtol, forced=True)
     rows = [logits_agreement(reference.logits[r], ours.logits[r]) for r in range(len(prompts))]
     positions = sum(r["positions"] for r in rows)
@@ -314,11 +312,10 @@ def judge_streamed(model_path: Path, folder: Path, prompts: list[list[int]], new
 
 
 def judge_prefill(model_path: Path, folder: Path, prompts: list[list[int]], *, hop: str, atol: float = 1e-4,
-                  rtol: float = 1e-3) -> GenerationResult:
+                  rtol: float = 1e-3, cache: dict | None = None) -> GenerationResult:
     """An fp32 KV-cache graph against the streamed reference on a prefill of each prompt (a batch of
     one, an empty cache): identical top-1 and logits within the scaled tolerance at every position.
     `details["positions"]`: how many positions were compared."""
-    from modelport.runtimes.isolated import CONVERT_TIMEOUT_S, call_in_child, read_arrays, timeout_for
     from modelport.validation.generation import cache_shapes, onnx_session
 
     session = onnx_session(model_path)
@@ -330,11 +327,8 @@ def judge_prefill(model_path: Path, folder: Path, prompts: list[list[int]], *, h
                  **{n: np.zeros((1, h, 0, d), dtype=dtype) for n, (h, d) in shapes.items()}}
         got.append(session.run(["logits"], feeds)[0][0].astype(np.float32))
     del session
-    ref = call_in_child("modelport.validation.streamed_reference:_reference_child",
-                        {"folder": str(folder), "sequences": [list(p) for p in prompts], "dtype": "float32"},
-                        path=folder, timeout=timeout_for(CONVERT_TIMEOUT_S), what="the streamed reference",
-                        collect=lambda work, response: read_arrays(work, "logits"))
-    ref_logits = np.concatenate([ref[f"row{r}"] for r in range(len(prompts))])[None]
+    ref = sequence_logits(folder, [list(p) for p in prompts], cache=cache)
+    ref_logits = np.concatenate(ref)[None]
     got_logits = np.concatenate(got)[None]
     result = compare_generation(Generation(ref_logits.argmax(-1), ref_logits), Generation(got_logits.argmax(-1), got_logits),
                                 hop=hop, atol=atol, rtol=rtol, forced=True)
