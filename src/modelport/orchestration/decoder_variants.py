@@ -49,6 +49,8 @@ def fused(ir, run):
         if result is None:  # the writer's fused form, checked with the artifacts it becomes
             row.note(kept=True, checked="with the artifacts (the fp32 graph does not fit in memory)")
             return ir.clone(onnx.load(str(path), load_external_data=False)), path.parent
+        if not result.ok:  # the export itself, checked only now: a wrong export is exit 4, a breaking fusion rolled back
+            run.check_ir()
     else:
         with run.ctx.step("validate:fused"):
             result, _ = generation.judge_onnx(path, run.ref, run.prompts, run.tg.new_tokens, cfg.safe_pad, hop="fused", atol=tol.atol,

@@ -9,7 +9,9 @@ weight-only) and/or an onnxruntime-genai folder, each proven by generation.
                not fit in memory), nothing yet: each artifact is judged later against logits
                computed a layer at a time from the safetensors (validation/streamed_reference.py)
     validate:ir  the export on one left-padded decode step (streamed: on a prefill of each prompt,
-               when the fp32 graph fits in memory; else skipped and said)
+               when the fp32 graph fits in memory, else skipped and said; with --optimize all the
+               fused graph, which the artifacts are made from, is checked so first, and the export
+               only when the fused graph misses, to tell a fusion that breaks from a wrong export)
     optimize   orchestration/decoder_variants.py: --optimize all (fusions, kept only when the fused
                model still generates the reference's tokens and logits), --precision int4/int8/fp16,
                or --optimize auto among variants
@@ -68,7 +70,7 @@ REFERENCES = ("auto", "transformers", "streamed")
 # The streamed route's peak (no fp32 model anywhere): LIBRARIES + the largest of
 #   the artifact's onnxruntime session, SESSION_COPIES x its weights' bytes (`artifact_bytes`);
 #   the writer and the quantiser, TENSOR_COPIES x the largest tensor in fp32 (the embedding);
-#   the streamed reference's child, the embedding in fp32 plus one layer in fp32.
+#   the streamed reference, the embedding in fp32 plus one layer in fp32 (no session is held meanwhile).
 SESSION_COPIES = 1.5
 TENSOR_COPIES = 3.0
 BYTES_PER_WEIGHT = {"fp32": 4.0, "fp16": 2.0, "int8": 1.0, "int4": 0.5}
@@ -187,7 +189,8 @@ class TextGenerationRun:
 
         ctx = self.ctx
         if self.streamed:
-            self.check_fp32(self.export, "validate:ir", "streamed→onnx (IR, prefill)")
+            if self.options.level != "all":  # else the fused graph is checked first, the IR only when it misses (decoder_variants.fused)
+                self.check_ir()
         else:
             with ctx.step("validate:ir"):
                 parity = check(OnnxRuntimeRunner(self.export), ir.reference, self.tolerance(), "transformers→onnx (IR, one decode step)")
@@ -210,6 +213,10 @@ class TextGenerationRun:
         for job in jobs if variant else ():
             job.extra["variant"] = variant
         return jobs
+
+    def check_ir(self):
+        """The streamed route's IR check: the export on a prefill of each prompt (see `check_fp32`)."""
+        return self.check_fp32(self.export, "validate:ir", "streamed→onnx (IR, prefill)")
 
     def check_fp32(self, path: Path, step: str, hop: str):
         """An fp32 graph (the export, or its fused form) against the streamed reference on a prefill of
