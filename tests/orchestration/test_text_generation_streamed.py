@@ -161,3 +161,56 @@ def test_a_7b_decoder_streams_within_20_gib_where_the_fp32_reference_cannot(tmp_
     assert estimate_peak(parameters, run("int4"), written=True) > 24 * 2**30
     assert streamed_peak(cfg, parameters, run("int4")) < 20 * 2**30
     assert streamed_peak(cfg, parameters, run("fp32")) > 24 * 2**30
+
+
+def _sparse_folder(folder: Path, **config) -> Path:
+    """A Qwen2 folder whose safetensors header declares full-size bf16 tensors over a sparse file:
+    the checkpoint's size on paper, none of it on disk (the preflight reads headers only)."""
+    import struct
+
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(**config, architectures=["Qwen2ForCausalLM"])
+    with torch.device("meta"):
+        model = Qwen2ForCausalLM(cfg)
+    header, offset = {}, 0
+    for name, p in model.named_parameters():
+        size = 2 * p.numel()
+        header[name] = {"dtype": "BF16", "shape": list(p.shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    folder.mkdir(parents=True)
+    cfg.save_pretrained(folder)
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    path = folder / "model.safetensors"
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        f.truncate(8 + len(raw) + offset)
+    return folder
+
+
+def test_a_run_whose_scratch_would_not_fit_on_its_disk_is_exit_2_before_work(tmp_path):
+    """The fp32 graph, the quantised one and the artifacts are counted against the free space of the
+    scratch folder's and the output's disks before any work: a folder too large is exit 2 naming
+    both figures and TMPDIR, with nothing written. (A subprocess: the `cli` fixture would hash the
+    sparse checkpoint's 145 GB of zeros to prove it unchanged.)"""
+    import os
+    import subprocess
+    import sys
+
+    folder = _sparse_folder(tmp_path / "huge", hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+                            num_attention_heads=64, num_key_value_heads=8, vocab_size=152064, tie_word_embeddings=False)
+    before = {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir()}
+    env = {**os.environ, "MODELPORT_AVAILABLE_MEMORY": "100T", "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run([sys.executable, "-m", "modelport", "convert", str(folder), "--task", "text-generation", "-o",
+                        str(tmp_path / "out"), "--precision", "int4", "--json"], capture_output=True, text=True, env=env,
+                       cwd=Path(__file__).resolve().parents[2], timeout=300)
+    assert r.returncode == 2, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "of disk in" in lines[0] and "fp32 graph and the artifacts" in lines[0] and "TMPDIR" in lines[0]
+    row = json.loads(r.stdout)["stages"][0]
+    assert row["name"] == "preflight:memory" and row["parameters"] > 70e9
+    assert row["disk"][0]["needed"] > row["disk"][0]["free"]
+    assert not (tmp_path / "out").exists()
+    assert {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir()} == before

@@ -353,6 +353,8 @@ def check_memory(folder: Path, run: TextGenerationRun) -> None:
         row.note(parameters=parameters, estimated_peak_rss=need, available_memory=free,
                  reference="streamed" if run.streamed else "transformers",
                  **({"fp32_reference_peak_rss": full} if run.streamed else {}))
+        if written:  # the dynamo export's scratch is its own business; the writer's is counted here
+            check_disk(folder, run, cfg, parameters, row)
     if choice == "streamed" and not can_stream:
         why = ("--optimize auto" if run.options.level == "auto" else
                f"{cfg.architecture}" if cfg.architecture not in SUPPORTED else "a folder the decoder writer does not cover")
@@ -366,6 +368,41 @@ def check_memory(folder: Path, run: TextGenerationRun) -> None:
     memory.refuse_if_short(need, free, path=folder, why=f"{parameters / 1e6:,.0f} M parameters, held in fp32 by the "
                            f"transformers reference{'' if written else ' and the ONNX passes'}"
                            f"{'; the streamed reference would need ' + memory.fmt_bytes(streamed) if streamed else ''}")
+
+
+def disk_needed(cfg, parameters: int, run: TextGenerationRun) -> tuple[int, int]:
+    """(bytes the scratch folder takes at its fullest, bytes the output takes): the written graph in
+    fp32 (4 bytes a weight; fp16 written again beside it, int4/int8 quantised beside it), and one
+    copy of the artifact's weights per target."""
+    scratch = 4 * parameters
+    if run.precision in ("fp16", "int8", "int4"):
+        scratch += artifact_bytes(cfg, parameters, run.precision, run.tg.block_size, run.tg.symmetric)
+    targets = len(run.ctx.request.precisions) or 1
+    return scratch, targets * artifact_bytes(cfg, parameters, run.precision if run.precision in BYTES_PER_WEIGHT else "fp32",
+                                             run.tg.block_size, run.tg.symmetric)
+
+
+def check_disk(folder: Path, run: TextGenerationRun, cfg, parameters: int, row) -> None:
+    """Refuse (exit 2, before any work) a run whose scratch folder and output would not fit on their
+    disks (`disk_needed`), rather than fill the disk part way; the preflight row records the figures."""
+    import shutil
+
+    from modelport.memory import fmt_bytes
+
+    scratch_need, out_need = disk_needed(cfg, parameters, run)
+    scratch_dir = Path(tempfile.gettempdir())
+    out_dir = Path(run.ctx.request.out).absolute()
+    while not out_dir.exists() and out_dir != out_dir.parent:
+        out_dir = out_dir.parent
+    same = scratch_dir.stat().st_dev == out_dir.stat().st_dev
+    places = [(scratch_dir, scratch_need + (out_need if same else 0))] + ([] if same else [(out_dir, out_need)])
+    checked = [(place, need, shutil.disk_usage(place).free) for place, need in places]
+    row.note(disk=[{"path": str(place), "needed": need, "free": free} for place, need, free in checked])
+    for place, need, free in checked:
+        if need > free:
+            raise BadInputError(f"converting needs about {fmt_bytes(need)} of disk in {place} (the {fmt_bytes(4 * parameters)} "
+                                f"fp32 graph and the artifacts) and {fmt_bytes(free)} is free", path=folder,
+                                hint="free disk space, or set TMPDIR (the scratch folder) and -o on a larger disk")
 
 
 def export_and_reference(run: TextGenerationRun):

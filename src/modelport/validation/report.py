@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import errno
 import json
 import platform
 import time
@@ -338,4 +339,9 @@ def run_stage(report: Report, name: str, *, on_stage=None, **details):
                 raise missing from e
             if isinstance(e, ModelportError):
                 raise
+            if isinstance(e, OSError) and e.errno == errno.ENOSPC:  # the machine's limit, not a bug: said as bad input
+                from modelport.errors import BadInputError
+
+                raise BadInputError(f"stage '{name}' ran out of disk space{f' writing {e.filename}' if e.filename else ''}",
+                                    hint="free disk space, or set TMPDIR (the scratch folder) and -o on a larger disk") from e
             raise StageError(name, before, e) from e
