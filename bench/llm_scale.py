@@ -333,9 +333,9 @@ def main() -> int:
           f"heads {shape['num_attention_heads']}:{shape['num_key_value_heads']}, vocab {shape['vocab_size']}; checkpoint {checkpoint / 1e6:.0f} MB (bf16); best of {a.rounds} interleaved round(s); "
           "peak RSS of the process tree")
     print("| row | exit | wall s | convert s | validate s | peak RSS GB | x checkpoint | vs builder RSS | vs builder wall "
-          "| vs builder convert | model MB | tokens | cosine min | decode tok/s 1 thread | decode tok/s default "
-          "| vs builder decode (1 / default) |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| vs builder convert | model MB | tokens | cosine min | cosine min, batch 1 | decode tok/s 1 thread "
+          "| decode tok/s default | vs builder decode (1 / default) |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     fmt = (lambda v, d=1: f"{v:.{d}f}" if isinstance(v, float) else "")  # noqa: E731
     for name, r in rows.items():
         base = rows.get(f"builder {r['precision']}") if name.startswith("modelport") else None
@@ -348,7 +348,7 @@ def main() -> int:
             vs_decode = f"{r['decode_1'] / base['decode_1']:.2f}x / {r['decode_n'] / base['decode_n']:.2f}x"
         print(f"| {name} | {r['rc']} | {r['wall']:.1f} | {fmt(r.get('convert'))} | {fmt(r.get('validate'))} | "
               f"{r['peak'] / 1e9:.2f} | {r['peak'] / checkpoint:.1f} | {vs_rss} | {vs_wall} | {vs_convert} | "
-              f"{(r.get('size') or 0) / 1e6:.0f} | {fmt(r.get('tokens'), 2)} | {fmt(r.get('cosine'), 3)} | "
+              f"{(r.get('size') or 0) / 1e6:.0f} | {fmt(r.get('tokens'), 2)} | {fmt(r.get('cosine'), 3)} | {fmt(r.get('alone'), 3)} | "
               f"{fmt(r.get('decode_1'))} | {fmt(r.get('decode_n'))} | {vs_decode} |")
     if any(r["rc"] == KILLED for r in rows.values()):
         print(f"exit {KILLED}: the process tree passed --memory-cap {a.memory_cap:g} GiB and was killed (its peak is the last sample)")
@@ -368,6 +368,7 @@ def run_modelport(rows: dict, src: Path, work: Path, precision: str, reference: 
     print(f"{name}: exit {rc}, {wall:.1f} s, peak {peak / 1e9:.2f} GB", *stage_lines(out / "report.json"), sep="\n", flush=True)
     keep(rows, name, rc, wall, peak, precision=precision, convert=convert_s, validate=check_s,
          tokens=agreement(out / "report.json"), cosine=least_cosine(out / "report.json"),
+         alone=judged_cosine(out / "ort-genai", src, env) if rc == 0 and precision != "fp32" else None,
          size=model_bytes(out / "ort-genai" if precision != "fp32" else out), **decode_rates(out / "ort-genai", precision, a, env))
 
 
@@ -379,7 +380,45 @@ def run_builder(rows: dict, src: Path, work: Path, precision: str, a, env: dict,
     rc, wall, peak = measured(cmd, work / f"builder_{precision}.log", env, cap)
     print(f"builder {precision}: exit {rc}, {wall:.1f} s, peak {peak / 1e9:.2f} GB", flush=True)
     keep(rows, f"builder {precision}", rc, wall, peak, precision=precision, convert=wall, size=model_bytes(out),
+         alone=judged_cosine(out, src, env) if rc == 0 and precision != "fp32" else None,
          **(decode_rates(out, precision, a, env) if rc == 0 else {}))
+
+
+JUDGE = """
+import json, sys
+from pathlib import Path
+import onnx
+from modelport.parsers.hf_decoder_config import read_decoder_config
+from modelport.validation.generation import fixed_prompts
+from modelport.validation.streamed_reference import judge_streamed
+folder, src = Path(sys.argv[1]), Path(sys.argv[2])
+cfg = read_decoder_config(src)
+graph = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+for i in graph.graph.input:  # a cache dim left symbolic (the builder's kv_cache_dim) given its size
+    dims = i.type.tensor_type.shape.dim
+    if i.name.startswith("past_key_values.") and len(dims) == 4 and not dims[3].HasField("dim_value"):
+        dims[3].dim_value = cfg.head_dim
+model = folder / "judged.onnx"  # beside the original: its external data is found by the same relative path
+onnx.save(graph, str(model))
+cosines = []
+for prompt in fixed_prompts(cfg.vocab_size, avoid=(cfg.safe_pad,)):  # each prompt alone: no padding to disagree on
+    result, _ = judge_streamed(model, src, [prompt], 32, cfg.safe_pad, hop="judged", precision="int4")
+    cosines.append(result.details["cosine_min"])
+model.unlink()
+print(json.dumps({"cosine_min": min(cosines)}))
+"""
+
+
+def judged_cosine(folder: Path, src: Path, env: dict) -> float | None:
+    """The least logit cosine of an onnxruntime-genai folder's model at its own greedy context against
+    modelport's streamed reference, each prompt alone (batch 1): the same check for modelport's
+    folder and the builder's, the peer for what int4 keeps of random weights."""
+    proc = subprocess.run([sys.executable, "-c", JUDGE, str(folder), str(src)], capture_output=True, text=True, env=env)
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])["cosine_min"]
+    except (IndexError, ValueError, KeyError):
+        print(f"judging {folder} failed: {proc.stderr.strip().splitlines()[-1:]}", flush=True)
+        return None
 
 
 def model_bytes(folder: Path) -> int:

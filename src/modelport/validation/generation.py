@@ -160,10 +160,11 @@ def generate_onnx(model_path: str | Path | None, prompts: list[list[int]], new_t
     positions[mask == 0] = 1  # padded slots: masked out; transformers gives them position 1 too
     tokens, step_logits = [], []
     outputs = ["logits", *present_names]
+    takes = {i.name for i in session.get_inputs()}  # a graph that derives positions from the mask takes none
     for _ in range(new_tokens):
         started = time.perf_counter()
         feeds = {"input_ids": ids, "attention_mask": mask, "position_ids": positions.astype(np.int64), **past}
-        got = session.run(outputs, feeds)
+        got = session.run(outputs, {k: v for k, v in feeds.items() if k in takes})
         last = got[0][:, -1, :].astype(np.float32)
         nxt = last.argmax(axis=-1).astype(np.int64)
         tokens.append(nxt)
