@@ -214,3 +214,33 @@ def test_a_run_whose_scratch_would_not_fit_on_its_disk_is_exit_2_before_work(tmp
     assert row["disk"][0]["needed"] > row["disk"][0]["free"]
     assert not (tmp_path / "out").exists()
     assert {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir()} == before
+
+
+def test_auto_streams_from_a_billion_parameters_even_when_the_fp32_model_fits(tmp_path):
+    """A 1.1 B folder (a sparse checkpoint, nothing loaded): with memory for the fp32 reference,
+    --reference auto still takes the streamed one (faster from that size on); the preflight row says
+    so, and with too little memory the refusal names the streamed route's estimate."""
+    import os
+    import subprocess
+    import sys
+
+    from modelport.orchestration.text_generation import STREAM_FROM
+
+    folder = _sparse_folder(tmp_path / "b1", hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
+                            num_attention_heads=16, num_key_value_heads=4, vocab_size=32000, tie_word_embeddings=False)
+
+    def preflight(memory: str, *extra: str):
+        env = {**os.environ, "MODELPORT_AVAILABLE_MEMORY": memory, "HF_HUB_OFFLINE": "1"}
+        return subprocess.run([sys.executable, "-m", "modelport", "convert", str(folder), "--task", "text-generation", "-o",
+                               str(tmp_path / "out"), "--precision", "int4", "--json", *extra], capture_output=True, text=True,
+                              env=env, cwd=Path(__file__).resolve().parents[2], timeout=300)
+
+    r = preflight("1G")  # below every estimate: the refusal says which route was taken
+    assert r.returncode == 2, r.stderr
+    row = json.loads(r.stdout)["stages"][0]
+    assert STREAM_FROM <= row["parameters"] < 2 * STREAM_FROM
+    assert row["reference"] == "streamed" and row["estimated_peak_rss"] < row["fp32_reference_peak_rss"] < 64 << 30
+    assert "with the reference streamed" in r.stderr
+    r = preflight("1G", "--reference", "transformers")
+    assert r.returncode == 2 and json.loads(r.stdout)["stages"][0]["reference"] == "transformers", r.stderr
+    assert not (tmp_path / "out").exists()

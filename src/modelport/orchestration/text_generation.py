@@ -67,6 +67,11 @@ WEIGHT_COPIES = {"fp32": 1.5, "fp16": 1.5, "int8": 1.6, "int4": 1.6, AUTO: 2.5}
 WRITTEN_COPIES = {"fp32": 1.15, "fp16": 1.15, "int8": 1.15, "int4": 1.15, AUTO: 2.5}
 DEFAULT_QUANT_BUDGET = GenerationBudget(min_tokens=0.9)
 REFERENCES = ("auto", "transformers", "streamed")
+# --reference auto streams from this many parameters on even when the fp32 model fits: the
+# transformers reference (load, generate in fp32) then costs more than streaming a layer at a time
+# (bench/llm_scale.py, int4 --optimize all: 1.54 B 163 s against 105 s streamed, the builder 54 s;
+# 494 M 38.7 s against 36.7 s, even)
+STREAM_FROM = 1_000_000_000
 # The streamed route's peak (no fp32 model anywhere): LIBRARIES + the largest of
 #   the artifact's onnxruntime session, SESSION_COPIES x its weights' bytes (`artifact_bytes`);
 #   the writer and the quantiser, TENSOR_COPIES x the largest tensor in fp32 (the embedding);
@@ -87,7 +92,7 @@ class TextGenerationOptions:
     symmetric: bool = True
     budget: str | None = None  # "tokens>=0.95,max_abs<=2"
     auto: DecoderAutoOptions = DecoderAutoOptions()
-    reference: str = "auto"  # transformers, streamed, or auto: streamed when the fp32 model does not fit in memory
+    reference: str = "auto"  # transformers, streamed, or auto: streamed from STREAM_FROM parameters or when the fp32 model does not fit
 
     def __post_init__(self):
         if self.new_tokens < 1:
@@ -330,9 +335,9 @@ def check_memory(folder: Path, run: TextGenerationRun) -> None:
     than is available, rather than be killed part way; the `preflight:memory` row records both
     figures. MODELPORT_AVAILABLE_MEMORY overrides the memory counted as available (to run anyway).
 
-    It also settles the reference: `--reference auto` takes transformers' (the fp32 model in memory)
-    when that fits, else the streamed one when the folder is written from its safetensors and the
-    streamed route fits; `run.fp32_fits` says whether an fp32 graph can be checked at all."""
+    It also settles the reference: `--reference auto` streams (a folder written from its safetensors)
+    from STREAM_FROM parameters on or when the fp32 model does not fit, else takes transformers' (the
+    fp32 model in memory); `run.fp32_fits` says whether an fp32 graph can be checked at all."""
     from modelport import memory
     from modelport.parsers import hf_decoder, hf_decoder_graph
     from modelport.parsers.huggingface import parameter_count, weight_files
@@ -348,7 +353,8 @@ def check_memory(folder: Path, run: TextGenerationRun) -> None:
         full, free = estimate_peak(parameters, run, written=written), memory.available()
         streamed = streamed_peak(cfg, parameters, run) if can_stream else None
         run.fp32_fits = free is None or full <= free
-        run.streamed = choice == "streamed" or (choice == "auto" and not run.fp32_fits and streamed is not None)
+        run.streamed = choice == "streamed" or (choice == "auto" and streamed is not None
+                                                and (not run.fp32_fits or parameters >= STREAM_FROM))
         need = streamed if run.streamed else full
         row.note(parameters=parameters, estimated_peak_rss=need, available_memory=free,
                  reference="streamed" if run.streamed else "transformers",
