@@ -69,7 +69,7 @@ def register(app: typer.Typer) -> None:
         block_size: int = typer.Option(32, "--block-size", help="text-generation --precision int4/int8: input channels per scale."),
         asymmetric: bool = typer.Option(False, "--asymmetric", help="text-generation --precision int4/int8: zero points per block."),
         reference: str = typer.Option("auto", "--reference", help="text-generation: transformers (the fp32 model in memory), "
-                                      "streamed (a layer at a time from the safetensors) or auto (streamed when the fp32 model does not fit)."),
+                                      "streamed (a layer at a time from the safetensors) or auto (streamed from 1 B parameters or when the fp32 model does not fit)."),
         **shared,
     ):
         """Convert a model into one or more targets, validated against the source framework."""
