@@ -28,7 +28,7 @@ measures that still mean something on random weights, where greedy tokens are ne
 (min and mean), top-1 agreement, top-k overlap and the worst absolute error.
 
 `judge_streamed` is the generation check built on it (the text-generation pipeline's `--reference
-streamed`, chosen by itself when the fp32 model does not fit in memory):
+streamed`, which `--reference auto` takes from 1 B parameters on or when the fp32 model does not fit):
   1. greedy-decode N tokens from each prompt with the artifact itself in onnxruntime (the generation
      loop of validation/generation.py, the left-padded batch), keeping its logits at every step;
   2. once the artifact's session is dropped, one streamed teacher-forced pass over each prompt +
@@ -53,8 +53,10 @@ from modelport.validation.generation import (
     Generation,
     GenerationBudget,
     GenerationResult,
+    cache_shapes,
     compare_generation,
     generate_onnx,
+    onnx_session,
     step_cosine,
 )
 
@@ -293,10 +295,9 @@ def judge_streamed(model_path: Path, folder: Path, prompts: list[list[int]], new
     """The generation check of one KV-cache model against the streamed reference: (its result, its
     own greedy generation). The artifact decodes greedily in onnxruntime; the reference's logits are
     then computed at the artifact's context (`reference_generation`, after the session is dropped,
-    so the two never hold memory together; pass no `session` the caller keeps) and compared step by step. FP32 without a budget:
-    identical top-1 at every step and logits within the scaled tolerance; else the budget."""
-    from modelport.validation.generation import onnx_session
-
+    so the two never hold memory together: pass no `session` the caller keeps) and compared step by
+    step. FP32 without a budget: identical top-1 at every step and logits within the scaled
+    tolerance; else the budget."""
     if session is None:
         session = onnx_session(model_path)
     ours = generate_onnx(model_path, prompts, new_tokens, pad, session=session)
@@ -316,10 +317,8 @@ def judge_prefill(model_path: Path, folder: Path, prompts: list[list[int]], *, h
     """An fp32 KV-cache graph against the streamed reference on a prefill of each prompt (a batch of
     one, an empty cache): identical top-1 and logits within the scaled tolerance at every position.
     `details["positions"]`: how many positions were compared."""
-    from modelport.validation.generation import cache_shapes, onnx_session
-
     session = onnx_session(model_path)
-    past_names, _, shapes, dtype = cache_shapes(session)
+    _, _, shapes, dtype = cache_shapes(session)
     takes = {i.name for i in session.get_inputs()}
     got = []
     for p in prompts:
