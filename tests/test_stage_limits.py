@@ -35,6 +35,27 @@ def test_a_stage_past_its_time_bound_stops_naming_itself(runaway, tiny_onnx, tmp
     assert not (tmp_path / "out").exists() and not list(tmp_path.glob(".out.staging-*"))
 
 
+def test_the_time_bound_holds_under_another_sigint_handler(runaway, tiny_onnx, tmp_path, cli):
+    """A library that installed its own SIGINT handler earlier in the process (a server's) does not
+    turn the bound's interrupt into a hard stop of the whole process: the stage still fails with
+    exit 2, and the handler is back afterwards."""
+    import signal
+
+    calls = []
+
+    def handler(signum, frame):
+        calls.append(signum)
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        r = cli("convert", tiny_onnx, "--to", "tiny-runaway", "-o", tmp_path / "out", "--stage-timeout", "3")
+        assert r.exit_code == 2, r.stderr
+        assert "past its bound of 3 s" in _error_line(r.stderr)
+        assert signal.getsignal(signal.SIGINT) is handler and calls == []
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def test_a_stage_past_its_memory_bound_stops_naming_what_it_held(runaway, tiny_onnx, tmp_path, cli, monkeypatch):
     monkeypatch.setattr(tiny_target.Runaway, "mode", "memory")
     r = cli("convert", tiny_onnx, "--to", "tiny-runaway", "-o", tmp_path / "out", "--stage-memory", "400M", "--json")

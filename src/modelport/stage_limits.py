@@ -95,6 +95,14 @@ def bounded(stage: str, limits: Limits | None):
     if limits is None or threading.current_thread() is not threading.main_thread():
         yield
         return
+    import signal
+
+    # the watcher interrupts the stage as SIGINT would: with another handler installed (a server
+    # library's, a previous run's in the same process) no KeyboardInterrupt would come, and the
+    # stage would be stopped hard; Python's own handler is put back for the stage's length
+    handler = signal.getsignal(signal.SIGINT)
+    if handler is not signal.default_int_handler:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     watch = _Watch(stage, limits)
     watch.start()
     try:
@@ -105,6 +113,8 @@ def bounded(stage: str, limits: Limits | None):
         raise StageLimitError(watch.breach, hint=watch.hint) from None
     finally:
         watch.stop()
+        if handler is not signal.default_int_handler and handler is not None:
+            signal.signal(signal.SIGINT, handler)
 
 
 class _Watch(threading.Thread):
