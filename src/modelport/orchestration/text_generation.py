@@ -453,16 +453,14 @@ def export_and_reference(run: TextGenerationRun):
     if longest > cfg.context_length:
         raise BadInputError(f"--new-tokens {tg.new_tokens} with a {longest - tg.new_tokens}-token prompt passes the model's "
                             f"context of {cfg.context_length} tokens", path=folder)
-    if run.streamed:  # each artifact is judged against logits streamed from the safetensors (TextGenerationRun.validate)
-        run.cfg, run.ref, run.prompts, run.export = cfg, None, prompts, export
-        ir.stored = export.parent
-        return ir
-    with ctx.step("reference:generate", new_tokens=tg.new_tokens, prompts=len(prompts)):
-        if model is None:  # the written graph's reference: transformers on the same weights, in fp32, in a child
-            ir.reference, ref = hf_decoder.transformers_reference(folder, cfg, seed=spec.seed, prompts=prompts,
-                                                                  new_tokens=tg.new_tokens, per_tensor=True)
-        else:
-            ref = generation.generate_transformers(model, prompts, tg.new_tokens, cfg.safe_pad)
+    ref = None  # streamed: each artifact is judged against logits streamed from the safetensors (TextGenerationRun.validate)
+    if not run.streamed:
+        with ctx.step("reference:generate", new_tokens=tg.new_tokens, prompts=len(prompts)):
+            if model is None:  # the written graph's reference: transformers on the same weights, in fp32, in a child
+                ir.reference, ref = hf_decoder.transformers_reference(folder, cfg, seed=spec.seed, prompts=prompts,
+                                                                      new_tokens=tg.new_tokens, per_tensor=True)
+            else:
+                ref = generation.generate_transformers(model, prompts, tg.new_tokens, cfg.safe_pad)
     del model
     gc.collect()  # the transformers model: released before onnxruntime loads the export
     run.cfg, run.ref, run.prompts, run.export = cfg, ref, prompts, export
