@@ -98,7 +98,7 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            native={"keras": _TF_NATIVE, "savedmodel": _TF_NATIVE, "pytorch": "modelport.emitters.tflite_torch",
                    "onnx": _TFL_CODE, "graphdef": _TFL_CODE, "huggingface": _TFL_CODE,
                    "tflite": "modelport.emitters.tflite_copy"},
-           dims="-1 in the signature (onnx2tf); one signature per listed size (litert-torch)"),
+           dims="-1 in the signature (onnx2tf, or modelport's ONNX lowering); one signature per listed size (litert-torch)"),
     Target("tensorrt", "TensorRT", "modelport.emitters.tensorrt", aliases=("trt",), runtime="tensorrt",
            runner="modelport.runtimes.tensorrt:TensorRTRunner", opener="modelport.runtimes.tensorrt:open_engine",
            inspector="modelport.runtimes.tensorrt:engine_info", suffixes=(".plan", ".engine"), file="model.plan",
@@ -129,7 +129,7 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            extras={"onnx2tf": "tf", "onnx_graphsurgeon": "tf"},
            native={"keras": "modelport.emitters.tfjs_tf", "savedmodel": "modelport.emitters.tfjs_tf"},
            bench=False,
-           dims="-1 in the graph model (onnx2tf)"),  # each run is a fresh Node.js process: no steady-state latency to time
+           dims="-1 in the graph model (onnx2tf, or modelport's ONNX lowering)"),  # each run is a fresh Node.js process: no steady-state latency to time
     Target("executorch", "ExecuTorch", "modelport.emitters.executorch", aliases=("pte",), runtime="executorch",
            runner="modelport.runtimes.executorch:ExecuTorchRunner", opener="modelport.runtimes.executorch:open_pte",
            inspector="modelport.runtimes.executorch:inspect_pte", suffixes=(".pte",), file="model.pte",

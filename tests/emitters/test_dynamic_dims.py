@@ -113,18 +113,38 @@ def test_inspect_shows_the_bounds_of_each_format(cnn_out, cli):
 @pytest.fixture(scope="module")
 def encoder_out(tmp_path_factory):
     out = tmp_path_factory.mktemp("dyn_encoder") / "out"
-    report = convert(Encoder.build(), out, ConvertOptions(targets=["executorch", "coreml"], inputs=["ids:batch,seq:int64"],
-                                                          sample_dims={"batch": "1..4", "seq": "4..16"}))
+    report = convert(Encoder.build(), out, ConvertOptions(targets=["executorch", "coreml", "tflite", "tfjs"],
+                                                          inputs=["ids:batch,seq:int64"], sample_dims={"batch": "1..4", "seq": "4..16"}))
     return out, report
 
 
-def test_a_transformer_encoder_keeps_batch_and_sequence(encoder_out):
+def test_a_transformer_encoder_keeps_batch_and_sequence(encoder_out, cli):
     out, report = encoder_out
     want = {"ids": {"batch": {"kind": "range", "min": 1, "max": 4}, "seq": {"kind": "range", "min": 4, "max": 16}}}
-    et = _artifact(report, "executorch")
-    assert et["route"] == "native" and et["dims"] == want
-    assert _sizes(et) == [{"batch": 1, "seq": 4}, {"batch": 2, "seq": 10}, {"batch": 4, "seq": 16}]
-    assert all(row["ok"] for row in et["sizes"])
+    for target in ("executorch", "tflite", "tfjs"):
+        art = _artifact(report, target)
+        assert art["dims"] == want, target
+        assert not art.get("fixed_dims"), target
+        # its own runtime (ExecuTorch's, LiteRT, Node for TF.js) at the smallest, a middle and the largest size
+        assert _sizes(art) == [{"batch": 1, "seq": 4}, {"batch": 2, "seq": 10}, {"batch": 4, "seq": 16}], target
+        assert all(row["ok"] and row["cosine"] > 0.9999 for row in art["sizes"]), (target, art["sizes"])
+    assert _artifact(report, "executorch")["route"] == "native"
+    # onnx2tf stops at the attention's run-time reshapes; modelport's ONNX lowering keeps both dims, and says so
+    for target in ("tflite", "tfjs"):
+        art = _artifact(report, target)
+        assert art["route"] == "onnx", target
+        assert art["converter"].startswith("modelport ONNX lowering (onnx2tf"), art["converter"]
+        assert "could not convert the model" in art["converter"], art["converter"]
+    model_json = json.loads((out / "tfjs" / "model.json").read_text())
+    sig = model_json["signature"]
+    assert [d["size"] for d in sig["inputs"]["ids"]["tensorShape"]["dim"]] == ["-1", "-1"]
+    assert [d["size"] for d in sig["outputs"]["output"]["tensorShape"]["dim"]] == ["-1", "-1", "3"]
+    r = cli("inspect", out / "tfjs" / "model.json", "--json")  # the bounds come from model.json's metadata
+    assert r.json()["inputs"][0]["dims"] == [{"name": "batch", "kind": "range", "min": 1, "max": 4},
+                                             {"name": "seq", "kind": "range", "min": 4, "max": 16}]
+    assert "batch[1..4],seq[4..16],3" in cli("inspect", out / "tfjs" / "model.json").stdout
+    r = cli("inspect", out / "model.tflite", "--json")
+    assert [d["kind"] for d in r.json()["inputs"][0]["dims"]] == ["dynamic", "dynamic"]  # -1 twice in the signature
     assert report["contract"]["inputs"][0]["value_range"] == [0, 50]  # ids sampled as ids at every size
     coreml = _artifact(report, "coreml")
     assert coreml["dims"] == want

@@ -4,6 +4,9 @@ saved as `saved_model/` with one `serving_default` signature whose inputs and ou
 contract's names, shapes, dtypes and layouts. Validated by loading the folder as a user would
 (`tf.saved_model.load`, the signature called by name: `runtimes/savedmodel.py`).
 
+Where onnx2tf cannot convert the IR, modelport's own ONNX lowering (`emitters/onnx_tf.py`) stands
+in (`tf_model.build`; the artifact's `converter` names it and onnx2tf's reason).
+
 A Keras or SavedModel source reaches this target natively instead (`emitters/savedmodel_tf.py`,
 chosen by `emitters/routes.py`). FP32 only: TensorFlow has no weight-only FP16 or INT8 SavedModel.
 """
@@ -45,7 +48,7 @@ def artifact(path: Path, converter: str, inputs: list[str], outputs: list[str], 
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.deps import version_of
-    from modelport.emitters.tf_model import build, save_contract_model
+    from modelport.emitters.tf_model import build, converter_name, save_contract_model
     from modelport.frameworks.tensorflow import import_tf
     from modelport.quiet_call import captured_output
 
@@ -59,6 +62,6 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
         keras_model, inputs, outputs = build(model, work, log)
         with captured_output(log, "TensorFlow"):
             save_contract_model(tf, keras_model, inputs, outputs, dest, SIGNATURE, by_name=True)
-    return artifact(dest, f"onnx2tf {version_of('onnx2tf')} + TensorFlow {version_of('tensorflow')}",
+    return artifact(dest, f"{converter_name(keras_model)} + TensorFlow {version_of('tensorflow')}",
                     [p.name for p in inputs], [p.name for p in outputs],
                     inputs_layout={p.name: p.layout for p in inputs}, outputs_layout={p.name: p.layout for p in outputs})

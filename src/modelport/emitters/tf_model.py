@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from modelport.emitters.tflite_options import LAYOUTS
-from modelport.errors import BadInputError, ModelportError, UnsupportedError
+from modelport.errors import BadInputError, ModelportError, UnsupportedError, one_line
 from modelport.ir import IRModel, Reference
 
 CHANNELS_LAST = ("NHWC", "NWC", "NDHWC")
@@ -214,18 +214,19 @@ def probe(ir: IRModel) -> Reference:
 
 
 def plan_ports(ir: IRModel, keras_model, changes: dict[str, list[int]], described: dict[str, str], nhwc: bool,
-          log: Path) -> tuple[list[Port], list[Port]]:
+               log: Path, who: str = "onnx2tf") -> tuple[list[Port], list[Port]]:
     """The file's inputs and outputs, and the transposes that put onnx2tf's model behind them.
 
     Inputs: onnx2tf keeps each one as asked (`keep_*_input_names`); a shape that disagrees is an
     error. An output's layout in onnx2tf's model is read off its shape against the reference (as
     the source computes it, or channels-last); where both fit (square dims) the numbers decide.
+    `who` names the converter: any other than onnx2tf keeps the source's layouts.
     """
     from modelport.quiet_call import captured_output
 
     inputs = []
     if len(keras_model.inputs) != len(ir.inputs) or len(keras_model.outputs) != len(ir.outputs):
-        raise UnsupportedError(f"onnx2tf's model has {len(keras_model.inputs)} inputs and {len(keras_model.outputs)} outputs; "
+        raise UnsupportedError(f"{who}'s model has {len(keras_model.inputs)} inputs and {len(keras_model.outputs)} outputs; "
                                f"the contract has {len(ir.inputs)} and {len(ir.outputs)}")
     for i, (spec, kin) in enumerate(zip(ir.inputs, keras_model.inputs, strict=True)):
         change = changes.get(spec.name)
@@ -235,7 +236,7 @@ def plan_ports(ir: IRModel, keras_model, changes: dict[str, list[int]], describe
         # onnx2tf turns a scalar input into a vector of one; the file keeps the scalar and reshapes it
         lift = not shape and list(kin.shape) in ([None], [1])
         if not lift and not _fits(list(kin.shape), shape):
-            raise UnsupportedError(f"onnx2tf gave input '{spec.name}' the shape {list(kin.shape)}; the file must take {shape}")
+            raise UnsupportedError(f"{who} gave input '{spec.name}' the shape {list(kin.shape)}; the file must take {shape}")
         inputs.append(Port(spec.name, f"in_{i}", spec.dtype, shape, change=change, layout=described[spec.name], lift=lift))
     ref = probe(ir)
     feeds = [np.transpose(ref.inputs[p.name], p.change) if p.change else ref.inputs[p.name] for p in inputs]
@@ -245,7 +246,7 @@ def plan_ports(ir: IRModel, keras_model, changes: dict[str, list[int]], describe
             got = keras_model([np.asarray(f, dtype=np.dtype(k.dtype.name)) for f, k in zip(feeds, keras_model.inputs, strict=True)],
                               training=False)
     except Exception as e:
-        raise UnsupportedError(f"onnx2tf's TensorFlow model fails on the sample inputs: {type(e).__name__}: "
+        raise UnsupportedError(f"{who}'s TensorFlow model fails on the sample inputs: {type(e).__name__}: "
                                f"{(str(e).strip().splitlines() or [''])[0][:300]}", detail=str(e)[:4000]) from None
     got = [np.asarray(g) for g in (got if isinstance(got, (list, tuple)) else [got])]
     outputs = []
@@ -253,10 +254,10 @@ def plan_ports(ir: IRModel, keras_model, changes: dict[str, list[int]], describe
         want = np.asarray(ref.outputs[spec.name])
         rank = y.ndim
         # channels-last first: on a tie (a constant output) onnx2tf's own convention decides
-        options = ([to_first(rank)] if rank >= 3 else []) + [None]
+        options = ([to_first(rank)] if rank >= 3 and who == "onnx2tf" else []) + [None]
         fits = [p for p in options if (y.transpose(p) if p else y).shape == want.shape]
         if not fits:
-            raise UnsupportedError(f"onnx2tf's output '{spec.name}' has the shape {list(y.shape)}, the source's {list(want.shape)}, "
+            raise UnsupportedError(f"{who}'s output '{spec.name}' has the shape {list(y.shape)}, the source's {list(want.shape)}, "
                                    f"and no layout change maps one onto the other")
         if len(fits) > 1:
             fits.sort(key=lambda p: _distance(y.transpose(p) if p else y, want))
@@ -444,12 +445,19 @@ def _stable_fingerprint(dest: Path) -> None:
 
 
 def build(ir: IRModel, work: Path, log: Path, *, layout: str = "source") -> tuple[object, list[Port], list[Port]]:
-    """(onnx2tf's model, the file's input ports, its output ports) for `ir` in `layout`."""
+    """(the TensorFlow model, the file's input ports, its output ports) for `ir` in `layout`:
+    onnx2tf's model, or where onnx2tf cannot convert the IR, modelport's lowering of it
+    (`emitters/onnx_tf.py`; `converter_name` says which, and why)."""
     keep_first, keep_last, changes, described = input_layouts(ir, layout)
     try:
         keras_model = onnx2tf_model(ir, work, keep_first, keep_last, log)
         inputs, outputs = plan_ports(ir, keras_model, changes, described, layout == "nhwc", log)
     except UnsupportedError as e:
+        lowered = _lowered(ir, changes, described, layout, log, e)
+        if not isinstance(lowered, UnsupportedError):
+            return lowered
+        also = f"modelport's ONNX lowering could not either: {one_line(lowered.reason)}"
+        e = e.with_hint(f"{e.hint}; {also}" if e.hint else also)
         dims = dynamic_dims(ir)
         # --dim helps only where the converter's trouble is a shape (said in its first line or further down)
         if not dims or not (SHAPE_WORDS.search(e.reason) or SHAPE_WORDS.search(e.detail or "")):
@@ -459,6 +467,36 @@ def build(ir: IRModel, work: Path, log: Path, *, layout: str = "source") -> tupl
                 f"--dim NAME=N (an image size the network divides evenly)")
         raise e.with_hint(f"{e.hint}; {hint}" if e.hint else hint) from e
     return keras_model, inputs, outputs
+
+
+def _lowered(ir: IRModel, changes: dict[str, list[int]], described: dict[str, str], layout: str, log: Path,
+             failed: UnsupportedError) -> tuple[object, list[Port], list[Port]] | UnsupportedError:
+    """modelport's lowering of `ir` behind the same ports, when onnx2tf failed with `failed`; or
+    why the lowering cannot either."""
+    from modelport.emitters.onnx_tf import lowered_model
+    from modelport.frameworks.tensorflow import import_tf
+    from modelport.quiet_call import captured_output
+
+    tf = import_tf("lowering ONNX to TensorFlow")
+    try:
+        with captured_output(log, "ONNX lowering"):
+            model = lowered_model(tf, ir, changes)
+            model.onnx2tf_failure = failed.reason
+            inputs, outputs = plan_ports(ir, model, changes, described, layout == "nhwc", log, who="the ONNX lowering")
+    except UnsupportedError as e:
+        return e
+    return model, inputs, outputs
+
+
+def converter_name(model) -> str:
+    """The converter that made `model` (from `build`), as the report names it."""
+    from modelport.deps import version_of
+    from modelport.emitters.onnx_tf import NAME
+
+    failure = getattr(model, "onnx2tf_failure", None)
+    if failure is None:
+        return f"onnx2tf {version_of('onnx2tf')}"
+    return f"{NAME} (onnx2tf {version_of('onnx2tf')} {one_line(failure.removeprefix('onnx2tf '), 200)})"
 
 
 def dynamic_dims(ir: IRModel) -> str:

@@ -3,7 +3,9 @@
 (CPU backend) fed and read through `model.json`'s signature (`runtimes/tfjs.py`).
 
 Route: every source through a SavedModel. ONNX-side sources (PyTorch, ONNX, TFLite, ...) through
-the savedmodel target's ONNX route (onnx2tf, `emitters/savedmodel.py`); Keras and SavedModel
+the savedmodel target's ONNX route (onnx2tf, `emitters/savedmodel.py`, or where onnx2tf cannot
+convert the IR, modelport's own ONNX lowering, `emitters/onnx_tf.py`, which keeps every dynamic
+dim: a transformer encoder's batch and sequence stay -1 in the graph model); Keras and SavedModel
 sources natively (`emitters/tfjs_tf.py`: Keras's export or the signature saved again, no ONNX).
 The SavedModel's `serving_default` signature, whose keys are the contract's names, is then
 frozen, optimised and written as a graph model by modelport's own writer (`emitters/tfjs_graph.py`):
@@ -28,7 +30,7 @@ from modelport.ir import IRModel
 NAME = "tfjs"
 RUNTIME = "tfjs"
 DESCRIPTION = "TF.js graph model (model.json + weight shards; fp32, fp16 or uint8 weights), run in Node.js by @tensorflow/tfjs"
-CONVERTER = "onnx2tf SavedModel -> TF.js graph model"
+CONVERTER = "onnx2tf (or modelport's ONNX lowering) SavedModel -> TF.js graph model"
 FOLDER = "tfjs"
 
 
@@ -48,8 +50,19 @@ def saved_model_options(options: EmitOptions) -> EmitOptions:
     return dataclasses.replace(options, precision="fp32", target=None)
 
 
-def write(saved: Artifact, out_dir: Path, precision: str, converter: str) -> Artifact:
-    """The graph model of a SavedModel artifact (written in a temporary folder), in `out_dir/tfjs`."""
+def dims_metadata(ir: IRModel) -> dict:
+    """The contract's dynamic dims for `model.json`'s metadata (a graph model's shapes say -1 only):
+    `dims` names them per tensor and axis, `bounds` gives each declared one its range or sizes."""
+    named = {spec.name: {str(axis): d for axis, d in enumerate(spec.shape) if isinstance(d, str)}
+             for spec in [*ir.inputs, *ir.outputs]}
+    named = {k: v for k, v in named.items() if v}
+    bounds = {name: spec.to_dict() for name, spec in ir.dim_bounds.items()}
+    return {**({"dims": named} if named else {}), **({"bounds": bounds} if bounds else {})}
+
+
+def write(saved: Artifact, out_dir: Path, precision: str, converter: str, metadata: dict | None = None) -> Artifact:
+    """The graph model of a SavedModel artifact (written in a temporary folder), in `out_dir/tfjs`;
+    `metadata` joins model.json's `userDefinedMetadata.modelport`."""
     from modelport.emitters.tfjs_graph import convert_saved_model
     from modelport.frameworks.tensorflow import import_tf
     from modelport.quiet_call import captured_output
@@ -57,7 +70,7 @@ def write(saved: Artifact, out_dir: Path, precision: str, converter: str) -> Art
     tf = import_tf("writing a TF.js graph model")
     dest = out_dir / FOLDER
     with captured_output(saved.path.parent / "tfjs.log", "TF.js graph model"):
-        details = convert_saved_model(tf, saved.path, dest, precision)
+        details = convert_saved_model(tf, saved.path, dest, precision, metadata=metadata)
     path = dest / "model.json"
     files = [path, *sorted(p for p in dest.glob("group*-shard*.bin"))]
     keep = {k: saved.details[k] for k in ("inputs_layout", "outputs_layout") if k in saved.details}
@@ -77,4 +90,4 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="modelport-tfjs-") as tmp:
         saved = savedmodel.emit(model, Path(tmp), saved_model_options(options))
-        return write(saved, out_dir, precision, saved.details.get("converter", "onnx2tf"))
+        return write(saved, out_dir, precision, saved.details.get("converter", "onnx2tf"), dims_metadata(model))

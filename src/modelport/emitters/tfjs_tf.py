@@ -26,9 +26,9 @@ def refusal(ir: IRModel, options: EmitOptions) -> str | None:
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.emitters import savedmodel_tf
-    from modelport.emitters.tfjs import saved_model_options, write
+    from modelport.emitters.tfjs import dims_metadata, saved_model_options, write
     precision = options.precision
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="modelport-tfjs-native-") as tmp:
         saved = savedmodel_tf.emit(model, Path(tmp), saved_model_options(options))
-        return write(saved, out_dir, precision, saved.details.get("converter", savedmodel_tf.NAME))
+        return write(saved, out_dir, precision, saved.details.get("converter", savedmodel_tf.NAME), dims_metadata(model))

@@ -14,6 +14,11 @@ contract's names, and its input/output tensors carry those names too (in contrac
 channels-last, and outputs onnx2tf computes channels-last are returned so (no transposes at the
 edges, what most mobile pipelines want); the artifact records the layout of every tensor.
 
+Where onnx2tf cannot convert the IR (a transformer exported from PyTorch, whose attention
+reshapes are computed at run time), modelport's own ONNX lowering (`emitters/onnx_tf.py`) stands
+in behind the same wrapper: it keeps the ONNX layout and every dynamic dim (-1 in the signature);
+the artifact's `converter` names it and onnx2tf's reason.
+
 Validation reads the file as a user would: through its signature, by the contract's names, with
 no transpose. When `nhwc` was asked for, it is the reference (inputs and outputs) that is
 transposed into the file's layout, and the artifact's `validation` entry says so.
@@ -41,7 +46,7 @@ import numpy as np
 
 from modelport.emitters import Artifact, EmitOptions
 from modelport.emitters.preflight import Preflight, node_name, opset_of
-from modelport.emitters.tf_model import Port, build, input_layouts, save_contract_model
+from modelport.emitters.tf_model import Port, build, converter_name, input_layouts, save_contract_model
 from modelport.emitters.tflite_options import TFLiteOptions
 from modelport.errors import BadInputError, UnsupportedError
 from modelport.ir import IRModel, Reference
@@ -220,7 +225,7 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
                      ", with no transpose"))
     return Artifact(
         target=NAME, runtime=RUNTIME, path=path, files=[path], precision=precision,
-        details={"converter": f"onnx2tf {version_of('onnx2tf')} + TensorFlow {version_of('tensorflow')} TFLite converter",
+        details={"converter": f"{converter_name(keras_model)} + TensorFlow {version_of('tensorflow')} TFLite converter",
                  "layout": layout, "inputs_layout": {p.name: p.layout for p in inputs},
                  "outputs_layout": {p.name: p.layout for p in outputs},
                  "layout_changes": {p.name: p.change for p in inputs + outputs if p.change},

@@ -104,8 +104,10 @@ def read_model_json(path: Path) -> dict:
 
 
 def signature_specs(doc: dict) -> tuple[list[TensorSpec], list[TensorSpec]]:
-    """(inputs, outputs) of model.json's signature: its keys, dtypes and shapes (-1: a named dynamic dim)."""
+    """(inputs, outputs) of model.json's signature: its keys, dtypes and shapes (-1: a dynamic dim,
+    named as modelport's metadata names it (`dims`), else `batch` on axis 0 and KEY_dimN)."""
     signature = doc.get("signature") or {}
+    named = ((doc.get("userDefinedMetadata") or {}).get("modelport") or {}).get("dims") or {}
 
     def specs(entries: dict) -> list[TensorSpec]:
         out = []
@@ -113,7 +115,9 @@ def signature_specs(doc: dict) -> tuple[list[TensorSpec], list[TensorSpec]]:
             dtype = TF_DTYPES.get(info.get("dtype", "DT_FLOAT"), "float32")
             dims = (info.get("tensorShape") or {}).get("dim") or []
             shape: list = [int(d.get("size", -1)) for d in dims]
-            shape = [d if d >= 0 else ("batch" if i == 0 else f"{key}_dim{i}") for i, d in enumerate(shape)]
+            names = named.get(key) if isinstance(named.get(key), dict) else {}
+            shape = [d if d >= 0 else str(names.get(str(i)) or ("batch" if i == 0 else f"{key}_dim{i}"))
+                     for i, d in enumerate(shape)]
             out.append(TensorSpec(name=key, dtype=dtype, shape=shape))
         return out
 
@@ -209,6 +213,10 @@ def inspect_model_json(path: str | Path) -> dict:
     files = [path] + [path.parent / p for g in doc.get("weightsManifest") or [] for p in g.get("paths") or []]
     params = sum(int(np.prod(w.get("shape") or [1])) for w in weights if w.get("dtype") == "float32")
     meta = (doc.get("userDefinedMetadata") or {}).get("modelport") or {}
+    bounds = meta.get("bounds") if isinstance(meta.get("bounds"), dict) else {}
+    # the declared bounds of each input's named dims (`inspect` shows them beside the -1s)
+    declared = {s.name: {d: bounds[d] for d in s.shape if isinstance(d, str) and isinstance(bounds.get(d), dict)}
+                for s in inputs}
     return {
         "format": "tfjs-graph-model",
         "converted_by": doc.get("convertedBy"),
@@ -220,6 +228,7 @@ def inspect_model_json(path: str | Path) -> dict:
         "parameters": int(params),
         "weights": dict(stored.most_common()),
         "precision": meta.get("precision"),
+        **({"dynamic_dims": {k: v for k, v in declared.items() if v}} if any(declared.values()) else {}),
         "files": [str(f) for f in files],
         "size": sum(f.stat().st_size for f in files if f.exists()),
     }

@@ -1,0 +1,134 @@
+"""modelport's own ONNX → TensorFlow lowering: the IR's graph run node by node as TensorFlow ops
+(`emitters/onnx_tf_ops.py`), behind the same interface as onnx2tf's model (`tf_model.build`), so
+the SavedModel, TFLite and TF.js targets can take it where onnx2tf cannot convert a model.
+
+Why: onnx2tf 1.28.8 converts a graph op by op while moving it to channels-last, and its layout
+inference needs each tensor's rank and often its sizes; a transformer encoder exported from
+PyTorch computes its attention reshapes from `Shape` at run time, and onnx2tf stops there
+("Cannot take the length of shape with unknown rank"), with dynamic dims or without. This lowering
+keeps the ONNX layout and computes shapes as the graph does, so dims declared dynamic stay dynamic
+(`None` in the signature, -1 in a TF.js graph model's). It converts nothing to channels-last:
+its model takes and returns the contract's layouts.
+
+Weights: initializers of more than `VARIABLE_FROM` elements become `tf.Variable`s tracked by the
+model (a SavedModel stores them as variables; the TF.js writer freezes them into its shards),
+smaller ones numpy constants that fold into the graph.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from modelport.errors import UnsupportedError
+from modelport.ir import IRModel
+
+NAME = "modelport ONNX lowering"
+VARIABLE_FROM = 64
+
+
+def missing_ops(model) -> list[str]:
+    """The op types of `model`'s graph the lowering has no function for, sorted (custom domains too)."""
+    from modelport.emitters.onnx_tf_ops import OPS
+
+    return sorted({n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
+                   for n in model.graph.node if n.domain not in ("", "ai.onnx") or n.op_type not in OPS})
+
+
+def _attributes(node, opset: int) -> dict:
+    from onnx import helper, numpy_helper
+
+    at = {"_opset": opset}
+    for a in node.attribute:
+        v = helper.get_attribute_value(a)
+        if a.type == a.TENSOR:
+            v = numpy_helper.to_array(v)
+        elif isinstance(v, bytes):
+            v = v.decode()
+        elif isinstance(v, list) and v and isinstance(v[0], bytes):
+            v = [x.decode() for x in v]
+        at[a.name] = v
+    return at
+
+
+def lowered_model(tf, ir: IRModel, input_perms: dict[str, list[int]] | None = None):
+    """A tf.Module standing where onnx2tf's Keras model stands: `inputs` and `outputs` (TensorSpecs
+    in the contract's order; dynamic dims None), called with a list of input tensors (each in the
+    file's layout; `input_perms` maps a name to the permutation that takes it back to the
+    source's) and returning the list of outputs. Raises UnsupportedError naming the ops it lacks."""
+    from onnx import numpy_helper
+
+    from modelport.emitters.onnx_tf_ops import ONNX_DTYPES, OPS
+
+    model = ir.model
+    lacking = missing_ops(model)
+    if lacking:
+        raise UnsupportedError(f"the {NAME} has no TensorFlow form for {', '.join(lacking)}")
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+    input_perms = input_perms or {}
+    graph = model.graph
+    nodes = [(n, _attributes(n, opset)) for n in graph.node]
+    by_name = {v.name: v for v in graph.input}
+
+    class Lowered(tf.Module):
+        def __init__(self):
+            super().__init__(name="onnx_lowered")
+            consts, variables = {}, {}
+            for t in graph.initializer:
+                a = numpy_helper.to_array(t)
+                if a.size > VARIABLE_FROM and a.dtype.kind == "f":
+                    variables[t.name] = tf.Variable(a, trainable=False, name=f"w{len(variables)}")
+                else:
+                    consts[t.name] = a
+            self._consts = consts
+            self._variables = variables
+            self.weights = list(variables.values())
+            self.inputs = []
+            for spec in ir.inputs:
+                shape = [d if isinstance(d, int) else None for d in spec.shape]
+                perm = input_perms.get(spec.name)
+                if perm:
+                    shape = [shape[k] for k in perm]
+                self.inputs.append(tf.TensorSpec(shape, tf.as_dtype(spec.dtype), name=spec.name))
+            self.outputs = [tf.TensorSpec([d if isinstance(d, int) else None for d in s.shape], tf.as_dtype(s.dtype), name=s.name)
+                            for s in ir.outputs]
+
+        def __call__(self, xs, training=False):
+            return tf.autograph.experimental.do_not_convert(self._run)(xs)
+
+        def _run(self, xs):
+            vals = dict(self._consts)
+            vals.update(self._variables)
+            for spec, x in zip(ir.inputs, xs, strict=True):
+                x = tf.convert_to_tensor(x)
+                perm = input_perms.get(spec.name)
+                if perm:
+                    x = tf.transpose(x, list(np.argsort(perm)))
+                declared = by_name.get(spec.name)
+                want = ONNX_DTYPES.get(declared.type.tensor_type.elem_type) if declared is not None else None
+                vals[spec.name] = tf.cast(x, want) if want and x.dtype.name != want else x
+            for node, at in nodes:
+                ins = [None if name == "" else _value(tf, vals, name, node) for name in node.input]
+                try:
+                    outs = OPS[node.op_type](tf, node, ins, at)
+                except UnsupportedError:
+                    raise
+                except Exception as e:
+                    raise UnsupportedError(f"the {NAME} failed at {node.op_type} node '{node.name}': {type(e).__name__}: "
+                                           f"{(str(e).strip().splitlines() or [''])[0][:300]}", detail=str(e)[:4000]) from None
+                for name, v in zip(node.output, outs, strict=False):
+                    if name:
+                        vals[name] = v
+            return [tf.convert_to_tensor(_value(tf, vals, o.name, None)) for o in graph.output]
+
+    return Lowered()
+
+
+def _value(tf, vals: dict, name: str, node):
+    try:
+        v = vals[name]
+    except KeyError:
+        where = f" (input of {node.op_type} node '{node.name}')" if node is not None else ""
+        raise UnsupportedError(f"the graph's tensor '{name}'{where} is produced by no node before it") from None
+    if isinstance(v, tf.Variable):
+        return tf.convert_to_tensor(v)
+    return v
