@@ -342,17 +342,21 @@ def test_failing_route_is_one_stderr_line_and_its_library_log_is_in_the_report(c
     assert not (tmp_path / "o").exists()
 
 
-def test_transformer_falls_back_from_onnx2tf_to_litert_torch(cli, tmp_path):
-    """A documented limit (docs/emitters.md): onnx2tf cannot convert a PyTorch BERT export. Under
-    `--route auto` the run goes on by litert-torch, and the report and a warning say why."""
+def test_a_transformer_onnx2tf_cannot_convert_takes_modelports_onnx_lowering(cli, tmp_path):
+    """onnx2tf cannot convert a PyTorch BERT export (docs/emitters.md); the ONNX route goes on by
+    modelport's own lowering, which keeps the contract's batch and sequence dynamic (-1 in the
+    signature), and the report names it with onnx2tf's reason."""
+    from ai_edge_litert.interpreter import Interpreter
+
     r = cli("convert", "zoo:bert_tiny", "--to", "tflite", "-o", tmp_path / "o", "--json")
     assert r.exit_code == 0, r
     report = r.json()
     (art,) = report["artifacts"]
-    assert (art["route"], art["route_converter"]) == ("native", "litert-torch")
-    assert any(n.startswith("onnx route (onnx2tf) failed: onnx2tf could not convert the model") for n in art["route_notes"])
-    assert any("came by the native route" in w for w in report["warnings"])
-    assert all(p["ok"] for p in report["parity"]) and (tmp_path / "o" / "model.tflite").is_file()
+    assert art["route"] == "onnx"
+    assert art["converter"].startswith("modelport ONNX lowering (onnx2tf ") and "Cannot take the length of shape" in art["converter"]
+    assert all(p["ok"] for p in report["parity"])
+    details = Interpreter(str(tmp_path / "o" / "model.tflite")).get_input_details()
+    assert sorted((d["name"], d["shape_signature"].tolist()) for d in details) == [("attention_mask", [-1, -1]), ("input_ids", [-1, -1])]
 
 
 def test_options_are_checked_once_here():

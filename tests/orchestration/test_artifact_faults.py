@@ -67,8 +67,10 @@ def test_dim_is_suggested_only_where_a_shape_is_the_trouble(monkeypatch, tmp_pat
             raise UnsupportedError(reason)
 
         monkeypatch.setattr(tf_model, "onnx2tf_model", fail)
+        monkeypatch.setattr(tf_model, "_lowered", lambda *args: UnsupportedError("no TensorFlow form for GridSample"))
         with pytest.raises(UnsupportedError) as e:
             tf_model.build(ir, tmp_path, tmp_path / "log")
         # in the hint, which is never cut: the converter's reason may be shortened to one line
         assert ("--dim NAME=N" in (e.value.hint or "")) is suggested, e.value.message
+        assert "modelport's ONNX lowering could not either: no TensorFlow form for GridSample" in e.value.hint
         assert e.value.reason == reason

@@ -457,15 +457,15 @@ def build(ir: IRModel, work: Path, log: Path, *, layout: str = "source") -> tupl
         if not isinstance(lowered, UnsupportedError):
             return lowered
         also = f"modelport's ONNX lowering could not either: {one_line(lowered.reason)}"
-        e = e.with_hint(f"{e.hint}; {also}" if e.hint else also)
+        failed = e.with_hint(f"{e.hint}; {also}" if e.hint else also)
         dims = dynamic_dims(ir)
         # --dim helps only where the converter's trouble is a shape (said in its first line or further down)
         if not dims or not (SHAPE_WORDS.search(e.reason) or SHAPE_WORDS.search(e.detail or "")):
-            raise
+            raise failed from e
         # in the hint: a converter's reason is cut to one short line, the dims and the fix must stay whole
         hint = (f"dynamic dims onnx2tf may not convert: {dims}; give each a size the model takes with "
                 f"--dim NAME=N (an image size the network divides evenly)")
-        raise e.with_hint(f"{e.hint}; {hint}" if e.hint else hint) from e
+        raise failed.with_hint(f"{failed.hint}; {hint}") from e
     return keras_model, inputs, outputs
 
 
