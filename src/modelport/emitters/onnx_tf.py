@@ -1,5 +1,5 @@
 """modelport's own ONNX → TensorFlow lowering: the IR's graph run node by node as TensorFlow ops
-(`emitters/onnx_tf_ops.py`), behind the same interface as onnx2tf's model (`tf_model.build`), so
+(`emitters/onnx_tf_ops.py`, `emitters/onnx_tf_math.py`), behind the same interface as onnx2tf's model (`tf_model.build`), so
 the SavedModel, TFLite and TF.js targets can take it where onnx2tf cannot convert a model.
 
 Why: onnx2tf 1.28.8 converts a graph op by op while moving it to channels-last, and its layout
@@ -26,12 +26,30 @@ NAME = "modelport ONNX lowering"
 VARIABLE_FROM = 64
 
 
+def ops() -> dict:
+    """ONNX op type -> its TensorFlow form (`onnx_tf_ops.py`: tensor and shape ops; `onnx_tf_math.py`:
+    math, normalisation and window ops)."""
+    from modelport.emitters import onnx_tf_math, onnx_tf_ops
+
+    return {**onnx_tf_ops.OPS, **onnx_tf_math.OPS}
+
+
 def missing_ops(model) -> list[str]:
     """The op types of `model`'s graph the lowering has no function for, sorted (custom domains too)."""
-    from modelport.emitters.onnx_tf_ops import OPS
-
+    OPS = ops()
     return sorted({n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
                    for n in model.graph.node if n.domain not in ("", "ai.onnx") or n.op_type not in OPS})
+
+
+def converter_name(model) -> str:
+    """The converter that made a TensorFlow model from `tf_model.build`, as the report names it."""
+    from modelport.deps import version_of
+    from modelport.errors import one_line
+
+    failure = getattr(model, "onnx2tf_failure", None)
+    if failure is None:
+        return f"onnx2tf {version_of('onnx2tf')}"
+    return f"{NAME} (onnx2tf {version_of('onnx2tf')} {one_line(failure.removeprefix('onnx2tf '), 200)})"
 
 
 def _attributes(node, opset: int) -> dict:
@@ -57,8 +75,9 @@ def lowered_model(tf, ir: IRModel, input_perms: dict[str, list[int]] | None = No
     source's) and returning the list of outputs. Raises UnsupportedError naming the ops it lacks."""
     from onnx import numpy_helper
 
-    from modelport.emitters.onnx_tf_ops import ONNX_DTYPES, OPS
+    from modelport.emitters.onnx_tf_ops import ONNX_DTYPES
 
+    OPS = ops()
     model = ir.model
     lacking = missing_ops(model)
     if lacking:

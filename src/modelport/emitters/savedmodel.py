@@ -48,7 +48,8 @@ def artifact(path: Path, converter: str, inputs: list[str], outputs: list[str], 
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.deps import version_of
-    from modelport.emitters.tf_model import build, converter_name, save_contract_model
+    from modelport.emitters.onnx_tf import converter_name
+    from modelport.emitters.tf_model import build, save_contract_model
     from modelport.frameworks.tensorflow import import_tf
     from modelport.quiet_call import captured_output
 

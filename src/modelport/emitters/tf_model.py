@@ -447,7 +447,7 @@ def _stable_fingerprint(dest: Path) -> None:
 def build(ir: IRModel, work: Path, log: Path, *, layout: str = "source") -> tuple[object, list[Port], list[Port]]:
     """(the TensorFlow model, the file's input ports, its output ports) for `ir` in `layout`:
     onnx2tf's model, or where onnx2tf cannot convert the IR, modelport's lowering of it
-    (`emitters/onnx_tf.py`; `converter_name` says which, and why)."""
+    (`emitters/onnx_tf.py`; its `converter_name` says which, and why)."""
     keep_first, keep_last, changes, described = input_layouts(ir, layout)
     try:
         keras_model = onnx2tf_model(ir, work, keep_first, keep_last, log)
@@ -486,17 +486,6 @@ def _lowered(ir: IRModel, changes: dict[str, list[int]], described: dict[str, st
     except UnsupportedError as e:
         return e
     return model, inputs, outputs
-
-
-def converter_name(model) -> str:
-    """The converter that made `model` (from `build`), as the report names it."""
-    from modelport.deps import version_of
-    from modelport.emitters.onnx_tf import NAME
-
-    failure = getattr(model, "onnx2tf_failure", None)
-    if failure is None:
-        return f"onnx2tf {version_of('onnx2tf')}"
-    return f"{NAME} (onnx2tf {version_of('onnx2tf')} {one_line(failure.removeprefix('onnx2tf '), 200)})"
 
 
 def dynamic_dims(ir: IRModel) -> str:

@@ -45,8 +45,9 @@ from pathlib import Path
 import numpy as np
 
 from modelport.emitters import Artifact, EmitOptions
+from modelport.emitters.onnx_tf import converter_name
 from modelport.emitters.preflight import Preflight, node_name, opset_of
-from modelport.emitters.tf_model import Port, build, converter_name, input_layouts, save_contract_model
+from modelport.emitters.tf_model import Port, build, input_layouts, save_contract_model
 from modelport.emitters.tflite_options import TFLiteOptions
 from modelport.errors import BadInputError, UnsupportedError
 from modelport.ir import IRModel, Reference
