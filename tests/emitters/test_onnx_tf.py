@@ -229,3 +229,22 @@ def test_gathers_by_scalar_element_and_tuple_indices():
                     ("top_i", I64, None)],
                    {"zero": np.array(0), "minus1": np.array([-1]), "pairs": np.array([[0, 0], [0, -1]]), "k": np.array([2])})
     _check(model, [{"b": 1, "n": 2}, {"b": 3, "n": 4}])
+
+
+def test_resize_and_a_transposed_convolution_on_dynamic_height_and_width():
+    """A segmentation head's upsampling (linear half-pixel by scales, nearest to sizes taken from
+    another tensor's shape) and a detector's ConvTranspose with pads, on H and W unknown."""
+    rng = np.random.default_rng(3)
+    nodes = [
+        helper.make_node("Resize", ["x", "", "scales"], ["up"], mode="linear"),
+        helper.make_node("Resize", ["x", "", "scales"], ["nn"], mode="nearest", coordinate_transformation_mode="asymmetric",
+                         nearest_mode="floor"),
+        helper.make_node("Shape", ["up"], ["s"]),
+        helper.make_node("Resize", ["x", "", "", "s"], ["to"], mode="nearest"),
+        helper.make_node("Resize", ["x", "", "scales"], ["ac"], mode="linear", coordinate_transformation_mode="align_corners"),
+        helper.make_node("ConvTranspose", ["x", "w", "b"], ["ct"], strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1]),
+    ]
+    model = _model(nodes, [("x", F, [1, 3, "h", "w"])], [(o, F, None) for o in ("up", "nn", "to", "ac", "ct")],
+                   {"scales": np.array([1, 1, 2, 2], np.float32), "w": rng.standard_normal((3, 4, 3, 3)).astype(np.float32),
+                    "b": rng.standard_normal(4).astype(np.float32)}, opset=18)
+    _check(model, [{"h": 4, "w": 6}, {"h": 7, "w": 5}], atol=1e-4)

@@ -49,7 +49,7 @@ def converter_name(model) -> str:
     failure = getattr(model, "onnx2tf_failure", None)
     if failure is None:
         return f"onnx2tf {version_of('onnx2tf')}"
-    return f"{NAME} (onnx2tf {version_of('onnx2tf')} {one_line(failure.removeprefix('onnx2tf '), 200)})"
+    return f"{NAME} (onnx2tf {version_of('onnx2tf')} failed: {one_line(failure, 200)})"
 
 
 def _attributes(node, opset: int) -> dict:

@@ -286,6 +286,77 @@ def _global_pool(kind):
     return op
 
 
+def _conv_transpose(tf, node, ins, at):
+    x, w = ins[0], ins[1]
+    b = ins[2] if len(ins) > 2 else None
+    if rank(node, x) != 4 or at.get("group", 1) != 1 or any(d != 1 for d in at.get("dilations", [1, 1])):
+        raise UnsupportedError(f"ConvTranspose node '{node.name}': only 2-D, ungrouped, undilated ones are lowered")
+    if at.get("auto_pad", "NOTSET") != "NOTSET" or "output_shape" in at:
+        raise UnsupportedError(f"ConvTranspose node '{node.name}': auto_pad and output_shape are not lowered")
+    cin, cout, kh, kw = (int(d) for d in w.shape)
+    sh, sw = at.get("strides", [1, 1])
+    t, left, bottom, right = at.get("pads", [0, 0, 0, 0])
+    oh, ow = at.get("output_padding", [0, 0])
+    xl = _to_last(tf, x, 4)
+    s = tf.shape(xl)
+    # VALID: (in - 1) * stride + kernel (+ output_padding at the end), then the pads cut off
+    full = tf.stack([s[0], (s[1] - 1) * sh + kh + oh, (s[2] - 1) * sw + kw + ow, cout])
+    y = tf.nn.conv2d_transpose(xl, tf.transpose(w, (2, 3, 1, 0)), full, strides=[1, sh, sw, 1], padding="VALID")
+    y = y[:, t:tf.shape(y)[1] - bottom, left:tf.shape(y)[2] - right, :]
+    if b is not None:
+        y = tf.nn.bias_add(y, b)
+    return [_to_first(tf, y, 4)]
+
+
+# ONNX Resize (mode, coordinate transformation, nearest rounding) -> TensorFlow's kernel and its
+# (align_corners, half_pixel_centers); the pairs whose sample positions are the same
+_RESIZE = {
+    ("linear", "half_pixel", None): ("bilinear", False, True),
+    ("linear", "pytorch_half_pixel", None): ("bilinear", False, True),
+    ("linear", "align_corners", None): ("bilinear", True, False),
+    ("linear", "asymmetric", None): ("bilinear", False, False),
+    ("nearest", "asymmetric", "floor"): ("nearest", False, False),
+    ("nearest", "half_pixel", "round_prefer_ceil"): ("nearest", False, True),
+    ("nearest", "pytorch_half_pixel", "round_prefer_ceil"): ("nearest", False, True),
+    # round_prefer_floor differs from TensorFlow's rounding only on ties, which upsampling never meets
+    ("nearest", "half_pixel", "round_prefer_floor"): ("nearest", False, True),
+    ("nearest", "pytorch_half_pixel", "round_prefer_floor"): ("nearest", False, True),
+    ("nearest", "align_corners", "round_prefer_ceil"): ("nearest", True, False),
+}
+
+
+def _resize(tf, node, ins, at):
+    x = ins[0]
+    if rank(node, x) != 4:
+        raise UnsupportedError(f"Resize node '{node.name}': only 4-D (N, C, H, W) inputs are lowered")
+    scales = ins[1] if len(ins) == 2 else ins[2] if len(ins) > 2 else None  # opset 10: (X, scales)
+    sizes = ins[3] if len(ins) > 3 else None
+    mode = at.get("mode", "nearest")
+    coords = at.get("coordinate_transformation_mode", "half_pixel" if at.get("_opset", 13) >= 11 else "asymmetric")
+    rounding = at.get("nearest_mode", "round_prefer_floor") if mode == "nearest" else None
+    kind = _RESIZE.get((mode, coords, rounding))
+    if kind is None or at.get("antialias", 0) or at.get("axes") is not None:
+        raise UnsupportedError(f"Resize node '{node.name}': mode '{mode}' with '{coords}'"
+                               + (f" and '{rounding}'" if rounding else "") + " is not lowered")
+    s = static(tf, scales)  # an empty scales input stands for "sizes given"
+    if s is not None and s.size and (s[0] != 1 or s[1] != 1):
+        raise UnsupportedError(f"Resize node '{node.name}': only the last two axes may be resized")
+    if sizes is not None:
+        hw = tf.cast(tf.reshape(sizes, [-1])[2:4], tf.int32)
+    elif s is not None and s.size:
+        hw = tf.cast(tf.floor(tf.cast(tf.shape(x)[2:4], tf.float32) * s[2:4].astype(np.float32)), tf.int32)
+    else:
+        raise UnsupportedError(f"Resize node '{node.name}': neither scales nor sizes are known")
+    method, align, half = kind
+    xl = _to_last(tf, x, 4)
+    if method == "bilinear":
+        y = tf.raw_ops.ResizeBilinear(images=xl, size=hw, align_corners=align, half_pixel_centers=half)
+        y = tf.cast(y, xl.dtype)
+    else:
+        y = tf.raw_ops.ResizeNearestNeighbor(images=xl, size=hw, align_corners=align, half_pixel_centers=half)
+    return [_to_first(tf, y, 4)]
+
+
 OPS = {
     "Pow": _pow, "Mod": _mod, "LeakyRelu": _leaky, "Elu": _elu, "Gelu": _gelu, "HardSigmoid": _hard_sigmoid,
     "HardSwish": _hard_swish, "PRelu": _prelu, "MatMul": _matmul, "Gemm": _gemm, "Einsum": _einsum,
@@ -293,4 +364,5 @@ OPS = {
     "BatchNormalization": _batch_norm, "InstanceNormalization": _instance_norm, "Trilu": _trilu, "CumSum": _cumsum,
     "Pad": _pad, "TopK": _topk, "Conv": _conv, "MaxPool": _pool("max"), "AveragePool": _pool("avg"),
     "GlobalAveragePool": _global_pool("avg"), "GlobalMaxPool": _global_pool("max"),
+    "ConvTranspose": _conv_transpose, "Resize": _resize,
 }
