@@ -1,6 +1,7 @@
 """modelport's own ONNX → TensorFlow lowering: the IR's graph run node by node as TensorFlow ops
-(`emitters/onnx_tf_ops.py`, `emitters/onnx_tf_math.py`), behind the same interface as onnx2tf's model (`tf_model.build`), so
-the SavedModel, TFLite and TF.js targets can take it where onnx2tf cannot convert a model.
+(`emitters/onnx_tf_ops.py`, `emitters/onnx_tf_math.py`), behind the same interface as onnx2tf's
+model (`tf_model.build`), so the SavedModel, TFLite and TF.js targets can take it where onnx2tf
+cannot convert a model.
 
 Why: onnx2tf 1.28.8 converts a graph op by op while moving it to channels-last, and its layout
 inference needs each tensor's rank and often its sizes; a transformer encoder exported from
@@ -36,9 +37,9 @@ def ops() -> dict:
 
 def missing_ops(model) -> list[str]:
     """The op types of `model`'s graph the lowering has no function for, sorted (custom domains too)."""
-    OPS = ops()
+    known = ops()
     return sorted({n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
-                   for n in model.graph.node if n.domain not in ("", "ai.onnx") or n.op_type not in OPS})
+                   for n in model.graph.node if n.domain not in ("", "ai.onnx") or n.op_type not in known})
 
 
 def converter_name(model) -> str:
@@ -77,7 +78,7 @@ def lowered_model(tf, ir: IRModel, input_perms: dict[str, list[int]] | None = No
 
     from modelport.emitters.onnx_tf_ops import ONNX_DTYPES
 
-    OPS = ops()
+    table = ops()
     model = ir.model
     lacking = missing_ops(model)
     if lacking:
@@ -128,7 +129,7 @@ def lowered_model(tf, ir: IRModel, input_perms: dict[str, list[int]] | None = No
             for node, at in nodes:
                 ins = [None if name == "" else _value(tf, vals, name, node) for name in node.input]
                 try:
-                    outs = OPS[node.op_type](tf, node, ins, at)
+                    outs = table[node.op_type](tf, node, ins, at)
                 except UnsupportedError:
                     raise
                 except Exception as e:
