@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from modelport.emitters.onnx_tf_ops import axes_of, drop_axes, dtype_of, rank, required_static, shape_of, static
+from modelport.emitters.onnx_tf_ops import axes_of, axis_of, drop_axes, dtype_of, rank, required_static, shape_of, static
 from modelport.errors import UnsupportedError
 
 
@@ -17,8 +17,7 @@ def _softmax(log: bool):
     def op(tf, node, ins, at):
         x = ins[0]
         r = rank(node, x)
-        axis = at.get("axis", -1)
-        axis = axis + r if axis < 0 else axis
+        axis = axis_of(at, r, -1)
         if at.get("_opset", 13) < 13:  # the input flattened to 2-D at axis
             s = tf.shape(x)
             flat = tf.reshape(x, tf.stack([tf.reduce_prod(s[:axis]), tf.reduce_prod(s[axis:])]))
@@ -58,8 +57,7 @@ def _layer_norm(tf, node, ins, at):
     x, scale = ins[0], ins[1]
     bias = ins[2] if len(ins) > 2 else None
     r = rank(node, x)
-    axis = at.get("axis", -1)
-    axis = axis + r if axis < 0 else axis
+    axis = axis_of(at, r, -1)
     axes = list(range(axis, r))
     mean, var = tf.nn.moments(x, axes, keepdims=True)
     inv = tf.math.rsqrt(var + at.get("epsilon", 1e-5))
@@ -166,8 +164,7 @@ def _pad(tf, node, ins, at):
 def _topk(tf, node, ins, at):
     x, k = ins
     r = rank(node, x)
-    axis = at.get("axis", -1)
-    axis = axis + r if axis < 0 else axis
+    axis = axis_of(at, r, -1)
     if not at.get("largest", 1):
         raise UnsupportedError(f"TopK node '{node.name}': smallest-k is not lowered")
     perm = list(range(r))

@@ -62,6 +62,16 @@ def axes_of(at_or_input, r: int) -> list[int]:
     return [int(a) + r if int(a) < 0 else int(a) for a in np.ravel(at_or_input)]
 
 
+def axis_of(at: dict, r: int, default: int) -> int:
+    """The node's `axis` attribute (else `default`) counted from 0 in a tensor of rank `r`."""
+    return axes_of(at.get("axis", default), r)[0]
+
+
+def like(x, dtype):
+    """A numpy constant `x` in `dtype` (a tensor's), so an op may take it beside that tensor; tensors as they are."""
+    return x.astype(dtype.as_numpy_dtype) if isinstance(x, np.ndarray) and x.dtype != dtype.as_numpy_dtype else x
+
+
 def _unary(name):
     def op(tf, node, ins, at):
         return [getattr(tf.math, name)(ins[0])]
@@ -71,10 +81,8 @@ def _unary(name):
 def _binary(fn):
     def op(tf, node, ins, at):
         a, b = ins[0], ins[1]
-        if isinstance(a, np.ndarray) and not isinstance(b, np.ndarray):
-            a = a.astype(b.dtype.as_numpy_dtype) if a.dtype != b.dtype.as_numpy_dtype else a
-        if isinstance(b, np.ndarray) and not isinstance(a, np.ndarray):
-            b = b.astype(a.dtype.as_numpy_dtype) if b.dtype != a.dtype.as_numpy_dtype else b
+        if isinstance(a, np.ndarray) != isinstance(b, np.ndarray):
+            a, b = (like(a, b.dtype), b) if isinstance(a, np.ndarray) else (a, like(b, a.dtype))
         return [fn(tf)(a, b)]
     return op
 
@@ -112,7 +120,7 @@ def _constant(tf, node, ins, at):
     for key in ("value", "value_float", "value_int", "value_floats", "value_ints"):
         if key in at:
             v = at[key]
-            if key == "value_float" or key == "value_floats":
+            if key in ("value_float", "value_floats"):
                 return [np.asarray(v, np.float32)]
             if key in ("value_int", "value_ints"):
                 return [np.asarray(v, np.int64)]
@@ -161,8 +169,7 @@ def _reshape(tf, node, ins, at):
 def _flatten(tf, node, ins, at):
     x = ins[0]
     r = rank(node, x)
-    axis = at.get("axis", 1)
-    axis = axis + r if axis < 0 else axis
+    axis = axis_of(at, r, 1)
     s = shape_of(tf, x)
     first = tf.reduce_prod(s[:axis]) if axis else tf.constant(1, tf.int64)
     return [tf.reshape(x, tf.stack([first, tf.reduce_prod(s[axis:])]))]
@@ -191,8 +198,9 @@ def _squeeze(tf, node, ins, at):
 
 
 def drop_axes(tf, x, axes):
-    """`x` without its size-1 `axes`: a reshape when the other sizes are known, else index 0 taken
-    along each (TFLite's converter refuses some Squeeze ops between dynamic dims)."""
+    """`x` without its size-1 `axes`, by a reshape (to the other sizes where they are known, else to
+    the run-time shape without those axes): TFLite's converter refuses some Squeeze ops between
+    dynamic dims."""
     if not axes:
         return x
     kept = [d for i, d in enumerate(x.shape) if i not in axes]
@@ -222,15 +230,13 @@ def _concat(tf, node, ins, at):
     if all(isinstance(x, np.ndarray) for x in xs):
         return [np.concatenate(xs, axis=at["axis"])]
     dt = next(x.dtype for x in xs if not isinstance(x, np.ndarray))
-    xs = [x.astype(dt.as_numpy_dtype) if isinstance(x, np.ndarray) else x for x in xs]
-    return [tf.concat(xs, at["axis"])]
+    return [tf.concat([like(x, dt) for x in xs], at["axis"])]
 
 
 def _split(tf, node, ins, at):
     x = ins[0]
     r = rank(node, x)
-    axis = at.get("axis", 0)
-    axis = axis + r if axis < 0 else axis
+    axis = axis_of(at, r, 0)
     sizes = ins[1] if len(ins) > 1 and ins[1] is not None else at.get("split")
     n = len(node.output)
     if sizes is not None:
@@ -297,15 +303,13 @@ def _slice(tf, node, ins, at):
             if not begin_mask >> a & 1:
                 sl[a] = slice(begin[a], None if end_mask >> a & 1 else end[a], stride[a])
         return [x[tuple(sl)]]
-    end = [int(np.clip(v, -(2 ** 31), 2 ** 31 - 1)) for v in end]
     return [tf.strided_slice(x, begin, end, stride, begin_mask=begin_mask, end_mask=end_mask)]
 
 
 def _gather(tf, node, ins, at):
     x, idx = ins
     r = rank(node, x)
-    axis = at.get("axis", 0)
-    axis = axis + r if axis < 0 else axis
+    axis = axis_of(at, r, 0)
     s = static(tf, idx)
     if isinstance(x, np.ndarray) and s is not None:
         return [np.take(x, s, axis=axis)]
@@ -331,8 +335,7 @@ def _axis_index(tf, shape, r: int, axis: int):
 def _gather_elements(tf, node, ins, at):
     x, idx = ins
     r = rank(node, x)
-    axis = at.get("axis", 0)
-    axis = axis + r if axis < 0 else axis
+    axis = axis_of(at, r, 0)
     idx = tf.cast(idx, tf.int64)
     idx = tf.where(idx < 0, idx + shape_of(tf, x)[axis], idx)
     shape = tf.shape(idx, out_type=tf.int64)
@@ -395,8 +398,7 @@ def _where(tf, node, ins, at):
     c, a, b = ins
     if not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray):
         dt = dtype_of(tf, a if not isinstance(a, np.ndarray) else b)
-        a = a.astype(dt.as_numpy_dtype) if isinstance(a, np.ndarray) else a
-        b = b.astype(dt.as_numpy_dtype) if isinstance(b, np.ndarray) else b
+        a, b = like(a, dt), like(b, dt)
     return [tf.where(c, a, b)]
 
 
@@ -431,8 +433,7 @@ def _arg(name):
     def op(tf, node, ins, at):
         x = ins[0]
         r = rank(node, x)
-        axis = at.get("axis", 0)
-        axis = axis + r if axis < 0 else axis
+        axis = axis_of(at, r, 0)
         if at.get("select_last_index", 0):
             n = shape_of(tf, x)[axis]
             y = n - 1 - getattr(tf.math, name)(tf.reverse(x, [axis]), axis=axis, output_type=tf.int64)
