@@ -64,9 +64,13 @@ browser:
 
 # The suite runs in TEST_JOBS worker processes (pytest-xdist), one test file per worker at a time:
 # the cores (at most 4), at least 2, since many tests wait on child processes and servers.
+# A worker that crashes (a test that ends its process) fails the run at once: without
+# --max-worker-restart=0, xdist replaces it, re-runs the file that crashed it, and the session can
+# sit with idle workers until CI's own limit (tests/test_ci_flags.py runs these flags on a crash).
 TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; [ $$n -lt 2 ] && n=2; echo $$n)
+PYTEST_FLAGS := -q -p no:cacheprovider --timeout=900 --dist loadfile --max-worker-restart=0
 test: setup browser
-	$(BIN)/python -m pytest -q -p no:cacheprovider --timeout=900 -n $(TEST_JOBS) --dist loadfile
+	$(BIN)/python -m pytest $(PYTEST_FLAGS) -n $(TEST_JOBS)
 
 bench: setup
 	$(BIN)/python bench/cli_bench.py
