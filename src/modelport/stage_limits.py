@@ -13,12 +13,14 @@ and the process exits 2 with the same one line.
 
 The bounds: `--stage-timeout SECONDS` (MODELPORT_STAGE_TIMEOUT; default DEFAULT_SECONDS) and
 `--stage-memory SIZE`, what a stage may take beyond what the run held when it began
-(MODELPORT_STAGE_MEMORY; default: MEMORY_FLOOR, or MEMORY_BASE + MEMORY_PER_WEIGHT x the model's
-weights where that is more, never more than the machine's memory). Measured
-conversions of models up to 1.5 B parameters peak at 2.4 to 2.7 x their fp32 weights above the
-libraries (docs/benchmarks.md), and small models under 2 GB: the default leaves a wide margin
-for them and stops a stage that holds many times its model. Only a stage run from the main
-thread is watched (a thread cannot be interrupted there; batch runs bound each job's process).
+(MODELPORT_STAGE_MEMORY). By default the memory bound comes from the machine, not from a guess
+about the model: what it has available when the stage begins (`memory.available()`, which
+MODELPORT_AVAILABLE_MEMORY overrides), less MEMORY_MARGIN for the kernel and the user's other
+programs. Past that, the kernel's OOM killer would end the run without a word; the bound ends it
+first, with one line. A guess from the model's size refused right conversions: a Keras ResNet50
+(100 MB of weights) takes 6.5 GB more memory in its parse, TensorFlow's arenas and tf2onnx's graph
+copies, where 8x the weights gave 6 GB. Only a stage run from the main thread is watched (a thread
+cannot be interrupted there; batch runs bound each job's process).
 """
 
 from __future__ import annotations
@@ -33,9 +35,7 @@ from dataclasses import dataclass
 from modelport.errors import BadInputError
 
 DEFAULT_SECONDS = 3600.0
-MEMORY_FLOOR = 6 << 30
-MEMORY_BASE = 3 << 30  # the frameworks a conversion imports (TensorFlow, torch, onnxruntime) and their arenas
-MEMORY_PER_WEIGHT = 8  # copies of the model's weights a stage may hold at once before it counts as runaway
+MEMORY_MARGIN = 1 << 30  # left to the kernel (page tables, the page cache it needs) and the user's other programs
 POLL_S = 0.5
 GRACE_S = 60.0
 TIME_ENV = "MODELPORT_STAGE_TIMEOUT"
@@ -48,15 +48,17 @@ class StageLimitError(BadInputError):
 
 @dataclass(frozen=True)
 class Limits:
-    """The bounds one stage runs under: seconds, and bytes of the process tree's resident memory."""
+    """The bounds one stage runs under: seconds, and bytes of the process tree's resident memory
+    beyond what it held when the stage began; `memory` None: what the machine has available then,
+    less MEMORY_MARGIN (`memory_at_start`)."""
 
     seconds: float | None
-    memory: int | None
+    memory: int | None = None
 
     @classmethod
-    def of(cls, seconds: float | str | None = None, memory: int | str | None = None, *, model_bytes: int = 0) -> Limits:
-        """The bounds asked for (flags, else the environment), else the defaults for a model whose
-        weights take `model_bytes`."""
+    def of(cls, seconds: float | str | None = None, memory: int | str | None = None) -> Limits:
+        """The bounds asked for (flags, else the environment), else the defaults: DEFAULT_SECONDS,
+        and memory from the machine at each stage's start."""
         from modelport import memory as mem
 
         seconds = seconds if seconds is not None else os.environ.get(TIME_ENV)
@@ -67,26 +69,29 @@ class Limits:
             raise BadInputError(f"bad --stage-timeout {seconds!r}: a number of seconds") from None
         if seconds <= 0:
             raise BadInputError(f"bad --stage-timeout {seconds:g}: more than 0 seconds")
-        if memory is None:
-            memory = min(max(MEMORY_FLOOR, MEMORY_BASE + MEMORY_PER_WEIGHT * model_bytes), _total() or sys.maxsize)
-        elif isinstance(memory, str):
+        if isinstance(memory, str):
             try:
                 memory = mem.parse_size(memory)
             except ValueError:
                 raise BadInputError(f"bad --stage-memory {memory!r}: a size such as 8G or 512M") from None
-        return cls(seconds, int(memory))
+        return cls(seconds, None if memory is None else int(memory))
+
+    def memory_at_start(self) -> tuple[int | None, str]:
+        """(the memory bound of a stage beginning now, what it is): the one asked for, else what the
+        machine has available less MEMORY_MARGIN (None: unknown, unbounded)."""
+        from modelport.memory import available, fmt_bytes
+
+        if self.memory is not None:
+            return self.memory, f"its bound of {fmt_bytes(self.memory)}"
+        free = available()
+        if free is None:
+            return None, ""
+        bound = max(0, free - MEMORY_MARGIN)
+        return bound, (f"the {fmt_bytes(bound)} the machine could give when the stage began ({fmt_bytes(free)} "
+                       f"available, less a margin of {fmt_bytes(MEMORY_MARGIN)})")
 
     def flags(self) -> str:
-        return f"--stage-timeout {self.seconds:g} --stage-memory {self.memory}"
-
-
-def _total() -> int | None:
-    try:
-        import psutil
-
-        return int(psutil.virtual_memory().total)
-    except ImportError:
-        return None
+        return f"--stage-timeout {self.seconds:g}" + (f" --stage-memory {self.memory}" if self.memory is not None else "")
 
 
 @contextlib.contextmanager
@@ -136,18 +141,21 @@ class _Watch(threading.Thread):
         from modelport.memory import fmt_bytes, tree_rss
 
         start, base = time.monotonic(), tree_rss() or 0
+        bound, what_bound = self.limits.memory_at_start()
         while not self._done.wait(POLL_S):
             elapsed, held = time.monotonic() - start, (tree_rss() or 0) - base
             over_time = self.limits.seconds is not None and elapsed > self.limits.seconds
-            over_memory = self.limits.memory is not None and held > self.limits.memory
+            over_memory = bound is not None and held > bound
             if not (over_time or over_memory):
                 continue
             what = (f"ran {elapsed:.0f} s, past its bound of {self.limits.seconds:g} s" if over_time else
-                    f"took {fmt_bytes(held)} more memory (this process and its children), past its bound of "
-                    f"{fmt_bytes(self.limits.memory)}")
+                    f"took {fmt_bytes(held)} more memory (this process and its children), past {what_bound}")
             self.breach = f"stage '{self.stage}' {what}; stopped"
             self.hint = ("raise the bound with --stage-timeout SECONDS (or MODELPORT_STAGE_TIMEOUT)" if over_time else
-                         "raise the bound with --stage-memory SIZE (or MODELPORT_STAGE_MEMORY), e.g. --stage-memory 32G")
+                         "raise the bound with --stage-memory SIZE (or MODELPORT_STAGE_MEMORY), e.g. --stage-memory 32G"
+                         if self.limits.memory is not None else
+                         "free memory for it, or bound the stage yourself with --stage-memory SIZE (the kernel may "
+                         "then end the run instead)")
             with self._lock:
                 if not self._inside:
                     return

@@ -114,8 +114,8 @@ StageTimeout = Annotated[float | None, typer.Option("--stage-timeout", help="Sec
                                                                             "(default 3600; MODELPORT_STAGE_TIMEOUT).")]
 StageMemory = Annotated[str | None, typer.Option("--stage-memory", help="Memory one stage may take beyond what the run held "
                                                                        "when it began, process and children, e.g. 32G "
-                                                                       "(default: 6G, or 3G + 8x the model's weights; "
-                                                                       "MODELPORT_STAGE_MEMORY).")]
+                                                                       "(default: what the machine has available when the "
+                                                                       "stage begins, less 1 GiB; MODELPORT_STAGE_MEMORY).")]
 
 # --- serving -------------------------------------------------------------------------------------
 Systems = Annotated[list[str], typer.Option("--for", help=f"Serving system(s), comma-separated or repeated: {', '.join(PACKAGERS)}.")]

@@ -58,7 +58,6 @@ class ForwardRun:
 
         request = self.ctx.request
         self.src, self.spec, self.zoo_tol = resolve_source(request.source, request.options)
-        self.ctx.model_bytes = source_bytes(self.src)  # the stages' memory bound follows the model's size
         check_memory(self.src, self.ctx)
 
     def parse(self) -> dict[str, IRModel]:
@@ -84,9 +83,6 @@ class ForwardRun:
             ir.attach_stored()
             parts = ir.parts or {"": ir}  # a model exported as several (an encoder and a decoder) goes to OUT/<part>/
             parsed.note(nodes=sum(len(p.model.graph.node) for p in parts.values()), exporter=ir.provenance.get("exporter"))
-        from modelport.tensor_sizes import tensor_bytes
-
-        ctx.model_bytes = max(ctx.model_bytes, sum(tensor_bytes(p.model) for p in parts.values()))
         self.source_ref = SourceRef(kind_of(ir.provenance), self.src, spec)  # for the native routes
         self.framework = ir.provenance.get("framework", "source")
         self.source_precision = ir.provenance.get("source_precision")
@@ -192,16 +188,6 @@ class ForwardRun:
         return tolerance_for(resolved.judged_as, zoo=self.zoo_tol,
                              user={"atol": budget.atol, "rtol": budget.rtol, "min_cosine": budget.min_cosine},
                              overrides=options.output_tolerances, scaled=budget.scaled, source=source)
-
-
-def source_bytes(src) -> int:
-    """Bytes of a source's files (a file, its external data, a folder's files; 0 for a Python object):
-    the model's size before it is parsed."""
-    if not isinstance(src, (str, Path)) or str(src).startswith("zoo:"):
-        return 0
-    path = Path(src)
-    files = [p for p in path.rglob("*") if p.is_file()] if path.is_dir() else [path, *path.parent.glob(path.name + ".data")]
-    return sum(p.stat().st_size for p in files if p.is_file())
 
 
 def check_memory(src, ctx: Context) -> None:

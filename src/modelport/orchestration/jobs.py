@@ -41,14 +41,13 @@ class Context:
     report: Report
     on_stage: StageCallback | None = None
     stage: Path | None = None
-    model_bytes: int = 0
 
     def limits(self):
         """The time and memory bounds of a stage of this run (stage_limits.py)."""
         from modelport.stage_limits import Limits
 
         options = self.request.options
-        return Limits.of(options.stage_timeout, options.stage_memory, model_bytes=self.model_bytes)
+        return Limits.of(options.stage_timeout, options.stage_memory)
 
     @contextlib.contextmanager
     def bounded(self, name: str):

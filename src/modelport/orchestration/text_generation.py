@@ -346,7 +346,6 @@ def check_memory(folder: Path, run: TextGenerationRun) -> None:
     choice = run.tg.reference
     with run.ctx.step("preflight:memory") as row:
         parameters = parameter_count(weight_files(folder)[0])
-        run.ctx.model_bytes = 4 * parameters  # in fp32: what the stages' memory bound follows
         cfg = hf_decoder.read_decoder_config(folder)
         written = hf_decoder_graph.unsupported(folder, cfg, run.options.opset) is None
         can_stream = written and cfg.architecture in SUPPORTED and run.options.level != "auto"
