@@ -320,3 +320,71 @@ def test_a_prefix_that_does_not_make_every_key_fit_is_not_applied(cli, net, tmp_
     assert f"does not fit --arch {arch}" in err and "6 missing key(s) (net.fc1.weight" in err, err
     assert "4 unexpected key(s) (fc1.weight" in err, err
     assert not (tmp_path / "o").exists()
+
+
+# --- the network under one prefix beside state of its own (a LightningModule's `encoder.` and `shift`) ---
+
+def _lightning_with(state: dict, path: Path) -> Path:
+    """A checkpoint as Lightning saves a LightningModule holding its network as one attribute."""
+    torch.save({"epoch": 7, "global_step": 700, "pytorch-lightning_version": "2.4.0", "state_dict": state,
+                "optimizer_states": [], "lr_schedulers": [], "hparams_name": "kwargs",
+                "hyper_parameters": {"lr": 1e-3, "bins_per_semitone": 3}}, path)
+    return path
+
+
+@pytest.mark.parametrize(("arch", "prefix", "beside", "added"), [
+    ("Net", "encoder.", {"shift": torch.tensor(0.25)}, ""),
+    ("Net", "model.encoder.", {"model.shift": torch.tensor(0.25), "model.head.weight": torch.ones(2, 4)}, ""),
+    ("Wrapped", "encoder.", {"shift": torch.tensor(0.25), "crop_cqt": torch.zeros(3)}, "net."),
+])
+def test_the_network_under_one_prefix_is_taken_and_the_rest_said(cli, net, tmp_path, arch, prefix, beside, added):
+    state = {**{f"{prefix}{k}": v for k, v in net.state_dict().items()}, **beside}
+    path = _lightning_with(state, tmp_path / "pesto.ckpt")
+    arch = f"{__name__}:{arch}"
+    r = cli("convert", path, "--arch", arch, "--trust", "--input", "x:batch,8", "-o", tmp_path / "o", "--json")
+    assert r.exit_code == 0, r  # was exit 2: "does not fit --arch: 4 missing key(s) …; 5 unexpected key(s) …"
+    report = r.json()
+    left_out = list(beside)  # in the checkpoint's order
+    said = next((w for w in report["warnings"] if f"keys under the prefix '{prefix}' were taken" in w), None)
+    assert said is not None, report["warnings"]
+    assert f"to fit --arch {arch}" in said and f"{len(left_out)} key(s) of the checkpoint left out: {', '.join(left_out)}" in said
+    assert (f"the prefix '{added}' added" in said) == bool(added)
+    assert f"'{prefix}'" in r.stderr and left_out[0] in r.stderr  # said on the terminal too
+    source = report["source"]
+    assert source["state_dict_key"] == "state_dict" and source["state_dict_prefix_removed"] == prefix
+    assert source["state_dict_keys_left_out"] == left_out
+    assert source.get("state_dict_prefix_added") == (added or None)
+    jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text())).validate(report)
+    assert report["parity"] and all(p["ok"] for p in report["parity"])
+    module, _, _ = load_module(path, spec(path, arch=arch, trust=True, inputs=[parse_input_spec("x:batch,8")]))
+    assert module.checkpoint_entry["state_dict_keys_left_out"] == left_out
+    x = np.random.default_rng(6).standard_normal((3, 8)).astype(np.float32)
+    np.testing.assert_allclose(out(module, x), out(net, x), rtol=1e-6)  # the checkpoint's weights, not a fresh init
+
+
+def test_two_prefixes_that_both_hold_the_network_are_exit_2_naming_both(cli, net, tmp_path):
+    teacher = {f"teacher.{k}": v * 2 for k, v in net.state_dict().items()}
+    state = {**{f"student.{k}": v for k, v in net.state_dict().items()}, **teacher, "shift": torch.tensor(0.0)}
+    path = _lightning_with(state, tmp_path / "distill.ckpt")
+    arch = f"{__name__}:Net"
+    r = cli("convert", path, "--arch", arch, "--trust", "--input", "x:batch,8", "-o", tmp_path / "o")
+    assert r.exit_code == 2, r
+    err = r.stderr.strip()
+    assert len(err.splitlines()) == 1 and path.name in err, err
+    assert f"2 prefixes that each fit --arch {arch}: 'student.', 'teacher.'" in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_no_prefix_holding_the_whole_network_is_still_a_misfit_naming_the_closest(cli, net, tmp_path):
+    """`encoder.` lacks fc2.bias: taking it would leave the model half-initialised, so nothing is taken."""
+    state = {f"encoder.{k}": v for k, v in net.state_dict().items() if k != "fc2.bias"}
+    path = _lightning_with({**state, "decoder.fc2.bias": net.fc2.bias.detach(), "shift": torch.tensor(0.25)},
+                           tmp_path / "split.ckpt")
+    arch = f"{__name__}:Net"
+    r = cli("convert", path, "--arch", arch, "--trust", "--input", "x:batch,8", "-o", tmp_path / "o")
+    assert r.exit_code == 2, r
+    err = r.stderr.strip()
+    assert len(err.splitlines()) == 1 and path.name in err, err
+    assert f"does not fit --arch {arch}" in err and "4 missing key(s)" in err and "5 unexpected key(s)" in err, err
+    assert "closest: the 3 key(s) under the prefix 'encoder.' hold 3 of the architecture's 4" in err, err
+    assert not (tmp_path / "o").exists()

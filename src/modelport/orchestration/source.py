@@ -94,7 +94,7 @@ def pinned_inputs(data, values: list[str]) -> dict:
 
 # what the parser recorded about how it read the source that the report's `source` repeats
 SOURCE_DETAILS = ("arch", "arch_args", "state_dict_key", "state_dict_prefix_removed", "state_dict_prefix_added",
-                  "source_precision")
+                  "state_dict_keys_left_out", "source_precision")
 
 
 def describe_source(source, ir: IRModel) -> dict:

@@ -177,7 +177,7 @@ def load_module(source, spec):
     module = build_arch(spec.arch, trust=spec.trust, args=spec.arch_args)
     found = find_state_dict(checkpoint, path, expected=list(module.state_dict()), key=spec.state_dict_key, arch=spec.arch)
     load_into(module, found.state, arch=spec.arch, args=spec.arch_args, path=path,
-              parameters=lambda: arch_parameters(spec.arch, module))
+              parameters=lambda: arch_parameters(spec.arch, module), closest=found.closest)
     warnings = [w for w in (trusted, found.note()) if w]
     module.checkpoint_entry = {**found.to_dict(), **({"warnings": warnings} if warnings else {})}
     return module.eval(), f"state dict ({fmt}) + {spec.arch}", None
