@@ -81,3 +81,21 @@ def write_dynamic_range_tflite(path: Path) -> Path:
     conv.optimizations = [tf.lite.Optimize.DEFAULT]
     path.write_bytes(conv.convert())
     return path
+
+
+def write_dynamic_range_cnn_tflite(path: Path) -> Path:
+    """image[batch,16,16,3] → Conv2D(48, 3, relu) → DepthwiseConv2D(3, relu) → global average pool →
+    Dense(64, relu) → Dense(10) → y, through the converter's dynamic-range quantisation: the Conv2D
+    (1,296 weights) and the first Dense (3,072) kernels are stored in int8 with a scale per output
+    channel, the Dense layer quantises its activations at run time (tf2onnx writes that as
+    DynamicQuantizeLinear → DequantizeLinear), and the smaller kernels stay float."""
+    tf = _tf()
+    keras = tf.keras
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((16, 16, 3), name="image"), keras.layers.Conv2D(48, 3, activation="relu"),
+                              keras.layers.DepthwiseConv2D(3, activation="relu"), keras.layers.GlobalAveragePooling2D(),
+                              keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10)])
+    conv = tf.lite.TFLiteConverter.from_keras_model(model)
+    conv.optimizations = [tf.lite.Optimize.DEFAULT]
+    path.write_bytes(conv.convert())
+    return path

@@ -15,7 +15,8 @@ imports nothing heavy and `modelport --help` stays instant. The consumers:
     serving.bundle           a convert folder's artifacts (file, artifact, aliases)
     modelport.precisions     the precision of each requested target's artifact, the stage that applies it and the
                              tolerance it is judged with (precisions, tasks, precision_stage, judged_as)
-    CLI and convert          per-target options and their flags (options), routes (native, onnx_route)
+    CLI and convert          per-target options and their flags (options), routes (native, onnx_route), the IR its
+                             ONNX route takes (float_weights)
 
 Adding a target is its own modules plus one `Target(...)` entry in TARGETS (or `register(...)`
 from a plug-in); docs/adding_a_target.md walks through the fields with OpenVINO as the example.
@@ -62,6 +63,8 @@ class Target:
     options: str | None = None  # "module:Class": its frozen options class (ConvertOptions.target_options[name])
     native: dict[str, str] = field(default_factory=dict)  # source kind (parser name) -> native-route module
     onnx_route: bool = True  # False: reached by its native routes only
+    float_weights: bool = False  # its ONNX route takes float weights: a quantised IR's integer weights (DequantizeLinear
+    # of initializers) are dequantised for it by the optimisation stage (optimize/dequantize.py)
     bench: bool = True  # `bench` opens its files (by suffixes, with `runner`)
     runs_on: tuple[str, ...] | None = None  # the systems (sys.platform) its artifacts run on; None: any
     dims: str = ""  # how its artifacts keep dims declared with --dim bounds, in words (docs/dynamic_shapes.md, coverage)
@@ -87,7 +90,7 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            dims="symbolic in the graph"),
     Target("pytorch", "PyTorch code", "modelport.emitters.pytorch_code", runtime="torch_source",
            runner="modelport.runtimes.torch_source:TorchSourceRunner", file="pytorch/model.py", artifact="PyTorch code",
-           needs=("torch", "safetensors"),
+           needs=("torch", "safetensors"), float_weights=True,
            dims="symbolic (the module takes any size)"),
     Target("tflite", "TFLite", "modelport.emitters.tflite", runtime="tflite", runner="modelport.runtimes.tflite:TFLiteRunner",
            opener="modelport.runtimes.tflite:open_untrusted", inspector="modelport.parsers.tflite:inspect",
@@ -135,13 +138,14 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            inspector="modelport.runtimes.executorch:inspect_pte", suffixes=(".pte",), file="model.pte",
            artifact="an ExecuTorch program (.pte)", precisions=("fp32", "int8"), needs=("executorch", "torch"),
            extras={"executorch": "executorch"}, options="modelport.emitters.executorch_options:ExecuTorchOptions",
-           native={"pytorch": "modelport.emitters.executorch_torch"},
+           native={"pytorch": "modelport.emitters.executorch_torch"}, float_weights=True,
            dims="bounded: torch.export Dim(min, max)"),
     Target("coreml", "Core ML", "modelport.emitters.coreml", runtime="coreml", runner="modelport.runtimes.coreml:CoreMLRunner",
            opener="modelport.runtimes.coreml:open_mlpackage", inspector="modelport.runtimes.coreml:inspect_mlpackage",
            suffixes=(".mlpackage", "/Manifest.json"), file="model.mlpackage", artifact="a Core ML package (.mlpackage)",
            precisions=("fp16", "fp32"), needs=("coremltools", "torch"), extras={"coremltools": "coreml"},
            options="modelport.emitters.coreml_options:CoreMLOptions", native={"pytorch": "modelport.emitters.coreml_torch"},
+           float_weights=True,
            bench=False, runs_on=("darwin",),
            dims="flexible: RangeDim, or EnumeratedShapes for listed sizes"),
     # artifact formats that are no --to target: packagers read them from a convert folder

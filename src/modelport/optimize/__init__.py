@@ -39,6 +39,10 @@ class Pass:
     pass and its parity check run, so neither the pass's input nor its result holds them; other
     passes are given the weights in memory.
 
+    `float_weights`: the pass starts from a float graph: a quantised IR's integer weights are
+    dequantised before it (`optimize/dequantize.py`, put in by `optimize_ir`). The FP16 converter
+    and onnxruntime's INT8 quantiser cannot take a DequantizeLinear on a weight.
+
     `gate_tolerance`: set by the pipeline before `apply` to the tolerance its parity gate will
     hold the result to; a precision pass whose own fallback keeps nodes in float aims at it.
     """
@@ -47,6 +51,7 @@ class Pass:
     description = ""
     precision = "fp32"
     reads_stored = False
+    float_weights = False
     gate_tolerance: Tolerance | None = None
 
     def apply(self, ir: IRModel) -> PassResult:
@@ -69,6 +74,7 @@ PASSES = Registry("pass", {
     "simplify": "modelport.optimize.simplify:OnnxSimPass",
     "transformer": "modelport.optimize.transformer_fusion:TransformerFusionPass",
     "transformer-sln": "modelport.optimize.transformer_fusion:SkipLayerNormTransformerFusionPass",
+    "dequantize": "modelport.optimize.dequantize:DequantizeWeightsPass",
     "fp16": "modelport.optimize.precision:Float16Pass",
     "int8-dynamic": "modelport.optimize.quantize:DynamicQuantizationPass",
     "int8-static": "modelport.optimize.quantize:StaticQuantizationPass",

@@ -21,6 +21,7 @@ from typing import Any
 from modelport.errors import BadInputError, MissingDependencyError, ModelportError, PassError, ValidationError
 from modelport.ir import IRModel
 from modelport.optimize import Pass, get_pass, parse_pass_list, passes_for_level
+from modelport.optimize.dequantize import before_float_passes
 from modelport.validation import Tolerance, check, tolerance_for
 from modelport.validation.budget import BudgetKey, parse_clauses
 
@@ -416,7 +417,8 @@ def optimize_ir(ir: IRModel, opts: OptimizeOptions, *, tolerance: Callable[[str]
                 on_pass: PassCallback | None = None, release_input: bool = False) -> tuple[IRModel, list[dict], dict | None]:
     """Optimise `ir` with the passes of `opts` (a level other than auto, or named passes); returns
     (IR, report rows, None). `--optimize auto` is `optimize.auto.auto_select`, which calls this.
-    `release_input`: see `run_passes`."""
+    A quantised IR's weights are dequantised before the first pass that takes float weights
+    (`optimize/dequantize.py`). `release_input`: see `run_passes`."""
     if opts.budget is not None:
         budget = opts.budget
         tolerance = budgeted(tolerance, budget)
@@ -429,6 +431,7 @@ def optimize_ir(ir: IRModel, opts: OptimizeOptions, *, tolerance: Callable[[str]
         from modelport.optimize.calibration import load_calibration
 
         passes = build_passes(opts, calibration=load_calibration(opts.calibration, ir))
+    passes = before_float_passes(passes, ir.model)
     out, rows = run_passes(ir, passes, tolerance=tolerance, strict=opts.strict, on_pass=on_pass, release_input=release_input)
     out = _check_delivered(out, passes, rows, opts)
     return out, [r.to_dict() for r in rows], None

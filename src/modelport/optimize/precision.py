@@ -192,6 +192,7 @@ class Float16Pass(Pass):
     name = "fp16"
     description = "FP16 weights and activations; overflowing or diverging nodes kept in FP32"
     precision = "fp16"
+    float_weights = True
 
     def __init__(self, *, keep_io_types: bool = True, auto_block: bool = True, node_block_list=None, op_block_list=None):
         self.keep_io_types = keep_io_types

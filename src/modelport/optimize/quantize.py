@@ -362,6 +362,7 @@ class DynamicQuantizationPass(Pass):
     name = "int8-dynamic"
     description = "INT8 weights, activations quantised at run time"
     precision = "int8"
+    float_weights = True
 
     def __init__(self, *, per_channel: bool = False, fallback: bool = True):
         self.per_channel = per_channel
@@ -377,6 +378,7 @@ class StaticQuantizationPass(Pass):
     name = "int8-static"
     description = "INT8 QDQ model calibrated from user data"
     precision = "int8"
+    float_weights = True
 
     def __init__(self, *, calibration: list[dict] | None = None, method: str = "minmax",
                  per_channel: bool | None = None, fallback: bool = True, check_on_calibration: bool = True):

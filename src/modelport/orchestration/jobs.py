@@ -22,6 +22,7 @@ from modelport.emitters import EmitOptions
 from modelport.errors import ModelportError, ValidationError
 from modelport.ir import IRModel
 from modelport.precisions import Resolved
+from modelport.targets import TARGETS
 from modelport.validation import Tolerance
 from modelport.validation.report import Report, run_stage
 
@@ -68,13 +69,22 @@ class Context:
 class Prepared:
     """A part's IRs after the optimisation stage: precision -> IR ("fp32": the one every target that applies its
     own precision takes), each target's precision (auto chooses among them), why a precision fell
-    back to fp32, the budget that judges what the stage quantised, the options auto chose."""
+    back to fp32, the budget that judges what the stage quantised, the options auto chose, and the
+    fp32 IR with its quantised weights dequantised for the targets that take float weights
+    (`Target.float_weights`; None when the fp32 IR has none)."""
 
     irs: dict[str, IRModel]
     resolved: dict[str, Resolved]
     fallback: dict[str, str] = field(default_factory=dict)
     budget: object = None  # a Tolerance
     target_options: dict = field(default_factory=dict)
+    float_weights: IRModel | None = None
+
+    def fp32_for(self, target: str) -> IRModel:
+        """The fp32 IR `target` is emitted from: with float weights where it takes them."""
+        if self.float_weights is not None and TARGETS[target].float_weights:
+            return self.float_weights
+        return self.irs["fp32"]
 
 
 @dataclass
@@ -103,14 +113,14 @@ class Job:
 
 def plan_jobs(ctx: Context, part: str, prepared: Prepared, tolerance: Callable[[Resolved], Tolerance]) -> list[Job]:
     """The jobs of one part: each target of `prepared`, taking `prepared.irs[its precision]` where
-    the optimisation stage applies it and `irs["fp32"]` where its converter does, judged by
+    the optimisation stage applies it and the fp32 IR (`fp32_for`) where its converter does, judged by
     `tolerance(its precision as delivered)`; each target's routes, and every target's preflight
     run (one `preflight` stage) before anything is emitted."""
     request = ctx.request
     jobs = []
     for target, r in prepared.resolved.items():
         staged = r.stage == "optimize" and r.precision in prepared.irs
-        ir = prepared.irs[r.precision] if staged else prepared.irs["fp32"]
+        ir = prepared.irs[r.precision] if staged else prepared.fp32_for(target)
         delivered = ir.provenance.get("precision", "fp32") if staged else r.precision
         options = EmitOptions(precision=delivered, opset=request.options.opset, calibration=request.options.calibration,
                               target=prepared.target_options.get(target) or request.target_options(target))

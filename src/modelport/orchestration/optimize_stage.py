@@ -12,6 +12,12 @@ applies their precision (TFLite, OpenVINO, …) take the FP32 IR: the precision 
 onnxruntime models (QDQ, FP16 with casts) that other converters do not take. When only one
 precision is needed and no target takes the FP32 IR, the passes run in one go, as before.
 `auto`, whose variants are onnxruntime or OpenVINO models, picks one runtime's targets.
+
+A quantised IR (a dynamic-range TFLite source's int8 weights behind DequantizeLinear) is kept as
+it is for the targets that take it (an ONNX artifact at fp32 keeps its int8 weights); the targets
+that take float weights (`Target.float_weights`: PyTorch code and what is reached through it) take
+it with those weights dequantised (the `dequantize` pass, optimize/dequantize.py), which the stage
+then runs even when nothing else is asked of it, and the precision passes start from that too.
 """
 
 from __future__ import annotations
@@ -21,8 +27,10 @@ from dataclasses import replace
 
 from modelport.errors import BadInputError
 from modelport.ir import IRModel
+from modelport.optimize.dequantize import quantised
 from modelport.orchestration.jobs import Prepared
 from modelport.precisions import FP32, Resolved
+from modelport.targets import TARGETS
 
 # what `--optimize auto` holds every variant to when no --accuracy-budget is given (printed, and
 # recorded in the report's `optimize.budget` with `budget_default: true`)
@@ -36,6 +44,12 @@ def needed(resolved: dict[str, Resolved]) -> list[str]:
         if r.stage == "optimize" and r.precision not in out:
             out.append(r.precision)
     return out
+
+
+def takes_float_weights(request) -> bool:
+    """Whether a requested target's ONNX route takes float weights (`Target.float_weights`): a quantised
+    IR's weights are then dequantised for it (optimize/dequantize.py)."""
+    return any(TARGETS[t].float_weights for t in request.precisions)
 
 
 def runs(request) -> bool:
@@ -80,7 +94,8 @@ def optimise(ir: IRModel, ctx, zoo_tol=None) -> Prepared:
     request = ctx.request
     options = request.options
     asked = replace(options.optimize or OptimizeOptions(level=None), budget=request.budget)
-    if not runs(request):
+    floats = takes_float_weights(request) and quantised(ir.model)
+    if not runs(request) and not floats:
         return Prepared({FP32: ir}, dict(request.precisions))
     if asked.level == "auto" and not asked.passes:
         return _auto_stage(ir, ctx, asked, zoo_tol)
@@ -100,8 +115,12 @@ def optimise(ir: IRModel, ctx, zoo_tol=None) -> Prepared:
         level_given = asked.level is not None or bool(asked.passes)
         fp32 = run(ir, replace(base, precision=FP32), release_input=True) if level_given else ir
         out.irs[FP32] = fp32
+        if floats and quantised(fp32.model):  # the precision passes start from it too (they take float weights)
+            out.float_weights = run(fp32, replace(base, level="none", passes=["dequantize"], precision=FP32), release_input=False)
+            if all(TARGETS[t].float_weights for t in request.precisions):
+                out.irs[FP32] = out.float_weights  # no target takes the quantised IR: it is let go
         for p in precisions:
-            out.irs[p] = run(fp32, replace(base, level="none", passes=None, precision=p), release_input=False)
+            out.irs[p] = run(out.float_weights or fp32, replace(base, level="none", passes=None, precision=p), release_input=False)
     for p, variant in list(out.irs.items()):
         fallback = variant.provenance.get("precision_fallback")
         delivered = variant.provenance.get("precision", FP32)
