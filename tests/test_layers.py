@@ -26,7 +26,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "modelport"
 # (layer name, module prefixes); a module takes the layer of its longest matching prefix
 LAYERS = [
     ("base", ["modelport.errors", "modelport.registry", "modelport.deps", "modelport.names", "modelport.progress", "modelport.memory",
-              "modelport.file_checks", "modelport.staging", "modelport.ir", "modelport.artifact", "modelport.precisions", "modelport.specs", "modelport.samples",
+              "modelport.file_checks", "modelport.staging", "modelport.ir", "modelport.artifact", "modelport.precisions", "modelport.specs", "modelport.samples", "modelport.sample_sets",
               "modelport.onnx_io", "modelport.quiet_call", "modelport.version", "modelport.targets",
               "modelport.external_data_checks", "modelport.tensor_sizes", "modelport.proto_pieces",
               "modelport.external_data_files", "modelport.weightless_copy", "modelport.ir_version_fit",

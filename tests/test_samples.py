@@ -200,31 +200,54 @@ def test_symbolic_dims_no_size_fits_is_exit_2_naming_each_dim_and_the_flag(cli, 
 
 # --- structured sets at the magnitudes real inputs take ----------------------------------------------
 
-def test_large_sets_sweep_floats_with_no_range_and_keep_everything_else():
-    """+/-LARGE on every float input whose range nobody declared (float16 too: 138.5, finite, and so
-    is its square); a declared range, an integer input and a size (`keep`) keep the first set's values."""
-    from modelport.samples import LARGE, sample_sets
+def test_the_sweep_sets_floats_with_no_range_to_full_mantissa_constants_and_keeps_everything_else():
+    """Constant frames at the floors preprocessing makes and at seeded constants, each with a full
+    float32 mantissa (float16 inputs too, rounded to their dtype and finite); a declared range, an
+    integer input and a size (`keep`) keep the first set's values."""
+    from modelport.sample_sets import BANDS, DB_FLOOR, LOG_FLOOR, SWEEP_KINDS, sample_sets, sweep_value
 
     specs = [TensorSpec("frame", "float32", [2, 384]), TensorSpec("half", "float16", [2, 8]),
              TensorSpec("image", "float32", [1, 3, 4, 4], "NCHW", value_range=[0, 1]),
              TensorSpec("ids", "int64", [2, 3]), TensorSpec("scales", "float32", [4])]
     first = make_inputs(specs)
     sets = dict(sample_sets(specs, first, keep={"scales"}))
-    assert list(sets) == ["random-2", "random-small", "zeros", "constant", "low", "high", "grey", "large", "large-negative"]
-    for kind, sign in (("large", 1), ("large-negative", -1)):
+    assert list(sets) == ["random-2", "random-small", "zeros", "constant", "low", "high", "grey", *SWEEP_KINDS]
+    assert np.float32(DB_FLOOR) == np.float32(20 * np.log10(np.finfo(np.float32).eps)) and round(DB_FLOOR, 2) == -138.47
+    assert round(LOG_FLOOR, 3) == -15.942
+    for kind in SWEEP_KINDS:
+        value = np.float32(sweep_value(kind))
         feeds = sets[kind]
-        assert (feeds["frame"] == sign * LARGE).all() and feeds["frame"].dtype == np.float32
-        assert (feeds["half"] == np.float16(sign * 138.5)).all() and np.isfinite(feeds["half"].astype(np.float16) ** 2).all()
+        assert (feeds["frame"] == value).all() and feeds["frame"].dtype == np.float32
+        # a full mantissa: neither its square nor the sum of the frame is exact in float32
+        assert np.float64(value) ** 2 != np.float64(value * value)
+        assert (feeds["half"] == np.float16(value)).all() and np.isfinite(feeds["half"]).all()
         for name in ("image", "ids", "scales"):
             np.testing.assert_array_equal(feeds[name], first[name])
+    for kind, (lo, hi) in BANDS.items():
+        assert lo <= sweep_value(kind) < hi and int(np.float32(sweep_value(kind)).view(np.uint32)) & 1
+        assert sweep_value(kind, seed=0) != sweep_value(kind, seed=1) and sweep_value(kind, 3) == sweep_value(kind, 3)
     for kind in ("zeros", "constant", "grey"):  # a size keeps its values in every structured set
         np.testing.assert_array_equal(sets[kind]["scales"], first["scales"])
-    # an image's letterbox grey inside its declared range; nothing else takes one
+    # an image's letterbox grey inside its declared range; a frame that is not an image takes none
     assert np.allclose(sets["grey"]["image"], 114 / 255) and np.array_equal(sets["grey"]["frame"], first["frame"])
 
 
+def test_an_image_with_no_declared_range_is_judged_at_the_letterbox_grey_of_0_1_frames():
+    from modelport.sample_sets import sample_sets
+
+    specs = [TensorSpec("images", "float32", [1, 3, 8, 8]), TensorSpec("nhwc", "float32", [1, 8, 8, 3]),
+             TensorSpec("features", "float32", [1, 16, 8, 8])]
+    first = make_inputs(specs)
+    sets = dict(sample_sets(specs, first))
+    grey, raw = sets["grey"], sets["grey-raw"]
+    assert (grey["images"] == np.float32(114 / 255)).all() and (grey["nhwc"] == np.float32(114 / 255)).all()
+    assert (raw["images"] == 114).all() and (raw["nhwc"] == 114).all()
+    np.testing.assert_array_equal(grey["features"], first["features"])
+    np.testing.assert_array_equal(raw["features"], first["features"])
+
+
 def test_an_8_bit_image_is_also_judged_at_its_letterbox_grey():
-    from modelport.samples import sample_sets
+    from modelport.sample_sets import sample_sets
 
     specs = [TensorSpec("pixels", "uint8", [1, 8, 8, 3], "NHWC"), TensorSpec("q", "int8", [1, 3, 8, 8], "NCHW")]
     first = make_inputs(specs)

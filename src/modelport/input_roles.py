@@ -205,7 +205,7 @@ def input_roles(model) -> dict[str, Role]:
 def apply_roles(specs, model, given=None) -> dict[str, Role]:
     """Give `specs` (TensorSpecs) the value ranges `model`'s graph shows: an integer input with no
     declared range that is not pinned (`given`) gets its ids' or mask's range. Returns the roles
-    found ({name: Role}), which `samples.sample_sets` reads through `keep` (`controls`)."""
+    found ({name: Role}), which `sample_sets.sample_sets` reads through `keep` (`controls`)."""
     roles = input_roles(model)
     for spec in specs:
         role = roles.get(spec.name)

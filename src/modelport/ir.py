@@ -140,6 +140,9 @@ class Sample:
     kind: str
     inputs: dict[str, np.ndarray]
     outputs: dict[str, np.ndarray]
+    # the source's outputs with the float inputs moved one ulp (`samples.nudge`): how far its own
+    # answer moves there, the set's conditioning (`validation/compare.py`); None: not measured
+    nudged: dict[str, np.ndarray] | None = None
 
 
 @dataclass
@@ -148,9 +151,9 @@ class Reference:
 
     `inputs`/`outputs` are the first sample set (kind `first_kind`: "random", or "data" when the
     user's `--data` pinned every input); `extra` holds the other sample sets every hop is judged
-    on too (`samples.py` says which): other seeds and scales, and structured inputs (all-zeros,
-    a constant, the extremes of the input's range, large constants of both signs) that random data
-    never reach."""
+    on too (`sample_sets.py` says which): other seeds and scales, and structured inputs (all-zeros,
+    a constant, the extremes of the input's range, constant frames at full-mantissa values) that
+    random data never reach."""
 
     inputs: dict[str, np.ndarray]
     outputs: dict[str, np.ndarray]
@@ -178,6 +181,7 @@ class Reference:
         for i, sample in enumerate(self.extra, start=1):
             arrays.update({f"s{i}/in/{k}": v for k, v in sample.inputs.items()})
             arrays.update({f"s{i}/out/{k}": v for k, v in sample.outputs.items()})
+            arrays.update({f"s{i}/nudged/{k}": v for k, v in (sample.nudged or {}).items()})
         arrays["kinds"] = np.asarray(self.kinds())
         if self.guessed:
             arrays["guessed"] = np.asarray(self.guessed)
@@ -191,7 +195,8 @@ class Reference:
                 return {k[len(prefix):]: z[k] for k in z.files if k.startswith(prefix)}
 
             kinds = [str(k) for k in z["kinds"]] if "kinds" in z.files else ["random"]
-            extra = [Sample(kind, part(f"s{i}/in/"), part(f"s{i}/out/")) for i, kind in enumerate(kinds[1:], start=1)]
+            extra = [Sample(kind, part(f"s{i}/in/"), part(f"s{i}/out/"), part(f"s{i}/nudged/") or None)
+                     for i, kind in enumerate(kinds[1:], start=1)]
             guessed = [str(n) for n in z["guessed"]] if "guessed" in z.files else []
             return cls(part("in/"), part("out/"), producer, extra, kinds[0], guessed)
 

@@ -12,34 +12,7 @@ dim it fixes takes that size for the random inputs too; an array of one rank mor
 samples: the reference set takes the first, the second set the second (when there is one). Both sample sets keep the given arrays, so a
 pinned control input (a sample rate, a mode flag) never makes a run fail or look input-blind.
 
-Every hop is judged on more than the first set (`sample_sets`, `reference_samples`): the
-source's outputs are also computed on
-- `random-2`: the second seed (the set `reference_varies` runs);
-- `random-small`: a third seed at 1/100 of the amplitude (a quiet signal, a dark image), or
-  `random-3` where no input is a float;
-- `zeros`: every float input all zeros (digital silence, a black tensor);
-- `constant`: every float input one value (1.0, or the middle of its range);
-- `low` / `high`: the ends of the input's range, where the contract knows it: its `value_range`,
-  the raw pixel range [0, 255] (or [0, 1]) through its preprocessing (`--mean/--std/--scale`),
-  or the whole range of an 8-bit integer input;
-- `grey`: an image's letterbox grey, raw 114 of [0, 255] (ultralytics' padding; 114/255 of a
-  [0, 1] range) through its preprocessing, where the contract knows an image input's range;
-- `large`, `large-negative`: every float input whose range nobody declared at +/-LARGE (138.4):
-  a magnitude real inputs take and random data never reach (digital silence is -138.47 dB after
-  a log-power front end: 20·log10 of float32's eps; raw 8-bit pixels, raw sensor values);
-- `data-3`, …: further samples the user stacked in `--data`.
-Structured sets change float and 8-bit inputs only: other integer and bool inputs (token ids,
-masks, indices) keep the first set's values, except at `low`/`high` where a `value_range` is
-declared, and so do the inputs named in `keep` (what the graph shows is a size, a scale or an
-index: `input_roles.py`). A set identical to the first is left out, and so is one the source
-itself fails on (named in the provenance's `samples_skipped`).
-
-Why LARGE is 2215/16 = 138.4375, in two sets (docs/validation.md): a constant frame at a large
-mean is where a one-pass variance E[x²]−E[x]² cancels and half precision or an approximation runs
-out. The silence floor with a 12-bit mantissa: float32 sums of up to 7,574 copies are exact (correct
-implementations agree exactly on a constant frame's mean), its square's sums round (a one-pass
-variance shows); float16 holds it and its square. Both signs, as ReLU, log and sqrt differ. The
-sweep judges fp32 models only (`for_precision`).
+The sample sets beyond the first, every hop is judged on them too, are `sample_sets.py`'s.
 """
 
 from __future__ import annotations
@@ -102,7 +75,7 @@ def check_given(specs: list[TensorSpec], given: dict[str, np.ndarray] | None, pa
                             f"{[s.name for s in specs]}", path=path)
 
 
-def _numpy_dtype(spec: TensorSpec) -> np.dtype:
+def numpy_dtype(spec: TensorSpec) -> np.dtype:
     """The array dtype of an input's sample data (numpy has no bfloat16: float32 stands in)."""
     return np.dtype(spec.dtype if spec.dtype != "bfloat16" else "float32")
 
@@ -115,7 +88,7 @@ def _sample(spec: TensorSpec, value: np.ndarray, variant: int) -> np.ndarray:
 
 
 def _pinned(spec: TensorSpec, value: np.ndarray, dims: dict[str, int], path) -> np.ndarray:
-    dtype = _numpy_dtype(spec)
+    dtype = numpy_dtype(spec)
     if value.ndim == 0:
         return np.broadcast_to(value.astype(dtype), spec.concrete_shape(dims)).copy()
     if value.dtype != dtype:
@@ -150,7 +123,7 @@ def make_inputs(specs: list[TensorSpec], dims: dict[str, int] | None = None, *, 
             continue
         rng = np.random.default_rng([seed, zlib.crc32(spec.name.encode()), *([variant] if variant else [])])
         shape = spec.concrete_shape(dims)
-        dtype = _numpy_dtype(spec)
+        dtype = numpy_dtype(spec)
         if dtype == np.bool_:
             arr = rng.integers(0, 2, size=shape).astype(np.bool_)
         elif np.issubdtype(dtype, np.integer):
@@ -165,172 +138,6 @@ def make_inputs(specs: list[TensorSpec], dims: dict[str, int] | None = None, *, 
             arr = arr.astype(dtype)
         feeds[spec.name] = arr
     return feeds
-
-
-RANDOM_KINDS = ("random-2", "random-small")
-# sets at values a real input takes (kept beside a calibrated model's data), then the sweep of inputs
-# whose range nobody declared
-STRUCTURED_KINDS = ("zeros", "constant", "low", "high", "grey")
-SWEEP_KINDS = ("large", "large-negative")
-# what a model quantised to int8 is not judged on, by design: 1/100 of the amplitude lies below its
-# calibrated resolution, the sweep beyond its calibrated range (`for_precision`)
-NOT_FOR_INT8 = ("random-small", *SWEEP_KINDS)
-SMALL = 0.01  # the amplitude of `random-small`
-LARGE = 2215 / 16  # the magnitude of `large`: 138.4375 (module docstring: exact sums, a rounding square)
-GREY = 114  # the letterbox grey of a [0, 255] image
-EIGHT_BIT = (np.uint8, np.int8)
-IMAGE_LAYOUTS = ("NCHW", "NHWC", "NCDHW", "NDHWC")
-
-
-def for_precision(reference, precision: str | None):
-    """`reference` as a model computing at `precision` is judged on it: an fp32 model on every set;
-    one at a lower precision (fp16, bf16, int8, …) less the sweep: half precision and a calibrated
-    range are built for a range, and the sweep is a guess where nobody declared one (a declared
-    range's values, `low`/`high`/`grey`, judge every precision)."""
-    if reference is None or (precision or "fp32") == "fp32":
-        return reference
-    return reference.without(*SWEEP_KINDS)
-
-
-def _raw_range(pre) -> tuple[float, float]:
-    """The raw data range a preprocessing implies: [0, 255] for pixels scaled or centred in 0..255
-    units, [0, 1] for data already in unit range."""
-    big = pre.scale is not None or any(abs(m) > 1.5 for m in (pre.mean or []))
-    return 0.0, 255.0 if big else 1.0
-
-
-def _preprocessed(spec: TensorSpec, raw: float, shape: tuple[int, ...]) -> np.ndarray:
-    """`raw` (one value of the raw data) as the model sees it: (raw * scale - mean) / std per channel."""
-    pre = spec.preprocess
-    x = raw * (pre.scale if pre.scale is not None else 1.0)
-    mean = np.asarray(pre.mean if pre.mean else [0.0], dtype=np.float64)
-    std = np.asarray(pre.std if pre.std else [1.0], dtype=np.float64)
-    values = (x - mean) / std
-    channels = max(len(mean), len(std))
-    axis = {"NCHW": 1, "NCW": 1, "NCDHW": 1, "NHWC": -1, "NWC": -1, "NDHWC": -1}.get(spec.layout or "")
-    if channels == 1 or axis is None or not shape or shape[axis] != channels:
-        return np.full(shape, float(values.mean()))
-    view = [1] * len(shape)
-    view[axis] = channels
-    return np.broadcast_to(np.broadcast_to(values, (channels,)).reshape(view), shape)
-
-
-def _float_range(spec: TensorSpec) -> tuple[float, float] | None:
-    if spec.value_range:
-        return float(spec.value_range[0]), float(spec.value_range[1])
-    if spec.preprocess and not spec.preprocess.is_empty() and (spec.preprocess.mean or spec.preprocess.std or spec.preprocess.scale):
-        pre = spec.preprocess
-        raw = np.asarray(_raw_range(pre)) * (pre.scale if pre.scale is not None else 1.0)
-        ends = (raw[:, None] - np.asarray(pre.mean or [0.0])) / np.asarray(pre.std or [1.0])
-        return float(ends.min()), float(ends.max())
-    return None
-
-
-def _structured(spec: TensorSpec, kind: str, first: np.ndarray) -> np.ndarray | None:
-    """The input's values in a structured set, or None where the set keeps the first set's."""
-    dtype = _numpy_dtype(spec)
-    shape = first.shape
-    if np.issubdtype(dtype, np.floating):
-        rng = _float_range(spec)
-        if kind == "zeros":
-            return np.zeros(shape, dtype)
-        if kind == "constant":
-            return np.full(shape, 1.0 if rng is None else (rng[0] + rng[1]) / 2, dtype)
-        if kind in SWEEP_KINDS:  # a declared range says which values are real: nothing to sweep
-            return None if rng is not None else np.full(shape, LARGE if kind == "large" else -LARGE, dtype)
-        if rng is None:
-            return None
-        if kind == "grey":
-            return _grey(spec, rng, shape, dtype)
-        if spec.preprocess and not spec.value_range:
-            raw = _raw_range(spec.preprocess)[0 if kind == "low" else 1]
-            return _preprocessed(spec, raw, shape).astype(dtype)
-        return np.full(shape, rng[0] if kind == "low" else rng[1], dtype)
-    if dtype in EIGHT_BIT and not spec.value_range and kind not in SWEEP_KINDS:
-        info = np.iinfo(dtype)
-        if kind == "grey":  # raw 114 of an 8-bit image (int8 data: offset by -128)
-            return np.full(shape, GREY + int(info.min), dtype) if spec.layout in IMAGE_LAYOUTS else None
-        value = {"zeros": 0, "constant": (int(info.min) + int(info.max) + 1) // 2, "low": info.min, "high": info.max}[kind]
-        return np.full(shape, value, dtype)
-    if np.issubdtype(dtype, np.integer) and spec.value_range and kind in ("low", "high"):
-        lo, hi = int(spec.value_range[0]), int(spec.value_range[1])
-        return np.full(shape, lo if kind == "low" else max(lo, hi - 1), dtype)
-    return None
-
-
-def _grey(spec: TensorSpec, rng: tuple[float, float], shape, dtype) -> np.ndarray | None:
-    """The letterbox grey of an image input as the model sees it (None: not an image)."""
-    if spec.preprocess and not spec.value_range:
-        raw = GREY * _raw_range(spec.preprocess)[1] / 255
-        return _preprocessed(spec, raw, shape).astype(dtype)
-    if spec.layout not in IMAGE_LAYOUTS:
-        return None
-    return np.full(shape, rng[0] + (rng[1] - rng[0]) * GREY / 255, dtype)
-
-
-def sample_sets(specs: list[TensorSpec], first: dict[str, np.ndarray], dims: dict[str, int] | None = None, *,
-                seed: int = 0, given: dict[str, np.ndarray] | None = None, path=None, randoms: int = 3,
-                structured: bool = True, keep=()) -> list[tuple[str, dict[str, np.ndarray]]]:
-    """The sample sets beyond the first (`first`, the reference's inputs), as (kind, feeds): see
-    the module docstring. `randoms` counts the random sets with the first; the user's pinned
-    inputs, and those named in `keep` (sizes, scales, indices), keep their values in every
-    structured set."""
-    given = given or {}
-    pinned = {s.name for s in specs if s.name in given}
-    stacked = max((len(given[s.name]) for s in specs if s.name in given
-                   and np.ndim(given[s.name]) == len(s.shape) + 1), default=0)
-    out: list[tuple[str, dict]] = []
-    if randoms >= 2 and (len(pinned) < len(specs) or stacked > 1):
-        out.append(("random-2", make_inputs(specs, dims, seed=seed, variant=1, given=given, path=path)))
-    if randoms >= 3 and len(pinned) < len(specs):
-        feeds = make_inputs(specs, dims, seed=seed, variant=2, given=given, path=path)
-        scaled = False
-        for spec in specs:
-            if spec.name in pinned or not np.issubdtype(feeds[spec.name].dtype, np.floating):
-                continue
-            rng = _float_range(spec)
-            x = feeds[spec.name].astype(np.float64)
-            feeds[spec.name] = (rng[0] + (x - rng[0]) * SMALL if rng else x * SMALL).astype(feeds[spec.name].dtype)
-            scaled = True
-        out.append(("random-small" if scaled else "random-3", feeds))  # a third seed where nothing scales
-    for extra in range(3, randoms):
-        if len(pinned) < len(specs):
-            out.append((f"random-{extra + 1}", make_inputs(specs, dims, seed=seed, variant=extra, given=given, path=path)))
-    for k in range(2, stacked):
-        out.append((f"data-{k + 1}", make_inputs(specs, dims, seed=seed, variant=k, given=given, path=path)))
-    if structured:
-        for kind in STRUCTURED_KINDS + SWEEP_KINDS:
-            feeds, changed = {}, False
-            for spec in specs:
-                value = None if spec.name in pinned or spec.name in keep else _structured(spec, kind, first[spec.name])
-                changed |= value is not None and not np.array_equal(value, first[spec.name])
-                feeds[spec.name] = first[spec.name] if value is None else value
-            if changed:
-                out.append((kind, feeds))
-    return out
-
-
-def reference_samples(run: Callable[[dict[str, np.ndarray]], dict], specs: list[TensorSpec], first: dict,
-                      first_outputs: dict, dims: dict[str, int] | None = None, *, seed: int = 0,
-                      given: dict[str, np.ndarray] | None = None, path=None, randoms: int = 3,
-                      structured: bool = True, keep=()) -> tuple[dict[str, bool | None], list, list[str]]:
-    """(reference_varies, the extra sample sets with the source's outputs on them, the kinds left
-    out because the source failed on them): `run` is the source framework's own run."""
-    from modelport.ir import Sample
-
-    varies: dict[str, bool | None] = dict.fromkeys(first_outputs)
-    extra, skipped = [], []
-    for kind, feeds in sample_sets(specs, first, dims, seed=seed, given=given, path=path, randoms=randoms,
-                                   structured=structured, keep=keep):
-        try:
-            outputs = {k: np.asarray(v) for k, v in run(feeds).items()}
-        except Exception as e:  # the source's own failure on a set: that set proves nothing either way
-            skipped.append(f"{kind}: {type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}")
-            continue
-        if kind == "random-2":
-            varies = {name: output_varies(value, outputs.get(name)) for name, value in first_outputs.items()}
-        extra.append(Sample(kind, feeds, outputs))
-    return varies, extra, skipped
 
 
 def output_varies(first, second) -> bool | None:

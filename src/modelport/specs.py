@@ -237,7 +237,7 @@ class SourceSpec:
     sample_dims: dict[str, int] = field(default_factory=dict)
     seed: int = 0
     given: dict[str, Any] = field(default_factory=dict)  # user-pinned sample inputs (--data, --value): name -> ndarray
-    # how many sample sets the reference holds (samples.sample_sets): random ones with the first, and
+    # how many sample sets the reference holds (sample_sets.sample_sets): random ones with the first, and
     # whether the structured ones (zeros, constant, range ends) are added
     sampling: dict[str, Any] = field(default_factory=lambda: {"randoms": 3, "structured": True})
     options: dict[str, Any] = field(default_factory=dict)  # framework-specific (signature, tf inputs, ...)

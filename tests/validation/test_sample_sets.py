@@ -11,7 +11,8 @@ from onnx import TensorProto, helper
 from modelport.errors import ValidationError
 from modelport.ir import Preprocess, Reference, Sample, TensorSpec
 from modelport.runtimes.base import Runner
-from modelport.samples import make_inputs, reference_samples, sample_sets
+from modelport.sample_sets import reference_samples, sample_sets
+from modelport.samples import make_inputs
 from modelport.validation import Tolerance, check
 from modelport.validation.compare import compare_arrays
 
@@ -88,7 +89,8 @@ def test_source_failure_on_a_set_skips_it_and_says_so():
 
     varies, extra, skipped = reference_samples(run, specs, first, run(first))
     assert varies == {"y": True}
-    assert [s.kind for s in extra] == ["random-2", "random-small", "constant", "large", "large-negative"]
+    assert [s.kind for s in extra] == ["random-2", "random-small", "constant", "floor-db", "floor-log", "full-mantissa",
+                                       "full-mantissa-large"]
     assert skipped == ["zeros: ZeroDivisionError: silence"]
 
 
@@ -184,18 +186,22 @@ def _frame_norm(path, *, one_pass: bool, width: int = 384):
 
 def test_validate_fails_a_one_pass_variance_at_a_large_mean(cli, tmp_path):
     """Right on random data, silence (zeros) and 1.0, where E[x²] - E[x]² is exact or well
-    conditioned; NaN on a constant frame at +/-138.4375: the sweep's sets fail the hop."""
+    conditioned; off by 1e-2 at the dB floor (-138.47) and NaN at the log floor and the seeded
+    constants, where the square of a full mantissa rounds: every sweep set fails the hop."""
     source = _frame_norm(tmp_path / "two_pass.onnx", one_pass=False)
     rewritten = _frame_norm(tmp_path / "one_pass.onnx", one_pass=True)
     r = cli("validate", source, rewritten, "--json")
     assert r.exit_code == 4, r
     parity = r.json()["parity"][0]
     rows = {s["kind"]: s for s in parity["samples"]}
-    assert list(rows) == ["random", "random-2", "random-small", "zeros", "constant", "large", "large-negative"]
+    assert list(rows) == ["random", "random-2", "random-small", "zeros", "constant", "floor-db", "floor-log",
+                          "full-mantissa", "full-mantissa-large"]
     assert all(rows[k]["ok"] for k in ("random", "random-2", "random-small", "zeros", "constant"))
-    assert not rows["large"]["ok"] and not rows["large-negative"]["ok"] and rows["large"]["outputs"][0]["nan"] > 0
-    assert parity["outputs"][0]["sample"] == "large"
-    assert "[large]" in r.json()["error"]["message"]
+    assert not any(rows[k]["ok"] for k in ("floor-db", "floor-log", "full-mantissa", "full-mantissa-large"))
+    assert rows["floor-db"]["outputs"][0]["max_abs"] > 1e-2 and rows["floor-log"]["outputs"][0]["nan"] > 0
+    assert not any("ill_conditioned" in row for row in rows.values())  # the two-pass source is steady there
+    assert parity["outputs"][0]["sample"] == "floor-db"
+    assert "[floor-db]" in r.json()["error"]["message"]
     assert cli("validate", source, rewritten, "--no-structured-samples").exit_code == 0
 
 

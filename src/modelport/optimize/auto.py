@@ -70,8 +70,6 @@ def auto_select(ir: IRModel, opts, *, tolerance=None, on_pass=None, timer: Timer
     written with (`written_with`: the fields of its target's options). `built` (what `build_candidates` returned for the same `ir` and `opts`) skips the
     building, for a caller that times the candidates again itself (the optimisation benchmark).
     """
-    from modelport.samples import for_precision  # below fp32, a model is not judged on the sweep
-
     runtimes = opts.runtimes or ("onnxruntime",)
     timer = timer or getattr(opts, "timer", None)
     candidates, not_built = built or build_candidates(ir, opts, tolerance=tolerance, on_pass=on_pass)
@@ -85,7 +83,7 @@ def auto_select(ir: IRModel, opts, *, tolerance=None, on_pass=None, timer: Timer
         precision = c["precision"]
         budget = opts.budget or tolerance_for(precision)
         runner = c["runner"](opts.threads)
-        reference = for_precision(c["reference"] or ir.reference, precision)
+        reference = c["reference"] or ir.reference
         parity = check(runner, reference, budget, f"auto:{c['variant']}")
         worst = min(parity.outputs, key=lambda o: o.cosine) if parity.outputs else None
         row = {"variant": c["variant"], "runtime": c["runtime"], "precision": precision, "nodes": c["nodes"],

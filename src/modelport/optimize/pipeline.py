@@ -74,15 +74,12 @@ def _tensors(model):
                     graphs.extend(a.graphs)
 
 
-def check_parity(ir: IRModel, tol: Tolerance, hop: str, *, model_file: Path | None = None, precision: str = "fp32"):
-    """`ir` against its references in onnxruntime (those a model of `precision` is judged on:
-    `samples.for_precision`). A large model's weights wait in a file meanwhile,
+def check_parity(ir: IRModel, tol: Tolerance, hop: str, *, model_file: Path | None = None):
+    """`ir` against its references in onnxruntime (every set, at every precision). A large model's weights wait in a file meanwhile,
     from which onnxruntime loads them (`IRModel.weights_parked`): the session and the ModelProto are
     not both held. `model_file`: `ir` written already, its weights beside it (a parked IR)."""
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
-    from modelport.samples import for_precision
-
-    reference = for_precision(ir.reference, precision)
+    reference = ir.reference
     if model_file is not None:
         return check(OnnxRuntimeRunner(model_file), reference, tol, hop)
     with ir.weights_parked() as parked:
@@ -228,11 +225,10 @@ def _run_pass(p: Pass, ir: IRModel, row: PassRow, rows: list[PassRow], tolerance
         else:
             candidate, hop = result.model, f"optimize:{p.name}"
             if candidate.stored is not None:  # its weights are in files: its new tensors go beside them
-                parity = check_parity(candidate, tolerance(p.precision), hop, model_file=parking.settle(candidate),
-                                      precision=p.precision)
+                parity = check_parity(candidate, tolerance(p.precision), hop, model_file=parking.settle(candidate))
             else:
                 with ir.weights_parked():  # the pass's input waits in a file too while the candidate is checked
-                    parity = check_parity(candidate, tolerance(p.precision), hop, precision=p.precision)
+                    parity = check_parity(candidate, tolerance(p.precision), hop)
             row.parity = parity.to_dict()
             row.nodes_after, row.size_after = node_count(candidate.model), model_size(candidate.model)
             if parity.ok:

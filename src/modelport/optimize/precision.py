@@ -141,9 +141,7 @@ def convert_fp16(ir: IRModel, *, keep_io_types: bool = True, op_block_list: list
     name_nodes(base)
     info = Fp16Info()
     block = set(node_block_list or [])
-    from modelport.samples import for_precision
-
-    ref = for_precision(ir.reference, "fp16")  # not the sweep: half precision is built for a range
+    ref = ir.reference  # every set, the sweep's constant frames too: half precision holds their magnitudes
     if auto_block and ref is not None:  # every sample set: the ends of the input range overflow first
         info.overflow = sorted({n for s in ref.sets() for n in overflow_nodes(base, s.inputs, batch=batch)})
         block |= set(info.overflow)

@@ -260,17 +260,18 @@ def quantize_model(ir: IRModel, *, mode: str = "dynamic", calibration: list[dict
         info.calibration = {"samples": len(calibration), "method": method}
     asked = list(exclude or [])
     tol = tol or tolerance_for("int8")
-    from modelport.samples import NOT_FOR_INT8, for_precision
+    from modelport.sample_sets import NOT_FOR_INT8, SWEEP_KINDS
 
-    ref = for_precision(ir.reference, "int8")
+    ref = ir.reference
     if mode == "static" and ref is not None and check_on_calibration:
         ref = calibration_reference(ir, calibration)
         rows = len(next(iter(ref.inputs.values())))
         info.checked_on = f"{rows} calibration row{'s' if rows != 1 else ''} against the FP32 model"
     elif mode == "static" and ref is not None:
-        # a signal at 1/100 of the amplitude lies below the calibrated resolution by design; silence,
-        # constants, the range ends and a grey image are real inputs and stay
-        ref = ref.without(*NOT_FOR_INT8)
+        # a signal at 1/100 of the amplitude lies below the calibrated resolution by design, and the
+        # calibration says which values are real where no range was declared (not the sweep's);
+        # silence, constants, the range ends and a grey image are real inputs and stay
+        ref = ref.without(*NOT_FOR_INT8, *SWEEP_KINDS)
     # The FP32 weights wait in a file while onnxruntime's quantiser reads them from its own copy of
     # that file: neither the IR nor the prepared model holds them (a 0.94 GB encoder: 5.48 GB at
     # this pass's peak with both in memory). The fallback's runs read them from there too: it
@@ -326,7 +327,7 @@ def calibration_reference(ir: IRModel, calibration: list[dict]):
     """
     from modelport.ir import Reference
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
-    from modelport.samples import STRUCTURED_KINDS
+    from modelport.sample_sets import STRUCTURED_KINDS
 
     dynamic_batch = all(s.shape and not isinstance(s.shape[0], int) for s in ir.inputs)
     samples = calibration[:CHECK_SAMPLES] if dynamic_batch else calibration[:1]

@@ -54,7 +54,7 @@ class ConvertOptions:
     seed: int = 0
     data: str | Path | None = None  # --data: .npz of named sample inputs used instead of random ones
     values: list[str] | dict[str, float] = field(default_factory=list)  # --value NAME=V (or {NAME: V}): broadcast to that input
-    # the sample sets every hop is judged on (samples.sample_sets): random ones with the first, structured ones or not
+    # the sample sets every hop is judged on (sample_sets.sample_sets): random ones with the first, structured ones or not
     sampling: dict[str, Any] = field(default_factory=lambda: {"randoms": 3, "structured": True})
     force: bool = False
     keep_failed: bool = False  # a failed run's files go to OUT.failed/ (with FAILED.json) instead of being removed

@@ -106,14 +106,15 @@ def validate_models(a: str | Path, b: str | Path, *, data: str | Path | None = N
 
     Either side may be a source a parser reads (`inputs` are its `--input` specs; `trust` lets it
     run code, and allows an emitted pytorch/ folder's model.py). Both are run on every sample set
-    (`samples.sample_sets`, `sampling` its options) where B is a runner; a source as B is parsed
+    (`sample_sets.sample_sets`, `sampling` its options) where B is a runner; a source as B is parsed
     on the first set only. A side whose runtime cannot run here (a Core ML package off macOS) is
     checked without running (`check_without_running`); `strict` then fails the run (exit 4)."""
     from modelport.file_checks import check_model_file
     from modelport.input_roles import guessed_inputs
     from modelport.ir import Reference
-    from modelport.samples import load_data, make_inputs, parse_values, reference_samples, run_reference
-    from modelport.validation.compare import amplitude, merge_samples, run_sets
+    from modelport.sample_sets import reference_samples
+    from modelport.samples import load_data, make_inputs, parse_values, run_reference
+    from modelport.validation.compare import amplitude, conditioning, merge_samples, run_sets
 
     def stage(name: str) -> None:
         if on_stage:
@@ -151,9 +152,10 @@ def validate_models(a: str | Path, b: str | Path, *, data: str | Path | None = N
 
         check_override_names(tol, list(out_a), path=pa)
     hop = f"{pa.name} ({ka}) vs {pb.name} ({kb})"
+    ill = {x.kind: why for x in sets if (why := conditioning(x, tol, hop))}
     parity = merge_samples([compare(x.outputs, _align_outputs(x.outputs, o), tol, hop=hop, by_position=by_position,
-                                    floor=amplitude(x.kind))
-                            for x, o in zip(sets, outs_b, strict=True)], [x.kind for x in sets])
+                                    floor=amplitude(x))
+                            for x, o in zip(sets, outs_b, strict=True)], [x.kind for x in sets], ill)
     parity.guessed = list(reference.guessed)
     side_a, side_b = {"path": str(pa), "kind": ka}, {"path": str(pb), "kind": kb}
     for side, r in ((side_a, sa), (side_b, sb)):

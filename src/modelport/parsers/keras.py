@@ -202,7 +202,8 @@ def parse(source, spec) -> IRModel:
     import numpy as np
 
     from modelport.parsers import tf_common
-    from modelport.samples import make_inputs, reference_samples
+    from modelport.sample_sets import reference_samples
+    from modelport.samples import make_inputs
 
     model, how = load(source, spec)
     tf = import_tf()

@@ -155,7 +155,8 @@ def parse(source, spec) -> IRModel:
     from modelport.onnx_io import load_onnx
     from modelport.parsers.contract import follow_produced, merge_specs
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
-    from modelport.samples import reference_samples, sample_reference
+    from modelport.sample_sets import reference_samples
+    from modelport.samples import sample_reference
 
     path = Path(source)
     model = load_onnx(path)

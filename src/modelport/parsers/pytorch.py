@@ -201,7 +201,8 @@ def parse(source, spec) -> IRModel:
     from modelport.parsers.onnx import convert_opset, infer_and_check
     from modelport.parsers.pytorch_export import export_model
     from modelport.runtimes.torch import TorchRunner, flatten_outputs
-    from modelport.samples import make_inputs, reference_samples, run_reference
+    from modelport.sample_sets import reference_samples
+    from modelport.samples import make_inputs, run_reference
 
     module, how, carried = load_module(source, spec)
     own_shapes = [(c.dtype, list(c.shape)) for c in carried[0]] if carried is not None else None

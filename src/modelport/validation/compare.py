@@ -21,6 +21,12 @@ A hop is judged on every sample set of the reference (`Reference.sets()`: severa
 scales, all-zeros, a constant, the extremes of the input range, the user's `--data`): each output's
 figures are the worst over the sets, and the set they came from is named (`sample`), with one row
 per set in `samples`.
+
+A set on which the source's own answer is unstable cannot judge anything: where its outputs one
+ulp away (`Sample.nudged`) miss the hop's tolerance against its outputs on the set, the set is
+`ill-conditioned` for the hop (its row in `samples` names the measure). A miss there does not fail
+the hop; NaN or Inf the reference lacks still does (no rounding makes a finite answer NaN), and an
+output with no well-conditioned set to pass on fails.
 """
 
 from __future__ import annotations
@@ -32,8 +38,8 @@ import numpy as np
 from modelport.errors import ValidationError
 from modelport.validation.tolerance import KEYS, Tolerance, finite_or_none
 
-# samples.STRUCTURED_KINDS + samples.SWEEP_KINDS
-STRUCTURED = ("zeros", "constant", "low", "high", "grey", "large", "large-negative")
+# sample_sets.STRUCTURED_KINDS + sample_sets.SWEEP_KINDS
+STRUCTURED = ("zeros", "constant", "low", "high", "grey", "grey-raw", "floor-db", "floor-log", "full-mantissa", "full-mantissa-large")
 NEGLIGIBLE = 1e-3  # the largest |reference| whose direction is never judged (cosine), whatever the atol
 
 
@@ -101,7 +107,7 @@ class ParityResult:
         sample values were a guess where it failed on a set that gave them random values."""
         failed = {o.sample for o in self.outputs if not o.ok}
         structured = sorted(k for k in failed if k in STRUCTURED)
-        hints = [f"the {'/'.join(structured)} sample(s) are structured inputs (samples.py): calibration data that covers "
+        hints = [f"the {'/'.join(structured)} sample(s) are structured inputs (sample_sets.py): calibration data that covers "
                  "them, a wider tolerance, or --no-structured-samples to judge random samples only"] if structured else []
         if self.guessed and failed - set(STRUCTURED):
             hints.append(f"input(s) {', '.join(self.guessed)} got random integers (no declared range, and the graph does "
@@ -119,13 +125,16 @@ def _failed(name: str, reason: str) -> OutputParity:
     return OutputParity(name, False, float("inf"), float("inf"), 0.0, 0, 0, False, reason)
 
 
-def amplitude(kind: str | None) -> float:
-    """The magnitude a sample set's inputs were swept to (`samples.SWEEP_KINDS`: LARGE), else 1. Its
-    outputs' atol is scaled by at least that much: float rounding follows the magnitude of the
-    values inside the network, which the outputs (normalised, saturated) need not show."""
-    from modelport.samples import LARGE, SWEEP_KINDS
+def amplitude(sample) -> float:
+    """The magnitude a sweep set's inputs were set to (`sample_sets.SWEEP_KINDS`), else 1. Its outputs'
+    atol is scaled by at least that much: float rounding follows the magnitude of the values inside
+    the network, which the outputs (normalised, saturated) need not show."""
+    from modelport.sample_sets import SWEEP_KINDS
 
-    return LARGE if kind in SWEEP_KINDS else 1.0
+    if getattr(sample, "kind", None) not in SWEEP_KINDS:
+        return 1.0
+    values = [float(np.abs(v).max()) for v in sample.inputs.values() if np.issubdtype(np.asarray(v).dtype, np.floating) and np.size(v)]
+    return max([1.0, *values])
 
 
 def compare_arrays(name: str, ref: np.ndarray, act: np.ndarray, tol: Tolerance, floor: float = 1.0) -> OutputParity:
@@ -206,22 +215,46 @@ def compare(reference: dict[str, np.ndarray], actual: dict[str, np.ndarray], tol
     return result
 
 
-def merge_samples(results: list[ParityResult], kinds: list[str]) -> ParityResult:
+def merge_samples(results: list[ParityResult], kinds: list[str], ill: dict[str, str] | None = None) -> ParityResult:
     """One hop's results on several sample sets as one: each output's worst set (the first that
-    fails, else the one with the largest max_abs), named in `sample`; one row per set in `samples`."""
-    if len(results) == 1:
+    fails, else the one with the largest max_abs), named in `sample`; one row per set in `samples`.
+    `ill`: the ill-conditioned sets, with their measure: a miss there does not count, NaN/Inf does."""
+    ill = ill or {}
+    if len(results) == 1 and not ill:
         return results[0]
     merged = ParityResult(hop=results[0].hop, tolerance=results[0].tolerance)
     for i in range(len(results[0].outputs)):
         rows = [(kind, r.outputs[i]) for kind, r in zip(kinds, results, strict=True) if i < len(r.outputs)]
-        failing = [(k, o) for k, o in rows if not o.ok]
-        kind, worst = failing[0] if failing else max(rows, key=lambda ko: (ko[1].max_abs, -ko[1].cosine))
+        judged = [(k, o) for k, o in rows if k not in ill or o.nan or o.inf or not o.shape_ok]
+        failing = [(k, o) for k, o in judged if not o.ok]
+        if failing:
+            kind, worst = failing[0]
+        elif judged:
+            kind, worst = max(judged, key=lambda ko: (ko[1].max_abs, -ko[1].cosine))
+        else:
+            kind, worst = rows[0]
+            worst = replace(worst, ok=False, reason="no well-conditioned sample set to judge it on")
         worst = replace(worst, sample=kind,
                         reason=f"on the '{kind}' sample: {worst.reason}" if worst.reason else "")
         merged.outputs.append(worst)
-    merged.samples = [{"kind": k, "ok": r.ok, "outputs": [o.brief() for o in r.outputs]}
+    merged.samples = [{"kind": k, "ok": r.ok, "outputs": [o.brief() for o in r.outputs],
+                       **({"ill_conditioned": ill[k]} if k in ill else {})}
                       for k, r in zip(kinds, results, strict=True)]
     return merged
+
+
+def conditioning(sample, tolerance: Tolerance, hop: str) -> str | None:
+    """The measure that makes `sample` ill-conditioned for a hop judged at `tolerance`, or None:
+    the source's outputs one ulp away (`Sample.nudged`) against its outputs on the set."""
+    nudged = getattr(sample, "nudged", None)
+    if not nudged:
+        return None
+    moved = compare(sample.outputs, nudged, tolerance, hop=hop, floor=amplitude(sample))
+    if moved.ok:
+        return None
+    o = moved.worst()
+    return (f"the source's own output '{o.name}' moved by max_abs {o.max_abs:.3g} (cosine {o.cosine:.4f}) when its float "
+            f"inputs moved one ulp: past this hop's tolerance")
 
 
 def run_sets(runner, feeds: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
@@ -237,8 +270,9 @@ def check(runner, reference, tolerance: Tolerance, hop: str) -> ParityResult:
         result = compare(reference.outputs, runner.run(reference.inputs), tolerance, hop=hop)
     else:
         actual = run_sets(runner, [s.inputs for s in sets])
-        result = merge_samples([compare(s.outputs, a, tolerance, hop=hop, floor=amplitude(s.kind))
+        ill = {s.kind: why for s in sets if (why := conditioning(s, tolerance, hop))}
+        result = merge_samples([compare(s.outputs, a, tolerance, hop=hop, floor=amplitude(s))
                                 for s, a in zip(sets, actual, strict=True)],
-                               [s.kind for s in sets])
+                               [s.kind for s in sets], ill)
     result.guessed = list(getattr(reference, "guessed", None) or [])
     return result
