@@ -100,6 +100,9 @@ def test_conditioning_is_judged_at_the_hop_tolerance():
     assert conditioning(sample, Tolerance(1e-4, 1e-3, 0.999), "fp32") is not None
     assert conditioning(sample, Tolerance(1e-2, 1e-2, 0.999), "fp16") is None  # a looser hop: steady enough
     assert conditioning(Sample("constant", sample.inputs, sample.outputs), Tolerance(1e-4, 1e-3, 0.999), "h") is None
+    # outputs moved into another layout while the nudged ones were not: not measured, never "ill-conditioned"
+    moved = Sample("constant", sample.inputs, {"y": np.zeros((2, 2), np.float32)}, nudged={"y": np.ones(4, np.float32)})
+    assert conditioning(moved, Tolerance(1e-4, 1e-3, 0.999), "fp32") is None
 
 
 def test_the_nudged_outputs_stay_with_the_reference_on_disk(tmp_path):

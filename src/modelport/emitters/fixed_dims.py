@@ -16,6 +16,7 @@ import numpy as np
 
 from modelport.errors import UnsupportedError
 from modelport.ir import IRModel, Reference
+from modelport.sample_sets import nudge
 
 
 def kept_bounds(ir: IRModel) -> dict:
@@ -116,5 +117,8 @@ def reference_at(ir: IRModel, module, sizes: dict[str, int], converter: str, run
     feeds = cut(ir, ref.inputs, sizes)
     if all(feeds[n].shape == ref.inputs[n].shape for n in feeds):
         return ref
-    extra = [replace(x, inputs=cut(ir, x.inputs, sizes), outputs=run(cut(ir, x.inputs, sizes))) for x in ref.extra]
+    extra = []
+    for x in ref.extra:  # a set's conditioning is measured again at the cut size: one ulp away from its cut inputs
+        cut_in = cut(ir, x.inputs, sizes)
+        extra.append(replace(x, inputs=cut_in, outputs=run(cut_in), nudged=run(nudge(cut_in)) if x.nudged else None))
     return Reference(feeds, run(feeds), ref.producer, extra=extra, first_kind=ref.first_kind)

@@ -188,11 +188,25 @@ def _reference_in_layout(ir: IRModel, inputs: list[Port], outputs: list[Port]) -
                 for p in ports}
 
     return Reference(moved(ref.inputs, inputs), moved(ref.outputs, outputs), ref.producer,
-                     extra=[replace(s, inputs=moved(s.inputs, inputs), outputs=moved(s.outputs, outputs)) for s in ref.extra],
+                     extra=[replace(s, inputs=moved(s.inputs, inputs), outputs=moved(s.outputs, outputs),
+                                    nudged=moved(s.nudged, outputs) if s.nudged else None) for s in ref.extra],
                      first_kind=ref.first_kind)
 
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
+    """The file onnx2tf and TensorFlow's converter write; converted again with shifted normalisation
+    when LiteRT's kernels miss the reference on constant frames (`norm_fallback`)."""
+    from modelport.emitters.norm_fallback import screened
+    from modelport.emitters.norm_shift import shift
+
+    def rebuild(folder: Path):
+        rewritten = shift(model)
+        return (_emit(rewritten.ir, folder, options) if rewritten.nodes else None), rewritten.nodes
+
+    return screened(model, _emit(model, out_dir, options), rebuild)
+
+
+def _emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.deps import version_of
     from modelport.runtimes.tflite import load_interpreter
 

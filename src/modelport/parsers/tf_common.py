@@ -346,7 +346,9 @@ def build_ir(model, inputs: list[TensorSpec], output_tf_shapes: dict[str, list] 
     return IRModel(
         model=model, inputs=inputs, outputs=outputs, provenance=provenance,
         reference=Reference(sample, {o.name: np.asarray(ref_outputs[o.name]) for o in outputs}, producer=producer,
-                            extra=[replace(s, outputs={o.name: s.outputs[o.name] for o in outputs}) for s in extra or []]),
+                            extra=[replace(s, outputs={o.name: s.outputs[o.name] for o in outputs},
+                                           nudged={o.name: s.nudged[o.name] for o in outputs} if s.nudged else None)
+                                   for s in extra or []]),
         sample_dims=dict(spec.sample_dims),
     )
 

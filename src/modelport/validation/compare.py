@@ -247,8 +247,8 @@ def conditioning(sample, tolerance: Tolerance, hop: str) -> str | None:
     """The measure that makes `sample` ill-conditioned for a hop judged at `tolerance`, or None:
     the source's outputs one ulp away (`Sample.nudged`) against its outputs on the set."""
     nudged = getattr(sample, "nudged", None)
-    if not nudged:
-        return None
+    if not nudged or any(np.shape(nudged.get(k)) != np.shape(v) for k, v in sample.outputs.items()):
+        return None  # not measured, or measured on other tensors than these (a caller that reshaped one and not the other)
     moved = compare(sample.outputs, nudged, tolerance, hop=hop, floor=amplitude(sample))
     if moved.ok:
         return None
