@@ -67,3 +67,26 @@ def groupnorm_model():
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     m.ir_version = 10
     return m
+
+
+def layer_norm_encoder(width: int = 384):
+    """LayerNorm(width) over the input's last axis, then Linear(width, 64): a frame normaliser at the
+    front of an encoder, as audio models fed log-mel or dB frames have. Its gains are 4 to 8 and its
+    biases small, so a kernel that loses a constant frame's mean by one ulp (5e-3 of normalised
+    output at -138.47) shows on every output, far outside the fp32 tolerance."""
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.LayerNorm(width), torch.nn.Linear(width, 64)).eval()
+    with torch.no_grad():
+        model[0].weight.uniform_(4.0, 8.0)
+        model[0].bias.normal_(0.0, 0.1)
+    return model
+
+
+def save_pt2(model, path: Path, shape: tuple[int, ...]) -> Path:
+    """`model` exported by torch.export on a random input of `shape`, saved as a .pt2 program."""
+    import torch
+
+    torch.export.save(torch.export.export(model, (torch.randn(*shape),)), path)
+    return path

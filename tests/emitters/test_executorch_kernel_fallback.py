@@ -6,7 +6,9 @@ Measured here (executorch 1.5.1, x86-64): the pitch encoder's case (Linear → L
 fed a constant frame of -138.5) does not reproduce, XNNPACK holds it to 7e-7; XNNPACK's `sqrt` of
 +inf is NaN (the portable kernel's and torch's is +inf), which a frame whose energy overflows
 float32 reaches; ExecuTorch's LayerNorm kernel (never XNNPACK's) gives NaN at a constant of -1e20
-where torch gives the bias."""
+where torch gives the bias; and fed the input itself at width 192, NaN at the dB floor of silence
+(-138.4738, E[x²]-E[x]² cancelling below -eps), which shifted normalisation repairs
+(`emitters/norm_fallback.py`)."""
 
 from __future__ import annotations
 
@@ -100,6 +102,41 @@ def test_a_nan_no_fallback_repairs_is_exit_4_naming_the_portable_ops(cli, tmp_pa
     assert r.exit_code == 4, r.stderr
     assert "no kernel fallback repairs it" in r.stderr and "aten::native_layer_norm.out" in r.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("backend,tries", [
+    ("xnnpack", [{"no_delegate": True, "ok": False}, {"rewrite": "shifted normalisation", "ok": True}]),
+    ("portable", [{"rewrite": "shifted normalisation", "ok": True}]),
+])
+def test_a_layer_norm_giving_nan_on_silence_is_lowered_again_shifted(cli, tmp_path, backend, tries):
+    """LayerNorm(192) fed the dB floor of silence (-138.4738): ExecuTorch's portable LayerNorm
+    (E[x²]-E[x]², never XNNPACK's) cancels to a negative variance, NaN with XNNPACK and without, so
+    no op kept out repairs it. The module is exported again with shifted normalisation (x - x₀,
+    exact zeros) and lowered to the backend asked, and that program, loaded as users load it,
+    gives torch's answer."""
+    import torch
+
+    from modelport.sample_sets import DB_FLOOR
+    from tests.emitters.models import layer_norm_encoder, save_pt2
+
+    model, shape = layer_norm_encoder(192), (1, 16, 192)
+    out = tmp_path / "out"
+    r = cli("convert", save_pt2(model, tmp_path / "encoder.pt2", shape), "--to", "executorch",
+            "--executorch-backend", backend, "-o", out, "--json")
+    assert r.exit_code == 0, r.stderr
+    report = json.loads(r.stdout)
+    art = _artifact(report)
+    fallback = art["kernel_fallback"]
+    assert fallback["rewrite"] == "shifted normalisation" and fallback["repaired"] is True
+    assert fallback["shifted"] == ["layer_norm"] and "floor-db" in fallback["missed_on"] and "NaN" in fallback["why"]
+    assert fallback["tries"] == tries and fallback["kept_out_of_xnnpack"] == []
+    assert (art["delegated_partitions"] >= 1) == (backend == "xnnpack")
+    assert any("executorch" in w and "shifted normalisation" in w for w in report["warnings"])
+    assert _hop(report)["ok"] and "floor-db" in [s["kind"] for s in _hop(report)["samples"]]
+    for x in (np.full(shape, DB_FLOOR, np.float32), np.random.default_rng(1).standard_normal(shape).astype(np.float32)):
+        want = model(torch.from_numpy(x)).detach().numpy()
+        got = ExecuTorchRunner(out / "model.pte").run({"input": x})["output"]
+        assert np.abs(got - want).max() <= 1e-4 * max(1.0, float(np.abs(want).max())), np.abs(got - want).max()
 
 
 # --- the search, on stand-in programs: which op types are kept out, in how many lowerings ---------

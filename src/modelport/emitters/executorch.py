@@ -126,7 +126,7 @@ def lower(ir: IRModel, module, out_dir: Path, options: EmitOptions, converter: s
             names = (in_names, out_names, _dim_strings(ir, kept))
             executorch_program, info = _lower(program, opts.backend, *names)
             _check_kernels(info["operators"])
-            screened = _screen(ir, program, (executorch_program, info), reference, options, names)
+            screened = _screen(ir, program, (executorch_program, info), reference, options, names, (module, args, dynamic))
     executorch_program, info = screened.chosen.program, screened.chosen.info
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / FILE
@@ -149,13 +149,16 @@ def lower(ir: IRModel, module, out_dir: Path, options: EmitOptions, converter: s
     )
 
 
-def _screen(ir: IRModel, program, lowered, reference, options: EmitOptions, names):
-    """The XNNPACK program screened for kernel faults (`executorch_kernel_fallback`): the program to
-    deliver, with the ops kept out of XNNPACK when its kernels broke it. fp32 XNNPACK programs only."""
+def _screen(ir: IRModel, program, lowered, reference, options: EmitOptions, names, source):
+    """The program screened for kernel faults (`executorch_kernel_fallback`): the program to deliver,
+    with the ops kept out of XNNPACK when its kernels broke it, or lowered again from `source`
+    (module, args, dynamic shapes) with shifted normalisation (`norm_fallback`) when its norms did.
+    fp32 programs only."""
     from modelport.emitters.executorch_kernel_fallback import Program, Screen, screen
 
     first = Program(*lowered)
-    if target_options(options).backend != "xnnpack" or options.precision != "fp32" or not first.info["delegates"]:
+    backend = target_options(options).backend
+    if options.precision != "fp32":
         return Screen(first)
 
     def relower(kept_out):  # a program that does not lower, or does not load, does not hold (`judge`)
@@ -165,7 +168,21 @@ def _screen(ir: IRModel, program, lowered, reference, options: EmitOptions, name
         except UnsupportedError as e:
             return Program(None, {"error": e.reason}, tuple(kept_out or ()))
 
-    return screen(first, relower, reference, ir, options.precision)
+    def rewrite():  # None: the module has no norm to shift
+        from modelport.emitters.norm_shift_torch import Shifted
+
+        module, args, dynamic = source
+        shifted = Shifted(module)
+        try:
+            exported = _export(shifted, args, dynamic)
+            if not shifted.shifted():
+                return None
+            return Program(*_lower(exported, backend, *names), shifted=tuple(shifted.shifted()))
+        except UnsupportedError as e:
+            return Program(None, {"error": e.reason}, shifted=tuple(shifted.shifted()))
+
+    search = relower if backend == "xnnpack" and first.info["delegates"] else None
+    return screen(first, search, reference, ir, options.precision, rewrite=rewrite)
 
 
 def _first_line(e: BaseException) -> str:

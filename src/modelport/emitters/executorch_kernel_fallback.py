@@ -25,6 +25,16 @@ moment ago; the run's validation still loads the delivered file in a clean child
    is kept out: the portable program is delivered. The artifact's `kernel_fallback` names the ops
    kept out and why, and a warning says so.
 
+When the portable program fails too (step 2), or nothing was delegated to search among (the
+`portable` backend, a program XNNPACK took nothing of), the fault may be the norms': ExecuTorch's
+portable `native_layer_norm` computes E[x²]-E[x]², which cancels on a constant frame with a full
+mantissa (NaN at width 192 and -138.47, at width 80 and -15.94), and `native_group_norm` likewise.
+The module is then exported again with shifted normalisation (`norm_shift_torch`, `norm_fallback`:
+each norm fed x - x₀, exact zeros on a constant frame) and lowered as asked; when that program
+holds it is delivered, `kernel_fallback` naming the rewrite, the norms, the sets missed and why.
+A program with no delegate is judged on the constant-frame sets only, and only when the IR has a
+norm (`norm_fallback.constant_frames`, `norm_shift.normalisations`): that is where it can miss.
+
 Only fp32 programs are screened: the int8 program is XNNPACK's by construction (its quantised
 ops have no portable path worth delivering).
 """
@@ -46,12 +56,13 @@ HOP = "ExecuTorch program (kernel screen, in process)"
 @dataclass
 class Program:
     """One lowering: the ExecuTorch program manager, what `_lower` says of it (delegates,
-    operators, delegated_ops) and the op types kept out of XNNPACK in it; `program` None and
-    `info["error"]` when it could not be lowered."""
+    operators, delegated_ops), the op types kept out of XNNPACK in it and the norms shifted in it;
+    `program` None and `info["error"]` when it could not be lowered."""
 
     program: object
     info: dict
     kept_out: tuple[str, ...] = ()
+    shifted: tuple[str, ...] = ()  # the norms fed x - x₀ in it (`norm_fallback`)
 
 
 @dataclass
@@ -121,17 +132,20 @@ def _non_finite(result) -> bool:
     return not isinstance(result, str) and any(o.nan or o.inf for o in result.outputs)
 
 
-def screen(first: Program, relower: Callable[[tuple[str, ...] | None], Program], reference: Reference,
-           ir: IRModel, precision: str) -> Screen:
+def screen(first: Program, relower: Callable[[tuple[str, ...] | None], Program] | None, reference: Reference,
+           ir: IRModel, precision: str, *, rewrite: Callable[[], Program | None] | None = None) -> Screen:
     """The program to deliver: `first` (the XNNPACK program) when it holds, else the same program
     with the fewest op types kept out of XNNPACK that make it hold (`relower(kept_out)`;
-    `relower(None)` lowers with nothing delegated). Exit 4 when it gives NaN/Inf the reference
-    lacks and no fallback repairs it."""
+    `relower(None)` lowers with nothing delegated; None: nothing is delegated to search among),
+    else the program `rewrite()` lowers with shifted normalisation when that one holds (None: no
+    norm to shift). Exit 4 when it gives NaN/Inf the reference lacks and no fallback repairs it."""
     from modelport.validation import tolerance_for
 
     tolerance = tolerance_for(precision, source=ir.provenance.get("source_precision"))
     with tempfile.TemporaryDirectory(prefix="modelport-executorch-screen-") as tmp:
         work = Path(tmp)
+        if relower is None:
+            return _norms_only(first, rewrite, reference, ir, tolerance, work)
         seen = judge(first, reference, tolerance, work, "xnnpack")
         if isinstance(seen, str) or seen.ok:  # it held, or it does not run here: the run's validation says so
             return Screen(first)
@@ -139,7 +153,7 @@ def screen(first: Program, relower: Callable[[tuple[str, ...] | None], Program],
         alone = judge(portable, reference, tolerance, work, "portable")
         tries = [{"no_delegate": True, "ok": _holds(alone)}]
         if not _holds(alone):
-            return _unrepaired(first, seen, alone, tries)
+            return _shifted(first, seen, rewrite, reference, tolerance, work, tries) or _unrepaired(first, seen, alone, tries)
         candidates = fallback_candidates(first.info["delegated_ops"])
         chosen, kept, held = _narrow(candidates, relower, reference, tolerance, work, tries)
     if chosen is None:  # no op type kept out alone makes it hold: nothing is delegated
@@ -154,6 +168,40 @@ def screen(first: Program, relower: Callable[[tuple[str, ...] | None], Program],
     warning = (f"XNNPACK's kernel(s) for {', '.join(kept)} gave {what} ({_figures(seen)}); the program runs "
                f"{'them' if len(kept) > 1 else 'it'} on ExecuTorch's portable kernels instead (kernel_fallback in the report)")
     return Screen(Program(chosen.program, chosen.info, tuple(kept)), entry, warning)
+
+
+def _norms_only(first: Program, rewrite, reference: Reference, ir: IRModel, tolerance, work: Path) -> Screen:
+    """A program with nothing delegated to search among: judged on the constant-frame sets where the
+    IR has a norm, and lowered again with shifted normalisation when it misses there."""
+    from modelport.emitters.norm_fallback import constant_frames
+    from modelport.emitters.norm_shift import normalisations
+
+    frames = constant_frames(reference)
+    if rewrite is None or frames is None or (ir.model is not None and not normalisations(ir.model)):
+        return Screen(first)
+    seen = judge(first, frames, tolerance, work, "plain")
+    if isinstance(seen, str) or seen.ok:
+        return Screen(first)
+    return _shifted(first, seen, rewrite, reference, tolerance, work, [], frames) or Screen(first)
+
+
+def _shifted(first: Program, seen, rewrite, reference: Reference, tolerance, work: Path, tries: list[dict],
+             missed: Reference | None = None) -> Screen | None:
+    """The program lowered again with shifted normalisation, when it holds on every set; None when
+    there is no norm to shift or it misses too (the try is recorded in `tries`)."""
+    from modelport.emitters import norm_fallback
+
+    program = rewrite() if rewrite is not None else None
+    if program is None:
+        return None
+    result = judge(program, reference, tolerance, work, "shifted")
+    tries.append({"rewrite": norm_fallback.REWRITE, "ok": _holds(result)})
+    if not _holds(result):
+        return None
+    entry = norm_fallback.entry(list(program.shifted), seen, missed or reference, tolerance, result, repaired=True,
+                                what="program")
+    entry.update({"kept_out_of_xnnpack": [], "tries": tries, "delegated_partitions": program.info["delegates"]})
+    return Screen(program, entry, norm_fallback.warning(entry, seen, "program"))
 
 
 def _narrow(candidates: list[str], relower, reference, tolerance, work: Path, tries: list[dict]):

@@ -45,6 +45,20 @@ DESCRIPTION = "OpenVINO IR (model.xml + model.bin): fp32, fp16 weights, bf16 inf
 
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
+    """The IR OpenVINO's ONNX front end reads; converted again with shifted normalisation when the
+    CPU plugin's kernels (the MVN a LayerNormalization becomes, at f32) miss the reference on
+    constant frames (`norm_fallback`)."""
+    from modelport.emitters.norm_fallback import screened
+    from modelport.emitters.norm_shift import shift
+
+    def rebuild(folder: Path):
+        rewritten = shift(model)
+        return (_emit(rewritten.ir, folder, options) if rewritten.nodes else None), rewritten.nodes
+
+    return screened(model, _emit(model, out_dir, options), rebuild, what="IR")
+
+
+def _emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.optimize.calibration import load_calibration
     from modelport.runtimes.openvino import require_openvino
 

@@ -102,7 +102,26 @@ def convert_module(model: IRModel, module, out_dir: Path, *, order: list[str] | 
     behind the contract's names, at the fixed sizes of `fixed_sizes`. The module takes the inputs
     positionally in `order` (default: the contract's) and returns the outputs in `outputs_order`
     (default: the contract's); `run_source(feeds)` recomputes the reference at the fixed sizes
-    (default: the module itself, the source). `how` goes into the report's converter."""
+    (default: the module itself, the source). `how` goes into the report's converter. Converted
+    again with shifted normalisation when LiteRT's kernels miss the reference on constant frames
+    (`norm_fallback`; the file's reference stays the source's)."""
+    from modelport.emitters.norm_fallback import screened
+
+    def convert(m, folder: Path) -> Artifact:
+        return _convert(model, m, folder, order=order, outputs_order=outputs_order, run_source=run_source, how=how)
+
+    def rebuild(folder: Path):
+        from modelport.emitters.norm_shift_torch import Shifted
+
+        shifted = Shifted(module)
+        artifact = convert(shifted, folder)
+        return artifact, shifted.shifted()
+
+    return screened(model, convert(module, out_dir), rebuild)
+
+
+def _convert(model: IRModel, module, out_dir: Path, *, order: list[str] | None, outputs_order: list[str] | None,
+             run_source, how: str) -> Artifact:
     from modelport.deps import version_of
     from modelport.emitters.tflite import SIGNATURE, _check_ops, _name_io
     from modelport.quiet_call import captured_output
