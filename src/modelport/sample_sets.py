@@ -13,9 +13,10 @@ source's outputs are also computed on
 - `grey`: an image's letterbox grey, raw 114 of [0, 255] (ultralytics' padding; 114/255 of a
   [0, 1] range) through its preprocessing, where the contract knows an image input's range; an
   input shaped like an image (NCHW/NHWC with 1 or 3 channels) with no range takes 114/255, the
-  [0, 1] convention of raw detector exports, and `grey-raw` the raw 114 of those fed 0..255;
+  [0, 1] convention of raw detector exports;
 - the sweep, on every float input whose range nobody declared: constant frames at the values
-  real inputs take and random data never reach, each with a full float32 mantissa
+  real inputs take and random data never reach: `grey-raw`, raw 114 on an input shaped like an
+  image (exports fed 0..255), and on every such input, each with a full float32 mantissa
   (`sweep_value`): `floor-db` (20·log10 of float32's eps, -138.47: digital silence after a dB
   front end), `floor-log` (its natural log, -15.94: silence after a log-mel or log-power front
   end), `full-mantissa` and `full-mantissa-large` (seeded constants in [10, 100) and
@@ -60,11 +61,11 @@ from modelport.samples import make_inputs, numpy_dtype, output_varies
 RANDOM_KINDS = ("random-2", "random-small")
 # sets at values a real input takes (kept beside a calibrated model's data), then the sweep of inputs
 # whose range nobody declared
-STRUCTURED_KINDS = ("zeros", "constant", "low", "high", "grey", "grey-raw")
+STRUCTURED_KINDS = ("zeros", "constant", "low", "high", "grey")
 DB_FLOOR = float(np.float32(20 * np.log10(np.finfo(np.float32).eps)))  # -138.47: dB of float32 silence
 LOG_FLOOR = float(np.float32(np.log(np.finfo(np.float32).eps)))  # -15.94: log of float32 silence
 BANDS = {"full-mantissa": (10.0, 100.0), "full-mantissa-large": (100.0, 1000.0)}  # seeded constants' magnitudes
-SWEEP_KINDS = ("floor-db", "floor-log", *BANDS)
+SWEEP_KINDS = ("grey-raw", "floor-db", "floor-log", *BANDS)
 # what a model quantised to int8 is not judged on, by design: 1/100 of the amplitude lies below its
 # calibrated resolution; a model calibrated on the user's data is not judged on the sweep either
 NOT_FOR_INT8 = ("random-small",)
@@ -137,22 +138,20 @@ def _structured(spec: TensorSpec, kind: str, first: np.ndarray, seed: int = 0) -
             return np.zeros(shape, dtype)
         if kind == "constant":
             return np.full(shape, 1.0 if rng is None else (rng[0] + rng[1]) / 2, dtype)
+        if kind == "grey-raw":
+            return np.full(shape, GREY, dtype) if rng is None and _image_like(spec, shape) else None
         if kind in SWEEP_KINDS:  # a declared range says which values are real: nothing to sweep
             return None if rng is not None else np.full(shape, sweep_value(kind, seed), dtype)
         if kind == "grey":
             return _grey(spec, rng, shape, dtype)
-        if kind == "grey-raw":
-            return np.full(shape, GREY, dtype) if rng is None and _image_like(spec, shape) else None
         if rng is None:
             return None
         if spec.preprocess and not spec.value_range:
             raw = _raw_range(spec.preprocess)[0 if kind == "low" else 1]
             return _preprocessed(spec, raw, shape).astype(dtype)
         return np.full(shape, rng[0] if kind == "low" else rng[1], dtype)
-    if dtype in EIGHT_BIT and not spec.value_range and kind not in SWEEP_KINDS:
+    if dtype in EIGHT_BIT and not spec.value_range and kind not in SWEEP_KINDS:  # an 8-bit image's raw grey is its `grey`
         info = np.iinfo(dtype)
-        if kind == "grey-raw":  # an 8-bit image's raw grey is its `grey`
-            return None
         if kind == "grey":  # raw 114 of an 8-bit image (int8 data: offset by -128)
             return np.full(shape, GREY + int(info.min), dtype) if spec.layout in IMAGE_LAYOUTS else None
         value = {"zeros": 0, "constant": (int(info.min) + int(info.max) + 1) // 2, "low": info.min, "high": info.max}[kind]

@@ -52,7 +52,11 @@ def test_rapidocr_recogniser_onnx_to_pytorch(cli_proc, tmp_path):
     model = wheel_model("rapidocr/rec", tmp_path / "src")
     report = convert(cli_proc, model, "pytorch", tmp_path / "out", "--dim", "x_dim2=48", "--dim", "p2o.DynamicDimension.1=320")
     (parity,) = [p for p in report["parity"] if p["hop"].endswith("→pytorch (end to end)")]
-    assert all(o["max_abs"] < 1e-4 for o in parity["outputs"]), parity
+    assert parity["ok"], parity
+    # on images the random sets give, within 1e-4; the sweep's constant frames (no declared range,
+    # up to raw 676) move its softmax by up to about 3e-4, inside the scaled tolerance
+    randoms = [s for s in parity["samples"] if s["kind"].startswith("random")]
+    assert randoms and all(o["max_abs"] < 1e-4 for s in randoms for o in s["outputs"]), parity
 
 
 @pytest.mark.parametrize("name,dim", [("silero_vad/onnx", "input_dim1"), ("silero_vad/onnx_op15", "sequence")])

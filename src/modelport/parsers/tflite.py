@@ -224,10 +224,13 @@ def _convert_here(path: Path, spec, probed: dict, sample: dict, reference: dict,
     ref = dict(zip(names, (reference[n] for n in probed["outputs"]), strict=True))
     for s in extra:
         s.outputs = dict(zip(names, (s.outputs[n] for n in probed["outputs"]), strict=True))
+        if s.nudged:
+            s.nudged = dict(zip(names, (s.nudged[n] for n in probed["outputs"]), strict=True))
     tf = tf_common.import_tf()
     tf2onnx = tf_common.import_tf2onnx()
     try:
-        with tf_common.stdout_to_stderr(), warnings.catch_warnings(), tempfile.TemporaryDirectory(prefix="modelport-tfl-") as tmp:
+        with (tf_common.stdout_to_stderr(), warnings.catch_warnings(), tempfile.TemporaryDirectory(prefix="modelport-tfl-") as tmp,
+              tf_common.optimizers_collecting()):
             warnings.filterwarnings("ignore", message=".*tf.lite.Interpreter is deprecated.*")
             readable = tflite_ops.readable_copy(path, Path(tmp))
             model, _ = tf2onnx.convert.from_tflite(str(readable), opset=spec.opset, custom_op_handlers=tflite_ops.handlers(path))

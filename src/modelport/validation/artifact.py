@@ -93,8 +93,8 @@ def validate_artifact(artifact, ir: IRModel, judging: Judging) -> ArtifactCheck:
         if judging.check_io:
             result.entry["contract_check"] = check_contract(runner, ir, artifact)
         reference = artifact.reference or ir.reference  # every set, at every precision (sample_sets.py)
-        if artifact.precision == "int8":  # 1/100 of the amplitude lies below a calibrated resolution by design
-            reference = reference.without("random-small")
+        if artifact.precision == "int8":
+            reference = reference.without(*_not_for_int8(ir))
         result.parity = check(runner, reference, judging.tolerance, judging.hop)
         if runner.ran_in() is not None:
             result.entry["validated_with"] = runner.ran_in()
@@ -119,6 +119,16 @@ def validate_artifact(artifact, ir: IRModel, judging: Judging) -> ArtifactCheck:
             result.warnings.append(warning)
     _warn_fixed(result, artifact.target)
     return result
+
+
+def _not_for_int8(ir: IRModel) -> tuple[str, ...]:
+    """The sets an INT8 artifact is not judged on: 1/100 of the amplitude lies below a calibrated
+    resolution by design; and where the target's converter quantised it, which calibrates (on
+    --calibration or the sample inputs), the calibration says which values are real, not the sweep.
+    An IR quantised by the optimisation stage carries the sets it was judged on already."""
+    from modelport.sample_sets import NOT_FOR_INT8, SWEEP_KINDS
+
+    return NOT_FOR_INT8 if ir.provenance.get("precision") == "int8" else (*NOT_FOR_INT8, *SWEEP_KINDS)
 
 
 def _at_sizes(result: ArtifactCheck, runner, artifact, ir: IRModel, parked, judging: Judging):
