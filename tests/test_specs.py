@@ -72,3 +72,31 @@ def test_arch_args_are_typed_as_json_scalars():
         with pytest.raises(BadInputError, match="bad --arch-args"):
             parse_arch_args(bad)
 
+
+
+def test_range_declares_the_values_an_input_takes():
+    specs = apply_options([parse_input_spec("mel:1,64,100"), parse_input_spec("gain:1")], ranges=["gain=0,2"])
+    assert specs[0].value_range is None and specs[1].value_range == [0.0, 2.0]
+    assert apply_options([parse_input_spec("x:1,8")], ranges=["0,2"])[0].value_range == [0.0, 2.0]
+    for bad in ("mel=40,-100", "mel=1", "mel=a,b"):
+        with pytest.raises(BadInputError, match="--range"):
+            apply_options([parse_input_spec("mel:1,64,100")], ranges=[bad])
+
+
+def test_a_declared_range_replaces_the_sweep_for_that_input(cli, tmp_path):
+    """A frame declared to take -100..40 (a log-mel in dB) is judged inside that range: no floor or
+    seeded constant beyond it; its random sets are drawn in it and its low/high are the ends."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("mel", TensorProto.FLOAT, [1, 64])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])
+    model = helper.make_model(helper.make_graph([helper.make_node("Tanh", ["mel"], ["y"])], "g", [x], [y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    r = cli("convert", tmp_path / "m.onnx", "--range", "mel=-100,40", "-o", tmp_path / "out", "--json")
+    assert r.exit_code == 0, r
+    kinds = [s["kind"] for s in r.json()["parity"][0]["samples"]]
+    assert "low" in kinds and "high" in kinds and not {"floor-db", "floor-log", "full-mantissa"} & set(kinds), kinds
+    assert r.json()["contract"]["inputs"][0]["value_range"] == [-100.0, 40.0]

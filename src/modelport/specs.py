@@ -107,10 +107,12 @@ def _split_named(text: str) -> tuple[str | None, str]:
 def apply_options(
     specs: list[TensorSpec], *, input_shapes: list[str] = (), layouts: list[str] = (),
     means: list[str] = (), stds: list[str] = (), scales: list[str] = (), channel_order: str | None = None,
+    ranges: list[str] = (),
 ) -> list[TensorSpec]:
-    """Fold MMdnn-style --inputShape and the --layout/--mean/--std/--scale options into specs.
+    """Fold MMdnn-style --inputShape and the --layout/--mean/--std/--scale/--range options into specs.
 
-    Each option is 'VALUE' (first input, or every input for --layout) or 'NAME=VALUE'.
+    Each option is 'VALUE' (first input, or every input for --layout) or 'NAME=VALUE'. `--range
+    LOW,HIGH` is the values the input takes: the sample sets stay inside it (`sample_sets.py`).
     """
     specs = list(specs)
     for i, shape_text in enumerate(input_shapes):
@@ -145,6 +147,13 @@ def apply_options(
             for s in target(name, option):
                 s.preprocess = s.preprocess or Preprocess()
                 setattr(s.preprocess, attr, nums[0] if attr == "scale" else nums)
+    for text in ranges:
+        name, value = _split_named(text)
+        nums = parse_floats(value, "--range")
+        if len(nums) != 2 or not nums[0] < nums[1]:
+            raise BadInputError(f"bad --range '{text}': expected LOW,HIGH with LOW < HIGH, e.g. -100,40")
+        for s in target(name, "--range"):
+            s.value_range = nums
     if channel_order:
         if channel_order.upper() not in ("RGB", "BGR"):
             raise BadInputError(f"bad --channel-order '{channel_order}': RGB or BGR")

@@ -21,7 +21,7 @@ BATCH = "Batch"
 
 PANELS = {
     SOURCE: ("--from", "--task", "-in", "-iw", "--input", "--inputShape", "--output", "--arch", "--arch-args", "--state-dict-key",
-             "--opset", "--trust", "--signature", "--input-names", "--layout", "--mean", "--std", "--scale", "--channel-order"),
+             "--opset", "--trust", "--signature", "--input-names", "--layout", "--mean", "--std", "--scale", "--channel-order", "--range"),
     TARGETS: ("--to", "--route", *(f.flag for f in target_flags()), "--package", "--for",
               "--name", "--version", "--add-version", "--runtime", "--backend", "--device", "--postprocess", "--server",
               "--max-batch-size", "--instances", "--image", "--cpu", "--memory", "--gpus", "--replicas"),
@@ -43,7 +43,7 @@ METAVARS = {
     "--optimize": "LEVEL", "--level": "LEVEL", "--passes": "P1,P2", "--precision": "PRECISION", "--accuracy-budget": "EXPR",
     "--package": "S1,S2", "--for": "S1,S2", "--dim": "NAME=N", "--seed": "N", "--data": "FILE.npz", "--value": "NAME=V",
     "--atol": "[OUTPUT=]X", "--rtol": "[OUTPUT=]X", "--min-cosine": "[OUTPUT=]X", "--layout": "[NAME=]LAYOUT",
-    "--mean": "[NAME=]V,V,V", "--std": "[NAME=]V,V,V", "--scale": "[NAME=]V", "--channel-order": "RGB|BGR",
+    "--mean": "[NAME=]V,V,V", "--std": "[NAME=]V,V,V", "--scale": "[NAME=]V", "--channel-order": "RGB|BGR", "--range": "[NAME=]LOW,HIGH",
     "--calibration": "DATA", **{f.flag: f.metavar for f in target_flags() if f.metavar}, "--int8-mode": "MODE", "--calibration-method": "METHOD", "--cache-dir": "DIR", "--runs": "N",
     "--duration": "SECONDS", "--warmup": "N", "--batch": "B1,B2", "--threads": "N", "--concurrency": "N", "--runtime": "RUNTIME",
     "--rate": "PER_SECOND", "--requests": "N", "--header": "'NAME: VALUE'", "--inputs": "FILE.npz",

@@ -94,6 +94,8 @@ Mean = Annotated[list[str], typer.Option("--mean", help="Preprocessing mean, e.g
 Std = Annotated[list[str], typer.Option("--std", help="Preprocessing std, e.g. 0.229,0.224,0.225 or NAME=...")]
 Scale = Annotated[list[str], typer.Option("--scale", help="Preprocessing scale, e.g. 0.00392 or NAME=...")]
 ChannelOrder = Annotated[str | None, typer.Option("--channel-order", help="RGB or BGR.")]
+ValueRange = Annotated[list[str], typer.Option("--range", help="The values an input takes, LOW,HIGH or NAME=LOW,HIGH, e.g. "
+                                                              "mel=-100,40: its sample sets stay inside it (no sweep).")]
 
 # --- targets, routes, and each target's own flags (declared by its options class) -----------------
 Targets = Annotated[list[str], typer.Option("--to", help=f"Target(s), comma-separated or repeated: {', '.join(EMITTERS)}.")]
@@ -130,7 +132,7 @@ SAMPLES = (("inputs", Inputs, []), ("dim", Dim, []), ("seed", Seed, 0), ("data",
 SAMPLE_SETS = (("samples", Samples, 3), ("no_structured", NoStructured, False))
 PRECISION = (("calibration", Calibration, None), ("strict", Strict, False), ("allow_fallback", AllowFallback, False))
 PREPROCESSING = (("layout", Layout, []), ("mean", Mean, []), ("std", Std, []), ("scale", Scale, []),
-                 ("channel_order", ChannelOrder, None))
+                 ("channel_order", ChannelOrder, None), ("value_range", ValueRange, []))
 TARGET_FLAGS = targets.flags()
 TARGET_OPTIONS = (*(_target_flag(f) for f in TARGET_FLAGS), ("route", Route, "auto"))
 
@@ -182,7 +184,7 @@ def limit_kwargs(shared: dict) -> dict:
 def preprocessing_kwargs(shared: dict) -> dict:
     """`specs.apply_options` keywords from PREPROCESSING."""
     return {"layouts": shared["layout"], "means": shared["mean"], "stds": shared["std"], "scales": shared["scale"],
-            "channel_order": shared["channel_order"]}
+            "channel_order": shared["channel_order"], "ranges": shared["value_range"]}
 
 
 def target_kwargs(shared: dict) -> dict:

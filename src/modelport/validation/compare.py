@@ -108,7 +108,8 @@ class ParityResult:
         failed = {o.sample for o in self.outputs if not o.ok}
         structured = sorted(k for k in failed if k in STRUCTURED)
         hints = [f"the {'/'.join(structured)} sample(s) are structured inputs (sample_sets.py): calibration data that covers "
-                 "them, a wider tolerance, or --no-structured-samples to judge random samples only"] if structured else []
+                 "them, a wider tolerance, --range NAME=LOW,HIGH where an input never takes those values, or "
+                 "--no-structured-samples to judge random samples only"] if structured else []
         if self.guessed and failed - set(STRUCTURED):
             hints.append(f"input(s) {', '.join(self.guessed)} got random integers (no declared range, and the graph does "
                          "not show their role): where those are not values they take, pin them with --value NAME=V or "
