@@ -348,11 +348,12 @@ def test_a_layernorm_frame_is_judged_at_full_mantissa_constant_frames(tmp_path, 
     r = cli("convert", path, "--to", "onnx", "-o", tmp_path / "out", "--json")
     assert r.exit_code == 0, r
     for hop in r.json()["parity"]:
-        assert [s["kind"] for s in hop["samples"]] == ["random", "random-2", "random-small", "zeros", "constant", *SWEEP_KINDS]
+        assert [s["kind"] for s in hop["samples"]] == ["random", "random-2", "random-small", "zeros", "constant",
+                                                      *(k for k in SWEEP_KINDS if k != "grey-raw")]  # not an image
         assert all(s["ok"] and "ill_conditioned" not in s for s in hop["samples"])
     ir = parse(path, SourceSpec(path=path))
     sets = {s.kind: s for s in ir.reference.extra}
     assert (sets["floor-db"].inputs["frame"] == np.float32(DB_FLOOR)).all()
-    for kind in SWEEP_KINDS:
+    for kind in ("floor-db", "floor-log", "full-mantissa", "full-mantissa-large"):
         assert np.isfinite(sets[kind].outputs["output"]).all() and sets[kind].nudged is not None
         np.testing.assert_allclose(sets[kind].nudged["output"], sets[kind].outputs["output"], atol=1e-3)

@@ -186,8 +186,8 @@ def _frame_norm(path, *, one_pass: bool, width: int = 384):
 
 def test_validate_fails_a_one_pass_variance_at_a_large_mean(cli, tmp_path):
     """Right on random data, silence (zeros) and 1.0, where E[x²] - E[x]² is exact or well
-    conditioned; off by 1e-2 at the dB floor (-138.47) and NaN at the log floor and the seeded
-    constants, where the square of a full mantissa rounds: every sweep set fails the hop."""
+    conditioned; NaN at the log floor and the seeded constants, where the square of a full mantissa
+    rounds (off by 1e-2 at the dB floor): the sweep's sets fail the hop."""
     source = _frame_norm(tmp_path / "two_pass.onnx", one_pass=False)
     rewritten = _frame_norm(tmp_path / "one_pass.onnx", one_pass=True)
     r = cli("validate", source, rewritten, "--json")
@@ -197,11 +197,12 @@ def test_validate_fails_a_one_pass_variance_at_a_large_mean(cli, tmp_path):
     assert list(rows) == ["random", "random-2", "random-small", "zeros", "constant", "floor-db", "floor-log",
                           "full-mantissa", "full-mantissa-large"]
     assert all(rows[k]["ok"] for k in ("random", "random-2", "random-small", "zeros", "constant"))
-    assert not any(rows[k]["ok"] for k in ("floor-db", "floor-log", "full-mantissa", "full-mantissa-large"))
-    assert rows["floor-db"]["outputs"][0]["max_abs"] > 1e-2 and rows["floor-log"]["outputs"][0]["nan"] > 0
+    assert not any(rows[k]["ok"] for k in ("floor-log", "full-mantissa", "full-mantissa-large"))
+    assert all(rows[k]["outputs"][0]["nan"] > 0 for k in ("floor-log", "full-mantissa", "full-mantissa-large"))
+    assert rows["floor-db"]["outputs"][0]["max_abs"] > 1e-2  # inside the sweep's coherent-sum tolerance there
     assert not any("ill_conditioned" in row for row in rows.values())  # the two-pass source is steady there
-    assert parity["outputs"][0]["sample"] == "floor-db"
-    assert "[floor-db]" in r.json()["error"]["message"]
+    assert parity["outputs"][0]["sample"] == "floor-log"
+    assert "[floor-log]" in r.json()["error"]["message"]
     assert cli("validate", source, rewritten, "--no-structured-samples").exit_code == 0
 
 
