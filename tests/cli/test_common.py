@@ -76,6 +76,7 @@ CHOICES = [  # command, option, a bad value, the words of the message
     ("convert", "--task", "summarise", "unknown task 'summarise'; known: feature-extraction, text-classification"),
     ("convert", "--layout", "XYZ", "unknown --layout 'XYZ'; known:"),
     ("convert", "--channel-order", "GBR", "bad --channel-order 'GBR'"),
+    ("convert", "--range", "40,-100", "bad --range '40,-100': expected LOW,HIGH with LOW < HIGH"),
     ("convert", "--reference", "fp32", "unknown --reference 'fp32'; known: auto, transformers, streamed"),
     ("convert", "--runtimes", "onnxruntime,tensorflow", "unknown runtime 'tensorflow' for --runtimes; known: onnxruntime, openvino"),
     ("optimize", "--level", "max", "unknown optimisation level 'max'; known:"),
@@ -122,7 +123,8 @@ def test_every_choice_option_is_covered():
             "--scale", "--dim", "--seed", "--samples", "--arch-args", "--state-dict-key", "--signature", "--input-names", "--calibration", "--accuracy-budget", "--trt-shapes",
             "--workspace", "-in", "-iw", "--inputs", "--name", "--version", "--max-batch", "--preferred-batch", "--queue-delay-us",
             "--instances", "--image", "--replicas", "--min-replicas", "--max-replicas", "--cpu", "--memory", "--gpus", "--namespace",
-            "--storage-uri", "--data", "--value", "--junit", "--new-tokens", "--block-size", "--stage-timeout", "--stage-memory"}
+            "--storage-uri", "--data", "--value", "--junit", "--new-tokens", "--block-size", "--stage-timeout", "--stage-memory",
+            "--range"}
     covered = {(c, o) for c, o, _, _ in CHOICES}
     for name in ("convert", "optimize", "emit", "validate", "package"):
         for param in group.commands[name].params:
