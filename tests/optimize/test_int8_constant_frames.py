@@ -16,10 +16,9 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
+import torch
 
 from modelport.sample_sets import sweep_value
-
-torch = pytest.importorskip("torch")
 
 
 class StemDetector(torch.nn.Module):
