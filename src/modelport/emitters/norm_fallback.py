@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from modelport.artifact import Artifact
-from modelport.errors import ModelportError
+from modelport.errors import ModelportError, one_line
 from modelport.ir import IRModel, Reference
 
 REWRITE = "shifted normalisation"
@@ -70,7 +70,11 @@ def judge(artifact: Artifact, reference: Reference, tolerance):
         return check(get_runner(artifact.runner, artifact.path, **artifact.runner_options), reference, tolerance,
                      f"{artifact.target} ({HOP})")
     except Exception as e:
-        return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
+        return _error(e)
+
+
+def _error(e: Exception) -> str:
+    return e.reason if isinstance(e, ModelportError) else f"{type(e).__name__}: {one_line(str(e), 200)}"
 
 
 def holds(result) -> bool:
@@ -139,8 +143,7 @@ def screened(ir: IRModel, plain: Artifact, rebuild: Rebuild, *, what: str = "fil
         try:
             rebuilt, shifted = rebuild(Path(tmp))
         except Exception as e:  # the fallback never fails a run the plain artifact would have had judged
-            why = e.reason if isinstance(e, ModelportError) else f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
-            plain.details["kernel_fallback"] = entry([], seen, frames, tolerance, why, repaired=False, what=what)
+            plain.details["kernel_fallback"] = entry([], seen, frames, tolerance, _error(e), repaired=False, what=what)
             return plain
         if rebuilt is None or not shifted:
             return plain
@@ -154,6 +157,18 @@ def screened(ir: IRModel, plain: Artifact, rebuild: Rebuild, *, what: str = "fil
     delivered.details["kernel_fallback"] = fallback
     delivered.warnings.append(f"{plain.target}: {warning(fallback, seen, what)}")
     return delivered
+
+
+def screened_ir(ir: IRModel, emit: Callable[[IRModel, Path], Artifact], out_dir: Path, *, what: str = "file") -> Artifact:
+    """`screened` for an emitter that converts the ONNX IR (`emit(ir, folder)`): the fallback
+    converts the IR with its norms shifted (`norm_shift.shift`)."""
+    from modelport.emitters.norm_shift import shift
+
+    def rebuild(folder: Path):
+        rewritten = shift(ir)
+        return (emit(rewritten.ir, folder) if rewritten.nodes else None), rewritten.nodes
+
+    return screened(ir, emit(ir, out_dir), rebuild, what=what)
 
 
 def _move(rebuilt: Artifact, scratch: Path, plain: Artifact) -> Artifact:

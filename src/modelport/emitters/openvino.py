@@ -48,14 +48,9 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     """The IR OpenVINO's ONNX front end reads; converted again with shifted normalisation when the
     CPU plugin's kernels (the MVN a LayerNormalization becomes, at f32) miss the reference on
     constant frames (`norm_fallback`)."""
-    from modelport.emitters.norm_fallback import screened
-    from modelport.emitters.norm_shift import shift
+    from modelport.emitters.norm_fallback import screened_ir
 
-    def rebuild(folder: Path):
-        rewritten = shift(model)
-        return (_emit(rewritten.ir, folder, options) if rewritten.nodes else None), rewritten.nodes
-
-    return screened(model, _emit(model, out_dir, options), rebuild, what="IR")
+    return screened_ir(model, lambda ir, folder: _emit(ir, folder, options), out_dir, what="IR")
 
 
 def _emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:

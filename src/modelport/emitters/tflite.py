@@ -196,14 +196,9 @@ def _reference_in_layout(ir: IRModel, inputs: list[Port], outputs: list[Port]) -
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     """The file onnx2tf and TensorFlow's converter write; converted again with shifted normalisation
     when LiteRT's kernels miss the reference on constant frames (`norm_fallback`)."""
-    from modelport.emitters.norm_fallback import screened
-    from modelport.emitters.norm_shift import shift
+    from modelport.emitters.norm_fallback import screened_ir
 
-    def rebuild(folder: Path):
-        rewritten = shift(model)
-        return (_emit(rewritten.ir, folder, options) if rewritten.nodes else None), rewritten.nodes
-
-    return screened(model, _emit(model, out_dir, options), rebuild)
+    return screened_ir(model, lambda ir, folder: _emit(ir, folder, options), out_dir)
 
 
 def _emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
