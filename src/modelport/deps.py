@@ -20,6 +20,9 @@ EXTRAS = {
     "keras": "tf",
     "tf_keras": "tf",
     "tritonclient": "serve",
+    "uvicorn": "serve",
+    "grpc": "serve",
+    "orjson": "serve",
     "kserve": "serve",  # installed without its dependencies: the Makefile's set-up says how
     "boto3": "serve",
     "onnxsim": "optimize",

@@ -124,7 +124,7 @@ def test_bench_load_tests_a_kserve_v2_server(cli_proc, kserve_url):
     r = cli_proc("bench", kserve_url, "--requests", "20", "--rate", "40", "--concurrency", "4", "--json")
     assert r.exit_code == 0 and r.json()["seconds"] >= 0.47, r
     table = cli_proc("bench", kserve_url, "--requests", "5")
-    assert table.exit_code == 0 and table.stdout.splitlines()[1].startswith(kserve_url + "\tkserve\t5\t")
+    assert table.exit_code == 0 and table.stdout.splitlines()[1].startswith(kserve_url + "\tkserve/json\t5\t")
 
 
 def test_bench_url_refuses_remote_hosts(cli_proc):

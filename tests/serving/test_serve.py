@@ -1,5 +1,5 @@
-"""`modelport serve`: a real KServe ModelServer process on 127.0.0.1, spoken to by Triton's own
-clients (tritonclient http and grpc, KServe v2): health, metadata, infer, metrics, the access log,
+"""`modelport serve`: a real server process on 127.0.0.1, spoken to by Triton's own clients
+(tritonclient http and grpc, KServe v2): health, metadata, infer, metrics, the access log,
 dynamic batching, bad requests answered 4xx while it keeps serving, and a start-up check that
 refuses to go ready when the artifact does not give the reference outputs."""
 
@@ -76,7 +76,7 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server(folder, tmp_path_factory):
-    s = Server(folder, "--max-batch-size", "8", "--max-queue-delay-ms", "5", "--max-request-bytes", "200000",
+    s = Server(folder, "--max-batch-size", "8", "--max-queue-delay-ms", "5", "--max-request-bytes", "200000", "--access-log",
                log=tmp_path_factory.mktemp("serve_log") / "server.log")
     try:
         s.wait_ready()
@@ -122,7 +122,8 @@ def test_triton_clients_get_metadata_and_answers_over_http_and_grpc(server, fold
     np.testing.assert_allclose(g.infer("cnn", [gi]).as_numpy("logits"), want, rtol=1e-5, atol=1e-5)
     with urllib.request.urlopen(f"http://127.0.0.1:{server.http}/metrics", timeout=10) as r:
         metrics = r.read().decode()
-    assert 'request_predict_seconds_count{model_name="cnn"}' in metrics
+    assert 'nv_inference_request_success{model="cnn",version="1"}' in metrics
+    assert 'modelport_inference_request_duration_seconds_bucket{model="cnn",version="1",le="+Inf"}' in metrics
     assert '"POST /v2/models/cnn/infer HTTP/1.1" 200' in server.log.read_text()  # the access log
     assert "answers checked against the reference sample" in server.log.read_text()
 
@@ -154,7 +155,12 @@ def test_concurrent_callers_each_get_their_rows_with_dynamic_batching(server, fo
 def test_bad_requests_are_4xx_with_the_reason_and_it_keeps_serving(server):
     ok = json.dumps({"inputs": [{"name": "pixels", "shape": [1, 3, 16, 16], "datatype": "FP32", "data": [0.5] * 768}]}).encode()
     cases = [
-        (b"{not json", 422, "JSON decode error"),  # FastAPI's request validation
+        (b"{not json", 422, "JSON decode error"),
+        (b'{"outputs": []}', 422, "it needs an 'inputs' list"),
+        (json.dumps({"inputs": [{"name": "pixels", "shape": [1, 3, 16, 16], "datatype": "FP32", "data": [0.5] * 700}]}).encode(),
+         400, "700 values for shape [1, 3, 16, 16]"),
+        (json.dumps({"inputs": [{"name": "pixels", "shape": [1, 3, 16, 16], "datatype": "FP32", "data": ["a"] * 768}]}).encode(),
+         400, "its data is not FP32"),
         (json.dumps({"inputs": [{"name": "pixels", "shape": [1, 3, 16, 16], "datatype": "INT64", "data": [1] * 768}]}).encode(),
          400, "input 'pixels' is INT64; the model takes FP32"),
         (json.dumps({"inputs": [{"name": "pixels", "shape": [1, 3, 8, 8], "datatype": "FP32", "data": [0.5] * 192}]}).encode(),
@@ -202,11 +208,11 @@ def test_bench_load_tests_the_served_model(server, cli):
     assert doc["protocol"] == "kserve" and doc["ok"] == 30 and doc["errors"] == 0 and doc["latency_ms"]["p50"] > 0
 
 
-def test_without_kserve_it_is_exit_5_naming_the_install(folder, cli, monkeypatch):
-    monkeypatch.setitem(sys.modules, "kserve", None)  # an import of it fails, as where it is not installed
+def test_without_the_serve_extra_it_is_exit_5_naming_the_install(folder, cli, monkeypatch):
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # an import of it fails, as where it is not installed
     r = cli("serve", folder, "--http-port", str(_free_port()), "--grpc-port", str(_free_port()))
     assert r.exit_code == 5, r
-    assert "pip install --no-deps kserve==0.21.0" in r.stderr
+    assert "modelport[serve]" in r.stderr
 
 
 def test_a_report_naming_a_path_outside_the_folder_is_refused(folder, tmp_path, cli_proc):

@@ -24,9 +24,15 @@ def _rate(v) -> str:
 def print_bench(doc: dict) -> None:
     if doc.get("target") == "http":
         columns = ["url", "protocol", "requests", "ok", "errors", "p50 ms", "p90 ms", "p99 ms", "mean ms", "min ms", "req/s"]
-        row = [doc["url"], doc["protocol"], doc["requests"], doc["ok"], doc["errors"], *(_ms(doc, k) for k in ("p50", "p90", "p99", "mean", "min")),
+        protocol = f"{doc['protocol']}/{doc['wire']}" if doc.get("wire") and doc["protocol"] == "kserve" else doc["protocol"]
+        row = [doc["url"], protocol, doc["requests"], doc["ok"], doc["errors"], *(_ms(doc, k) for k in ("p50", "p90", "p99", "mean", "min")),
                _rate(doc["throughput"])]
         print_rows("load test", columns, [row], right=tuple(columns[2:]))
+        server = doc.get("server") or {}
+        if "server_ms" in server:
+            parts = ["server_ms", "queue_ms", "compute_input_ms", "compute_infer_ms", "compute_output_ms", "client_and_network_ms"]
+            print_rows("mean ms per request, from the server's statistics", [p.removesuffix("_ms") for p in parts],
+                       [[f"{server[p]:.3f}" if p in server else "-" for p in parts]], right=tuple(p.removesuffix("_ms") for p in parts))
         return
     columns = ["artifact", "runtime", "batch", "p50 ms", "p90 ms", "p99 ms", "mean ms", "min ms", "items/s", "vs 1st", "rss Δ"]
     rows = [[r["artifact"], r["runtime"], r["batch"], *(_ms(r, k) for k in ("p50", "p90", "p99", "mean", "min")), _rate(r["throughput"]),
@@ -72,6 +78,11 @@ def register(app: typer.Typer) -> None:
                                                                     "'Authorization: Bearer KEY' (repeatable).", rich_help_panel=PANEL_HTTP),
         allow_remote: bool = typer.Option(False, "--allow-remote", help="URL: allow a host other than 127.0.0.1/localhost.",
                                           rich_help_panel=PANEL_HTTP),
+        protocol: str | None = typer.Option(None, "--protocol", help="URL (KServe v2): json, binary (the HTTP binary extension) or "
+                                                                     "grpc (default: the fastest the server's metadata names).",
+                                            rich_help_panel=PANEL_HTTP),
+        grpc_address: str | None = typer.Option(None, "--grpc-address", help="URL: the server's gRPC HOST:PORT (default: the "
+                                                                             "port its metadata names).", rich_help_panel=PANEL_HTTP),
         **shared,
     ):
         """Measure latency (p50/p90/p99, mean, min), throughput and memory of artifacts, or load-test a served model."""
@@ -102,9 +113,11 @@ def register(app: typer.Typer) -> None:
                 return load_test(urls[0], specs=[parse_input_spec(t) for t in shared["inputs"]], data=shared["data"],
                                  values=shared["values"], dims=parse_dims(shared["dim"]), seed=shared["seed"],
                                  batch=batches[0] if batches else None, requests=requests, duration=duration,
-                                 concurrency=concurrency, rate=rate, headers=headers, allow_remote=allow_remote)
-            if rate is not None or requests is not None or header or allow_remote:
-                raise BadInputError("--rate, --requests, --header and --allow-remote are for a URL, not for artifacts")
+                                 concurrency=concurrency, rate=rate, headers=headers, allow_remote=allow_remote, wire=protocol,
+                                 grpc_address=grpc_address)
+            if rate is not None or requests is not None or header or allow_remote or protocol or grpc_address:
+                raise BadInputError("--rate, --requests, --header, --allow-remote, --protocol and --grpc-address are for a URL, "
+                                    "not for artifacts")
             if shared["inputs"]:
                 raise BadInputError("--input is for a URL; an artifact states its inputs (size their dims with --dim)")
             from modelport.orchestration.bench import bench

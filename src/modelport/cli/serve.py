@@ -22,7 +22,9 @@ def register(app: typer.Typer) -> None:
         max_batch_size: int = typer.Option(0, "--max-batch-size", help="Dynamic batching: rows run together (0: off; needs a dynamic batch dim).", rich_help_panel=PANEL),
         max_queue_delay_ms: float = typer.Option(2.0, "--max-queue-delay-ms", help="Dynamic batching: the longest a request waits for others.", rich_help_panel=PANEL),
         max_request_bytes: int = typer.Option(64 << 20, "--max-request-bytes", help="Larger request bodies are refused (413).", rich_help_panel=PANEL),
-        threads: int | None = typer.Option(None, "--threads", help="The runtime's intra-op threads.", rich_help_panel=PANEL),
+        threads: int | None = typer.Option(None, "--threads", help="The runtime's intra-op threads (default with --workers N: the cores / N).", rich_help_panel=PANEL),
+        workers: int = typer.Option(1, "--workers", help="Server processes sharing the ports, each with its own runner; one that dies is replaced.", rich_help_panel=PANEL),
+        access_log: bool = typer.Option(False, "--access-log", help="Log one line per REST request.", rich_help_panel=PANEL),
         replicas: int = typer.Option(1, "--replicas", help="Replicas on Ray Serve behind the one front end (1: in-process).",
                                      rich_help_panel=SCALE),
         min_replicas: int | None = typer.Option(None, "--min-replicas", help="Autoscaling minimum (with --max-replicas).",
@@ -38,21 +40,25 @@ def register(app: typer.Typer) -> None:
             from modelport.errors import BadInputError
             from modelport.orchestration.serve import serve
             from modelport.serving.ray_serve import Scale
-            from modelport.serving.v2_server import ServeOptions
+            from modelport.serving.v2.server import ServeOptions
 
             for flag, port in (("--http-port", http_port), ("--grpc-port", grpc_port)):
                 if not 0 < port < 65536:
                     raise BadInputError(f"{flag} {port}: a port is 1..65535")
+            if workers < 1:
+                raise BadInputError(f"--workers {workers}: at least 1")
             if http_port == grpc_port:
                 raise BadInputError(f"--http-port and --grpc-port are both {http_port}")
             options = ServeOptions(host=host, http_port=http_port, grpc_port=grpc_port, max_request_bytes=max_request_bytes,
-                                   max_batch_size=max_batch_size, max_queue_delay_ms=max_queue_delay_ms)
+                                   max_batch_size=max_batch_size, max_queue_delay_ms=max_queue_delay_ms, workers=workers,
+                                   access_log=access_log)
 
             def ready(served, model):
                 checked = served.checked
                 note = (f"answers checked against the reference sample (max abs {checked['max_abs']:.3g})" if checked["checked"]
                         else f"answers not checked: {checked['reason']}")
-                console.print(f"serving {served.path} as '{model}' on http://{host}:{http_port} and grpc {host}:{grpc_port}; {note}",
+                many = f" by {workers} workers" if workers > 1 else ""
+                console.print(f"serving {served.path} as '{model}' on http://{host}:{http_port} and grpc {host}:{grpc_port}{many}; {note}",
                               soft_wrap=True, markup=False)
 
             scale = Scale(replicas=replicas, min_replicas=min_replicas, max_replicas=max_replicas, address=address)

@@ -8,11 +8,18 @@ the `{"inputs": {name: nested list}}` body modelport's handler reads; its inputs
 `rate`, request k is not sent before `k / rate` seconds (an open schedule: a slow server makes
 latency grow, not the offered load fall). Only loopback URLs are accepted unless `allow_remote`.
 
+A KServe v2 server is spoken to in one of three wire formats (`serving/v2/client.py`): `json`,
+`binary` (the HTTP binary-data extension) or `grpc` (ModelInfer with raw contents, at
+`grpc_address` or the gRPC port the server's `/v2` metadata names); by default the fastest the
+server's metadata says it speaks. Where the server offers the statistics extension, it is read
+before and after, and `server` splits the mean latency into the server's time (queue, decoding,
+compute, encoding) and the client's and the network's.
+
 Result (`schema: modelport.bench/1`, `target: "http"`): `url`, `protocol`, `settings`
 {requests, duration, concurrency, rate, batch}, `requests` (sent), `ok`, `errors`,
 `error_kinds` {"HTTP 503": n, "URLError": n, ...}, `first_error`, `latency_ms` (successful
 requests) {p50, p90, p99, mean, min, max}, `throughput` (successful requests per second of wall
-time), `seconds`.
+time), `seconds`, `wire` (json, binary or grpc), `server` (from the statistics extension, or null).
 """
 
 from __future__ import annotations
@@ -78,33 +85,67 @@ def _metadata_specs(url: str, headers: dict, timeout: float) -> list[TensorSpec]
     return specs
 
 
-def request_body(protocol: str, feeds: dict[str, np.ndarray]) -> bytes:
-    if protocol == "kserve":
-        from modelport.serving.requests import v2_datatype
+class _TorchServeSender:
+    def __init__(self, url: str, feeds: dict[str, np.ndarray], headers: dict, timeout: float):
+        self.url, self.headers, self.timeout = url, {"Content-Type": "application/json", **headers}, timeout
+        self.body = json.dumps({"inputs": {k: v.tolist() for k, v in feeds.items()}}).encode()
 
-        body = {"inputs": [{"name": k, "shape": list(v.shape), "datatype": v2_datatype(str(v.dtype)), "data": v.ravel().tolist()}
-                           for k, v in feeds.items()]}
-    else:
-        body = {"inputs": {k: v.tolist() for k, v in feeds.items()}}
-    return json.dumps(body).encode()
+    def send(self) -> None:
+        req = urllib.request.Request(self.url, data=self.body, headers=self.headers, method="POST")
+        with urllib.request.urlopen(req, timeout=self.timeout) as r:
+            r.read()
+
+
+def _v2_parts(url: str) -> tuple[str, str]:
+    """(scheme://host:port, model name) of a `.../v2/models/NAME[/versions/V]/infer` URL."""
+    parsed = urllib.parse.urlparse(url)
+    after = parsed.path.split("/v2/models/", 1)[1].split("/")
+    return f"{parsed.scheme}://{parsed.netloc}", after[0]
+
+
+def _wire(url: str, protocol: str, asked: str | None, grpc_address: str | None, headers: dict, timeout: float,
+          allow_remote: bool) -> tuple[str, str | None, dict]:
+    """(wire format, gRPC address or None, the server's /v2 metadata) for a load test."""
+    from modelport.serving.v2 import client
+
+    if protocol != "kserve":
+        if asked not in (None, "json") or grpc_address:
+            raise BadInputError(f"--protocol {asked or 'grpc'} is for a KServe v2 URL; TorchServe takes JSON")
+        return "json", None, {}
+    base, _ = _v2_parts(url)
+    meta = client.get_json(f"{base}/v2", headers, timeout) or {}
+    wire = client.pick({**meta, **({"grpc_port": 1} if grpc_address else {})}, asked)
+    if wire != "grpc":
+        return wire, None, meta
+    address = grpc_address or (f"{urllib.parse.urlparse(url).hostname}:{meta['grpc_port']}" if meta.get("grpc_port") else None)
+    if address is None:
+        raise BadInputError(f"--protocol grpc: the server at {base} does not name its gRPC port", hint="pass --grpc-address HOST:PORT")
+    host = address.rsplit(":", 1)[0].strip("[]")
+    if host not in LOOPBACK and not allow_remote:
+        raise BadInputError(f"refusing to load-test {host}: only 127.0.0.1/localhost unless --allow-remote")
+    return wire, address, meta
 
 
 def load_test(url: str, *, specs: list[TensorSpec] | None = None, data=None, values: list[str] = (), dims: dict | None = None,
               seed: int = 0, batch: int | None = None, requests: int | None = None, duration: float | None = None,
               concurrency: int = 1, rate: float | None = None, headers: dict[str, str] | None = None,
-              allow_remote: bool = False, timeout: float = 30.0) -> dict:
+              allow_remote: bool = False, timeout: float = 30.0, wire: str | None = None, grpc_address: str | None = None) -> dict:
     from modelport.orchestration.bench import SCHEMA, feeds_for
     from modelport.runtimes.timing import stats
     from modelport.samples import load_data, parse_values
+    from modelport.serving.v2.client import PROTOCOLS
 
     check_host(url, allow_remote)
     protocol = protocol_of(url)
+    if wire is not None and wire not in PROTOCOLS:
+        raise BadInputError(f"unknown --protocol '{wire}'; known: {', '.join(PROTOCOLS)}")
     if concurrency < 1 or (rate is not None and rate <= 0) or (requests is not None and requests < 1) \
             or (duration is not None and duration <= 0):
         raise BadInputError("--concurrency, --rate, --requests and --duration must be positive")
     if requests is None and duration is None:
         requests = DEFAULT_REQUESTS
-    headers = {"Content-Type": "application/json", **(headers or {})}
+    headers = dict(headers or {})
+    wire, address, meta = _wire(url, protocol, wire, grpc_address, headers, timeout, allow_remote)
     given = {**(load_data(data) if data else {}), **parse_values(list(values))}
     if not specs:
         if protocol == "kserve":
@@ -114,7 +155,18 @@ def load_test(url: str, *, specs: list[TensorSpec] | None = None, data=None, val
         else:
             raise BadInputError("TorchServe does not state its model's inputs", hint="pass --input NAME:SHAPE[:DTYPE] or --data inputs.npz")
     feeds = feeds_for(specs, batch, dims=dims or {}, seed=seed, given=given, path=data or url)
-    body = request_body(protocol, feeds)
+    from modelport.serving.v2 import client
+
+    def sender():
+        if protocol != "kserve":
+            return _TorchServeSender(url, feeds, headers, timeout)
+        if wire == "grpc":
+            return client.GrpcSender(address, _v2_parts(url)[1], feeds, timeout)
+        return client.HttpSender(url, wire, feeds, headers, timeout)
+
+    with_stats = protocol == "kserve" and "statistics" in (meta.get("extensions") or [])
+    stats_at = (lambda: client.read_stats(*_v2_parts(url), headers, timeout)) if with_stats else (lambda: None)
+    before = stats_at()
 
     lock = threading.Lock()
     counter = {"next": 0}
@@ -134,21 +186,24 @@ def load_test(url: str, *, specs: list[TensorSpec] | None = None, data=None, val
             return k
 
     def worker() -> None:
+        send = sender()
         while (k := take()) is not None:
             if rate:
                 wait = start + k / rate - time.perf_counter()
                 if wait > 0:
                     time.sleep(wait)
-            req = urllib.request.Request(url, data=body, headers=headers, method="POST")
             t = time.perf_counter()
             try:
-                with urllib.request.urlopen(req, timeout=timeout) as r:
-                    r.read()
+                send.send()
                 ok, kind, text = True, None, None
             except urllib.error.HTTPError as e:
                 ok, kind, text = False, f"HTTP {e.code}", e.read()[:300].decode(errors="replace")
             except (urllib.error.URLError, OSError) as e:
                 ok, kind, text = False, type(getattr(e, "reason", e)).__name__, str(getattr(e, "reason", e))
+            except Exception as e:  # grpc.RpcError: its status code and details
+                code = getattr(e, "code", None)
+                ok, kind = False, f"gRPC {code().name}" if callable(code) else type(e).__name__
+                text = e.details() if hasattr(e, "details") else str(e)
             elapsed = time.perf_counter() - t
             with lock:
                 if ok:
@@ -157,14 +212,17 @@ def load_test(url: str, *, specs: list[TensorSpec] | None = None, data=None, val
                     errors[kind] += 1
                     if not first_error:
                         first_error.append(f"{kind}: {text}".strip())
+        getattr(send, "close", lambda: None)()
 
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         for f in [pool.submit(worker) for _ in range(concurrency)]:
             f.result()
     wall = time.perf_counter() - start
     timed = stats(latencies)
+    server = client.server_split(before, stats_at(), timed["latency_ms"].get("mean") if latencies else None)
     return {
         "schema": SCHEMA, "command": "bench", "target": "http", "status": "ok" if not errors else "errors", "url": url, "protocol": protocol,
+        "wire": wire, "grpc_address": address, "server": server,
         "settings": {"requests": requests, "duration": duration, "concurrency": concurrency, "rate": rate, "batch": batch},
         "inputs": {k: list(v.shape) for k, v in feeds.items()},
         "requests": counter["next"], "ok": len(latencies), "errors": sum(errors.values()), "error_kinds": dict(errors),

@@ -1,4 +1,4 @@
-"""`modelport serve PATH`: an artifact answering on the Open Inference Protocol (`serving/v2_server.py`).
+"""`modelport serve PATH`: an artifact answering on the Open Inference Protocol (`serving/v2/`).
 
 PATH is a `modelport convert` output folder (its report.json gives the contract; the artifact is
 the one `--artifact` names, else the first of the report's that opens here), a `package` bundle
@@ -8,14 +8,15 @@ wrote: pulled into a temporary folder and checked against its manifest's sha256s
 (`serving/s3_repository.py`; a missing or changed object refuses to start, exit 2). Before the server goes ready the artifact answers
 the reference sample its convert run wrote (`reference.npz`), judged with its precision's
 tolerance: a mismatch refuses to start (exit 4) naming the output; a folder without one is
-served with a warning that it was not checked.
+served with a warning that it was not checked. Then one server process answers (`serving/v2/server.py`),
+or `--workers N` processes share its ports (`serving/v2/workers.py`), or Ray Serve replicas run the
+artifact behind this process's front end (`serving/ray_serve.py`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -173,8 +174,8 @@ def batch_dynamic(inputs: list[TensorSpec]) -> bool:
 
 def serve(path: str | Path, options, *, artifact: str | None = None, name: str | None = None, threads: int | None = None,
           scale=None, on_ready=None) -> None:
-    """Open, check, and serve until interrupted. `options`: `serving.v2_server.ServeOptions`;
-    `scale`: `serving.ray_serve.Scale` (replicas on Ray Serve), None for one in-process runner."""
+    """Open, check, and serve until interrupted. `options`: `serving.v2.server.ServeOptions`;
+    `scale`: `serving.ray_serve.Scale` (replicas on Ray Serve), None for runners in this host's processes."""
     import tempfile
 
     from modelport.serving.s3_repository import is_s3, pull
@@ -185,32 +186,54 @@ def serve(path: str | Path, options, *, artifact: str | None = None, name: str |
         _serve(path, options, artifact, name, threads, scale, on_ready)
 
 
-def _serve(path, options, artifact, name, threads, scale, on_ready) -> None:
-    from modelport.serving import ray_serve, v2_server
+def require_server() -> None:
+    """The serve extra's libraries, or exit 5 naming the install (before anything is opened)."""
+    from modelport.deps import require
 
-    v2_server.require_kserve()  # exit 5 before anything is opened
-    served = open_served(path, artifact=artifact, threads=threads)
+    for module in ("uvicorn", "grpc", "orjson", "tritonclient.grpc"):
+        require(module, purpose="modelport serve")
+
+
+def _serve(path, options, artifact, name, threads, scale, on_ready) -> None:
+    from modelport.serving import ray_serve
+
+    require_server()
+    from modelport.serving.v2 import server, workers
+    from modelport.serving.v2.model import ServedModel, local_model, timed
+    from modelport.serving.v2.stats import Stats
+
+    scale = scale or ray_serve.Scale()
+    if options.workers > 1 and scale.on_ray:
+        raise BadInputError(f"--workers {options.workers} and Ray Serve replicas do not combine: the replicas are the workers")
+    served = open_served(path, artifact=artifact, threads=workers.threads_per_worker(threads, options.workers))
     served.checked = check_reference(served)
     if not served.checked["checked"]:
         log.warning("serve: the answers are not checked before ready: %s", served.checked["reason"])
     if options.max_batch_size > 1 and not batch_dynamic(served.inputs):
         raise BadInputError("--max-batch-size needs a dynamic batch dim (axis 0 of every input); this model's inputs are "
                             + ", ".join(f"{s.name} {s.shape}" for s in served.inputs), path=served.path)
-    sys.argv = sys.argv[:1]  # KServe reads its own flags from argv when imported
     name = model_name(name or served.name)
-    scale = scale or ray_serve.Scale()
+    if options.workers > 1:
+        served.runner = None  # each worker opens its own
+        spec = {"path": str(served.path), "runtime": served.runtime, "name": name, "platform": served.runtime,
+                "inputs": [s.to_dict() for s in served.inputs], "outputs": [s.to_dict() for s in served.outputs]}
+        workers.Supervisor(spec, options, threads).run(on_ready=lambda: on_ready and on_ready(served, name))
+        return
+    stats = Stats()
     try:
         if scale.on_ray:
             served.runner = None  # the replicas open their own
-            infer = ray_serve.replica_infer(ray_serve.start_replicas(name, str(served.path), served.runtime, threads, scale))
+            handle = ray_serve.start_replicas(name, str(served.path), served.runtime, threads, scale)
+            model = ServedModel(name, served.inputs, served.outputs, timed(ray_serve.replica_infer(handle)), stats,
+                                platform=served.runtime)
+            if options.max_batch_size > 1:
+                model.enable_batching(options.max_batch_size, options.max_queue_delay_ms)
         else:
-            infer = v2_server.local_infer(served.runner)
-        batching = (v2_server.Batcher(infer, options.max_batch_size, options.max_queue_delay_ms / 1000)
-                    if options.max_batch_size > 1 else None)
-        model = v2_server.make_model(name, infer, served.inputs, served.outputs, batching)
+            model = local_model(name, served.runner, served.inputs, served.outputs, stats, platform=served.runtime,
+                                max_batch_size=options.max_batch_size, max_queue_delay_ms=options.max_queue_delay_ms)
         if on_ready:
             on_ready(served, model.name)
-        v2_server.start(model, options)
+        server.run({model.name: model}, stats, options)
     finally:
         if scale.on_ray:
             ray_serve.stop(name, started_here=not scale.address)

@@ -2,7 +2,7 @@
 
 `modelport serve PATH --replicas N` (or `--min-replicas A --max-replicas B`: Ray Serve's
 autoscaler on ongoing requests) starts a Ray Serve deployment whose replicas each open the
-artifact in its own runtime (`Replica`); the KServe front end (`v2_server`) checks and converts
+artifact in its own runtime (`Replica`); the v2 front end (`v2/`) checks and converts
 each request, then hands the arrays to a replica through Ray Serve's handle, which spreads calls
 over the replicas and routes around one that died while Ray Serve's controller starts its
 replacement. A request in flight on a replica that dies is answered with an error the client
@@ -55,7 +55,7 @@ class Replica:
         self.pid = os.getpid()
 
     def infer(self, feeds: dict) -> dict:
-        from modelport.serving.v2_server import REPLICA
+        from modelport.serving.v2.model import REPLICA
 
         return {**self.runner.run(feeds), REPLICA: self.pid}
 
