@@ -10,6 +10,9 @@ Three sections, each contender once per round, `--rounds` rounds, medians report
 - **workers** (a ResNet-18-sized CNN at 224², random weights): N processes each running one
   in-process session with cores/N threads side by side (the machine's limit), against `serve`
   with 1 worker and with `--workers N`, at concurrency 32.
+- **protocols** (the zoo CNN again): `modelport bench URL --protocol json|binary|grpc` (the tool's
+  own load test, in its own process) at concurrency 1 and 8, with the server's split of each
+  request's time.
 - **batching** (a BERT-width encoder: hidden 768, 12 heads, 4 layers, 16 tokens; batch 8 runs
   about 1.8x the samples/s of batch 1 in-process here): in-process batch 1 and 8, against `serve`
   unbatched and with `--max-batch-size 32 --max-queue-delay-ms 5` at concurrency 32; p99 against
@@ -18,7 +21,7 @@ Three sections, each contender once per round, `--rounds` rounds, medians report
 `--python` runs the servers under another interpreter (another checkout's venv: the before
 figures); rows the older server cannot give (no statistics, no --workers) are left out.
 
-    python bench/serve_bench.py [--rounds 3] [--seconds 4] [--workers N] [--sections overhead,workers,batching] [--python PY] [--json out.json]
+    python bench/serve_bench.py [--rounds 3] [--seconds 4] [--workers N] [--sections overhead,protocols,workers,batching] [--python PY] [--json out.json]
 """
 
 from __future__ import annotations
@@ -255,6 +258,18 @@ def overhead_us(before: dict | None, after: dict | None) -> dict | None:
     return {"outside_compute": per["success"] - per["compute_infer"], "handling": per["success"] - per["compute_infer"] - per["queue"], **per}
 
 
+def bench_row(server: Served, name: str, protocol: str, concurrency: int, seconds: float) -> dict:
+    """`modelport bench URL --protocol P` (this checkout's CLI) against the server."""
+    url = f"http://127.0.0.1:{server.http}/v2/models/{name}/infer"
+    done = subprocess.run([sys.executable, "-m", "modelport", "bench", url, "--protocol", protocol, "--duration", str(seconds),
+                           "--concurrency", str(concurrency), "--requests", "1000000", "--json"], capture_output=True, text=True)
+    doc = json.loads(done.stdout)
+    split = doc.get("server") or {}
+    return {"p50": doc["latency_ms"]["p50"], "p99": doc["latency_ms"]["p99"], "rps": doc["throughput"], "errors": doc["errors"],
+            "server_us": {"outside_compute": split["outside_compute_ms"] * 1000, "queue": split["queue_ms"] * 1000}
+            if "outside_compute_ms" in split else None}
+
+
 def served_row(server: Served, kind: str, name: str, io, protocol: str, concurrency: int, seconds: float, work: Path) -> dict:
     before = server.stats(name)
     row = load(kind, server.grpc if protocol == "grpc" else server.http, name, io, protocol, concurrency, seconds, work)
@@ -312,7 +327,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=4.0)
     ap.add_argument("--workers", type=int, default=_cores())
-    ap.add_argument("--sections", default="overhead,workers,batching")
+    ap.add_argument("--sections", default="overhead,protocols,workers,batching")
     ap.add_argument("--python", default=sys.executable, help="the servers' interpreter (another checkout's venv)")
     ap.add_argument("--json")
     # internal: a client or in-process load process
@@ -353,6 +368,14 @@ def main() -> int:
                                  lambda c=c, io=io: served_row(s, "cnn", "cnn", io, "grpc", c, a.seconds, work)))
                 for p in ("http-binary", "http-json"):
                     plan.append((f"overhead: served {p}, concurrency 1", lambda p=p, io=io: served_row(s, "cnn", "cnn", io, p, 1, a.seconds, work)))
+            if "protocols" in sections:
+                folder = prepare("cnn", work) if not (work / "cnn").exists() else work / "cnn"
+                ps = Served(a.python, folder, log=work / "cnn-protocols.log")
+                servers.append(ps)
+                for c in (1, 8):
+                    for p in ("json", "binary", "grpc"):
+                        plan.append((f"protocols: bench --protocol {p}, concurrency {c}",
+                                     lambda p=p, c=c, ps=ps: bench_row(ps, "cnn", p, c, a.seconds)))
             if "workers" in sections:
                 folder = prepare("resnet18", work)
                 one = Served(a.python, folder, log=work / "r1.log")
@@ -426,6 +449,13 @@ def targets(table: dict, n: int) -> dict:
     base = table.get("overhead: in-process, batch 1")
     if row and base:
         checks["served p50 at concurrency 1 <= in-process p50 + 0.6 ms"] = (row["p50"], base["p50"] + 0.6, row["p50"] <= base["p50"] + 0.6)
+    js, rpc = table.get("protocols: bench --protocol json, concurrency 8"), table.get("protocols: bench --protocol grpc, concurrency 8")
+    if js and rpc:
+        checks["JSON at concurrency 8 >= 40% of binary gRPC requests/s"] = (js["rps"], 0.4 * rpc["rps"], js["rps"] >= 0.4 * rpc["rps"])
+    js1 = table.get("protocols: bench --protocol json, concurrency 1")
+    if js1 and js1.get("server_us"):
+        us = js1["server_us"]["outside_compute"]
+        checks["JSON server-side time outside compute <= 1500 µs"] = (us, 1500.0, us <= 1500)
     limit = next((t for k, t in table.items() if k.startswith("workers: in-process")), None)
     many = table.get(f"workers: served, {n} workers, concurrency 32")
     if limit and many:
