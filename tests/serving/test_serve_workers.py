@@ -66,14 +66,23 @@ def _workers(server) -> set[int]:
     return pids
 
 
+def _until_both(call, pids: set[int], limit_s: float = 60) -> list[str]:
+    """Answers of `call` (a new connection each, 8 at a time) until both workers answered: which
+    worker accepts a connection is the kernel's choice, so a busy machine may give a run of one."""
+    got: list[str] = []
+    end = time.monotonic() + limit_s
+    with ThreadPoolExecutor(8) as pool:
+        while {int(p) for p in got} != pids:
+            assert time.monotonic() < end, (set(got), pids)
+            got += pool.map(lambda _: call(), range(16))
+    return got
+
+
 def test_answers_come_from_two_worker_processes_over_both_protocols(server):
     pids = _workers(server)
     assert len(pids) == 2 and server.proc.pid not in pids
-    with ThreadPoolExecutor(8) as pool:
-        seen_http = set(pool.map(lambda _: _worker_of_http(server.http), range(64)))
-        seen_grpc = set(pool.map(lambda _: _grpc_worker(server.grpc), range(48)))
-    assert {int(p) for p in seen_http} == pids, (seen_http, pids)
-    assert {int(p) for p in seen_grpc} == pids, (seen_grpc, pids)
+    assert {int(p) for p in _until_both(lambda: _worker_of_http(server.http), pids)} == pids
+    assert {int(p) for p in _until_both(lambda: _grpc_worker(server.grpc), pids)} == pids
 
 
 def test_the_statistics_count_every_worker_s_requests(server):
@@ -82,10 +91,8 @@ def test_the_statistics_count_every_worker_s_requests(server):
             return json.loads(r.read())["model_stats"][0]["inference_stats"]["success"]["count"]
 
     before = stats()
-    with ThreadPoolExecutor(8) as pool:
-        seen = set(pool.map(lambda _: _worker_of_http(server.http), range(40)))
-    assert len(seen) == 2
-    assert stats() == before + 40
+    sent = _until_both(lambda: _worker_of_http(server.http), _workers(server))
+    assert stats() == before + len(sent)
 
 
 def test_a_killed_worker_is_replaced_while_requests_keep_succeeding(server):
@@ -98,8 +105,8 @@ def test_a_killed_worker_is_replaced_while_requests_keep_succeeding(server):
         while time.monotonic() < stop and not (len(_workers(server) - old) == 1 and len(answered) > 200):
             try:
                 answered.append(_worker_of_http(server.http))
-            except (AssertionError, OSError) as e:
-                failed.append(str(e))
+            except Exception as e:  # a reset, a refused or cut answer: what a killed worker's callers see
+                failed.append(f"{type(e).__name__}: {e}")
 
     with ThreadPoolExecutor(4) as pool:
         futures = [pool.submit(load) for _ in range(4)]

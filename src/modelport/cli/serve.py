@@ -13,7 +13,8 @@ SCALE = "Scale-out (Ray Serve)"
 def register(app: typer.Typer) -> None:
     @app.command("serve")
     def serve_cmd(
-        path: str = typer.Argument(..., help="A 'modelport convert' output folder or a model file."),
+        path: str = typer.Argument(..., help="A 'modelport convert' output folder, a model file, or a repository folder "
+                                                 "(Triton's layout: NAME/config.pbtxt, NAME/<version>/)."),
         http_port: int = typer.Option(8000, "--http-port", help="HTTP port (KServe v2 REST: /v2/health/ready, /v2/models/NAME/infer).", rich_help_panel=PANEL),
         grpc_port: int = typer.Option(8001, "--grpc-port", help="gRPC port (KServe v2 GRPCInferenceService).", rich_help_panel=PANEL),
         host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (0.0.0.0: every interface).", rich_help_panel=PANEL),
@@ -25,6 +26,10 @@ def register(app: typer.Typer) -> None:
         threads: int | None = typer.Option(None, "--threads", help="The runtime's intra-op threads (default with --workers N: the cores / N).", rich_help_panel=PANEL),
         workers: int = typer.Option(1, "--workers", help="Server processes sharing the ports, each with its own runner; one that dies is replaced.", rich_help_panel=PANEL),
         access_log: bool = typer.Option(False, "--access-log", help="Log one line per REST request.", rich_help_panel=PANEL),
+        model_control: str = typer.Option("none", "--model-control", help="A repository: none (load all at start), poll "
+                                          "(rescan every --poll-seconds) or explicit (load and unload calls).", rich_help_panel=PANEL),
+        poll_seconds: float = typer.Option(5.0, "--poll-seconds", help="--model-control poll: seconds between rescans.",
+                                           rich_help_panel=PANEL),
         replicas: int = typer.Option(1, "--replicas", help="Replicas on Ray Serve behind the one front end (1: in-process).",
                                      rich_help_panel=SCALE),
         min_replicas: int | None = typer.Option(None, "--min-replicas", help="Autoscaling minimum (with --max-replicas).",
@@ -45,15 +50,23 @@ def register(app: typer.Typer) -> None:
             for flag, port in (("--http-port", http_port), ("--grpc-port", grpc_port)):
                 if not 0 < port < 65536:
                     raise BadInputError(f"{flag} {port}: a port is 1..65535")
+            if model_control not in ("none", "poll", "explicit"):
+                raise BadInputError(f"unknown --model-control '{model_control}'; known: none, poll, explicit")
+            if poll_seconds <= 0:
+                raise BadInputError(f"--poll-seconds {poll_seconds}: must be positive")
             if workers < 1:
                 raise BadInputError(f"--workers {workers}: at least 1")
             if http_port == grpc_port:
                 raise BadInputError(f"--http-port and --grpc-port are both {http_port}")
             options = ServeOptions(host=host, http_port=http_port, grpc_port=grpc_port, max_request_bytes=max_request_bytes,
                                    max_batch_size=max_batch_size, max_queue_delay_ms=max_queue_delay_ms, workers=workers,
-                                   access_log=access_log)
+                                   access_log=access_log, model_control=model_control, poll_seconds=poll_seconds)
 
             def ready(served, model):
+                if served is None:  # a repository: the versions that loaded
+                    console.print(f"serving the repository {path} on http://{host}:{http_port} and grpc {host}:{grpc_port}: {model}",
+                                  soft_wrap=True, markup=False)
+                    return
                 checked = served.checked
                 note = (f"answers checked against the reference sample (max abs {checked['max_abs']:.3g})" if checked["checked"]
                         else f"answers not checked: {checked['reason']}")

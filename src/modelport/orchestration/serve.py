@@ -194,14 +194,50 @@ def require_server() -> None:
         require(module, purpose="modelport serve")
 
 
+def _serve_repository(root: Path, options, threads, control: str, poll_s: float, on_ready) -> None:
+    """A folder in Triton's layout: every model and the versions its policy keeps, each opened and
+    checked like a single artifact (`serving/v2/repository.py`)."""
+    from modelport.serving.v2 import server
+    from modelport.serving.v2.model import local_model
+    from modelport.serving.v2.repository import Repository
+    from modelport.serving.v2.stats import Stats
+
+    if options.workers > 1:
+        raise BadInputError(f"--workers {options.workers}: a repository is served by one process (load and unload calls "
+                            "reach the process that takes them)", path=root)
+    stats = Stats()
+
+    def opener(name: str, version: str, path: Path):
+        served = open_served(path, threads=threads)
+        served.checked = check_reference(served)
+        if not served.checked["checked"]:
+            log.warning("serve: %s version %s is not checked before it serves: %s", name, version, served.checked["reason"])
+        batching = options.max_batch_size if options.max_batch_size > 1 and batch_dynamic(served.inputs) else 0
+        return local_model(name, served.runner, served.inputs, served.outputs, stats, platform=served.runtime, version=version,
+                           max_batch_size=batching, max_queue_delay_ms=options.max_queue_delay_ms)
+
+    repo = Repository(root, opener, control, poll_s)
+    server.run(repo, stats, options, on_serving=lambda: on_ready and on_ready(None, ", ".join(
+        f"'{m['name']}' v{m['version']}" for m in repo.index(ready_only=True)) or "no model ready"))
+
+
 def _serve(path, options, artifact, name, threads, scale, on_ready) -> None:
     from modelport.serving import ray_serve
 
     require_server()
     from modelport.serving.v2 import server, workers
     from modelport.serving.v2.model import ServedModel, local_model, timed
+    from modelport.serving.v2.repository import CONTROLS, Fixed, is_repository
     from modelport.serving.v2.stats import Stats
 
+    if options.model_control not in CONTROLS:
+        raise BadInputError(f"unknown --model-control '{options.model_control}'; known: {', '.join(CONTROLS)}")
+    if is_repository(Path(path)):
+        _serve_repository(Path(path), options, threads, options.model_control, options.poll_seconds, on_ready)
+        return
+    if options.model_control != "none":
+        raise BadInputError(f"--model-control {options.model_control} is for a repository folder (Triton's layout: "
+                            "NAME/config.pbtxt, NAME/<version>/)", path=path)
     scale = scale or ray_serve.Scale()
     if options.workers > 1 and scale.on_ray:
         raise BadInputError(f"--workers {options.workers} and Ray Serve replicas do not combine: the replicas are the workers")
@@ -233,7 +269,7 @@ def _serve(path, options, artifact, name, threads, scale, on_ready) -> None:
                                 max_batch_size=options.max_batch_size, max_queue_delay_ms=options.max_queue_delay_ms)
         if on_ready:
             on_ready(served, model.name)
-        server.run({model.name: model}, stats, options)
+        server.run(Fixed({model.name: model}), stats, options)
     finally:
         if scale.on_ray:
             ray_serve.stop(name, started_here=not scale.address)

@@ -25,7 +25,7 @@ _CONTENTS = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_cont
              "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
              "UINT64": "uint64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents"}
 _STATUS = {400: grpc.StatusCode.INVALID_ARGUMENT, 404: grpc.StatusCode.NOT_FOUND, 422: grpc.StatusCode.INVALID_ARGUMENT,
-           413: grpc.StatusCode.RESOURCE_EXHAUSTED}
+           413: grpc.StatusCode.RESOURCE_EXHAUSTED, 503: grpc.StatusCode.UNAVAILABLE}
 
 
 def _feeds(request) -> dict[str, np.ndarray]:
@@ -51,26 +51,45 @@ def _feeds(request) -> dict[str, np.ndarray]:
 
 
 class Servicer(pb_grpc.GRPCInferenceServiceServicer):
-    def __init__(self, models: dict, stats, server: dict, ready=lambda: True):
-        self.models, self.stats, self.server, self.ready = models, stats, server, ready
+    """`registry`: what is served (`repository.Repository` or `repository.Fixed`)."""
+
+    def __init__(self, registry, stats, server: dict):
+        self.registry, self.stats, self.server = registry, stats, server
 
     async def _model(self, name: str, version: str, context):
-        model = self.models.get(name)
-        if model is None:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"model '{name}' is not served here; it serves {sorted(self.models)}")
-        if version and version != model.version:
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"model '{name}' has no version '{version}'; it serves {model.version}")
-        return model
+        try:
+            return self.registry.resolve(name, version)
+        except RequestError as e:
+            await context.abort(_STATUS.get(e.status, grpc.StatusCode.UNAVAILABLE), e.reason)
 
     async def ServerLive(self, request, context):
         return pb.ServerLiveResponse(live=True)
 
     async def ServerReady(self, request, context):
-        return pb.ServerReadyResponse(ready=bool(self.ready()))
+        return pb.ServerReadyResponse(ready=bool(self.registry.ready()))
 
     async def ModelReady(self, request, context):
-        model = self.models.get(request.name)
-        return pb.ModelReadyResponse(ready=model is not None and request.version in ("", model.version))
+        try:
+            self.registry.resolve(request.name, request.version)
+        except RequestError:
+            return pb.ModelReadyResponse(ready=False)
+        return pb.ModelReadyResponse(ready=True)
+
+    async def RepositoryIndex(self, request, context):
+        return pb.RepositoryIndexResponse(models=[pb.RepositoryIndexResponse.ModelIndex(**m) for m in self.registry.index(request.ready)])
+
+    async def RepositoryModelLoad(self, request, context):
+        return await self._control(self.registry.load, request.model_name, pb.RepositoryModelLoadResponse, context)
+
+    async def RepositoryModelUnload(self, request, context):
+        return await self._control(self.registry.unload, request.model_name, pb.RepositoryModelUnloadResponse, context)
+
+    async def _control(self, action, name: str, response, context):
+        try:
+            await action(name)
+        except RequestError as e:
+            await context.abort(_STATUS.get(e.status, grpc.StatusCode.INVALID_ARGUMENT), e.reason)
+        return response()
 
     async def ServerMetadata(self, request, context):
         return pb.ServerMetadataResponse(name=self.server["name"], version=self.server["version"], extensions=self.server["extensions"])
@@ -85,7 +104,7 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
         if request.name:
             models = [await self._model(request.name, request.version, context)]
         else:
-            models = list(self.models.values())
+            models = self.registry.loaded()
         out = []
         for m in models:
             s = self.stats.model_stats(m.name, m.version)
@@ -99,7 +118,7 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
         model = await self._model(request.model_name, request.model_version, context)
         t0 = time.perf_counter_ns()
         stats, slot = model.stats, model.slot
-        stats.pending(slot, 1)
+        model.begin()
         try:
             feeds = _feeds(request)
             reason = check_inputs(feeds, model.inputs)
@@ -135,7 +154,7 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
             log.error("infer on '%s' failed: %s", model.name, e)
             await context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
         finally:
-            stats.pending(slot, -1)
+            model.end()
 
 
 def server(servicer: Servicer, host: str, port: int, max_request_bytes: int) -> grpc.aio.Server:

@@ -2,7 +2,8 @@
 
 Routes (KServe v2 / Triton): `/v2/health/{live,ready}`, `/v2` (server metadata),
 `/v2/models/NAME[/versions/V]` (metadata), `.../ready`, `.../infer`, `.../stats`,
-`/v2/models/stats` (every model), and `/metrics` (Prometheus). Errors are `{"error": reason}` with
+`/v2/models/stats` (every model), the repository extension (`POST /v2/repository/index`,
+`POST /v2/repository/models/NAME/{load,unload}`) and `/metrics` (Prometheus). Errors are `{"error": reason}` with
 the status Triton and KServe use: 400 for a request that does not fit the model, 404 for an
 unknown model or route, 413 for a body over `--max-request-bytes` (refused before it is read),
 422 for a body that is not a v2 JSON request.
@@ -27,12 +28,12 @@ class _TooLarge(Exception):
 
 
 class App:
-    """`models`: {name: ServedModel} (a live dict: the server may change it); `server`: the
-    `/v2` metadata; `stats`: the shared statistics."""
+    """`registry`: what is served (`repository.Repository`, or `repository.Fixed` for one artifact);
+    `server`: the `/v2` metadata; `stats`: the shared statistics."""
 
-    def __init__(self, models: dict, stats, server: dict, max_request_bytes: int, ready=lambda: True):
-        self.models, self.stats, self.server = models, stats, server
-        self.limit, self.ready = max_request_bytes, ready
+    def __init__(self, registry, stats, server: dict, max_request_bytes: int):
+        self.registry, self.stats, self.server = registry, stats, server
+        self.limit = max_request_bytes
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -49,16 +50,18 @@ class App:
         try:
             if parts[:2] == ["v2", "models"] and len(parts) >= 3 and parts[2] != "stats":
                 return await self._model(scope, receive, send, method, parts[2], parts[3:])
+            if method == "POST" and parts[:2] == ["v2", "repository"]:
+                return await self._repository(receive, send, parts[2:])
             if method == "GET":
                 if parts == ["v2", "health", "live"]:
                     return await _answer(send, 200, b"")
                 if parts == ["v2", "health", "ready"]:
-                    return await _answer(send, 200 if self.ready() else 503, b"")
+                    return await _answer(send, 200 if self.registry.ready() else 503, b"")
                 if parts == ["v2"]:
                     return await _answer(send, 200, orjson.dumps(self.server))
                 if parts == ["v2", "models", "stats"]:
                     return await _answer(send, 200, orjson.dumps({"model_stats": [
-                        self.stats.model_stats(m.name, m.version) for m in self.models.values()]}))
+                        self.stats.model_stats(m.name, m.version) for m in self.registry.loaded()]}))
                 if parts == ["metrics"]:
                     return await _answer(send, 200, self.stats.prometheus().encode(),
                                          [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")])
@@ -66,21 +69,37 @@ class App:
         except RequestError as e:
             return await _answer(send, e.status, orjson.dumps({"error": e.reason}))
 
+    async def _repository(self, receive, send, rest: list[str]):
+        body = await _body(receive, self.limit)
+        if rest == ["index"]:
+            try:
+                ready = bool(orjson.loads(body).get("ready")) if body.strip() else False
+            except (orjson.JSONDecodeError, AttributeError):
+                raise RequestError(422, "the index request is not a JSON object") from None
+            return await _answer(send, 200, orjson.dumps(self.registry.index(ready)))
+        if len(rest) == 3 and rest[0] == "models" and rest[2] in ("load", "unload"):
+            await (self.registry.load(rest[1]) if rest[2] == "load" else self.registry.unload(rest[1]))
+            return await _answer(send, 200, b"{}")
+        raise RequestError(404, f"no repository route {'/'.join(rest)}")
+
     async def _model(self, scope, receive, send, method: str, name: str, rest: list[str]):
-        model = self.models.get(name)
-        if model is None:
-            raise RequestError(404, f"model '{name}' is not served here; it serves {sorted(self.models)}")
+        version = ""
         if rest[:1] == ["versions"]:
-            if len(rest) < 2 or rest[1] != model.version:
-                raise RequestError(404, f"model '{name}' has no version '{rest[1] if len(rest) > 1 else ''}'; it serves {model.version}")
-            rest = rest[2:]
+            if len(rest) < 2:
+                raise RequestError(404, f"no route {method} {scope['path']}")
+            version, rest = rest[1], rest[2:]
+        if method == "GET" and rest == ["ready"]:
+            try:
+                self.registry.resolve(name, version)
+            except RequestError as e:
+                return await _answer(send, 400 if e.status == 503 else e.status, orjson.dumps({"error": e.reason}))
+            return await _answer(send, 200, b"")
+        model = self.registry.resolve(name, version)
         if method == "POST" and rest == ["infer"]:
             return await self._infer(scope, receive, send, model)
         if method == "GET":
             if rest == []:
                 return await _answer(send, 200, orjson.dumps(model.metadata()))
-            if rest == ["ready"]:
-                return await _answer(send, 200, b"")
             if rest == ["stats"]:
                 return await _answer(send, 200, orjson.dumps({"model_stats": [self.stats.model_stats(model.name, model.version)]}))
         raise RequestError(404, f"no route {method} {scope['path']}")
@@ -96,7 +115,7 @@ class App:
             return await self._refuse(send)
         t0 = time.perf_counter_ns()
         stats, slot = model.stats, model.slot
-        stats.pending(slot, 1)
+        model.begin()
         try:
             header = headers.get(HEADER_LENGTH.encode())
             try:
@@ -129,7 +148,7 @@ class App:
             log.error("infer on '%s' failed: %s", model.name, e)
             return await _answer(send, 500, orjson.dumps({"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}))
         finally:
-            stats.pending(slot, -1)
+            model.end()
         if head is None:
             return await _answer(send, 200, payload)
         return await _answer(send, 200, payload, [(b"content-type", b"application/octet-stream"),

@@ -172,11 +172,21 @@ class ServedModel:
 
     def __post_init__(self):
         self.slot = self.stats.slot(self.name, self.version)
+        self.inflight = 0
         self.output_names = [s.name for s in self.outputs]
         self.datatypes = {s.name: V2_DATATYPES[s.dtype] for s in self.outputs}
         self.dtypes = {s.name: np.dtype(s.dtype) for s in self.outputs}
         leads = {s.shape[0] if s.shape else None for s in self.inputs}
         self.batch_dim = len(leads) == 1 and isinstance(next(iter(leads)), str)  # inference_count counts rows
+
+    def begin(self) -> None:
+        """A request of this version is in the server (until `end`): counted for draining and the pending gauge."""
+        self.inflight += 1
+        self.stats.pending(self.slot, 1)
+
+    def end(self) -> None:
+        self.inflight -= 1
+        self.stats.pending(self.slot, -1)
 
     def enable_batching(self, max_batch_size: int, max_queue_delay_ms: float) -> None:
         self.batcher = Batcher(self.execute, max_batch_size, max_queue_delay_ms / 1000)
@@ -212,10 +222,10 @@ class ServedModel:
 
 
 def local_model(name: str, runner, inputs: list[TensorSpec], outputs: list[TensorSpec], stats: Stats, *, platform: str,
-                max_batch_size: int = 0, max_queue_delay_ms: float = 2.0, tag: dict | None = None) -> ServedModel:
+                max_batch_size: int = 0, max_queue_delay_ms: float = 2.0, tag: dict | None = None, version: str = "1") -> ServedModel:
     """A model answered by `runner` (the artifact's, `modelport.runtimes`) in this process."""
     local = LocalRunner(runner)
-    model = ServedModel(name, inputs, outputs, local.call, stats, platform=platform, tag=tag or {}, close=local.close)
+    model = ServedModel(name, inputs, outputs, local.call, stats, version=version, platform=platform, tag=tag or {}, close=local.close)
     if max_batch_size > 1:
         model.enable_batching(max_batch_size, max_queue_delay_ms)
     return model

@@ -31,6 +31,8 @@ class ServeOptions:
     max_queue_delay_ms: float = 2.0
     workers: int = 1
     access_log: bool = False
+    model_control: str = "none"  # a repository folder: none, poll or explicit (`repository.py`)
+    poll_seconds: float = 5.0
 
 
 def metadata() -> dict:
@@ -50,23 +52,29 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def _serve(models: dict, stats, options: ServeOptions, http_sock: socket.socket, on_serving=None) -> None:
+async def _serve(registry, stats, options: ServeOptions, http_sock: socket.socket, on_serving=None) -> None:
     import uvicorn
 
     info = {**metadata(), "grpc_port": options.grpc_port}  # where `bench URL` finds the gRPC front end
-    app = App(models, stats, info, options.max_request_bytes)
+    app = App(registry, stats, info, options.max_request_bytes)
     config = uvicorn.Config(app, lifespan="off", http="httptools" if _has("httptools") else "auto", loop="none",
                             access_log=options.access_log, log_level="info", timeout_keep_alive=30)
     http = uvicorn.Server(config)
-    rpc = grpc_server(Servicer(models, stats, info), options.host, options.grpc_port, options.max_request_bytes)
+    rpc = grpc_server(Servicer(registry, stats, info), options.host, options.grpc_port, options.max_request_bytes)
     await rpc.start()
-    if on_serving:
-        asyncio.get_running_loop().call_soon(on_serving)
+    poller = None
     try:
+        await registry.start()  # a repository loads its models (the front ends answer, not ready, meanwhile)
+        if getattr(registry, "control", "none") == "poll":
+            poller = asyncio.get_running_loop().create_task(registry.poll())
+        if on_serving:
+            asyncio.get_running_loop().call_soon(on_serving)
         await http.serve(sockets=[http_sock])
     finally:
+        if poller is not None:
+            poller.cancel()
         await rpc.stop(grace=2)
-        for m in models.values():
+        for m in registry.loaded():
             if m.close:
                 m.close()
 
@@ -87,11 +95,11 @@ def serve_logging() -> None:
         log.propagate = False
 
 
-def run(models: dict, stats, options: ServeOptions, http_sock: socket.socket | None = None, on_serving=None) -> None:
-    """Serve `models` ({name: ServedModel}) until interrupted."""
+def run(registry, stats, options: ServeOptions, http_sock: socket.socket | None = None, on_serving=None) -> None:
+    """Serve `registry` (`repository.Repository`, or `repository.Fixed` for one artifact) until interrupted."""
     serve_logging()
     sock = http_sock or listening_socket(options.host, options.http_port)
-    main = _serve(models, stats, options, sock, on_serving)
+    main = _serve(registry, stats, options, sock, on_serving)
     if _has("uvloop"):
         import uvloop
 

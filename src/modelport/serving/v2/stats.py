@@ -39,7 +39,7 @@ class Layout:
 
     path: str | None = None
     workers: int = 1
-    slots: int = 64
+    slots: int = 256
 
     def create(self) -> None:
         if self.path:

@@ -15,6 +15,7 @@ def main(argv: list[str]) -> int:
     from modelport.ir import TensorSpec
     from modelport.runtimes import RUNNERS
     from modelport.serving.v2.model import local_model
+    from modelport.serving.v2.repository import Fixed
     from modelport.serving.v2.server import ServeOptions, run
     from modelport.serving.v2.stats import Layout, Stats
 
@@ -32,7 +33,7 @@ def main(argv: list[str]) -> int:
         os.write(spec["ready_fd"], b"1")
         os.close(spec["ready_fd"])
 
-    run({model.name: model}, stats, options, http_sock=sock, on_serving=serving)
+    run(Fixed({model.name: model}), stats, options, http_sock=sock, on_serving=serving)
     return 0
 
 
