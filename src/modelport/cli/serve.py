@@ -30,6 +30,13 @@ def register(app: typer.Typer) -> None:
                                           "(rescan every --poll-seconds) or explicit (load and unload calls).", rich_help_panel=PANEL),
         poll_seconds: float = typer.Option(5.0, "--poll-seconds", help="--model-control poll: seconds between rescans.",
                                            rich_help_panel=PANEL),
+        rollout: str = typer.Option("direct", "--rollout", help="A repository's new version: direct (after its own check) or "
+                                    "parity (after it gives the serving version's answers).", rich_help_panel=PANEL),
+        max_memory: str | None = typer.Option(None, "--max-memory", help="A repository: the server's memory bound (e.g. 4G); "
+                                              "models load on their first request and the least recently used is unloaded to fit.",
+                                              rich_help_panel=PANEL),
+        shadow: int = typer.Option(0, "--shadow", help="--rollout parity: live requests mirrored to the new version before it "
+                                   "switches in.", rich_help_panel=PANEL),
         replicas: int = typer.Option(1, "--replicas", help="Replicas on Ray Serve behind the one front end (1: in-process).",
                                      rich_help_panel=SCALE),
         min_replicas: int | None = typer.Option(None, "--min-replicas", help="Autoscaling minimum (with --max-replicas).",
@@ -52,6 +59,16 @@ def register(app: typer.Typer) -> None:
                     raise BadInputError(f"{flag} {port}: a port is 1..65535")
             if model_control not in ("none", "poll", "explicit"):
                 raise BadInputError(f"unknown --model-control '{model_control}'; known: none, poll, explicit")
+            bound = None
+            if max_memory is not None:
+                from modelport.memory import parse_size
+
+                try:
+                    bound = parse_size(max_memory)
+                except ValueError as e:
+                    raise BadInputError(f"--max-memory: {e}") from None
+            if rollout not in ("direct", "parity"):
+                raise BadInputError(f"unknown --rollout '{rollout}'; known: direct, parity")
             if poll_seconds <= 0:
                 raise BadInputError(f"--poll-seconds {poll_seconds}: must be positive")
             if workers < 1:
@@ -60,7 +77,8 @@ def register(app: typer.Typer) -> None:
                 raise BadInputError(f"--http-port and --grpc-port are both {http_port}")
             options = ServeOptions(host=host, http_port=http_port, grpc_port=grpc_port, max_request_bytes=max_request_bytes,
                                    max_batch_size=max_batch_size, max_queue_delay_ms=max_queue_delay_ms, workers=workers,
-                                   access_log=access_log, model_control=model_control, poll_seconds=poll_seconds)
+                                   access_log=access_log, model_control=model_control, poll_seconds=poll_seconds,
+                                   rollout=rollout, shadow=shadow, max_memory=bound)
 
             def ready(served, model):
                 if served is None:  # a repository: the versions that loaded

@@ -93,6 +93,11 @@ def _from_file(path: Path, threads: int | None, contract: dict | None = None) ->
         outputs = [TensorSpec.from_dict(s) for s in contract["outputs"]]
     else:
         inputs, outputs = list(runner.input_specs()), runner.output_specs()
+        if not outputs and path.suffix.lower() == ".onnx":  # onnxruntime does not describe outputs; the graph does
+            from modelport.ir import contract_from_onnx
+            from modelport.onnx_io import load_onnx
+
+            outputs = contract_from_onnx(load_onnx(path, weights=False))[1]
     if not outputs:
         raise BadInputError("the runtime does not describe this file's outputs; serve its convert output folder", path=path)
     return Served(path.stem, path, runner, runtime, inputs, list(outputs), "fp32", None, {})
@@ -213,10 +218,13 @@ def _serve_repository(root: Path, options, threads, control: str, poll_s: float,
         if not served.checked["checked"]:
             log.warning("serve: %s version %s is not checked before it serves: %s", name, version, served.checked["reason"])
         batching = options.max_batch_size if options.max_batch_size > 1 and batch_dynamic(served.inputs) else 0
-        return local_model(name, served.runner, served.inputs, served.outputs, stats, platform=served.runtime, version=version,
-                           max_batch_size=batching, max_queue_delay_ms=options.max_queue_delay_ms)
+        model = local_model(name, served.runner, served.inputs, served.outputs, stats, platform=served.runtime, version=version,
+                            max_batch_size=batching, max_queue_delay_ms=options.max_queue_delay_ms)
+        model.precision = served.precision
+        model.reference = served.reference[0] if served.reference else None
+        return model
 
-    repo = Repository(root, opener, control, poll_s)
+    repo = Repository(root, opener, control, poll_s, rollout=options.rollout, shadow=options.shadow, max_memory=options.max_memory)
     server.run(repo, stats, options, on_serving=lambda: on_ready and on_ready(None, ", ".join(
         f"'{m['name']}' v{m['version']}" for m in repo.index(ready_only=True)) or "no model ready"))
 
@@ -227,16 +235,19 @@ def _serve(path, options, artifact, name, threads, scale, on_ready) -> None:
     require_server()
     from modelport.serving.v2 import server, workers
     from modelport.serving.v2.model import ServedModel, local_model, timed
-    from modelport.serving.v2.repository import CONTROLS, Fixed, is_repository
+    from modelport.serving.v2.repository import CONTROLS, ROLLOUTS, Fixed, is_repository
     from modelport.serving.v2.stats import Stats
 
     if options.model_control not in CONTROLS:
         raise BadInputError(f"unknown --model-control '{options.model_control}'; known: {', '.join(CONTROLS)}")
+    if options.rollout not in ROLLOUTS or options.shadow < 0 or (options.shadow and options.rollout != "parity"):
+        raise BadInputError(f"--rollout {options.rollout} --shadow {options.shadow}: --rollout is one of {', '.join(ROLLOUTS)}, "
+                            "and --shadow N (N >= 0) goes with --rollout parity")
     if is_repository(Path(path)):
         _serve_repository(Path(path), options, threads, options.model_control, options.poll_seconds, on_ready)
         return
-    if options.model_control != "none":
-        raise BadInputError(f"--model-control {options.model_control} is for a repository folder (Triton's layout: "
+    if options.model_control != "none" or options.rollout != "direct" or options.max_memory is not None:
+        raise BadInputError("--model-control, --rollout and --max-memory are for a repository folder (Triton's layout: "
                             "NAME/config.pbtxt, NAME/<version>/)", path=path)
     scale = scale or ray_serve.Scale()
     if options.workers > 1 and scale.on_ray:

@@ -58,7 +58,7 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
 
     async def _model(self, name: str, version: str, context):
         try:
-            return self.registry.resolve(name, version)
+            return await self.registry.get(name, version)
         except RequestError as e:
             await context.abort(_STATUS.get(e.status, grpc.StatusCode.UNAVAILABLE), e.reason)
 

@@ -63,7 +63,7 @@ class App:
                     return await _answer(send, 200, orjson.dumps({"model_stats": [
                         self.stats.model_stats(m.name, m.version) for m in self.registry.loaded()]}))
                 if parts == ["metrics"]:
-                    return await _answer(send, 200, self.stats.prometheus().encode(),
+                    return await _answer(send, 200, (self.stats.prometheus() + self.registry.metrics()).encode(),
                                          [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")])
             raise RequestError(404, f"no route {method} {scope['path']}")
         except RequestError as e:
@@ -94,7 +94,7 @@ class App:
             except RequestError as e:
                 return await _answer(send, 400 if e.status == 503 else e.status, orjson.dumps({"error": e.reason}))
             return await _answer(send, 200, b"")
-        model = self.registry.resolve(name, version)
+        model = await self.registry.get(name, version)
         if method == "POST" and rest == ["infer"]:
             return await self._infer(scope, receive, send, model)
         if method == "GET":

@@ -169,6 +169,9 @@ class ServedModel:
     batcher: Batcher | None = None
     tag: dict = field(default_factory=dict)
     close: Callable[[], None] | None = None
+    precision: str = "fp32"  # the artifact's: the tolerance a candidate version is judged with
+    reference: dict | None = None  # the reference sample's inputs, where the artifact has one
+    mirror: Callable[[dict, dict], None] | None = None  # set while a candidate version shadows this one
 
     def __post_init__(self):
         self.slot = self.stats.slot(self.name, self.version)
@@ -208,6 +211,8 @@ class ServedModel:
         out, start, ns, _ = await (self.batcher.submit(feeds) if self.batcher is not None else self.execute(feeds))
         self.stats.phase(self.slot, "queue", max(0, start - decoded_at))
         self.stats.phase(self.slot, "compute_infer", ns)
+        if self.mirror is not None:
+            self.mirror(feeds, out)
         params = dict(self.tag)
         if REPLICA in out:
             params["replica"] = str(out.pop(REPLICA))

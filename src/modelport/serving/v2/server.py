@@ -33,6 +33,9 @@ class ServeOptions:
     access_log: bool = False
     model_control: str = "none"  # a repository folder: none, poll or explicit (`repository.py`)
     poll_seconds: float = 5.0
+    rollout: str = "direct"  # a repository's new version: direct, or parity (gated on the serving version's answers)
+    shadow: int = 0  # parity: live requests mirrored to the new version before it switches in
+    max_memory: int | None = None  # a repository: the process tree's RSS bound; models load on first use, LRU unloaded
 
 
 def metadata() -> dict:
