@@ -99,6 +99,7 @@ CHOICES = [  # command, option, a bad value, the words of the message
     ("package", "--device", "tpu", "unknown device 'tpu'; known: cpu, gpu"),
     ("package", "--postprocess", "argmax", "unknown postprocess 'argmax'; known: none, softmax, topk=K"),
     ("package", "--server", "nginx", "unknown server 'nginx'; known: triton, torchserve, tfserving"),
+    ("package", "--scale-on", "memory", "unknown --scale-on metric 'memory'; known: cpu, pending-requests"),
 ]
 
 
@@ -124,7 +125,7 @@ def test_every_choice_option_is_covered():
             "--workspace", "-in", "-iw", "--inputs", "--name", "--version", "--max-batch", "--preferred-batch", "--queue-delay-us",
             "--instances", "--image", "--replicas", "--min-replicas", "--max-replicas", "--cpu", "--memory", "--gpus", "--namespace",
             "--storage-uri", "--data", "--value", "--junit", "--new-tokens", "--block-size", "--stage-timeout", "--stage-memory",
-            "--range"}
+            "--range", "--target-pending"}
     covered = {(c, o) for c, o, _, _ in CHOICES}
     for name in ("convert", "optimize", "emit", "validate", "package"):
         for param in group.commands[name].params:

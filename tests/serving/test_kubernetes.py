@@ -134,3 +134,34 @@ def test_torchserve_container_exposes_the_inference_port_only(mlp_out, tmp_path)
     props = properties(tmp_path / "torchserve" / "config.properties")
     assert props["management_address"].startswith("http://127.0.0.1:") and props["disable_token_authorization"] == "false"
     assert "key_file.json" in (tmp_path / "README.md").read_text()
+
+
+@pytest.mark.parametrize("device", ["cpu", "gpu"])
+def test_an_autoscaler_on_the_server_s_queue(mlp_out, tmp_path, device):
+    """--scale-on pending-requests: an autoscaling/v2 HPA on Triton's nv_inference_pending_request_count
+    per pod (a GPU deployment too: a queue says when a GPU is saturated), the pods annotated for
+    Prometheus to scrape the metrics port, and the prometheus-adapter rule that serves the metric;
+    every manifest valid against the Kubernetes schemas."""
+    b = package(load_artifacts(mlp_out), tmp_path, PackageOptions(server="triton", device=device, scale_on="pending-requests",
+                                                                  target_pending=6, max_replicas=8))
+    docs = {p.name: yaml.safe_load(p.read_text()) for p in (tmp_path / "k8s").iterdir()}
+    assert set(docs) == {"deployment.yaml", "service.yaml", "hpa.yaml", "prometheus-adapter-rules.yaml"}
+    for doc in docs.values():
+        validate(doc)
+    (metric,) = docs["hpa.yaml"]["spec"]["metrics"]
+    assert metric == {"type": "Pods", "pods": {"metric": {"name": "nv_inference_pending_request_count"},
+                                               "target": {"type": "AverageValue", "averageValue": "6"}}}
+    assert docs["hpa.yaml"]["spec"]["maxReplicas"] == 8 and "replicas" not in docs["deployment.yaml"]["spec"]
+    annotations = docs["deployment.yaml"]["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/port"] == str(SERVERS["triton"].ports["metrics"])
+    rule = yaml.safe_load(docs["prometheus-adapter-rules.yaml"]["data"]["config.yaml"])["rules"][0]
+    assert rule["name"]["as"] == "nv_inference_pending_request_count" and "pod" in rule["resources"]["overrides"]
+    assert "nv_inference_pending_request_count" in (tmp_path / "README.md").read_text()
+    assert b.details["gpu"] is (device == "gpu")
+
+
+def test_scaling_on_the_queue_needs_a_server_that_exports_it():
+    with pytest.raises(BadInputError, match="the torchserve server exports no pending-requests metric"):
+        manifests(PackageOptions(server="torchserve", scale_on="pending-requests"), "mlp", "img", False)
+    with pytest.raises(BadInputError, match="unknown --scale-on metric 'memory'; known: cpu, pending-requests"):
+        PackageOptions(scale_on="memory")

@@ -62,6 +62,8 @@ def register(app: typer.Typer) -> None:
         replicas: int | None = typer.Option(None, "--replicas", help="k8s/KServe: a fixed number of replicas (no autoscaler)."),
         min_replicas: int | None = typer.Option(None, "--min-replicas", help="Autoscaling minimum (default 1)."),
         max_replicas: int | None = typer.Option(None, "--max-replicas", help="Autoscaling maximum (default 4)."),
+        scale_on: str = typer.Option("cpu", "--scale-on", help="k8s autoscaler: cpu, or pending-requests (the server's queue; Triton)."),
+        target_pending: int = typer.Option(4, "--target-pending", help="--scale-on pending-requests: requests per pod to keep."),
         cpu: str = typer.Option("1", "--cpu", help="CPU request per pod, e.g. 500m or 2."),
         memory: str = typer.Option("2Gi", "--memory", help="Memory request and limit per pod."),
         gpus: int | None = typer.Option(None, "--gpus", help="GPUs per pod when a GPU is needed (default 1)."),
@@ -87,7 +89,7 @@ def register(app: typer.Typer) -> None:
                 dynamic_batching=not no_dynamic_batching, instances=instances, device=device, trt_acceleration=trt_accel,
                 postprocess=postprocess, preprocess=not no_preprocess, server=server, image=image, replicas=replicas,
                 min_replicas=min_replicas, max_replicas=max_replicas, cpu=cpu, memory=memory, gpus=gpus, namespace=namespace,
-                storage_uri=storage_uri,
+                storage_uri=storage_uri, scale_on=scale_on, target_pending=target_pending,
             )
             with stage_status(quiet or json_out) as on_stage:
                 return package(source, output, names, options, on_stage=on_stage)

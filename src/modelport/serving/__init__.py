@@ -25,6 +25,7 @@ SERVERS = ("triton", "torchserve", "tfserving", "ovms")
 
 POSTPROCESS = ("none", "softmax", "topk=K")
 DEVICES = ("cpu", "gpu")
+SCALE_ON = ("cpu", "pending-requests")  # k8s: what the HorizontalPodAutoscaler follows
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class PackageOptions:
     min_replicas: int | None = None  # autoscaling range, default 1..4
     max_replicas: int | None = None
     target_cpu_utilization: int = 70
+    scale_on: str = "cpu"  # k8s: cpu, or pending-requests (the server's queue: Triton's nv_inference_pending_request_count)
+    target_pending: int = 4  # pending-requests: the average per pod the autoscaler keeps
     cpu: str = "1"
     memory: str = "2Gi"
     gpus: int | None = None  # default: 1 when the device is gpu or the artifact needs one
@@ -68,6 +71,9 @@ class PackageOptions:
 
         object.__setattr__(self, "device", choice(self.device, DEVICES, "device"))
         object.__setattr__(self, "server", choice(self.server, SERVERS, "server"))
+        object.__setattr__(self, "scale_on", choice(self.scale_on, SCALE_ON, "--scale-on metric"))
+        if self.target_pending < 1:
+            raise BadInputError("bad --target-pending: must be at least 1")
         if not re.fullmatch(r"none|softmax|topk=[1-9]\d*", str(self.postprocess).strip().lower()):
             raise BadInputError(f"unknown postprocess '{self.postprocess}'; known: {', '.join(POSTPROCESS)}")
         for what, v in (("--instances", self.instances), ("--replicas", self.replicas), ("--max-batch", self.max_batch_size + 1),

@@ -29,6 +29,7 @@ class Server:
     probe_exec: tuple[str, ...] | None = None
     workdir: str | None = None  # the working folder the server starts in (TorchServe writes key_file.json there)
     keys_per_pod: bool = False  # each server process makes its own client keys, so replicas do not share them
+    pending_metric: str | None = None  # its Prometheus gauge of requests queued or in flight, when it has one
 
 
 SERVERS: dict[str, Server] = {
@@ -39,6 +40,7 @@ SERVERS: dict[str, Server] = {
         readiness="/v2/health/ready", liveness="/v2/health/live",
         command=("tritonserver", "--model-repository=/models"),
         kserve_format="triton", kserve_runtime="kserve-tritonserver", kserve_protocol="v2",
+        pending_metric="nv_inference_pending_request_count",
     ),
     # Only the inference port leaves the container: management and metrics listen on 127.0.0.1
     # (config.properties), and token authorisation stays on, so /ping needs the inference key too.

@@ -1,6 +1,14 @@
 """Kubernetes bundle: the chosen server's bundle, a Dockerfile baking it into the server image, and
 `k8s/` manifests (Deployment, Service, HorizontalPodAutoscaler).
 
+The autoscaler follows CPU utilisation, or with `--scale-on pending-requests` the server's own
+queue: Triton's `nv_inference_pending_request_count` per pod (requests received and not yet
+answered), averaged to `--target-pending`. That metric reaches the autoscaler through the
+cluster's Prometheus and prometheus-adapter: the pods carry Prometheus' scrape annotations for the
+metrics port, and `k8s/prometheus-adapter-rules.yaml` holds the adapter rule (a ConfigMap to merge
+into the adapter's). A queue also says when a GPU server is saturated, so a GPU deployment can be
+autoscaled on it (never on CPU).
+
 Probes hit the server's own health endpoints (Triton `/v2/health/ready|live`, TorchServe `/ping`,
 TF Serving `/v1/models/<name>`); containers request CPU and memory and, when the artifact needs a
 GPU (a TensorRT plan, or `--device gpu`), limit `nvidia.com/gpu`.
@@ -89,9 +97,14 @@ def autoscaled(options: PackageOptions, gpu: bool) -> bool:
     """
     from modelport.errors import BadInputError
 
+    if options.scale_on == "pending-requests":
+        if server(options.server).pending_metric is None:
+            raise BadInputError(f"--scale-on pending-requests: the {options.server} server exports no pending-requests metric "
+                                "(Triton's does: --server triton)")
+        return options.replicas is None
     if gpu and options.autoscaling_asked:
         raise BadInputError("--min-replicas/--max-replicas: a GPU deployment is not autoscaled on CPU",
-                            hint="pass --replicas N; the bundle README shows how to scale it on a GPU metric")
+                            hint="pass --replicas N, or --scale-on pending-requests (the server's queue)")
     if server(options.server).keys_per_pod and not options.autoscaling_asked:
         return False
     return options.replicas is None and not gpu
@@ -110,12 +123,17 @@ def manifests(options: PackageOptions, model_name: str, image: str, gpu: bool) -
     meta = {"name": app, "labels": labels}
     if options.namespace:
         meta["namespace"] = options.namespace
+    on_queue = hpa_on and options.scale_on == "pending-requests"
+    template_meta: dict = {"labels": labels}
+    if on_queue:  # Prometheus scrapes the server's metrics port; the adapter serves the metric to the HPA
+        template_meta["annotations"] = {"prometheus.io/scrape": "true", "prometheus.io/port": str(s.ports["metrics"]),
+                                        "prometheus.io/path": "/metrics"}
     deployment = {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
         "spec": {
             **({} if hpa_on else {"replicas": options.replicas or 1}),
             "selector": {"matchLabels": labels},
-            "template": {"metadata": {"labels": labels},
+            "template": {"metadata": template_meta,
                          "spec": {"containers": [container(options, model_name, image, gpu)]}},
         },
     }
@@ -127,16 +145,35 @@ def manifests(options: PackageOptions, model_name: str, image: str, gpu: bool) -
     docs = {"deployment.yaml": deployment, "service.yaml": service}
     if hpa_on:
         low, high = options.autoscale_range
+        metric = ({"type": "Pods", "pods": {"metric": {"name": s.pending_metric},
+                                            "target": {"type": "AverageValue", "averageValue": str(options.target_pending)}}}
+                  if on_queue else
+                  {"type": "Resource", "resource": {"name": "cpu", "target": {
+                      "type": "Utilization", "averageUtilization": options.target_cpu_utilization}}})
         docs["hpa.yaml"] = {
             "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": meta,
-            "spec": {
-                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": app},
-                "minReplicas": low, "maxReplicas": high,
-                "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {
-                    "type": "Utilization", "averageUtilization": options.target_cpu_utilization}}}],
-            },
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": app},
+                     "minReplicas": low, "maxReplicas": high, "metrics": [metric]},
         }
+    if on_queue:
+        docs["prometheus-adapter-rules.yaml"] = adapter_rules(s.pending_metric, options.namespace)
     return docs
+
+
+def adapter_rules(metric: str, namespace: str | None) -> dict:
+    """A ConfigMap with the prometheus-adapter rule that serves `metric` per pod to the HPA (merge
+    its `config.yaml` into the adapter's own rules)."""
+    import yaml
+
+    rule = {"seriesQuery": f'{metric}{{namespace!="",pod!=""}}',
+            "resources": {"overrides": {"namespace": {"resource": "namespace"}, "pod": {"resource": "pod"}}},
+            "name": {"matches": f"^{metric}$", "as": metric},
+            "metricsQuery": "sum(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)"}
+    meta: dict = {"name": "modelport-adapter-rules", "labels": {"app.kubernetes.io/part-of": "modelport"}}
+    if namespace:
+        meta["namespace"] = namespace
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
+            "data": {"config.yaml": yaml.safe_dump({"rules": [rule]}, sort_keys=False)}}
 
 
 def write_yaml(path: Path, doc: dict) -> Path:
@@ -170,6 +207,14 @@ def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bun
 
 
 def _scaling_note(options: PackageOptions, docs: dict, gpu: bool) -> str:
+    if "hpa.yaml" in docs and options.scale_on == "pending-requests":
+        spec = docs["hpa.yaml"]["spec"]
+        metric = spec["metrics"][0]["pods"]["metric"]["name"]
+        return (f"a HorizontalPodAutoscaler ({spec['minReplicas']}..{spec['maxReplicas']} replicas) keeps `{metric}`,\n"
+                f"the requests each pod holds and has not answered, at {options.target_pending} per pod on average. The\n"
+                "metric reaches it through Prometheus (the pods carry its scrape annotations) and prometheus-adapter:\n"
+                "merge `k8s/prometheus-adapter-rules.yaml`'s `config.yaml` into the adapter's rules, then check\n"
+                f"`kubectl get --raw /apis/custom.metrics.k8s.io/v1beta1/namespaces/<ns>/pods/*/{metric}`.")
     if "hpa.yaml" in docs:
         spec = docs["hpa.yaml"]["spec"]
         return (f"a HorizontalPodAutoscaler ({spec['minReplicas']}..{spec['maxReplicas']} replicas at "
