@@ -107,6 +107,8 @@ class InputGuard:
     def __init__(self, args: list[str]):
         self.outputs = []
         candidates = []
+        if args[:2] in (["repo", "add"], ["repo", "promote"], ["repo", "rollback"]) and len(args) > 2:
+            self.outputs.append(Path(args[2]).resolve())  # the repository these commands edit
         it = iter(args)
         for a in it:
             opt, eq, value = a.partition("=")

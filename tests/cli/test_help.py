@@ -16,7 +16,7 @@ import pytest
 
 SNAPSHOTS = Path(__file__).resolve().parent / "help"
 COMMANDS = ["", "convert", "inspect", "optimize", "emit", "validate", "package", "serve", "bench", "doctor", "zoo", "zoo list",
-            "zoo build", "zoo fetch", "batch", "report", "report diff"]
+            "zoo build", "zoo fetch", "batch", "report", "report diff", "repo", "repo add", "repo promote", "repo rollback", "repo list"]
 
 
 def help_text(command: str, columns: int = 100) -> str:
@@ -37,7 +37,7 @@ def test_help_matches_its_snapshot(command):
     text = help_text(command)
     assert text == _snapshot(command).read_text(), f"help of '{command}' drifted: python -m tests.cli.test_help rewrites it"
     assert "<str>" not in text and "<bool>" not in text and "<int>" not in text and "<list" not in text
-    if command and command not in ("zoo", "report"):  # groups: their commands carry the examples
+    if command and command not in ("zoo", "report", "repo"):  # groups: their commands carry the examples
         assert "Example:  modelport " + command in text
 
 

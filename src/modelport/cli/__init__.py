@@ -35,9 +35,9 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 
 def _register() -> None:
     # One line per command module; each module adds its command(s) to `app`.
-    from modelport.cli import batch, bench, convert, doctor, emit, inspect, optimize, package, report, serve, validate, zoo
+    from modelport.cli import batch, bench, convert, doctor, emit, inspect, optimize, package, repo, report, serve, validate, zoo
 
-    for module in (convert, inspect, zoo, optimize, package, serve, emit, validate, bench, doctor, batch, report):
+    for module in (convert, inspect, zoo, optimize, package, serve, repo, emit, validate, bench, doctor, batch, report):
         module.register(app)
     from modelport.cli.help import polish
 

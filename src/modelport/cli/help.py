@@ -69,6 +69,10 @@ EXAMPLES = {
     "zoo list": "modelport zoo list | grep keras",
     "zoo build": "modelport zoo build cnn_small -o src/",
     "zoo fetch": "modelport zoo fetch NAME --cache-dir ~/.cache/modelport",
+    "repo list": "modelport repo list repo/",
+    "repo add": "modelport repo add repo/ ranker runs/v8/",
+    "repo promote": "modelport repo promote repo/ ranker 8",
+    "repo rollback": "modelport repo rollback repo/ ranker",
 }
 
 
