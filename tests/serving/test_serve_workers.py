@@ -59,7 +59,7 @@ def _workers(server) -> set[int]:
     pids = set()
     for c in psutil.Process(server.proc.pid).children():
         try:
-            if c.status() != psutil.STATUS_ZOMBIE and "modelport.serving.v2.worker" in " ".join(c.cmdline()):
+            if c.status() != psutil.STATUS_ZOMBIE and "modelport.orchestration.serve_worker" in " ".join(c.cmdline()):
                 pids.add(c.pid)
         except psutil.Error:  # gone or a zombie: not a worker that serves
             pass
@@ -124,3 +124,44 @@ def test_a_killed_worker_is_replaced_while_requests_keep_succeeding(server):
     while str(fresh) not in {_worker_of_http(server.http) for _ in range(16)}:
         assert time.monotonic() < deadline, "the replacement worker never answered"
     assert "worker 0" in server.log.read_text() or "worker 1" in server.log.read_text()
+
+
+def test_a_load_or_unload_taken_by_one_worker_reaches_both(tmp_path):
+    """`serve REPO --workers 2 --model-control explicit`: an unload and a load, each taken by whichever
+    worker accepts the call, hold in both workers before the call answers."""
+    from tests.serving.test_serve_repository import _matmul_file
+
+    repo = tmp_path / "repo"
+    for name in ("a", "b"):
+        _matmul_file(repo / name / "1" / "model.onnx", 4, 3, 0)
+    s = Server(repo, "--workers", "2", "--model-control", "explicit", log=tmp_path / "repo-workers.log")
+    body = json.dumps({"inputs": [{"name": "features", "shape": [1, 4], "datatype": "FP32", "data": [0.5] * 4}]}).encode()
+
+    def answers(model: str) -> tuple[set[str], int]:
+        """(workers that answered, refusals) over new connections until both workers answered or 80 calls."""
+        pids, refused = set(), 0
+        for _ in range(80):
+            status, text = _post(s.http, f"/v2/models/{model}/infer", body)
+            if status == 200:
+                pids.add(json.loads(text)["parameters"]["worker"])
+            else:
+                refused += 1
+            if len(pids) == 2:
+                break
+        return pids, refused
+
+    try:
+        s.wait_ready(120)
+        pids, refused = answers("b")
+        assert len(pids) == 2 and refused == 0
+        status, text = _post(s.http, "/v2/repository/models/b/unload", b"")
+        assert status == 200, text
+        pids, refused = answers("b")
+        assert pids == set() and refused == 80  # no worker still serves it
+        assert len(answers("a")[0]) == 2
+        status, text = _post(s.http, "/v2/repository/models/b/load", b"")
+        assert status == 200, text
+        pids, refused = answers("b")
+        assert len(pids) == 2 and refused == 0
+    finally:
+        s.stop()

@@ -199,18 +199,14 @@ def require_server() -> None:
         require(module, purpose="modelport serve")
 
 
-def _serve_repository(root: Path, options, threads, control: str, poll_s: float, on_ready) -> None:
-    """A folder in Triton's layout: every model and the versions its policy keeps, each opened and
-    checked like a single artifact (`serving/v2/repository.py`)."""
-    from modelport.serving.v2 import server
+WORKER = "modelport.orchestration.serve_worker"  # what `--workers N` starts N of
+
+
+def repository_registry(root: Path, options, threads, stats, tag: dict | None = None):
+    """The live `Repository` of a folder in Triton's layout: each version opened and checked like
+    a single artifact (`serving/v2/repository.py`); `tag`: the response parameter naming a worker."""
     from modelport.serving.v2.model import local_model
     from modelport.serving.v2.repository import Repository
-    from modelport.serving.v2.stats import Stats
-
-    if options.workers > 1:
-        raise BadInputError(f"--workers {options.workers}: a repository is served by one process (load and unload calls "
-                            "reach the process that takes them)", path=root)
-    stats = Stats()
 
     def opener(name: str, version: str, path: Path):
         served = open_served(path, threads=threads)
@@ -219,14 +215,32 @@ def _serve_repository(root: Path, options, threads, control: str, poll_s: float,
             log.warning("serve: %s version %s is not checked before it serves: %s", name, version, served.checked["reason"])
         batching = options.max_batch_size if options.max_batch_size > 1 and batch_dynamic(served.inputs) else 0
         model = local_model(name, served.runner, served.inputs, served.outputs, stats, platform=served.runtime, version=version,
-                            max_batch_size=batching, max_queue_delay_ms=options.max_queue_delay_ms)
+                            max_batch_size=batching, max_queue_delay_ms=options.max_queue_delay_ms, tag=tag)
         model.precision = served.precision
         model.reference = served.reference[0] if served.reference else None
         return model
 
-    repo = Repository(root, opener, control, poll_s, rollout=options.rollout, shadow=options.shadow, max_memory=options.max_memory)
-    server.run(repo, stats, options, on_serving=lambda: on_ready and on_ready(None, ", ".join(
-        f"'{m['name']}' v{m['version']}" for m in repo.index(ready_only=True)) or "no model ready"))
+    bound = options.max_memory // max(1, options.workers) if options.max_memory else None  # each worker holds its own models
+    return Repository(root, opener, options.model_control, options.poll_seconds, rollout=options.rollout, shadow=options.shadow,
+                      max_memory=bound)
+
+
+def _serve_repository(root: Path, options, threads, on_ready) -> None:
+    """A folder in Triton's layout: every model and the versions its policy keeps, in this process
+    or, with `--workers N`, in N workers that hand each other load and unload calls."""
+    from modelport.serving.v2 import server, workers
+    from modelport.serving.v2.stats import Stats
+
+    def said(index: list[dict]) -> str:
+        return ", ".join(f"'{m['name']}' v{m['version']}" for m in index) or "no model ready"
+
+    if options.workers > 1:
+        workers.Supervisor({"repository": str(root.resolve())}, options, threads, WORKER).run(
+            on_ready=lambda: on_ready and on_ready(None, f"{options.workers} workers, each with the repository's models"))
+        return
+    stats = Stats()
+    repo = repository_registry(root, options, threads, stats)
+    server.run(repo, stats, options, on_serving=lambda: on_ready and on_ready(None, said(repo.index(ready_only=True))))
 
 
 def _serve(path, options, artifact, name, threads, scale, on_ready) -> None:
@@ -244,7 +258,7 @@ def _serve(path, options, artifact, name, threads, scale, on_ready) -> None:
         raise BadInputError(f"--rollout {options.rollout} --shadow {options.shadow}: --rollout is one of {', '.join(ROLLOUTS)}, "
                             "and --shadow N (N >= 0) goes with --rollout parity")
     if is_repository(Path(path)):
-        _serve_repository(Path(path), options, threads, options.model_control, options.poll_seconds, on_ready)
+        _serve_repository(Path(path), options, threads, on_ready)
         return
     if options.model_control != "none" or options.rollout != "direct" or options.max_memory is not None:
         raise BadInputError("--model-control, --rollout and --max-memory are for a repository folder (Triton's layout: "
@@ -264,7 +278,7 @@ def _serve(path, options, artifact, name, threads, scale, on_ready) -> None:
         served.runner = None  # each worker opens its own
         spec = {"path": str(served.path), "runtime": served.runtime, "name": name, "platform": served.runtime,
                 "inputs": [s.to_dict() for s in served.inputs], "outputs": [s.to_dict() for s in served.outputs]}
-        workers.Supervisor(spec, options, threads).run(on_ready=lambda: on_ready and on_ready(served, name))
+        workers.Supervisor(spec, options, threads, WORKER).run(on_ready=lambda: on_ready and on_ready(served, name))
         return
     stats = Stats()
     try:

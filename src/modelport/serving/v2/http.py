@@ -18,6 +18,7 @@ import orjson
 
 from modelport.serving.v2.codec import HEADER_LENGTH, RequestError, decode_json, encode_json
 from modelport.serving.v2.model import check_inputs
+from modelport.serving.v2.repository import PEER_HEADER
 
 log = logging.getLogger("modelport.serve")
 _JSON = [(b"content-type", b"application/json")]
@@ -51,7 +52,7 @@ class App:
             if parts[:2] == ["v2", "models"] and len(parts) >= 3 and parts[2] != "stats":
                 return await self._model(scope, receive, send, method, parts[2], parts[3:])
             if method == "POST" and parts[:2] == ["v2", "repository"]:
-                return await self._repository(receive, send, parts[2:])
+                return await self._repository(scope, receive, send, parts[2:])
             if method == "GET":
                 if parts == ["v2", "health", "live"]:
                     return await _answer(send, 200, b"")
@@ -69,7 +70,7 @@ class App:
         except RequestError as e:
             return await _answer(send, e.status, orjson.dumps({"error": e.reason}))
 
-    async def _repository(self, receive, send, rest: list[str]):
+    async def _repository(self, scope, receive, send, rest: list[str]):
         body = await _body(receive, self.limit)
         if rest == ["index"]:
             try:
@@ -78,7 +79,9 @@ class App:
                 raise RequestError(422, "the index request is not a JSON object") from None
             return await _answer(send, 200, orjson.dumps(self.registry.index(ready)))
         if len(rest) == 3 and rest[0] == "models" and rest[2] in ("load", "unload"):
-            await (self.registry.load(rest[1]) if rest[2] == "load" else self.registry.unload(rest[1]))
+            # another worker's hand-on arrives on this worker's unix socket only (no peer address there)
+            peer = scope.get("client") is None and any(k == PEER_HEADER.encode() for k, _ in scope["headers"])
+            await (self.registry.load(rest[1], peer=peer) if rest[2] == "load" else self.registry.unload(rest[1], peer=peer))
             return await _answer(send, 200, b"{}")
         raise RequestError(404, f"no repository route {'/'.join(rest)}")
 

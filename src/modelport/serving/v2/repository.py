@@ -161,7 +161,7 @@ class Repository:
                 await self.load(name)
         return self.resolve(name, version)
 
-    async def load(self, name: str, strict: bool = True) -> None:
+    async def load(self, name: str, strict: bool = True, peer: bool = False) -> None:
         """Load (or reload) `name` from the folder: new versions in, versions the policy drops out.
         With a shadowed parity rollout the call returns once the candidate passed the reference
         sample; it switches in after its mirrored requests (the index says how many so far)."""
@@ -288,7 +288,7 @@ class Repository:
             lines += [f'{metric}{{model="{name}"}} {counts.get(name, 0)}' for name in sorted(self.entries)]
         return "\n".join(lines) + "\n"
 
-    async def unload(self, name: str) -> None:
+    async def unload(self, name: str, peer: bool = False) -> None:
         entry = self.entries.get(name)
         if entry is None:
             raise RequestError(400, f"model '{name}' is not in the repository")
@@ -378,7 +378,7 @@ class Fixed:
     def metrics(self) -> str:
         return ""
 
-    async def load(self, name: str) -> None:
+    async def load(self, name: str, peer: bool = False) -> None:
         raise RequestError(400, "model control is off: this server serves one artifact (serve a repository folder with "
                                 "--model-control explicit to load and unload)")
 
@@ -386,3 +386,52 @@ class Fixed:
 
     async def start(self) -> None:
         pass
+
+
+PEER_HEADER = "x-modelport-peer"  # a load or unload handed on by another worker: not handed on again
+
+
+class Peers:
+    """A repository served by several workers: a load or unload one worker takes reaches the others
+    (over their private unix sockets, in the supervisor's 0700 folder) before it answers; their
+    failures are part of the answer. Everything else is the worker's own repository's."""
+
+    def __init__(self, repo: Repository, sockets: list[str]):
+        self.repo, self.sockets = repo, sockets
+
+    def __getattr__(self, name):
+        return getattr(self.repo, name)
+
+    async def load(self, name: str, peer: bool = False) -> None:
+        await self.repo.load(name)
+        if not peer:
+            await self._tell(name, "load")
+
+    async def unload(self, name: str, peer: bool = False) -> None:
+        await self.repo.unload(name)
+        if not peer:
+            await self._tell(name, "unload")
+
+    async def _tell(self, name: str, action: str) -> None:
+        results = await asyncio.gather(*[_post_unix(path, f"/v2/repository/models/{name}/{action}") for path in self.sockets],
+                                       return_exceptions=True)
+        failed = [f"worker {i}: {r}" for i, r in enumerate(results) if r is not None]
+        if failed:
+            raise RequestError(500, f"{action} of '{name}' did not reach every worker: {'; '.join(failed)}")
+
+
+async def _post_unix(path: str, route: str) -> str | None:
+    """POST `route` to a worker's unix socket; None when it answered 200, else why not."""
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_unix_connection(path), 10)
+    except (OSError, TimeoutError) as e:
+        return f"unreachable ({type(e).__name__})"
+    try:
+        writer.write(f"POST {route} HTTP/1.1\r\nhost: worker\r\n{PEER_HEADER}: 1\r\ncontent-length: 0\r\n"
+                     "connection: close\r\n\r\n".encode())
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), 600)
+    finally:
+        writer.close()
+    status = answer.split(b" ", 2)[1] if answer.count(b" ") >= 2 else b"?"
+    return None if status == b"200" else answer.split(b"\r\n\r\n", 1)[-1].decode(errors="replace")[:300]

@@ -55,7 +55,7 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def _serve(registry, stats, options: ServeOptions, http_sock: socket.socket, on_serving=None) -> None:
+async def _serve(registry, stats, options: ServeOptions, http_sock: socket.socket, extra_sockets: list, on_serving=None) -> None:
     import uvicorn
 
     info = {**metadata(), "grpc_port": options.grpc_port}  # where `bench URL` finds the gRPC front end
@@ -72,7 +72,7 @@ async def _serve(registry, stats, options: ServeOptions, http_sock: socket.socke
             poller = asyncio.get_running_loop().create_task(registry.poll())
         if on_serving:
             asyncio.get_running_loop().call_soon(on_serving)
-        await http.serve(sockets=[http_sock])
+        await http.serve(sockets=[http_sock, *extra_sockets])
     finally:
         if poller is not None:
             poller.cancel()
@@ -98,11 +98,13 @@ def serve_logging() -> None:
         log.propagate = False
 
 
-def run(registry, stats, options: ServeOptions, http_sock: socket.socket | None = None, on_serving=None) -> None:
-    """Serve `registry` (`repository.Repository`, or `repository.Fixed` for one artifact) until interrupted."""
+def run(registry, stats, options: ServeOptions, http_sock: socket.socket | None = None, extra_sockets: list | None = None,
+        on_serving=None) -> None:
+    """Serve `registry` (`repository.Repository`, or `repository.Fixed` for one artifact) until
+    interrupted; `extra_sockets`: more listening sockets for the REST app (a worker's unix socket)."""
     serve_logging()
     sock = http_sock or listening_socket(options.host, options.http_port)
-    main = _serve(registry, stats, options, sock, on_serving)
+    main = _serve(registry, stats, options, sock, list(extra_sockets or []), on_serving)
     if _has("uvloop"):
         import uvloop
 

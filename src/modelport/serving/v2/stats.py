@@ -31,6 +31,7 @@ _PHASE = {p: 2 * i for i, p in enumerate(PHASES)}
 INFERENCES, EXECUTIONS, LAST_MS, PENDING = 12, 13, 14, 15
 _HIST = {h: 16 + i * (len(BUCKETS_S) + 1) for i, h in enumerate(HISTOGRAMS)}
 FIELDS = 16 + len(HISTOGRAMS) * (len(BUCKETS_S) + 1)
+NAME_BYTES = 256  # a slot's "model\0version" in the shared name table
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class Layout:
     def create(self) -> None:
         if self.path:
             Path(self.path).write_bytes(bytes(self.workers * self.slots * FIELDS * 8))
+            Path(self.path + ".names").write_bytes(bytes(self.slots * NAME_BYTES))
 
 
 class Stats:
@@ -54,16 +56,36 @@ class Stats:
         self.all = (np.memmap(layout.path, dtype=np.int64, mode="r+", shape=shape) if layout.path
                     else np.zeros(shape, dtype=np.int64))
         self.mine = self.all[worker]
+        self.names = layout.path + ".names" if layout.path else None
         self.slots: dict[tuple[str, str], int] = {}
 
     def slot(self, model: str, version: str) -> int:
-        """The slot of a model version: the same in every worker for the same registration order."""
+        """The slot of a model version: with several workers, the same in all of them (a shared
+        table of names, written under a file lock), whatever order they load in."""
         key = (model, version)
         if key not in self.slots:
-            if len(self.slots) >= self.all.shape[1]:
+            self.slots[key] = self._shared_slot(key) if self.names else len(self.slots)
+            if self.slots[key] >= self.all.shape[1]:
                 raise RuntimeError(f"more than {self.all.shape[1]} model versions to keep statistics for")
-            self.slots[key] = len(self.slots)
         return self.slots[key]
+
+    def _shared_slot(self, key: tuple[str, str]) -> int:
+        import fcntl
+
+        want = "\0".join(key).encode()[:NAME_BYTES - 1]
+        with open(self.names, "r+b") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            table = f.read()
+            for i in range(len(table) // NAME_BYTES):
+                name = table[i * NAME_BYTES:(i + 1) * NAME_BYTES].rstrip(b"\0")
+                if name == want:
+                    return i
+                if not name:
+                    f.seek(i * NAME_BYTES)
+                    f.write(want)
+                    f.flush()
+                    return i
+        return len(table) // NAME_BYTES
 
     def pending(self, slot: int, delta: int) -> None:
         self.mine[slot, PENDING] += delta

@@ -53,22 +53,24 @@ def _check_free(host: str, port: int) -> None:
 
 
 class Supervisor:
-    """`spec`: what a worker needs to serve (`worker.py`): the artifact's path and runtime, the
-    model's name and contract, the platform string."""
+    """`spec`: what a worker needs to serve: the artifact's path and runtime, the model's name and
+    contract, the platform string; or the repository's folder. `entry`: the worker's module
+    (`python -m ENTRY SPEC_JSON`, `orchestration/serve_worker.py`)."""
 
-    def __init__(self, spec: dict, options: ServeOptions, threads: int | None):
-        self.spec, self.options, self.n = spec, options, options.workers
+    def __init__(self, spec: dict, options: ServeOptions, threads: int | None, entry: str):
+        self.spec, self.options, self.n, self.entry = spec, options, options.workers, entry
         self.threads = threads_per_worker(threads, self.n)
         self.procs: list[subprocess.Popen | None] = [None] * self.n
         self.stopping = False
         self.tmp = Path(tempfile.mkdtemp(prefix="modelport-workers-"))
         self.layout = Layout(path=str(self.tmp / "stats.bin"), workers=self.n)
+        self.peers = [str(self.tmp / f"w{i}.sock") for i in range(self.n)]  # each worker's private control socket
 
     def _spawn(self, index: int, sock: socket.socket) -> tuple[subprocess.Popen, int]:
         read, write = os.pipe()
         spec = {**self.spec, "options": asdict(self.options), "threads": self.threads, "index": index, "http_fd": sock.fileno(),
-                "ready_fd": write, "stats": asdict(self.layout)}
-        proc = subprocess.Popen([sys.executable, "-m", "modelport.serving.v2.worker", json.dumps(spec)],
+                "ready_fd": write, "stats": asdict(self.layout), "peers": self.peers}
+        proc = subprocess.Popen([sys.executable, "-m", self.entry, json.dumps(spec)],
                                 pass_fds=(sock.fileno(), write))
         os.close(write)
         return proc, read
