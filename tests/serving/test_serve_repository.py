@@ -1,6 +1,6 @@
 """`modelport serve REPO`: a repository folder in Triton's layout, served live. Triton's clients
 over HTTP and gRPC: the repository index, load and unload, versioned readiness; a v1 -> v2 rollout
-under concurrency 16 with no failed request, every answer naming version 1 or 2 and no caller
+under concurrency 16 for 30 s with no failed request, every answer naming version 1 or 2 and no caller
 going back to 1 after it got 2; a v3 that fails its reference check leaves v2 serving, with the
 reason in the index."""
 
@@ -144,17 +144,18 @@ def test_a_rollout_under_load_drops_nothing_and_a_failing_version_never_serves(s
             mine.append(version)
 
     threads = [threading.Thread(target=caller, args=(k,)) for k in range(16)]
+    start = time.monotonic()
     for t in threads:
         t.start()
-    time.sleep(2)
+    time.sleep(5)
     shutil.copytree(versions[2], repo / "mlp" / "2")
     http.InferenceServerClient(f"127.0.0.1:{server.http}").load_model("mlp")  # load, check, switch, drain, unload v1
-    time.sleep(3)
+    time.sleep(max(0.0, 15 - (time.monotonic() - start)))
     shutil.copytree(versions[3], repo / "mlp" / "3")
     with pytest.raises(InferenceServerException) as e:
         grpc.InferenceServerClient(f"127.0.0.1:{server.grpc}").load_model("mlp")
     assert "does not give the reference outputs" in e.value.message()
-    time.sleep(2)
+    time.sleep(max(0.0, 30 - (time.monotonic() - start)))  # 30 s of load in all
     stop.set()
     for t in threads:
         t.join()

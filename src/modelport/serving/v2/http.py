@@ -94,8 +94,8 @@ class App:
         if method == "GET" and rest == ["ready"]:
             try:
                 self.registry.resolve(name, version)
-            except RequestError as e:
-                return await _answer(send, 400 if e.status == 503 else e.status, orjson.dumps({"error": e.reason}))
+            except RequestError as e:  # Triton answers 400 for a version that is not ready, an unknown model too
+                return await _answer(send, 400, orjson.dumps({"error": e.reason}))
             return await _answer(send, 200, b"")
         model = await self.registry.get(name, version)
         if method == "POST" and rest == ["infer"]:
