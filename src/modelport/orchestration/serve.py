@@ -258,6 +258,9 @@ def _serve(path, options, artifact, name, threads, scale, on_ready) -> None:
         raise BadInputError(f"--rollout {options.rollout} --shadow {options.shadow}: --rollout is one of {', '.join(ROLLOUTS)}, "
                             "and --shadow N (N >= 0) goes with --rollout parity")
     if is_repository(Path(path)):
+        if (scale or ray_serve.Scale()).on_ray:
+            raise BadInputError("a repository is served by this host's processes (--workers N), not on Ray Serve replicas yet",
+                                path=path)
         _serve_repository(Path(path), options, threads, on_ready)
         return
     if options.model_control != "none" or options.rollout != "direct" or options.max_memory is not None:
