@@ -108,10 +108,16 @@ MODELS = {  # name: (builder, input spec, numpy dtype, one sample's shape)
 }
 
 
-def prepare(name: str, work: Path) -> Path:
-    """`modelport convert` of the model to ONNX (validated as every convert is)."""
+def prepare(name: str, work: Path, cache: Path | None = None) -> Path:
+    """`modelport convert` of the model to ONNX (validated as every convert is); kept in `cache`
+    when given, and taken from there on the next run."""
     import torch
 
+    if cache is not None and (cache / name / "report.json").is_file():
+        return cache / name
+    if cache is not None:
+        work = cache
+        work.mkdir(parents=True, exist_ok=True)
     out = work / name
     builder, spec, _, _ = MODELS[name]
     if builder is None:
@@ -263,7 +269,11 @@ def bench_row(server: Served, name: str, protocol: str, concurrency: int, second
     url = f"http://127.0.0.1:{server.http}/v2/models/{name}/infer"
     done = subprocess.run([sys.executable, "-m", "modelport", "bench", url, "--protocol", protocol, "--duration", str(seconds),
                            "--concurrency", str(concurrency), "--requests", "1000000", "--json"], capture_output=True, text=True)
-    doc = json.loads(done.stdout)
+    try:
+        doc = json.loads(done.stdout)
+        doc["latency_ms"]["p50"]
+    except (ValueError, KeyError, TypeError):  # a server that does not speak this protocol (an older modelport)
+        return {"p50": float("nan"), "p99": float("nan"), "rps": 0.0, "errors": -1, "server_us": None}
     split = doc.get("server") or {}
     return {"p50": doc["latency_ms"]["p50"], "p99": doc["latency_ms"]["p99"], "rps": doc["throughput"], "errors": doc["errors"],
             "server_us": {"outside_compute": split["outside_compute_ms"] * 1000, "queue": split["queue_ms"] * 1000}
@@ -329,6 +339,7 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=_cores())
     ap.add_argument("--sections", default="overhead,protocols,workers,batching")
     ap.add_argument("--python", default=sys.executable, help="the servers' interpreter (another checkout's venv)")
+    ap.add_argument("--models", help="keep the converted models in this folder and reuse them on the next run")
     ap.add_argument("--json")
     # internal: a client or in-process load process
     ap.add_argument("--client", action="store_true", help=argparse.SUPPRESS)
@@ -345,6 +356,7 @@ def main() -> int:
     if a.inprocess:
         return inprocess_main(a)
     sections = a.sections.split(",")
+    cache = Path(a.models) if a.models else None
     n = a.workers
     has_workers = _supports(a.python, "--workers")
     rows: dict[str, list[dict]] = {}
@@ -358,7 +370,7 @@ def main() -> int:
         plan = []  # (key, callable) per contender; each round runs them all in order
         try:
             if "overhead" in sections:
-                folder = prepare("cnn", work)
+                folder = prepare("cnn", work, cache)
                 s = Served(a.python, folder, log=work / "cnn.log")
                 servers.append(s)
                 io = ("input", "output")
@@ -369,7 +381,7 @@ def main() -> int:
                 for p in ("http-binary", "http-json"):
                     plan.append((f"overhead: served {p}, concurrency 1", lambda p=p, io=io: served_row(s, "cnn", "cnn", io, p, 1, a.seconds, work)))
             if "protocols" in sections:
-                folder = prepare("cnn", work) if not (work / "cnn").exists() else work / "cnn"
+                folder = prepare("cnn", work, cache)
                 ps = Served(a.python, folder, log=work / "cnn-protocols.log")
                 servers.append(ps)
                 for c in (1, 8):
@@ -377,7 +389,7 @@ def main() -> int:
                         plan.append((f"protocols: bench --protocol {p}, concurrency {c}",
                                      lambda p=p, c=c, ps=ps: bench_row(ps, "cnn", p, c, a.seconds)))
             if "workers" in sections:
-                folder = prepare("resnet18", work)
+                folder = prepare("resnet18", work, cache)
                 one = Served(a.python, folder, log=work / "r1.log")
                 servers.append(one)
                 io = ("x", "output")
@@ -391,7 +403,7 @@ def main() -> int:
                     plan.append((f"workers: served, {n} workers, concurrency 32",
                                  lambda io=io: served_row(many, "resnet18", "resnet18", io, "grpc", 32, a.seconds, work)))
             if "batching" in sections:
-                folder = prepare("encoder", work)
+                folder = prepare("encoder", work, cache)
                 io = ("input_ids", "output")
                 plain = Served(a.python, folder, log=work / "e1.log")
                 batched = Served(a.python, folder, "--max-batch-size", "32", "--max-queue-delay-ms", "5", log=work / "eb.log")
