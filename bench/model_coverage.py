@@ -377,7 +377,11 @@ def run_all(models: list[Model], route_args: dict[str, tuple[str, ...]], corpus:
 
 # ---------------------------------------------------------------- report
 
-def _cell(row: dict) -> str:
+def _cell(row: dict, mixed: bool = False) -> str:
+    return _outcome(row) + (" °" if mixed and not row.get("regenerated") else "")
+
+
+def _outcome(row: dict) -> str:
     if row["exit"] == 0:
         return f"ok {row['seconds']:.0f}s"
     return f"**{row['exit']}** {row['seconds']:.0f}s"
@@ -386,6 +390,8 @@ def _cell(row: dict) -> str:
 def markdown(rows: list[dict], route_names: list[str], seconds: float | None, command: str, models: list[str] | None = None) -> str:
     models = models or list(dict.fromkeys(r["model"] for r in rows))
     by = {(r["model"], r["route"]): r for r in rows}
+    marked = {bool(r.get("regenerated")) for r in rows}
+    mixed = marked == {True, False}  # rows of two regenerations, merged from --results files
     lines = [
         "# Model × route coverage",
         "",
@@ -403,7 +409,10 @@ def markdown(rows: list[dict], route_names: list[str], seconds: float | None, co
         + f"; the runs took {sum(r['seconds'] for r in rows):.0f} s together"
         f" (on a shared 2-core machine, so times are upper bounds)."
         + (f" {len(models) * len(route_names) - len(rows)} runs were not done in this regeneration (`–`)."
-           if len(rows) < len(models) * len(route_names) else ""),
+           if len(rows) < len(models) * len(route_names) else "")
+        + (f" {sum(1 for r in rows if r.get('regenerated'))} runs are from the regeneration of"
+           f" {max(r['regenerated'] for r in rows if r.get('regenerated'))}; the {sum(1 for r in rows if not r.get('regenerated'))}"
+           " marked ° are kept from the one before it (merged with `--results`)." if mixed else ""),
         "",
         "## Summary per route",
         "",
@@ -424,7 +433,7 @@ def markdown(rows: list[dict], route_names: list[str], seconds: float | None, co
     lines += ["", "## Results", "", "| model | " + " | ".join(route_names) + " |", "| --- |" + " --- |" * len(route_names)]
     for m in models:
         star = "*" if m in quick else ""
-        lines.append(f"| {m}{star} | " + " | ".join(_cell(by[(m, r)]) if (m, r) in by else "–" for r in route_names) + " |")
+        lines.append(f"| {m}{star} | " + " | ".join(_cell(by[(m, r)], mixed) if (m, r) in by else "–" for r in route_names) + " |")
     failures = [r for r in rows if r["exit"] != 0]
     lines += ["", "## Failures", "", "| model | route | exit | cause |", "| --- | --- | --- | --- |"]
     for r in failures:
