@@ -89,7 +89,7 @@ def add(repo: Path, name: str, source: Path, version: int | None = None) -> dict
     staging = model_dir / f".incoming-{number}-{uuid.uuid4().hex[:8]}"
     try:
         if source.is_dir():
-            shutil.copytree(source, staging)
+            shutil.copytree(source, staging, symlinks=True)  # links stay links: nothing outside SOURCE is copied in
         else:
             staging.mkdir()
             shutil.copy2(source, staging / source.name)
