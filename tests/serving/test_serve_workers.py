@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -126,6 +127,37 @@ def test_a_killed_worker_is_replaced_while_requests_keep_succeeding(server):
     assert "worker 0" in server.log.read_text() or "worker 1" in server.log.read_text()
 
 
+def _ready_in_each_worker(server, model: str) -> list[int]:
+    """The ready route's status in every worker, asked over each worker's own unix socket (from its
+    spec on its command line): which worker a TCP connection reaches is the kernel's choice."""
+    import http.client
+
+    import psutil
+
+    statuses = []
+    for c in psutil.Process(server.proc.pid).children():
+        try:
+            cmd = c.cmdline()
+        except psutil.Error:
+            continue
+        if "modelport.orchestration.serve_worker" not in " ".join(cmd):
+            continue
+        spec = json.loads(cmd[-1])
+        path = spec["peers"][spec["index"]]
+
+        class Unix(http.client.HTTPConnection):
+            def connect(self, path=path):
+                self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                self.sock.settimeout(10)
+                self.sock.connect(path)
+
+        conn = Unix("worker")
+        conn.request("GET", f"/v2/models/{model}/ready")
+        statuses.append(conn.getresponse().status)
+        conn.close()
+    return statuses
+
+
 def test_a_load_or_unload_taken_by_one_worker_reaches_both(tmp_path):
     """`serve REPO --workers 2 --model-control explicit`: an unload and a load, each taken by whichever
     worker accepts the call, hold in both workers before the call answers."""
@@ -135,33 +167,15 @@ def test_a_load_or_unload_taken_by_one_worker_reaches_both(tmp_path):
     for name in ("a", "b"):
         _matmul_file(repo / name / "1" / "model.onnx", 4, 3, 0)
     s = Server(repo, "--workers", "2", "--model-control", "explicit", log=tmp_path / "repo-workers.log")
-    body = json.dumps({"inputs": [{"name": "features", "shape": [1, 4], "datatype": "FP32", "data": [0.5] * 4}]}).encode()
-
-    def answers(model: str) -> tuple[set[str], int]:
-        """(workers that answered, refusals) over new connections until both workers answered or 80 calls."""
-        pids, refused = set(), 0
-        for _ in range(80):
-            status, text = _post(s.http, f"/v2/models/{model}/infer", body)
-            if status == 200:
-                pids.add(json.loads(text)["parameters"]["worker"])
-            else:
-                refused += 1
-            if len(pids) == 2:
-                break
-        return pids, refused
-
     try:
         s.wait_ready(120)
-        pids, refused = answers("b")
-        assert len(pids) == 2 and refused == 0
+        assert _ready_in_each_worker(s, "b") == [200, 200]
         status, text = _post(s.http, "/v2/repository/models/b/unload", b"")
         assert status == 200, text
-        pids, refused = answers("b")
-        assert pids == set() and refused == 80  # no worker still serves it
-        assert len(answers("a")[0]) == 2
+        assert _ready_in_each_worker(s, "b") == [400, 400]  # no worker still serves it
+        assert _ready_in_each_worker(s, "a") == [200, 200]
         status, text = _post(s.http, "/v2/repository/models/b/load", b"")
         assert status == 200, text
-        pids, refused = answers("b")
-        assert len(pids) == 2 and refused == 0
+        assert _ready_in_each_worker(s, "b") == [200, 200]
     finally:
         s.stop()
