@@ -22,6 +22,7 @@ from pathlib import Path
 
 from modelport.errors import BadInputError, ValidationError
 from modelport.ir import TensorSpec
+from modelport.serving.v2.model import batch_dynamic
 
 log = logging.getLogger("modelport.serve")
 
@@ -169,12 +170,6 @@ def check_reference(served: Served) -> dict:
                               path=served.path, parity=parity.to_dict())
     return {"checked": True, "outputs": [o.name for o in parity.outputs],
             "max_abs": max((float(o.max_abs) for o in parity.outputs), default=0.0)}
-
-
-def batch_dynamic(inputs: list[TensorSpec]) -> bool:
-    """Whether every input leads with one symbolic dim (a batch requests can be stacked along)."""
-    leads = {s.shape[0] if s.shape else None for s in inputs}
-    return len(leads) == 1 and isinstance(next(iter(leads)), str)
 
 
 def serve(path: str | Path, options, *, artifact: str | None = None, name: str | None = None, threads: int | None = None,

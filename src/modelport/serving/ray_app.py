@@ -104,7 +104,7 @@ def make_model(name: str, infer, inputs, outputs, batching):
     from kserve.errors import InvalidInput
 
     from modelport.serving.requests import V2_DATATYPES
-    from modelport.serving.v2.model import REPLICA, check_inputs, shape_of
+    from modelport.serving.v2.model import REPLICA, check_inputs, tensor_metadata
 
     class V2Model(Model):
         def load(self) -> bool:
@@ -112,10 +112,10 @@ def make_model(name: str, infer, inputs, outputs, batching):
             return True
 
         def get_input_types(self):
-            return [{"name": s.name, "datatype": V2_DATATYPES[s.dtype], "shape": shape_of(s)} for s in inputs]
+            return [tensor_metadata(s) for s in inputs]
 
         def get_output_types(self):
-            return [{"name": s.name, "datatype": V2_DATATYPES[s.dtype], "shape": shape_of(s)} for s in outputs]
+            return [tensor_metadata(s) for s in outputs]
 
         async def predict(self, payload: InferRequest, headers=None, response_headers=None) -> InferResponse:
             try:

@@ -18,7 +18,6 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
 from modelport.serving.v2.codec import NUMPY_OF, RequestError, from_raw, raw_bytes
-from modelport.serving.v2.model import check_inputs
 
 log = logging.getLogger("modelport.serve")
 _CONTENTS = {"BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
@@ -121,19 +120,8 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
         model.begin()
         try:
             feeds = _feeds(request)
-            reason = check_inputs(feeds, model.inputs)
-            if reason:
-                raise RequestError(400, reason)
-            wanted = [o.name for o in request.outputs]
-            unknown = [o for o in wanted if o not in model.datatypes]
-            if unknown:
-                raise RequestError(400, f"output {unknown[0]!r} is not one of the model's {model.output_names}")
-            t1 = time.perf_counter_ns()
-            stats.phase(slot, "compute_input", t1 - t0)
-            outputs, params = await model.infer(feeds, t1)
+            outputs, params = await model.answer(feeds, [o.name for o in request.outputs] or None, t0)
             t2 = time.perf_counter_ns()
-            if wanted:
-                outputs = [o for o in outputs if o[0] in wanted]
             response = pb.ModelInferResponse(
                 model_name=model.name, model_version=model.version, id=request.id,
                 outputs=[pb.ModelInferResponse.InferOutputTensor(name=n, datatype=d, shape=a.shape) for n, d, a in outputs],

@@ -17,7 +17,6 @@ import time
 import orjson
 
 from modelport.serving.v2.codec import HEADER_LENGTH, RequestError, decode_json, encode_json
-from modelport.serving.v2.model import check_inputs
 from modelport.serving.v2.repository import PEER_HEADER
 
 log = logging.getLogger("modelport.serve")
@@ -125,19 +124,8 @@ class App:
                 request = decode_json(body, int(header) if header is not None else None)
             except ValueError:
                 raise RequestError(400, f"Inference-Header-Content-Length '{header.decode(errors='replace')}' is not a number") from None
-            reason = check_inputs(request.feeds, model.inputs)
-            if reason:
-                raise RequestError(400, reason)
-            if request.outputs is not None:
-                unknown = [o for o in request.outputs if o not in model.datatypes]
-                if unknown:
-                    raise RequestError(400, f"output {unknown[0]!r} is not one of the model's {model.output_names}")
-            t1 = time.perf_counter_ns()
-            stats.phase(slot, "compute_input", t1 - t0)
-            outputs, params = await model.infer(request.feeds, t1)
+            outputs, params = await model.answer(request.feeds, request.outputs, t0)
             t2 = time.perf_counter_ns()
-            if request.outputs is not None:
-                outputs = [o for o in outputs if o[0] in request.outputs]
             binary = {o[0] for o in outputs} if request.binary_all else request.binary
             payload, head = encode_json(model.name, model.version, request.id, outputs, binary, params)
             t3 = time.perf_counter_ns()

@@ -20,6 +20,7 @@ import numpy as np
 
 from modelport.ir import TensorSpec
 from modelport.serving.requests import V2_DATATYPES
+from modelport.serving.v2.codec import RequestError
 from modelport.serving.v2.stats import Stats
 
 log = logging.getLogger("modelport.serve")
@@ -30,6 +31,17 @@ Result = tuple[dict[str, np.ndarray], int, int, int]
 
 def shape_of(spec: TensorSpec) -> list[int]:
     return [d if isinstance(d, int) else -1 for d in spec.shape]
+
+
+def tensor_metadata(spec: TensorSpec) -> dict:
+    """A tensor as v2 metadata names it: name, datatype, shape (-1 for a dynamic dim)."""
+    return {"name": spec.name, "datatype": V2_DATATYPES[spec.dtype], "shape": shape_of(spec)}
+
+
+def batch_dynamic(inputs: list[TensorSpec]) -> bool:
+    """Whether every input leads with one symbolic dim (a batch requests can be stacked along)."""
+    leads = {s.shape[0] if s.shape else None for s in inputs}
+    return len(leads) == 1 and isinstance(next(iter(leads)), str)
 
 
 def check_inputs(feeds: dict[str, np.ndarray], inputs: list[TensorSpec]) -> str | None:
@@ -179,8 +191,7 @@ class ServedModel:
         self.output_names = [s.name for s in self.outputs]
         self.datatypes = {s.name: V2_DATATYPES[s.dtype] for s in self.outputs}
         self.dtypes = {s.name: np.dtype(s.dtype) for s in self.outputs}
-        leads = {s.shape[0] if s.shape else None for s in self.inputs}
-        self.batch_dim = len(leads) == 1 and isinstance(next(iter(leads)), str)  # inference_count counts rows
+        self.batch_dim = batch_dynamic(self.inputs)  # inference_count counts rows
 
     def begin(self) -> None:
         """A request of this version is in the server (until `end`): counted for draining and the pending gauge."""
@@ -196,14 +207,29 @@ class ServedModel:
 
     def metadata(self) -> dict:
         return {"name": self.name, "versions": [self.version], "platform": self.platform,
-                "inputs": [{"name": s.name, "datatype": V2_DATATYPES[s.dtype], "shape": shape_of(s)} for s in self.inputs],
-                "outputs": [{"name": s.name, "datatype": V2_DATATYPES[s.dtype], "shape": shape_of(s)} for s in self.outputs]}
+                "inputs": [tensor_metadata(s) for s in self.inputs], "outputs": [tensor_metadata(s) for s in self.outputs]}
 
     async def execute(self, feeds: dict[str, np.ndarray]) -> Result:
         """One runtime call (of one request, or of a batch), counted once."""
         result = await self.call(feeds)
         self.stats.execution(self.slot, _rows(feeds) if self.batch_dim else 1)
         return result
+
+    async def answer(self, feeds: dict[str, np.ndarray], wanted: list[str] | None, received_at: int):
+        """What both front ends do with a decoded request: the contract check (400 with the reason),
+        compute_input recorded from `received_at`, the run, and the outputs asked for (None: all)."""
+        reason = check_inputs(feeds, self.inputs)
+        if reason:
+            raise RequestError(400, reason)
+        unknown = [o for o in wanted or () if o not in self.datatypes]
+        if unknown:
+            raise RequestError(400, f"output {unknown[0]!r} is not one of the model's {self.output_names}")
+        decoded_at = time.perf_counter_ns()
+        self.stats.phase(self.slot, "compute_input", decoded_at - received_at)
+        outputs, params = await self.infer(feeds, decoded_at)
+        if wanted is not None:
+            outputs = [o for o in outputs if o[0] in wanted]
+        return outputs, params
 
     async def infer(self, feeds: dict[str, np.ndarray], decoded_at: int) -> tuple[list[tuple[str, str, np.ndarray]], dict]:
         """Run checked `feeds`; (name, datatype, array) per output in the contract's order, and the
