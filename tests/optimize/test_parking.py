@@ -163,11 +163,34 @@ assert rows[0].status == "applied" and rows[0].nodes_after == 96, rows[0]
 print(own_peak() - now, sum(len(t.raw_data) for t in out.model.graph.initializer))
 """
 
+# What onnxruntime alone holds for the same weights loaded from a parked file: how much a session
+# keeps (its prepacked weights, and on some CPUs the unpacked ones beside them) is the runtime's
+# choice, not a copy of modelport's.
+SESSION = """
+import sys, tempfile
+from pathlib import Path
+import numpy as np
+import psutil
+from modelport.memory import give_back, own_peak
+from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
+from tests.alone import matmul_ir, reset_peak
+ir = matmul_ir(96, identities=True)
+with tempfile.TemporaryDirectory() as tmp:
+    path = ir.park(Path(tmp), "model.onnx")
+    give_back()
+    reset_peak()
+    now = psutil.Process().memory_info().rss
+    OnnxRuntimeRunner(path).run({"x": np.ones((2, 1024), np.float32)})
+    print(own_peak() - now)
+"""
+
 
 def test_a_pass_and_its_parity_check_hold_no_second_copy_of_the_weights():
     """A 403 MB model through a pass that changes its graph, in a process of its own, as `convert`
-    runs the stage: the peak above what the process held with the model grows by 51 MB (the
-    parity check's session), under a quarter of the weights; with the pass's input and its result
-    both in memory it grew by 458 MB, more than the weights."""
+    runs the stage: its weights leave memory while the parity check's session holds them, so the
+    peak above what the process held with the model grows by what that session holds beyond the
+    weights (51 MB on an AVX-512 Xeon), plus well under a quarter of the weights; with the pass's
+    input and its result both in memory it grew by 458 MB, more than the weights."""
     grew, size = map(int, run_alone(HOLD).split())
-    assert size > 400e6 and grew < 0.25 * size, (grew / size, size)
+    session = int(run_alone(SESSION))
+    assert size > 400e6 and grew - (session - size) < 0.25 * size, (grew, session, size)
