@@ -158,9 +158,18 @@ def _ready_in_each_worker(server, model: str) -> list[int]:
     return statuses
 
 
+def _answered(call):
+    """`call()`, or None while a worker's unix socket refuses (a replacement before it listens)."""
+    try:
+        return call()
+    except OSError:
+        return None
+
+
 def test_a_load_or_unload_taken_by_one_worker_reaches_both(tmp_path):
     """`serve REPO --workers 2 --model-control explicit`: an unload and a load, each taken by whichever
-    worker accepts the call, hold in both workers before the call answers."""
+    worker accepts the call, hold in both workers before the call answers; a worker that replaces a
+    killed one keeps the unload its predecessor took."""
     from tests.serving.test_serve_repository import _matmul_file
 
     repo = tmp_path / "repo"
@@ -177,5 +186,14 @@ def test_a_load_or_unload_taken_by_one_worker_reaches_both(tmp_path):
         status, text = _post(s.http, "/v2/repository/models/b/load", b"")
         assert status == 200, text
         assert _ready_in_each_worker(s, "b") == [200, 200]
+        status, text = _post(s.http, "/v2/repository/models/b/unload", b"")
+        assert status == 200, text
+        old = _workers(s)
+        os.kill(sorted(old)[0], signal.SIGKILL)
+        deadline = time.monotonic() + 90
+        while not (len(now := _workers(s)) == 2 and now != old and _answered(lambda: _ready_in_each_worker(s, "a")) == [200, 200]):
+            assert time.monotonic() < deadline, "the replacement worker never served"  # it serves once it has followed the other
+            time.sleep(0.2)
+        assert _ready_in_each_worker(s, "b") == [400, 400]  # it started with b loaded, then took the unload
     finally:
         s.stop()
