@@ -179,11 +179,21 @@ def serve(path: str | Path, options, *, artifact: str | None = None, name: str |
     import tempfile
 
     from modelport.serving.s3_repository import is_s3, pull
+    from modelport.serving.v2.repository import is_repository
 
+    stop_mirror = None
     with tempfile.TemporaryDirectory(prefix="modelport-serve-") as tmp:
         if is_s3(str(path)):  # pulled and checked against its manifest before anything opens it
-            path = pull(str(path), Path(tmp) / "repository")
-        _serve(path, options, artifact, name, threads, scale, on_ready)
+            uri, path = str(path), pull(str(path), Path(tmp) / "repository")
+            if options.model_control == "poll" and is_repository(path):  # S3's changes reach the folder the scan reads
+                from modelport.serving.s3_mirror import Mirror, keep_in_step
+
+                stop_mirror = keep_in_step(Mirror(uri, path), options.poll_seconds)
+        try:
+            _serve(path, options, artifact, name, threads, scale, on_ready)
+        finally:
+            if stop_mirror:
+                stop_mirror()
 
 
 def require_server() -> None:

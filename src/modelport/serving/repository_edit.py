@@ -130,3 +130,19 @@ def listing(repo: Path) -> dict:
         raise BadInputError("not a repository folder", path=repo)
     return {"models": [{"name": d.name, "versions": _versions(d), "serving": serving(d)}
                        for d in sorted(repo.iterdir()) if d.is_dir() and not d.name.startswith(".")]}
+
+
+def on_repository(repo: str, change, *, edits: bool = True, create: bool = False) -> dict:
+    """`change(folder)` on the repository REPO: a local folder, or an `s3://bucket/prefix` pulled,
+    changed and uploaded back (`serving/s3_mirror.edit`); `create`: made when absent."""
+    from modelport.serving.s3_repository import is_s3, shown, uri_scheme
+
+    if uri_scheme(repo) not in (None, "s3"):
+        raise BadInputError(f"{shown(repo)}: a repository is a local folder or s3://bucket/prefix")
+    if is_s3(repo):
+        from modelport.serving import s3_mirror
+
+        return s3_mirror.edit(repo, change, create=create) if edits else s3_mirror.read(repo, change)
+    if create:
+        Path(repo).mkdir(parents=True, exist_ok=True)
+    return change(Path(repo))
