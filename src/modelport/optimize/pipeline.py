@@ -13,7 +13,6 @@ as `provenance["precision_fallback"]`).
 from __future__ import annotations
 
 import contextlib
-
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field

@@ -17,7 +17,8 @@ def main(argv: list[str]) -> int:
     spec = json.loads(argv[0])
     from modelport.ir import TensorSpec
     from modelport.serving.v2.model import local_model
-    from modelport.serving.v2.repository import Fixed, Peers
+    from modelport.serving.v2.peers import Peers
+    from modelport.serving.v2.repository import Fixed
     from modelport.serving.v2.server import ServeOptions, run
     from modelport.serving.v2.stats import PENDING, Layout, Stats
 

@@ -17,7 +17,7 @@ import time
 import orjson
 
 from modelport.serving.v2.codec import HEADER_LENGTH, RequestError, decode_json, encode_json
-from modelport.serving.v2.repository import PEER_HEADER
+from modelport.serving.v2.peers import PEER_HEADER
 
 log = logging.getLogger("modelport.serve")
 _JSON = [(b"content-type", b"application/json")]
