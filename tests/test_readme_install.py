@@ -28,3 +28,4 @@ def test_the_by_hand_install_matches_make_setup():
     tf_keras = re.search(r'--no-deps "(tf_keras==[^"]+)"', makefile).group(1)
     assert [f'"{tf_keras}"'] in no_deps
     assert _make_var("LITERT_TORCH").split() in no_deps
+    assert _make_var("PADDLE").split() in no_deps

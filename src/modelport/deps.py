@@ -30,7 +30,15 @@ EXTRAS = {
     "onnx_ir": "optimize",
     "PIL": "optimize",
     "onnxconverter_common": "optimize",
+    "cv2": "opencv",
 }
+
+
+# packages installed without their dependencies, beside the extras (the Makefile's set-up): their own
+# pins conflict with the rest (paddlepaddle 3.3.1 pins opt_einsum==3.3.0, paddle2onnx 2.1.0 onnx<=1.17);
+# everything else they import is in the base install. Module -> the install line a user runs.
+NO_DEPS_INSTALLS = {"paddle": "pip install --no-deps paddlepaddle==3.3.1 paddle2onnx==2.1.0",
+                    "paddle2onnx": "pip install --no-deps paddlepaddle==3.3.1 paddle2onnx==2.1.0"}
 
 
 def extra_of(module: str) -> str | None:
@@ -119,7 +127,7 @@ def _missing(top: str, error: ImportError, purpose: str | None) -> MissingDepend
     extra = extra_of(absent)
     what = f" for {purpose}" if purpose else ""
     needed_by = f" (needed by {top})" if absent != top else ""
-    hint = f'pip install "modelport[{extra}]"' if extra else f"pip install {absent}"
+    hint = NO_DEPS_INSTALLS.get(absent) or (f'pip install "modelport[{extra}]"' if extra else f"pip install {absent}")
     return MissingDependencyError(f"'{absent}' is not installed{needed_by}{what}: {error}", hint=hint)
 
 

@@ -35,3 +35,22 @@ def sha256_of(path: str | Path, chunk: int = 1 << 20) -> str:
         while block := f.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+def companion_file(path: Path, suffix: str, *, what: str, hint: str | None = None, given: str | Path | None = None) -> Path:
+    """The second file of a model stored as two (a network and its weights: Caffe, Darknet, Paddle):
+    `given` when the user named it (MMdnn's -iw; checked like a model file), else the file beside
+    `path` with its stem and `suffix`, else the one file of that suffix in its folder; exit 2
+    naming what was looked for when there is neither, or several."""
+    if given:
+        return check_model_file(given, kind=what)
+    path = Path(path)
+    same = path.with_suffix(suffix)
+    if same.is_file():
+        return same
+    found = sorted(p for p in path.parent.glob(f"*{suffix}") if p.is_file())
+    if len(found) == 1:
+        return found[0]
+    also = f" ({len(found)} {suffix} files there, none named so)" if found else ""
+    raise BadInputError(f"no {what} found: looked for {same.name} or the one {suffix} file in its folder{also}",
+                        path=path, hint=hint)

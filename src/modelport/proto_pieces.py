@@ -54,22 +54,35 @@ def read_skeleton(path: str | Path):
     return model
 
 
+class TruncatedVarint(ValueError):
+    """A varint that runs past the end of its buffer (or past 64 bits)."""
+
+
+def read_varint(buf, at: int, end: int | None = None) -> tuple[int, int]:
+    """(the protobuf varint at buf[at], the position after it), reading no further than `end`."""
+    end = len(buf) if end is None else end
+    value = shift = 0
+    while True:
+        if at >= end or shift > 63:
+            raise TruncatedVarint("a truncated varint")
+        byte = buf[at]
+        value |= (byte & 0x7F) << shift
+        at += 1
+        if not byte & 0x80:
+            return value, at
+        shift += 7
+
+
 def _wire_fields(buf, pos: int, end: int):
     """(field number, field start, end of its key, value start of a length-delimited field or None,
     field end) for each field of the message in buf[pos:end]."""
     from google.protobuf.message import DecodeError
 
     def varint(at):
-        value, shift = 0, 0
-        while True:
-            if at >= end or shift > 63:
-                raise DecodeError("truncated varint")
-            byte = buf[at]
-            value |= (byte & 0x7F) << shift
-            at += 1
-            if not byte & 0x80:
-                return value, at
-            shift += 7
+        try:
+            return read_varint(buf, at, end)
+        except TruncatedVarint as e:
+            raise DecodeError("truncated varint") from e
 
     while pos < end:
         start = pos

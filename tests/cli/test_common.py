@@ -65,7 +65,7 @@ def _base(files: Path, out: Path) -> dict[str, list]:
 
 CHOICES = [  # command, option, a bad value, the words of the message
     ("convert", "--to", "onnx,foo", "unknown target 'foo'; known: onnx, pytorch, tflite, tensorrt, ort"),
-    ("convert", "--from", "foo", "unknown source framework 'foo'; known: onnx, pytorch"),
+    ("convert", "--from", "foo", "unknown source framework 'foo'; known: onnx, paddle, caffe, darknet, pytorch"),
     ("convert", "--optimize", "max", "unknown optimisation level 'max'; known: none, basic, extended, all, auto"),
     ("convert", "--precision", "int9", "unknown precision 'int9'; known: fp32, fp16, int8, int4, auto, best"),
     ("convert", "--tflite-layout", "nchw", "unknown --tflite-layout 'nchw'; known: source, nhwc"),

@@ -15,20 +15,32 @@ ConvertOutputDir = flags.aliased(flags.OutputDir, "-om", "--outputModel")
 ConvertInputs = flags.aliased(flags.Inputs, "--inputs")
 
 
+def takes_weights(network: str) -> bool:
+    """Whether MMdnn's -in names a network file whose weights -iw gives (parsers.NETWORK_FILES)."""
+    from pathlib import PurePath
+
+    from modelport.parsers import NETWORK_FILES
+
+    return PurePath(network).suffix.lower() in NETWORK_FILES
+
+
 def source_from_mmdnn(source: str | None, network: str | None, weights: str | None, arch: str | None):
     """MMdnn passes the model as -in (network) and/or -iw (weights). Returns (source, arch); for a
-    Keras architecture JSON the source is the JSON and the weights travel as TFSourceOptions.weights."""
+    network file (a Keras architecture JSON, a Caffe prototxt, a Darknet cfg, a Paddle .pdmodel) the
+    source is that file and the weights travel as TFSourceOptions.weights."""
     if source:
-        if network or weights:
-            raise BadInputError("give the model either as SOURCE or with -in/-iw, not both")
+        if network or (weights and not takes_weights(source)):
+            raise BadInputError("give the model either as SOURCE or with -in/-iw, not both",
+                                hint="-iw goes with SOURCE only for a network file (.json, .prototxt, .cfg, .pdmodel)")
         return source, arch
     if network and weights:
-        if network.lower().endswith(".json"):  # Keras: architecture JSON + weights (the caller passes -iw on)
+        if takes_weights(network):  # a network file and its weights (the caller passes -iw on)
             return network, arch
         # -in names the architecture (zoo:NAME or package.module:Class), -iw the weights file
         if ":" in network and not network.endswith((".py",)) and (network.startswith("zoo:") or "." in network.split(":")[0]):
             return weights, arch or network
-        raise BadInputError("with both -in and -iw, -in must name the architecture (zoo:NAME, package.module:Class or a Keras .json)")
+        raise BadInputError("with both -in and -iw, -in must name the architecture (zoo:NAME, package.module:Class) or a "
+                            "network file (a Keras .json, a Caffe .prototxt, a Darknet .cfg, a Paddle .pdmodel)")
     if network or weights:
         return network or weights, arch
     raise BadInputError("no source model given", hint="modelport convert SOURCE --to onnx -o OUT_DIR")
@@ -98,7 +110,7 @@ def register(app: typer.Typer) -> None:
                 precision=choice(precision, all_precisions(), "precision"), calibration=shared["calibration"],
                 strict=shared["strict"], **flags.limit_kwargs(shared), allow_precision_fallback=shared["allow_fallback"],
                 tensorflow=TFSourceOptions(signature=signature, input_names=split_list(input_names),
-                                           weights=weights if (network or "").lower().endswith(".json") else None),
+                                           weights=weights if takes_weights(network or source or "") else None),
                 **flags.target_kwargs(shared),
                 packages=[choice(p, PACKAGERS, "serving system") for p in split_list(package)],
             )

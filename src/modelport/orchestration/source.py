@@ -20,6 +20,15 @@ def source_inputs(source, options=None) -> list[Path]:
         return paths
     p = Path(source)
     paths.append(p)
+    from modelport.parsers import COMPANIONS
+
+    if p.suffix.lower() in COMPANIONS and p.is_file():  # a network's weights beside it (or the network beside its weights)
+        from modelport.file_checks import companion_file
+
+        try:
+            paths.append(companion_file(p, COMPANIONS[p.suffix.lower()], what="companion"))
+        except ModelportError:
+            pass  # none, or several: the parser says so
     if p.suffix.lower() == ".onnx" and p.is_file():
         from modelport.onnx_io import external_files
 

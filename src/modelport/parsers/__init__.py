@@ -19,6 +19,9 @@ from modelport.specs import SourceSpec  # what a parser is asked to read (define
 # spellings users type, MMdnn's included.
 PARSERS = Registry("source framework", {
     "onnx": "modelport.parsers.onnx",
+    "paddle": "modelport.parsers.paddle",  # before keras: Paddle's inference.json is not a Keras architecture
+    "caffe": "modelport.parsers.caffe",
+    "darknet": "modelport.parsers.darknet",
     "pytorch": "modelport.parsers.pytorch",
     "keras": "modelport.parsers.keras",
     "savedmodel": "modelport.parsers.savedmodel",
@@ -28,12 +31,21 @@ PARSERS = Registry("source framework", {
 }, aliases={
     "torch": "pytorch", "pth": "pytorch", "tensorflow": "savedmodel", "tf": "savedmodel", "saved_model": "savedmodel",
     "frozen": "graphdef", "pb": "graphdef", "tf.keras": "keras", "h5": "keras", "lite": "tflite",
-    "hf": "huggingface", "transformers": "huggingface",
+    "hf": "huggingface", "transformers": "huggingface", "paddlepaddle": "paddle", "pdmodel": "paddle",
+    "prototxt": "caffe", "caffemodel": "caffe", "yolo": "darknet",
 })
 # what each source framework needs: top-level modules (deps.EXTRAS names the extra), read by `doctor`
 PARSER_NEEDS = {"onnx": ["onnx", "onnxruntime"], "pytorch": ["torch"], "keras": ["tensorflow", "keras", "tf2onnx"],
                 "savedmodel": ["tensorflow", "tf2onnx"], "graphdef": ["tensorflow", "tf2onnx"],
-                "tflite": ["tensorflow", "tf2onnx", "ai_edge_litert"]}
+                "tflite": ["tensorflow", "tf2onnx", "ai_edge_litert"], "paddle": ["paddle", "paddle2onnx"],
+                "caffe": ["onnx", "cv2"], "darknet": ["onnx", "cv2"]}
+# network files whose weights are a second file, given by MMdnn's -iw (else found beside them by name):
+# suffix -> the parser that reads them (spec.options["weights"] carries the weights' path)
+NETWORK_FILES = {".json": "keras", ".prototxt": "caffe", ".cfg": "darknet", ".pdmodel": "paddle"}
+# the second file a source file of these suffixes is read with when -iw does not name it (found by
+# file_checks.companion_file): an output must not overwrite it either
+COMPANIONS = {".prototxt": ".caffemodel", ".caffemodel": ".prototxt", ".cfg": ".weights", ".pdmodel": ".pdiparams",
+              ".json": ".pdiparams"}
 # source format -> (its parser's "module:function" returning `inspect`'s dict, the file endings it takes; "/"
 # any folder); the orchestration's `inspect` looks them up after the targets' artifact formats
 INSPECTORS = (
