@@ -62,9 +62,3 @@ def test_a_polling_server_follows_promote_and_rollback(cli, tmp_path):
         serves("1")
     finally:
         s.stop()
-
-
-def test_a_repository_on_ray_replicas_is_refused_before_anything_starts(cli, tmp_path):
-    _matmul_file(tmp_path / "repo" / "m" / "1" / "model.onnx", 4, 3, 0)
-    r = cli("serve", tmp_path / "repo", "--replicas", "2")
-    assert r.exit_code == 2 and "not on Ray Serve replicas yet" in r.stderr, r

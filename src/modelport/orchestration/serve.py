@@ -207,11 +207,17 @@ def require_server() -> None:
 WORKER = "modelport.orchestration.serve_worker"  # what `--workers N` starts N of
 
 
-def repository_registry(root: Path, options, threads, stats, tag: dict | None = None):
+def repository_registry(root: Path, options, threads, stats, tag: dict | None = None, replicas=None):
     """The live `Repository` of a folder in Triton's layout: each version opened and checked like
-    a single artifact (`serving/v2/repository.py`); `tag`: the response parameter naming a worker."""
-    from modelport.serving.v2.model import local_model
+    a single artifact (`serving/v2/repository.py`); `tag`: the response parameter naming a worker;
+    `replicas`: the Ray Serve handle of a repository's replicas, which then answer every version
+    once it passed its check here."""
+    import itertools
+
+    from modelport.serving.v2.model import ServedModel, local_model, timed
     from modelport.serving.v2.repository import Repository
+
+    opened = itertools.count()
 
     def opener(name: str, version: str, path: Path):
         served = open_served(path, threads=threads)
@@ -219,8 +225,18 @@ def repository_registry(root: Path, options, threads, stats, tag: dict | None = 
         if not served.checked["checked"]:
             log.warning("serve: %s version %s is not checked before it serves: %s", name, version, served.checked["reason"])
         batching = options.max_batch_size if options.max_batch_size > 1 and batch_dynamic(served.inputs) else 0
-        model = local_model(name, served.runner, served.inputs, served.outputs, stats, platform=served.runtime, version=version,
-                            max_batch_size=batching, max_queue_delay_ms=options.max_queue_delay_ms, tag=tag)
+        if replicas is not None:  # checked here, answered there: a reload is a new model id, never a replica's stale copy
+            from modelport.serving import ray_serve
+
+            served.runner = None
+            call = timed(ray_serve.version_infer(replicas, f"{name}/{version}/{next(opened)}", str(served.path), served.runtime))
+            model = ServedModel(name, served.inputs, served.outputs, call, stats, version=version, platform=served.runtime,
+                                tag=tag or {})
+            if batching:
+                model.enable_batching(batching, options.max_queue_delay_ms)
+        else:
+            model = local_model(name, served.runner, served.inputs, served.outputs, stats, platform=served.runtime,
+                                version=version, max_batch_size=batching, max_queue_delay_ms=options.max_queue_delay_ms, tag=tag)
         model.precision = served.precision
         model.reference = served.reference[0] if served.reference else None
         return model
@@ -230,15 +246,32 @@ def repository_registry(root: Path, options, threads, stats, tag: dict | None = 
                       max_memory=bound)
 
 
-def _serve_repository(root: Path, options, threads, on_ready) -> None:
-    """A folder in Triton's layout: every model and the versions its policy keeps, in this process
-    or, with `--workers N`, in N workers that hand each other load and unload calls."""
+def _serve_repository(root: Path, options, threads, on_ready, scale) -> None:
+    """A folder in Triton's layout: every model and the versions its policy keeps, in this process,
+    or with `--workers N` in N workers that hand each other load and unload calls, or answered by
+    Ray Serve replicas behind this process's repository."""
+    from modelport.serving import ray_serve
     from modelport.serving.v2 import server, workers
+    from modelport.serving.v2.repository import wanted_versions
     from modelport.serving.v2.stats import Stats
 
     def said(index: list[dict]) -> str:
         return ", ".join(f"'{m['name']}' v{m['version']}" for m in index) or "no model ready"
 
+    if scale.on_ray:
+        if options.workers > 1:
+            raise BadInputError(f"--workers {options.workers} and Ray Serve replicas do not combine: the replicas are the workers")
+        app = model_name(f"repository-{root.resolve().name}")
+        # room for every version the folder serves now, and a second one of each during a rollout
+        per_replica = 2 * max(1, sum(len(wanted_versions(d)) for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")))
+        handle = ray_serve.start_repository_replicas(app, threads, scale, per_replica)
+        try:
+            stats = Stats()
+            repo = repository_registry(root, options, threads, stats, replicas=handle)
+            server.run(repo, stats, options, on_serving=lambda: on_ready and on_ready(None, said(repo.index(ready_only=True))))
+        finally:
+            ray_serve.stop(app, started_here=not scale.address)
+        return
     if options.workers > 1:
         workers.Supervisor({"repository": str(root.resolve())}, options, threads, WORKER).run(
             on_ready=lambda: on_ready and on_ready(None, f"{options.workers} workers, each with the repository's models"))
@@ -263,10 +296,7 @@ def _serve(path, options, artifact, name, threads, scale, on_ready) -> None:
         raise BadInputError(f"--rollout {options.rollout} --shadow {options.shadow}: --rollout is one of {', '.join(ROLLOUTS)}, "
                             "and --shadow N (N >= 0) goes with --rollout parity")
     if is_repository(Path(path)):
-        if (scale or ray_serve.Scale()).on_ray:
-            raise BadInputError("a repository is served by this host's processes (--workers N), not on Ray Serve replicas yet",
-                                path=path)
-        _serve_repository(Path(path), options, threads, on_ready)
+        _serve_repository(Path(path), options, threads, on_ready, scale or ray_serve.Scale())
         return
     if options.model_control != "none" or options.rollout != "direct" or options.max_memory is not None:
         raise BadInputError("--model-control, --rollout and --max-memory are for a repository folder (Triton's layout: "

@@ -1,4 +1,4 @@
-"""Scale-out on Ray Serve: the artifact in N replicas, behind the one KServe v2 front end.
+"""Scale-out on Ray Serve: the artifact, or a repository's models, in N replicas behind the one KServe v2 front end.
 
 `modelport serve PATH --replicas N` (or `--min-replicas A --max-replicas B`: Ray Serve's
 autoscaler on ongoing requests) starts a Ray Serve deployment whose replicas each open the
@@ -9,6 +9,11 @@ replacement. A request in flight on a replica that dies is answered with an erro
 retries (HTTP 500 / gRPC INTERNAL naming the lost replica), never left hanging. `--address` joins
 an existing cluster (`ray://…` or `host:port`); otherwise a local one is started on 127.0.0.1
 (Ray's dashboard off, usage reporting off) and stopped with the server.
+
+`modelport serve REPO --replicas N` serves a repository the same way: the front end keeps the
+repository (versions, load and unload, rollout: `v2/repository.py`), each version checked on its
+reference sample in this process before it serves, and the replicas open the versions they are
+asked for (Ray Serve's model multiplexing, `start_repository_replicas`).
 """
 
 from __future__ import annotations
@@ -62,6 +67,49 @@ class Replica:
 
 def start_replicas(name: str, path: str, runtime: str, threads: int | None, scale: Scale):
     """Ray (local on 127.0.0.1, or `scale.address`) and the deployment; returns its handle."""
+    serve = _ray_serve(scale)
+    deployment = serve.deployment(Replica, name=name, ray_actor_options={"num_cpus": NUM_CPUS},
+                                  **scale.deployment_options())
+    return serve.run(deployment.bind(path, runtime, threads), name=name, route_prefix=None)
+
+
+def start_repository_replicas(app: str, threads: int | None, scale: Scale, per_replica: int):
+    """A repository's replicas: each opens a model version on its first call for it, keeps at most
+    `per_replica` of them (Ray Serve's model multiplexing: the least recently used one goes), and
+    Ray Serve routes a version's calls to the replicas that hold it. Returns the handle."""
+    serve = _ray_serve(scale)
+    deployment = serve.deployment(repository_replica(per_replica), name=app, ray_actor_options={"num_cpus": NUM_CPUS},
+                                  **scale.deployment_options())
+    return serve.run(deployment.bind(threads), name=app, route_prefix=None)
+
+
+def repository_replica(per_replica: int):
+    """The replica class of a repository, its multiplexed loader holding `per_replica` versions."""
+    from ray import serve
+
+    class RepositoryReplica:
+        def __init__(self, threads: int | None = None):
+            self.threads, self.where, self.pid = threads, {}, os.getpid()
+
+        @serve.multiplexed(max_num_models_per_replica=per_replica)
+        async def get_model(self, model_id: str):
+            from modelport.runtimes import RUNNERS
+
+            path, runtime = self.where[model_id]
+            return RUNNERS.load(runtime).open(path, threads=self.threads)
+
+        async def infer(self, model_id: str, path: str, runtime: str, feeds: dict) -> dict:
+            from modelport.serving.v2.model import REPLICA
+
+            self.where[model_id] = (path, runtime)
+            runner = await self.get_model(model_id)
+            return {**runner.run(feeds), REPLICA: self.pid}
+
+    return RepositoryReplica
+
+
+def _ray_serve(scale: Scale):
+    """Ray started (local on 127.0.0.1) or joined (`scale.address`), and Ray Serve on it, without its HTTP proxy."""
     try:
         import ray
         from ray import serve
@@ -80,9 +128,7 @@ def start_replicas(name: str, path: str, runtime: str, threads: int | None, scal
     except ConnectionError as e:
         raise BadInputError(f"cannot reach the Ray cluster at {scale.address}: {str(e).splitlines()[0]}") from None
     serve.start(proxy_location="Disabled", http_options={"host": "127.0.0.1"})
-    deployment = serve.deployment(Replica, name=name, ray_actor_options={"num_cpus": NUM_CPUS},
-                                  **scale.deployment_options())
-    return serve.run(deployment.bind(path, runtime, threads), name=name, route_prefix=None)
+    return serve
 
 
 def replica_infer(handle):
@@ -90,6 +136,17 @@ def replica_infer(handle):
 
     async def infer(feeds: dict) -> dict:
         return await handle.infer.remote(feeds)
+
+    return infer
+
+
+def version_infer(handle, model_id: str, path: str, runtime: str):
+    """The coroutine handing one call for a repository's version (`model_id`, opened from `path` in
+    `runtime`) to a replica that holds it, or to one that opens it."""
+    routed = handle.options(multiplexed_model_id=model_id)
+
+    async def infer(feeds: dict) -> dict:
+        return await routed.infer.remote(model_id, path, runtime, feeds)
 
     return infer
 
