@@ -5,11 +5,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.modelport-installed
 TFJS_NODE  := src/modelport/runtimes/tfjs_node
 TFJS_STAMP := $(VENV)/tfjs/.installed
+TRITON_STAMP := $(VENV)/triton/.installed
 EXTRAS ?= torch,optimize,tf,serve,openvino,ray,genai,executorch,coreml,opencv,dev
 
 .PHONY: setup browser demo test test-fast bench coverage lint clean check-pins
 
-setup: $(STAMP) $(TFJS_STAMP)
+setup: $(STAMP) $(TFJS_STAMP) $(TRITON_STAMP)
 
 # litert-torch (PyTorch -> LiteRT) and the packages it needs beyond the extras above, without
 # their dependencies: xdsl declares typing-extensions<4.13, which would downgrade pydantic and
@@ -34,6 +35,17 @@ $(TFJS_STAMP): $(TFJS_NODE)/package.json $(TFJS_NODE)/package-lock.json
 		mkdir -p $(VENV)/tfjs && cp $(TFJS_NODE)/package.json $(TFJS_NODE)/package-lock.json $(VENV)/tfjs/ && \
 		(cd $(VENV)/tfjs && npm ci --silent --no-audit --no-fund --ignore-scripts) && touch $@; \
 	else echo "Node.js and npm not found: the tfjs target cannot be validated here (install Node.js 18+, rerun make setup)"; fi
+
+# A real Triton server for the protocol conformance test (tests/serving/test_triton_conformance.py):
+# the tritonserver binary of the nvidia-pytriton wheel, in a venv of its own (it pins its own numpy),
+# never imported by modelport. Its python backend stub links the system's libpython3.11.
+$(TRITON_STAMP):
+	@if [ ! -e /usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0 ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		apt-get install -y -q --no-install-recommends libpython3.11 >/dev/null 2>&1 || \
+		{ apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends libpython3.11 >/dev/null; }; fi
+	$(PYTHON) -m venv $(VENV)/triton
+	$(VENV)/triton/bin/python -m pip install --quiet nvidia-pytriton==0.7.0
+	touch $@
 
 # One resolve for everything; torch is pinned to the CPU wheel (torch==2.13.0) in pyproject.
 # tf_keras is installed without its dependencies: it would otherwise pull the full `tensorflow`

@@ -99,7 +99,7 @@ def test_the_repository_api_over_http_and_grpc(server):
     assert h.is_model_ready("mlp", "1") and g.is_model_ready("mlp", "1") and not h.is_model_ready("mlp", "2")
     h.unload_model("other")
     assert not h.is_model_ready("other") and not g.is_model_ready("other")
-    assert {"name": "other", "version": "", "state": "UNAVAILABLE", "reason": "unloaded"} in h.get_model_repository_index()
+    assert {"name": "other", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"} in h.get_model_repository_index()
     x = np.ones((1, 8), np.float32)
     i = http.InferInput("features", [1, 8], "FP32")
     i.set_data_from_numpy(x)

@@ -187,6 +187,7 @@ class ServedModel:
 
     def __post_init__(self):
         self.slot = self.stats.slot(self.name, self.version)
+        self.stats.restart(self.slot)
         self.inflight = 0
         self.output_names = [s.name for s in self.outputs]
         self.datatypes = {s.name: V2_DATATYPES[s.dtype] for s in self.outputs}

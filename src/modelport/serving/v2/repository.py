@@ -69,6 +69,7 @@ class Entry:
     default: str | None = None  # the version answering requests that name none
     last_used: float = 0.0  # monotonic time of its last request: the least recently used goes first
     note: str = "unloaded"  # the index's reason while no version is loaded
+    unloaded: list[str] = field(default_factory=list)  # the versions it served before its unload: the index lists them, as Triton's does
 
 
 def wanted_versions(model_dir: Path) -> list[tuple[str, Path]]:
@@ -130,7 +131,7 @@ class Repository:
             entry = self.entries[name]
             if not entry.versions:
                 if not ready_only:
-                    out.append({"name": name, "version": "", "state": "UNAVAILABLE", "reason": entry.note})
+                    out += [{"name": name, "version": v, "state": "UNAVAILABLE", "reason": entry.note} for v in entry.unloaded or [""]]
                 continue
             for v in sorted(entry.versions.values(), key=lambda v: int(v.version)):
                 if not ready_only or v.state == "READY":
@@ -297,6 +298,7 @@ class Repository:
 
     async def _unload(self, entry: Entry, note: str = "unloaded") -> None:
         entry.default, entry.note = None, note
+        entry.unloaded = sorted(entry.versions, key=int)
         for v in list(entry.versions.values()):
             if v.state == "READY":
                 await self._retire(entry, v)

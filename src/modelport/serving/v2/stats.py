@@ -87,6 +87,10 @@ class Stats:
                     return i
         return len(table) // NAME_BYTES
 
+    def restart(self, slot: int) -> None:
+        """A version loaded (again): its counts start from zero in this worker, as Triton's do on a reload."""
+        self.mine[slot, :] = 0
+
     def pending(self, slot: int, delta: int) -> None:
         self.mine[slot, PENDING] += delta
 
