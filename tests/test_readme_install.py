@@ -29,3 +29,4 @@ def test_the_by_hand_install_matches_make_setup():
     assert [f'"{tf_keras}"'] in no_deps
     assert _make_var("LITERT_TORCH").split() in no_deps
     assert _make_var("PADDLE").split() in no_deps
+    assert "nvidia-pytriton==0.7.0" in block and "nvidia-pytriton==0.7.0" in (ROOT / "Makefile").read_text()
