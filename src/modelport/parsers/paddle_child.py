@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from modelport.errors import BadInputError, UnsupportedError
+from modelport.errors import BadInputError, UnsupportedError, one_line
 from modelport.ir import IRModel, Reference, TensorSpec, guess_layout
 from modelport.parsers.paddle import check_params
 
@@ -62,8 +62,8 @@ def import_paddle():
 
 
 def first_line(e: BaseException) -> str:
-    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
-    return (lines[0] if lines else type(e).__name__)[:300]
+    """The exception's first line (errors.one_line), else its class name."""
+    return one_line(str(e), 300) or type(e).__name__
 
 
 def load_program(paddle, model: Path, work: Path):
@@ -229,6 +229,42 @@ def lift_constants(model) -> int:
     return lifted
 
 
+def scalar_concat_inputs(model) -> int:
+    """paddle2onnx 2.1 concatenates a 0-D shape value (Paddle 3 slices `x.shape[0]` to a scalar)
+    with 1-D ones, as in `reshape(x, [x.shape[0], 200])`; ONNX's Concat needs one rank, so
+    onnxruntime refuses the file (PP-OCR's recogniser and classifier, converted from their
+    .pdmodel). Each 0-D input of a Concat whose other inputs are 1-D is unsqueezed to [1], in
+    place; returns how many. Ranks come from onnx's shape inference; an unknown rank is left."""
+    import onnx
+    from onnx import helper
+
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    rank = {v.name: len(v.type.tensor_type.shape.dim) for v in [*inferred.graph.value_info, *inferred.graph.input,
+                                                                 *inferred.graph.output]
+            if v.type.tensor_type.HasField("shape")}
+    rank.update({t.name: len(t.dims) for t in model.graph.initializer})
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+            rank[node.output[0]] = len(node.attribute[0].t.dims)
+    fixed, nodes = 0, []
+    axes = helper.make_tensor("modelport.unsqueeze_axes_0", onnx.TensorProto.INT64, [1], [0])
+    for node in model.graph.node:
+        ranks = [rank.get(i) for i in node.input]
+        if node.op_type == "Concat" and 0 in ranks and 1 in ranks and None not in ranks:
+            for k, (name, r) in enumerate(zip(list(node.input), ranks, strict=True)):
+                if r == 0:
+                    lifted = f"{name}.as_1d.{fixed}"
+                    nodes.append(helper.make_node("Unsqueeze", [name, axes.name], [lifted], name=f"modelport.unsqueeze.{fixed}"))
+                    node.input[k] = lifted
+                    fixed += 1
+        nodes.append(node)
+    if fixed:
+        model.graph.initializer.append(axes)
+        del model.graph.node[:]
+        model.graph.node.extend(nodes)
+    return fixed
+
+
 def _named_outputs(outputs: list[tuple[str, list]], has_batch: bool) -> list[TensorSpec]:
     specs = []
     for name, shape in outputs:
@@ -286,6 +322,9 @@ def convert_in_child(work: Path, request: dict) -> dict:
     mapping.update(zip([v.name for v in onnx_model.graph.output], names, strict=True))
     rename_values(onnx_model, mapping)
     lift_constants(onnx_model)
+    scalars = scalar_concat_inputs(onnx_model)
+    repaired = (f"paddle2onnx concatenated {scalars} 0-D value(s) with 1-D ones, which onnxruntime refuses; each was "
+                "unsqueezed to [1]") if scalars else None
     for values, specs in ((onnx_model.graph.input, inputs), (onnx_model.graph.output, outputs)):
         set_dims(values, specs)
     ir_note = fit_ir_version(onnx_model)
@@ -306,7 +345,7 @@ def convert_in_child(work: Path, request: dict) -> dict:
                     "path": str(model), "weights": str(weights), "paddle": paddle.__version__, "opset": opset,
                     "exporter": f"paddle2onnx {paddle2onnx.__version__}", "ir_version_note": ir_note,
                     "reference_varies": varies, "samples_skipped": skipped or None,
-                    **({"warnings": notes} if (notes := [n for n in (sampled.note, *shape_notes) if n]) else {})},
+                    **({"warnings": notes} if (notes := [n for n in (sampled.note, *shape_notes, repaired) if n]) else {})},
         reference=Reference(sample, {o.name: np.asarray(reference[o.name]) for o in outputs}, producer=producer, extra=extra,
                             guessed=guessed_inputs(inputs, spec.given)),
         sample_dims=dict(spec.sample_dims),
