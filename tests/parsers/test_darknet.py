@@ -273,3 +273,12 @@ def test_an_output_never_replaces_the_weights_found_beside_the_cfg(cli, tmp_path
     r = cli("convert", tmp_path / "w.cfg", "--to", "onnx", "-o", tmp_path / "w.weights", "--force")
     assert r.exit_code == 2 and "would overwrite or contain the input" in r.stderr and "w.weights" in r.stderr, r
     assert _files(tmp_path) == before
+
+
+def test_inspect_reads_the_cfg_alone(cli, tmp_path):
+    (tmp_path / "i.cfg").write_text(TINY)  # no weights beside it: inspect does not need them
+    r = cli("inspect", tmp_path / "i.cfg", "--json")
+    assert r.exit_code == 0, r
+    info = r.json()
+    assert info["format"] == "darknet cfg" and info["inputs"][0]["shape"] == ["batch", 3, 64, 64]
+    assert [o["name"] for o in info["outputs"]] == ["yolo_8", "yolo_14"] and info["ops"]["yolo"] == 2

@@ -217,3 +217,14 @@ def test_a_real_paddleocr_classifier_converts_and_matches_paddle_inference(cli, 
     assert report["parity"] and all(p["ok"] for p in report["parity"]), report["parity"]
     assert [o["name"] for o in report["contract"]["outputs"]] == ["softmax_0.tmp_0"]
     assert hashlib.sha256(program.read_bytes()).hexdigest() == before
+
+
+def test_inspect_reads_the_program_without_its_weights(cli, models, tmp_path):
+    program = tmp_path / "inference.json"
+    shutil.copyfile(models / "cnn" / "inference.json", program)
+    r = cli("inspect", program, "--json")
+    assert r.exit_code == 0, r
+    info = r.json()
+    assert info["format"] == "paddle pir json" and info["inputs"][0]["shape"] == ["batch", 3, 32, 32]
+    assert [o["name"] for o in info["outputs"]] == ["fetch_name_0"] and info["ops"]["pd_op.conv2d"] >= 1
+    assert info["unsupported_ops"] is None

@@ -53,6 +53,8 @@ INSPECTORS = (
     ("keras", "modelport.parsers.keras:inspect", (".keras", ".h5", ".hdf5")),
     ("savedmodel", "modelport.parsers.savedmodel:inspect", ("saved_model.pb",)),
     ("graphdef", "modelport.parsers.graphdef:inspect", (".pb",)),
+    ("darknet", "modelport.parsers.darknet:inspect", (".cfg",)),
+    ("paddle", "modelport.parsers.paddle:inspect", (".pdmodel", "inference.json")),
     ("huggingface", "modelport.parsers.huggingface:inspect", ("/config.json",)),
     ("savedmodel", "modelport.parsers.savedmodel:inspect", ("/",)),  # any other folder, last
 )

@@ -287,3 +287,20 @@ def parse(source, spec) -> IRModel:
         reference=Reference(sample, ref_out, producer=f"opencv {cv2.__version__}", extra=extra),
         sample_dims=dict(spec.sample_dims),
     )
+
+
+def inspect(path: Path) -> dict:
+    """The cfg's input, layer histogram and [yolo] heads, read without the weights or OpenCV."""
+    from collections import Counter
+
+    net, sections = read_cfg(Path(path))
+    dims = [net.get(k, d) for k, d in (("channels", "3"), ("height", "416"), ("width", "416"))]
+    heads = [s for s in sections if s.kind == "yolo"]
+    return {
+        "format": "darknet cfg",
+        "inputs": [{"name": "data", "dtype": "float32", "shape": ["batch", *[int(d) if d.isdigit() else d for d in dims]]}],
+        "outputs": [{"name": f"yolo_{s.index}", "classes": s.options.get("classes")} for s in heads],
+        "layers": len(sections),
+        "ops": dict(Counter(s.kind for s in sections).most_common()),
+        "size": Path(path).stat().st_size,
+    }

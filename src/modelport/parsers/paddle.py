@@ -203,3 +203,12 @@ def parse(source, spec) -> IRModel:
 
     return call_in_child("modelport.parsers.paddle_child:convert_in_child", _request(path, weights, spec), path=path,
                          timeout=timeout_for(CONVERT_TIMEOUT_S), what=WHAT, collect=collect, unexpected=BadInputError)
+
+
+def inspect(path: Path) -> dict:
+    """The program's inputs, outputs and op histogram (and the ops paddle2onnx lacks), read in a
+    child process without the weights."""
+    from modelport.runtimes.isolated import RUN_TIMEOUT_S
+
+    return call_in_child("modelport.parsers.paddle_child:inspect_in_child", {"model": str(Path(path).resolve())}, path=path,
+                         timeout=timeout_for(RUN_TIMEOUT_S), what=WHAT, unexpected=BadInputError)

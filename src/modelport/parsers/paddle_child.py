@@ -273,6 +273,19 @@ def _named_outputs(outputs: list[tuple[str, list]], has_batch: bool) -> list[Ten
     return specs
 
 
+def inspect_in_child(work: Path, request: dict) -> dict:
+    """`paddle.inspect`'s child side: the program's contract and op histogram, without its weights."""
+    paddle = import_paddle()
+    model = Path(request["model"])
+    program, _ = load_program(paddle, model, work)
+    inputs, outputs = contract(program)
+    return {"format": "paddle pdmodel" if model.suffix.lower() == ".pdmodel" else "paddle pir json",
+            "inputs": [{"name": s.name, "dtype": s.dtype, "shape": s.shape} for s in inputs],
+            "outputs": [{"name": name, "shape": shape} for name, shape in outputs],
+            "ops": dict(Counter(op.name() for op in all_ops(program.global_block())).most_common()),
+            "unsupported_ops": dict(unsupported_ops(program)) or None, "size": model.stat().st_size}
+
+
 def convert_in_child(work: Path, request: dict) -> dict:
     """Read, screen, reference, export and assemble the IR into `work/ir` (see the module docstring)."""
     from modelport.input_roles import guessed_inputs
