@@ -228,3 +228,18 @@ def test_inspect_reads_the_program_without_its_weights(cli, models, tmp_path):
     assert info["format"] == "paddle pir json" and info["inputs"][0]["shape"] == ["batch", 3, 32, 32]
     assert [o["name"] for o in info["outputs"]] == ["fetch_name_0"] and info["ops"]["pd_op.conv2d"] >= 1
     assert info["unsupported_ops"] is None
+
+
+def test_a_translated_programs_interpolation_scales_become_floats(tmp_path):
+    """What Paddle's translator writes for a legacy `nearest_interp` (PP-OCR's detector): its
+    `scale` list as doubles, which paddle2onnx refuses; other attributes stay as they are."""
+    from modelport.parsers.paddle_child import float_scales
+
+    op = {"#": "p", "A": [{"AT": {"#": "0.a_array", "D": [{"#": "0.a_f64", "D": 2.0}, {"#": "0.a_f64", "D": 2.0}]}, "N": "scale"},
+                          {"AT": {"#": "0.a_f64", "D": 0.5}, "N": "scale"}, {"AT": {"#": "0.a_i32", "D": -1}, "N": "out_h"}]}
+    program = tmp_path / "program.json"
+    program.write_text(json.dumps({"program": {"regions": [{"blocks": [{"ops": [op]}]}]}}))
+    assert float_scales(program) == 1
+    attrs = json.loads(program.read_text())["program"]["regions"][0]["blocks"][0]["ops"][0]["A"]
+    assert [e["#"] for e in attrs[0]["AT"]["D"]] == ["0.a_f32", "0.a_f32"] and attrs[1]["AT"]["#"] == "0.a_f64"
+    assert float_scales(program) == 0

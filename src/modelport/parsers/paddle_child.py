@@ -76,12 +76,44 @@ def load_program(paddle, model: Path, work: Path):
             program = paddle.pir.translate_to_pir(legacy.desc)
             exported = work / "program.json"
             paddle.core.serialize_pir_program(program, str(exported), True, False, True)
+            float_scales(exported)
             return program, exported
         program = paddle.static.Program()
         paddle.base.core.deserialize_pir_program(str(model), program)
         return program, model
     except Exception as e:
         raise BadInputError(f"not a readable Paddle program: {first_line(e)}", path=model) from None
+
+
+def float_scales(program_json: Path) -> int:
+    """The translator of legacy programs writes an interpolation's `scale` list as doubles, which
+    paddle2onnx 2.1 refuses ("the 0th elementwise MUST be ir::FloatAttribute"; PP-OCR's detector);
+    Paddle's own interp ops take floats. Rewritten in the file paddle2onnx reads (the reference runs
+    the original program); returns how many lists were."""
+    import json
+
+    doc = json.loads(program_json.read_text())
+    changed = 0
+
+    def walk(node):
+        nonlocal changed
+        if isinstance(node, dict):
+            at = node.get("AT")
+            if node.get("N") == "scale" and isinstance(at, dict) and at.get("#") == "0.a_array" \
+                    and at.get("D") and all(isinstance(e, dict) and e.get("#") == "0.a_f64" for e in at["D"]):
+                for e in at["D"]:
+                    e["#"] = "0.a_f32"
+                changed += 1
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(doc)
+    if changed:
+        program_json.write_text(json.dumps(doc, separators=(",", ":")))
+    return changed
 
 
 def all_ops(block):
