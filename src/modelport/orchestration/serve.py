@@ -185,7 +185,8 @@ def serve(path: str | Path, options, *, artifact: str | None = None, name: str |
     with tempfile.TemporaryDirectory(prefix="modelport-serve-") as tmp:
         if is_s3(str(path)):  # pulled and checked against its manifest before anything opens it
             uri, path = str(path), pull(str(path), Path(tmp) / "repository")
-            if options.model_control == "poll" and is_repository(path):  # S3's changes reach the folder the scan reads
+            # S3's changes reach the folder the scan (poll) or a load call (explicit) reads
+            if options.model_control in ("poll", "explicit") and is_repository(path):
                 from modelport.serving.s3_mirror import Mirror, keep_in_step
 
                 stop_mirror = keep_in_step(Mirror(uri, path), options.poll_seconds)
