@@ -323,3 +323,77 @@ def test_legacy_v1_and_garbage_are_refused(tmp_path):
     net.write_text("layer { name: ")
     with pytest.raises(BadInputError, match="not a valid Caffe prototxt"):
         parse(net, SourceSpec(path=net))
+
+
+def _head(f: str, size: int, step: int) -> str:
+    """An SSD head on the feature map f: loc and conf convolutions (4 boxes a position, 3 classes), each
+    Permuted to NHWC and Flattened, and its PriorBox (min, sqrt(min*max), aspect ratios 2 and 1/2)."""
+    return "".join(
+        f'layer {{ name: "{f}_{k}" type: "Convolution" bottom: "{f}" top: "{f}_{k}" convolution_param {{ num_output: {n} '
+        f'kernel_size: 3 pad: 1 }} }}\nlayer {{ name: "{f}_{k}_perm" type: "Permute" bottom: "{f}_{k}" top: "{f}_{k}_perm" '
+        f'permute_param {{ order: 0 order: 2 order: 3 order: 1 }} }}\nlayer {{ name: "{f}_{k}_flat" type: "Flatten" '
+        f'bottom: "{f}_{k}_perm" top: "{f}_{k}_flat" }}\n' for k, n in (("loc", 16), ("conf", 12))) + (
+        f'layer {{ name: "{f}_pb" type: "PriorBox" bottom: "{f}" bottom: "data" top: "{f}_pb" prior_box_param {{ min_size: '
+        f'{size} max_size: {2 * size} aspect_ratio: 2 flip: true clip: false variance: 0.1 variance: 0.1 variance: 0.2 '
+        f'variance: 0.2 step: {step} offset: 0.5 }} }}\n')
+
+
+# a tiny SSD without its DetectionOutput: a Normalize over the channels with a scale per channel (conv4_3's),
+# one over the whole sample with one scale, two heads, their Concats, a Softmax per box over the classes
+SSD = """layer { name: "data" type: "Input" top: "data" input_param { shape { dim: 1 dim: 3 dim: 32 dim: 32 } } }
+layer { name: "c1" type: "Convolution" bottom: "data" top: "c1" convolution_param { num_output: 8 kernel_size: 3 pad: 1 stride: 2 } }
+layer { name: "n1" type: "Normalize" bottom: "c1" top: "n1" norm_param { across_spatial: false channel_shared: false } }
+layer { name: "c2" type: "Convolution" bottom: "c1" top: "c2" convolution_param { num_output: 8 kernel_size: 3 pad: 1 stride: 2 } }
+layer { name: "n2" type: "Normalize" bottom: "c2" top: "n2" norm_param { across_spatial: true eps: 1e-6 } }
+""" + _head("n1", 6, 2) + _head("n2", 12, 4) + "".join(
+    f'layer {{ name: "{top}" type: "Concat" bottom: "n1_{k}" bottom: "n2_{k}" top: "{top}" concat_param {{ axis: {a} }} }}\n'
+    for top, k, a in (("mbox_loc", "loc_flat", 1), ("mbox_conf", "conf_flat", 1), ("mbox_priorbox", "pb", 2))) + """\
+layer { name: "conf_reshape" type: "Reshape" bottom: "mbox_conf" top: "conf_reshape" reshape_param { shape { dim: 0 dim: -1 dim: 3 } } }
+layer { name: "conf_softmax" type: "Softmax" bottom: "conf_reshape" top: "conf_softmax" softmax_param { axis: 2 } }
+layer { name: "mbox_conf_flatten" type: "Flatten" bottom: "conf_softmax" top: "mbox_conf_flatten" }
+"""
+SSD_BLOBS = {"c1": [(8, 3, 3, 3), (8,)], "c2": [(8, 8, 3, 3), (8,)], "n1": [(8,)], "n2": [(1,)],
+             **{f"n{i}_{k}": [(n, 8, 3, 3), (n,)] for i in (1, 2) for k, n in (("loc", 16), ("conf", 12))}}
+
+
+def test_ssd_heads_validate_against_opencv_on_every_target(cli, tmp_path):
+    rng = np.random.default_rng(2)
+    blobs = {name: [(rng.standard_normal(s) * 0.2 + (20 if name == "n1" else 0)).astype(np.float32) for s in shapes]
+             for name, shapes in SSD_BLOBS.items()}
+    net, weights = write_net(tmp_path / "ssd", SSD, blobs)
+    r = cli("convert", "-in", net, "-iw", weights, "--to", "onnx,tflite,openvino", "-o", tmp_path / "out", "--json")
+    assert r.exit_code == 0, r
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["contract"]["inputs"][0]["shape"] == ["batch", 3, 32, 32]  # one set of boxes for every sample
+    n = (16 * 16 + 8 * 8) * 4
+    assert {o["name"]: o["shape"] for o in report["contract"]["outputs"]} == {
+        "mbox_loc": ["batch", n * 4], "mbox_conf_flatten": ["batch", n * 3], "mbox_priorbox": [1, 2, n * 4]}
+    assert all(a["validated_with"] and not a.get("not_validated") for a in report["artifacts"])
+    assert report["status"] == "ok" and all(p["ok"] for p in report["parity"]), report["parity"]
+    ended = {p["hop"] for p in report["parity"] if p["hop"].endswith("(end to end)")}
+    assert ended == {f"caffe→{t} (end to end)" for t in ("onnx", "openvino", "tflite")}, ended
+    ir = parse(net, SourceSpec(path=net, inputs=[parse_input_spec("data:n,3,h,w")]))  # the boxes fix h and w
+    assert ir.inputs[0].shape == ["n", 3, 32, 32] and any("PriorBox" in w for w in ir.provenance["warnings"])
+
+
+@pytest.mark.parametrize("param,feature,image", [
+    ("min_size: 30 max_size: 60 aspect_ratio: 2 clip: false variance: 0.1 variance: 0.1 variance: 0.2 variance: 0.2 step: 8",
+     (5, 7), (40, 56)),  # flip and offset 0.5 by default
+    # no max_size, no flip (3 kept, 1 and the repeat left out), clipped (the default), steps from the sizes
+    ("min_size: 11 aspect_ratio: 3 aspect_ratio: 1 aspect_ratio: 3 flip: false variance: 0.2 offset: 0.25", (6, 4), (37, 61)),
+    ("min_size: 10 min_size: 20 max_size: 15 max_size: 30 aspect_ratio: 2 step_h: 7 step_w: 9 variance: 0.5", (3, 4), (30, 30)),
+    ("min_size: 10 max_size: 5 variance: 0.1", (3, 3), (30, 30)),  # refused, as OpenCV refuses it
+])
+def test_prior_box_constant_equals_opencv(tmp_path, param, feature, image):
+    from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
+
+    shape = 'layer {{ name: "{0}" type: "Input" top: "{0}" input_param {{ shape {{ dim: 1 dim: 3 dim: {1} dim: {2} }} }} }}\n'
+    text = (shape.format("f", *feature) + shape.format("im", *image)
+            + f'layer {{ name: "pb" type: "PriorBox" bottom: "f" bottom: "im" top: "pb" prior_box_param {{ {param} }} }}\n')
+    net, _ = write_net(tmp_path / "pb", text, {})
+    if "max_size: 5 " in param:
+        with pytest.raises(BadInputError, match=r"layer 'pb' of type PriorBox: max_size \[5.0\] needs one value above"):
+            parse(net, SourceSpec(path=net))
+        return
+    ir = parse(net, SourceSpec(path=net))
+    np.testing.assert_array_equal(OnnxRuntimeRunner(ir.model).run(ir.reference.inputs)["pb"], ir.reference.outputs["pb"])

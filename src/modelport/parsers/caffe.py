@@ -11,12 +11,14 @@ not fill its shape, a missing blob or one of the wrong size is an exit-2 error n
 and the blob, as is a caffemodel cut short (the layer and the blob where it ends).
 
 The batch dim stays dynamic (`batch`) unless a layer works across it (a Reshape, Flatten,
-Concat, Softmax... on axis 0), in which case it is the declared size. The outputs are the tops
-no layer consumes, named as the tops; OpenCV names them by the layers that produce them.
+Concat, Softmax... on axis 0), in which case it is the declared size. In a net with a PriorBox
+layer (SSD's default boxes, a constant of the sizes of its bottoms) the inputs' height and width
+are fixed: the declared sizes where --input leaves them dynamic. The outputs are the tops no layer
+consumes, named as the tops; OpenCV names them by the layers that produce them.
 
 Here: finding the two files, the net's inputs and the whole translation. Reading the files is in
 `caffe_files.py`, the graph being built in `caffe_graph.py`, the layers' translations in
-`caffe_layers.py` and `caffe_ops.py`.
+`caffe_layers.py`, `caffe_ops.py` and `caffe_ssd.py`.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from modelport.ir import IRModel, Reference, TensorSpec
 from modelport.parsers.caffe_files import Blob, inference_layers, read_network, read_weights
 from modelport.parsers.caffe_graph import FixBatch, Graph, Layer
 from modelport.parsers.caffe_layers import BOTTOMS, CONVERTERS
+from modelport.parsers.caffe_ssd import FIXED_SIZES
 
 NAME = "caffe"
 DESCRIPTION = "Caffe network (.prototxt) and weights (.caffemodel); reference from OpenCV DNN"
@@ -65,6 +68,7 @@ class Translation:
     outputs: list[TensorSpec]
     opencv_names: dict[str, str]  # output (top) name -> the OpenCV layer name that gives it
     dynamic: bool
+    fixed_sizes: list[str]  # the inputs whose dynamic height and width took their declared sizes
 
 
 def declared_inputs(net, layers) -> list[tuple[str, list[int] | None]]:
@@ -113,18 +117,48 @@ def check_translatable(layers) -> None:
                             f"(translated: Input, {', '.join(sorted(CONVERTERS))})")
 
 
-def translate(net, weights: dict[str, list[Blob]], given_shapes: dict[str, list], *, dynamic: bool) -> Translation:
+def needed_layers(layers: list, tops: list[str]) -> list:
+    """The layers that `tops` depend on, in their order (every layer that writes a needed top, in
+    place included, and what it reads); the Input layers always."""
+    needed, keep = set(tops), []
+    for layer in reversed(layers):
+        if layer.type == "Input" or needed & set(layer.top):
+            keep.append(layer)
+            needed |= set(layer.bottom)
+    return keep[::-1]
+
+
+def stop_tops(net, names: list[str] | None) -> list[str] | None:
+    """`--output` names that are all tops of the net: where it ends (the layers after them, a
+    DetectionOutput's post-processing say, are left out), as a frozen graph's `--outputs` name
+    the tensors it ends at; else None (the names rename the net's own outputs)."""
+    tops = {t for layer in inference_layers(net) if layer.type != "Input" for t in layer.top}
+    return list(names) if names and all(n in tops for n in names) else None
+
+
+def translate(net, weights: dict[str, list[Blob]], given_shapes: dict[str, list], *, dynamic: bool,
+              stop_at: list[str] | None = None) -> Translation:
     """The ONNX model of the net's TEST-phase layers with these weights; `given_shapes` are the
-    --input shapes by name (they replace the declared ones, batch dim included)."""
+    --input shapes by name (they replace the declared ones, batch dim included; a dynamic height or
+    width takes the declared size where a layer needs fixed ones); `stop_at`: the tops the net ends
+    at (only the layers they need are translated)."""
     from onnx import TensorProto, helper
 
     layers = inference_layers(net)
+    if stop_at:
+        layers = needed_layers(layers, stop_at)
     check_translatable(layers)
     g = Graph(dynamic=dynamic)
     specs: list[TensorSpec] = []
+    fix_sizes = any(layer.type in FIXED_SIZES for layer in layers)
+    fixed: list[str] = []
     for name, shape in declared_inputs(net, layers):
-        if name in given_shapes:  # the user's shape, as given
-            shape = list(given_shapes[name])
+        if name in given_shapes:  # the user's shape, as given (its dynamic sizes fixed where a layer needs them)
+            declared, shape = shape, list(given_shapes[name])
+            if fix_sizes and declared and len(declared) == len(shape) > 2 \
+                    and not all(isinstance(d, int) for d in shape[2:]):
+                shape[2:] = [d if isinstance(d, int) else declared[i] for i, d in enumerate(shape[2:], 2)]
+                fixed.append(name)
         elif not shape:
             raise BadInputError(f"the input '{name}' has no shape in the prototxt", hint=f"give one with --input {name}:1x3x224x224")
         else:
@@ -167,7 +201,7 @@ def translate(net, weights: dict[str, list[Blob]], given_shapes: dict[str, list]
                 order.remove(top)
             order.append(top)
     input_names = {s.name for s in specs}
-    outputs = [top for top in order if not consumed.get(g.current[top]) and top not in input_names]
+    outputs = list(stop_at) if stop_at else [top for top in order if not consumed.get(g.current[top]) and top not in input_names]
     if not outputs:
         raise BadInputError("the net has no output: every top is read by a later layer")
     # each output tensor takes its top's name (no other tensor has it: made-up names avoid every blob's)
@@ -195,7 +229,7 @@ def translate(net, weights: dict[str, list[Blob]], given_shapes: dict[str, list]
                               ir_version=8)
     for s in out_specs:
         s.shape = [d if d is not None else f"{s.name}_dim{i}" for i, d in enumerate(s.shape)]
-    return Translation(model, specs, out_specs, names, dynamic)
+    return Translation(model, specs, out_specs, names, dynamic, fixed)
 
 
 def user_shapes(net, user_specs: list[TensorSpec]) -> dict[str, list]:
@@ -227,16 +261,21 @@ def parse(source, spec) -> IRModel:
     try:
         weights = read_weights(weights_path)
         user = user_shapes(net, spec.inputs)
+        stop_at = stop_tops(net, spec.output_names)
         try:
-            t = translate(net, weights, user, dynamic=True)
+            t = translate(net, weights, user, dynamic=True, stop_at=stop_at)
         except FixBatch:
-            t = translate(net, weights, user, dynamic=False)
+            t = translate(net, weights, user, dynamic=False, stop_at=stop_at)
     except (BadInputError, UnsafeInputError) as e:
         if e.path is None:
             raise type(e)(e.reason, path=network, hint=e.hint) from None
         raise
     model = infer_and_check(t.model, network)
+    translated = {s.name: list(s.shape) for s in t.inputs}
     inputs = merge_specs(t.inputs, spec.inputs)
+    for s in inputs:  # the fixed height and width bind over the user's dynamic ones
+        if s.name in t.fixed_sizes:
+            s.shape = translated[s.name]
     if spec.output_names and len(spec.output_names) != len(t.outputs):
         raise BadInputError(f"--output names {spec.output_names} do not match the net's {len(t.outputs)} outputs "
                             f"{[o.name for o in t.outputs]}", path=network)
@@ -262,6 +301,9 @@ def parse(source, spec) -> IRModel:
     notes = [n for n in (sampled.note,) if n]
     if not t.dynamic:
         notes.append("a layer works across the batch axis: the batch dim keeps its declared size")
+    if t.fixed_sizes:
+        notes.append(f"a PriorBox layer needs fixed sizes: the height and width of {', '.join(t.fixed_sizes)} keep "
+                     "their declared sizes")
     return IRModel(
         model=model,
         inputs=inputs,

@@ -10,6 +10,7 @@ import numpy as np
 
 from modelport.parsers.caffe_graph import Graph, Layer
 from modelport.parsers.caffe_ops import OPS
+from modelport.parsers.caffe_ssd import SSD
 
 
 def _hw(p, field: str, *, default: int, layer: Layer) -> tuple[int, int]:
@@ -222,12 +223,12 @@ def _batch_statistics(g: Graph, L: Layer, blobs: list[np.ndarray]) -> str:
     return out
 
 
-# every translated layer type -> its translation (those of caffe_ops.py included)
+# every translated layer type -> its translation (those of caffe_ops.py and caffe_ssd.py included)
 CONVERTERS: dict[str, Callable] = {
     "Convolution": _conv, "ConvolutionDepthwise": _conv,
     "Deconvolution": lambda g, L: _conv(g, L, transpose=True),
     "Pooling": _pool, "InnerProduct": _inner_product, "BatchNorm": _batch_norm, "Scale": _scale,
-    **OPS,
+    **OPS, **SSD,
 }
 # the number of bottoms each translated type takes (None: one or more)
-BOTTOMS = {"Eltwise": None, "Concat": None, "Crop": 2, "Scale": (1, 2)}
+BOTTOMS = {"Eltwise": None, "Concat": None, "Crop": 2, "Scale": (1, 2), "PriorBox": 2}

@@ -72,9 +72,11 @@ def _reshape(g: Graph, L: Layer) -> list[str]:
     if axis == 0 and (not dims or dims[0] != 0) and end > 0:
         g.across_batch(0)
     middle = [s[axis + i] if d == 0 else d for i, d in enumerate(dims)]
-    if -1 in middle:
-        total = math.prod(L.static(s[axis:end], "Reshape with -1"))
-        rest = math.prod(d for d in middle if d != -1)
+    if -1 in middle:  # the dims a 0 copies cancel out (a dynamic batch among them)
+        copied = {axis + i for i, d in enumerate(dims) if d == 0}
+        total = math.prod(L.static([s[i] for i in range(axis, end) if i not in copied], "Reshape with -1"))
+        rest = math.prod([d for d in dims if d not in (0, -1)]
+                         + L.static([s[i] for i in copied if not axis <= i < end], "Reshape with -1"))
         if not rest or total % rest:
             raise L.error(f"the shape {dims} does not divide the input {s}")
         middle[middle.index(-1)] = total // rest

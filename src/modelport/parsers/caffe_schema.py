@@ -1,7 +1,7 @@
 """modelport's own schema of Caffe's `caffe.proto`: the messages and fields the Caffe parser reads,
 with BVLC Caffe's field numbers (and OpenCV's for the fields its caffe.proto adds: `permute_param`,
-Pooling's `ceil_mode`, NVIDIA Caffe's fp16 `raw_data` and BatchNorm's `scale_bias`), built at
-import time into a private descriptor pool.
+SSD's `norm_param` and `prior_box_param`, Pooling's `ceil_mode`, NVIDIA Caffe's fp16 `raw_data` and
+BatchNorm's `scale_bias`), built at import time into a private descriptor pool.
 
 Two top-level messages: `NetParameter`, what a `.prototxt` holds (read as text), and
 `WeightsNet`, the part of a `.caffemodel` that matters here: each layer's name, type and blobs
@@ -109,6 +109,16 @@ MESSAGES: dict[str, list[tuple]] = {
     "PowerParameter": [("power", 1, "float", "?"), ("scale", 2, "float", "?"), ("shift", 3, "float", "?")],
     "CropParameter": [("axis", 1, "int32", "?"), ("offset", 2, "uint32", "*")],
     "SliceParameter": [("axis", 3, "int32", "?"), ("slice_point", 2, "uint32", "*"), ("slice_dim", 1, "uint32", "?")],
+    # SSD's layers, as OpenCV's caffe.proto has them (NormalizeBBoxParameter; PriorBoxParameter with
+    # OpenCV's offset_h/offset_w/width/height)
+    "NormalizeParameter": [("across_spatial", 1, "bool", "?"), ("scale_filler", 2, "FillerParameter", "?"),
+                           ("channel_shared", 3, "bool", "?"), ("eps", 4, "float", "?")],
+    "PriorBoxParameter": [("min_size", 1, "float", "*"), ("max_size", 2, "float", "*"),
+                          ("aspect_ratio", 3, "float", "*"), ("flip", 4, "bool", "?"), ("clip", 5, "bool", "?"),
+                          ("variance", 6, "float", "*"), ("img_size", 7, "uint32", "?"), ("img_h", 8, "uint32", "?"),
+                          ("img_w", 9, "uint32", "?"), ("step", 10, "float", "?"), ("step_h", 11, "float", "?"),
+                          ("step_w", 12, "float", "?"), ("offset", 13, "float", "?"), ("offset_h", 14, "float", "*"),
+                          ("offset_w", 15, "float", "*"), ("width", 16, "float", "*"), ("height", 17, "float", "*")],
     "LayerParameter": [
         ("name", 1, "string", "?"), ("type", 2, "string", "?"), ("bottom", 3, "string", "*"), ("top", 4, "string", "*"),
         ("phase", 10, "enum:Phase", "?"), ("loss_weight", 5, "float", "*"), ("param", 6, "ParamSpec", "*"),
@@ -122,6 +132,7 @@ MESSAGES: dict[str, list[tuple]] = {
         ("hdf5_data_param", 112, "HDF5DataParameter", "?"), ("hdf5_output_param", 113, "HDF5OutputParameter", "?"),
         ("image_data_param", 115, "ImageDataParameter", "?"), ("inner_product_param", 117, "InnerProductParameter", "?"),
         ("input_param", 143, "InputParameter", "?"), ("lrn_param", 118, "LRNParameter", "?"),
+        ("norm_param", 149, "NormalizeParameter", "?"), ("prior_box_param", 150, "PriorBoxParameter", "?"),
         ("permute_param", 148, "PermuteParameter", "?"), ("pooling_param", 121, "PoolingParameter", "?"),
         ("power_param", 122, "PowerParameter", "?"), ("prelu_param", 131, "PReLUParameter", "?"),
         ("python_param", 130, "PythonParameter", "?"), ("relu_param", 123, "ReLUParameter", "?"),
@@ -157,6 +168,9 @@ DEFAULTS = {
     ("LRNParameter", "k"): "1", ("PowerParameter", "power"): "1", ("PowerParameter", "scale"): "1",
     ("CropParameter", "axis"): "2", ("SliceParameter", "axis"): "1", ("SliceParameter", "slice_dim"): "1",
     ("ELUParameter", "alpha"): "1", ("NetState", "phase"): "TEST", ("TransformationParameter", "scale"): "1",
+    ("NormalizeParameter", "across_spatial"): "true", ("NormalizeParameter", "channel_shared"): "true",
+    ("NormalizeParameter", "eps"): "1e-10", ("PriorBoxParameter", "flip"): "true",
+    ("PriorBoxParameter", "clip"): "true", ("PriorBoxParameter", "offset"): "0.5",
 }
 
 
