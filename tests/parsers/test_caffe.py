@@ -18,8 +18,6 @@ from modelport.parsers.caffe_schema import NetParameter
 from modelport.specs import parse_input_spec
 from tests.conftest import tree
 
-pytest.importorskip("cv2")
-
 # conv+BN+Scale+ReLU (in place), a ceil-rounded max pooling, a padded ceil-rounded AVE pooling, a
 # residual SUM with coefficients, a PROD and a MAX, a Concat, a PReLU, an LRN, a Permute round trip,
 # a Power, a Dropout, an InnerProduct and a Softmax; and a TRAIN-only layer left out

@@ -15,8 +15,6 @@ from modelport.parsers import SourceSpec, detect
 from modelport.parsers.darknet import parse
 from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 
-pytest.importorskip("cv2")
-
 ANCHORS = "10,14, 23,27, 37,58, 81,82, 135,169, 344,319"
 # yolov3-tiny scaled down: 64x64, 2 classes, maxpool size=2 stride=1, route, upsample, two heads
 TINY = f"""[net]
