@@ -24,6 +24,13 @@ def takes_weights(network: str) -> bool:
     return PurePath(network).suffix.lower() in NETWORK_FILES
 
 
+def network_suffixes() -> str:
+    """The network files -iw goes with, as messages list them: `.prototxt (caffe)`, …"""
+    from modelport.parsers import NETWORK_FILES
+
+    return ", ".join(f"{suffix} ({name})" for suffix, name in NETWORK_FILES.items())
+
+
 def source_from_mmdnn(source: str | None, network: str | None, weights: str | None, arch: str | None):
     """MMdnn passes the model as -in (network) and/or -iw (weights). Returns (source, arch); for a
     network file (a Keras architecture JSON, a Caffe prototxt, a Darknet cfg, a Paddle .pdmodel) the
@@ -31,7 +38,7 @@ def source_from_mmdnn(source: str | None, network: str | None, weights: str | No
     if source:
         if network or (weights and not takes_weights(source)):
             raise BadInputError("give the model either as SOURCE or with -in/-iw, not both",
-                                hint="-iw goes with SOURCE only for a network file (.json, .prototxt, .cfg, .pdmodel)")
+                                hint=f"-iw goes with SOURCE only for a network file ({network_suffixes()})")
         return source, arch
     if network and weights:
         if takes_weights(network):  # a network file and its weights (the caller passes -iw on)
@@ -40,7 +47,7 @@ def source_from_mmdnn(source: str | None, network: str | None, weights: str | No
         if ":" in network and not network.endswith((".py",)) and (network.startswith("zoo:") or "." in network.split(":")[0]):
             return weights, arch or network
         raise BadInputError("with both -in and -iw, -in must name the architecture (zoo:NAME, package.module:Class) or a "
-                            "network file (a Keras .json, a Caffe .prototxt, a Darknet .cfg, a Paddle .pdmodel)")
+                            f"network file ({network_suffixes()})")
     if network or weights:
         return network or weights, arch
     raise BadInputError("no source model given", hint="modelport convert SOURCE --to onnx -o OUT_DIR")
