@@ -1,6 +1,6 @@
 """Prove the TorchServe handler pins install on the server image's Python: pip's resolver, dry run.
 
-For every (runtime, device) entry of `modelport.serving.torchserve_pins.HANDLER_PINS`, runs
+For every (runtime, device) entry of `modelport.packaging.torchserve_pins.HANDLER_PINS`, runs
 
     pip install --dry-run --report - --python-version 3.9 --implementation cp --only-binary=:all:
         --platform manylinux_2_31_x86_64 ... --target TMP --ignore-installed PKG==VER ...
@@ -31,7 +31,7 @@ def resolve(requirements: list[str], python: str, platforms: tuple[str, ...]) ->
 
 
 def main() -> int:
-    from modelport.serving.torchserve_pins import HANDLER_PINS, IMAGE_PLATFORMS, IMAGE_PYTHON
+    from modelport.packaging.torchserve_pins import HANDLER_PINS, IMAGE_PLATFORMS, IMAGE_PYTHON
 
     failed = 0
     print(f"TorchServe handler pins on CPython {IMAGE_PYTHON}, {IMAGE_PLATFORMS[0]} (binary wheels only)")

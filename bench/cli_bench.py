@@ -62,7 +62,6 @@ def main() -> None:
         return
 
     from modelport import convert, zoo
-
     names = args.models or [n for n, e in zoo.load_zoo().items() if e.framework == "pytorch" and e.builder and not e.disabled]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

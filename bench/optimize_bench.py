@@ -173,7 +173,7 @@ def calibration_npz(ir, path: Path, samples: int = 8) -> Path:
     """`samples` input sets drawn like the references (other seeds), stacked, as an .npz."""
     import numpy as np
 
-    from modelport.samples import make_inputs
+    from modelport.reference.samples import make_inputs
 
     sets = [make_inputs(ir.inputs, {}, seed=100 + i) for i in range(samples)]
     np.savez(path, **{s.name: np.stack([x[s.name] for x in sets]) for s in ir.inputs})

@@ -43,7 +43,7 @@ def matmul_ir(count: int, *, identities: bool = False, reference: bool = False):
     from onnx import helper, numpy_helper
 
     from modelport.ir import IRModel, Reference, TensorSpec
-    from modelport.memory import give_back
+    from modelport.run.memory import give_back
 
     rng = np.random.default_rng(0)
     nodes, inits, prev = [], [], "x"

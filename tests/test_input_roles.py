@@ -7,7 +7,7 @@ import onnx
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
-from modelport.input_roles import MASK, Role, apply_roles, controls, input_roles
+from modelport.reference.input_roles import MASK, Role, apply_roles, controls, input_roles
 from modelport.ir import TensorSpec
 
 

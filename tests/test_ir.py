@@ -39,7 +39,7 @@ def test_contract_read_back_from_an_onnx_file(tiny_onnx):
     modelport-written file stores beside it; a stored entry without a name is passed over."""
     import onnx
 
-    from modelport.contract_stamp import CONTRACT_KEY, stamped_contract
+    from modelport.onnxfile.contract_stamp import CONTRACT_KEY, stamped_contract
     from modelport.ir import contract_from_onnx
 
     model = onnx.load(str(tiny_onnx))
@@ -78,7 +78,7 @@ import sys
 import numpy as np, onnx
 from onnx import helper, numpy_helper
 from modelport.ir import IRModel, TensorSpec
-from modelport.memory import give_back, tree_rss
+from modelport.run.memory import give_back, tree_rss
 w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((300 << 18,), dtype=np.float32).reshape(-1, 1024), "w")
 x = helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 1024])
 y = helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 300 << 8])

@@ -6,7 +6,7 @@ and no files import each other in a loop.
         → parsers, optimize, emitters, serving, zoo, zoo_builders
           → frameworks                      framework loading parsers and native routes share
             → validation, runtimes          tolerances, the comparator, the run record; runners
-              → base                        ir, errors, specs, onnx_io, staging, registry, …
+              → base                        ir, dims, errors, targets, registry; onnxfile, resolve, reference, run
 
 Imports within one layer are allowed (serving uses emitters), loops are not. Run
 `python -m tests.test_layers` for the table of imports by layer and any violation.
@@ -25,15 +25,12 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "modelport"
 
 # (layer name, module prefixes); a module takes the layer of its longest matching prefix
 LAYERS = [
-    ("base", ["modelport.errors", "modelport.registry", "modelport.deps", "modelport.names", "modelport.progress", "modelport.memory",
-              "modelport.file_checks", "modelport.staging", "modelport.ir", "modelport.artifact", "modelport.precisions", "modelport.specs", "modelport.samples", "modelport.sample_sets",
-              "modelport.onnx_io", "modelport.quiet_call", "modelport.version", "modelport.targets",
-              "modelport.external_data_checks", "modelport.tensor_sizes", "modelport.proto_pieces",
-              "modelport.external_data_files", "modelport.weightless_copy", "modelport.ir_version_fit",
-              "modelport.contract_stamp", "modelport.stage_limits", "modelport.input_roles", "modelport.dims"]),
+    ("base", ["modelport.errors", "modelport.registry", "modelport.deps", "modelport.version", "modelport.targets",
+              "modelport.ir", "modelport.dims", "modelport.artifact", "modelport.onnxfile", "modelport.resolve",
+              "modelport.reference", "modelport.run"]),
     ("validation/runtimes", ["modelport.validation", "modelport.runtimes"]),
     ("frameworks", ["modelport.frameworks"]),
-    ("stages", ["modelport.parsers", "modelport.optimize", "modelport.emitters", "modelport.serving", "modelport.zoo",
+    ("stages", ["modelport.parsers", "modelport.optimize", "modelport.emitters", "modelport.packaging", "modelport.serving", "modelport.zoo",
                 "modelport.zoo_builders"]),
     ("orchestration", ["modelport.orchestration"]),
     ("cli", ["modelport.cli", "modelport.__main__", "modelport"]),
@@ -185,7 +182,7 @@ def _copy_with(tmp_path: Path, module: str, line: str) -> Path:
     ("modelport.parsers.onnx", "from modelport.cli import app", "upward"),
     ("modelport.emitters.onnx", "from ..orchestration import convert", "upward"),
     ("modelport.optimize.pipeline", "from modelport.optimize.auto import auto_select", "cycle"),
-    ("modelport.serving.bundle", "from modelport.serving.tfserving import package", "cycle"),
+    ("modelport.packaging.bundle", "from modelport.packaging.tfserving import package", "cycle"),
     ("modelport.zoo", "from modelport.parsers import SourceSpec", "package cycle"),
 ])
 def test_an_added_upward_import_or_loop_is_caught(tmp_path, module, line, what):

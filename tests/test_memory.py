@@ -1,4 +1,4 @@
-"""modelport.memory: the process tree's peak RSS during a stage (report.json's `peak_rss`) and the
+"""modelport.run.memory: the process tree's peak RSS during a stage (report.json's `peak_rss`) and the
 memory available to a run."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from modelport import memory
+from modelport.run import memory
 from modelport.errors import BadInputError
 from modelport.validation.report import SCHEMA_FILE
 from tests.alone import run_alone
@@ -18,7 +18,7 @@ MB = 1 << 20
 PRELUDE = """
 import json, resource, subprocess, sys, time
 import numpy as np
-from modelport import memory
+from modelport.run import memory
 MB = 1 << 20
 """
 
@@ -71,7 +71,7 @@ def test_a_process_high_water_mark_is_its_own_not_its_parents():
     and the report's): getrusage's ru_maxrss gives it the parent's mark on Linux 6.18."""
     out = run_alone(PRELUDE + """
 block = np.ones(400 * MB, dtype=np.uint8)
-child = subprocess.run([sys.executable, "-c", "from modelport.memory import own_peak; print(own_peak())"],
+child = subprocess.run([sys.executable, "-c", "from modelport.run.memory import own_peak; print(own_peak())"],
                        capture_output=True, text=True, check=True)
 print(int(child.stdout), memory.own_peak())
 """)

@@ -12,7 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
-from modelport import onnx_io, proto_pieces
+from modelport.onnxfile import onnx_io
+
+from modelport.onnxfile import proto_pieces
 from modelport.errors import BadInputError, UnsafeInputError
 from tests.alone import run_alone
 
@@ -218,8 +220,8 @@ def test_a_model_is_measured_without_being_encoded():
     # ByteSize holds the GIL while it encodes, so a sampling thread never sees it: the kernel's
     # high-water mark of a process of its own does (ByteSize of this model measured +223 MiB)
     code = """
-from modelport import proto_pieces
-from modelport.memory import own_peak
+from modelport.onnxfile import proto_pieces
+from modelport.run.memory import own_peak
 from tests.test_onnx_io import _heavy_model
 heavy = _heavy_model()
 before = own_peak()
@@ -261,8 +263,8 @@ def test_a_skeleton_of_a_one_file_model_leaves_its_weights_on_disk(tmp_path):
     onnx.save_model(_heavy_model(), tmp_path / "heavy.onnx")
     onnx.save_model(_mixed_model(), tmp_path / "small.onnx")
     code = f"""
-from modelport import onnx_io
-from modelport.memory import own_peak
+from modelport.onnxfile import onnx_io
+from modelport.run.memory import own_peak
 onnx_io.load_onnx({str(tmp_path / "small.onnx")!r}, weights=False)  # the first read imports onnx: 24 MB
 before = own_peak()
 model = onnx_io.load_onnx({str(tmp_path / "heavy.onnx")!r}, weights=False)
@@ -275,8 +277,7 @@ print(own_peak() - before, len(model.graph.initializer))
 def test_the_progress_line_names_the_tensor_being_written(tmp_path, monkeypatch):
     """A long save names the tensor it writes ("writing w4 (5/5)") to the live display, at least its
     first and last; without a listener nothing is announced."""
-    from modelport import progress
-
+    from modelport.run import progress
     monkeypatch.setattr(progress, "TICK_SECONDS", 0.0)
     model = _heavy_model(mib=1, count=5)
     for external in (True, False):
@@ -355,7 +356,7 @@ def test_a_model_whose_weights_are_in_files_saves_as_the_model_in_memory_does(tm
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
-    from modelport.onnx_io import save_onnx
+    from modelport.onnxfile.onnx_io import save_onnx
 
     rng = np.random.default_rng(0)
     inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)

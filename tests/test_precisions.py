@@ -1,4 +1,4 @@
-"""The one precision resolver (`modelport.precisions`): its rule, its table in the docs, and the
+"""The one precision resolver (`modelport.resolve.precisions`): its rule, its table in the docs, and the
 pipeline delivering exactly what it answers, for every (target set x --precision) pair.
 
 The rule: each target keeps its own default unless --precision is given; a given precision applies
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from modelport import precisions
+from modelport.resolve import precisions
 from modelport.errors import BadInputError
 from modelport.targets import TARGETS, emitting
 
@@ -51,7 +51,7 @@ def test_what_a_target_does_not_take_is_refused_naming_it(targets, precision, ta
 
 
 def test_the_docs_table_is_the_resolvers():
-    """docs/precisions.md is generated from the descriptors: `python -m modelport.precisions` rewrites it."""
+    """docs/precisions.md is generated from the descriptors: `python -m modelport.resolve.precisions` rewrites it."""
     assert DOC.read_text() == precisions.markdown()
     for t in emitting():
         for task in (None, *t.tasks):

@@ -1,4 +1,4 @@
-"""modelport.quiet_call: a converter's output goes into a log file for the call, and nothing bound
+"""modelport.run.quiet_call: a converter's output goes into a log file for the call, and nothing bound
 to that file during the call outlives it."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from modelport.quiet_call import captured_output, read_log, silenced_output
+from modelport.run.quiet_call import captured_output, read_log, silenced_output
 
 
 def test_what_a_block_prints_goes_to_its_log(tmp_path, capfd):

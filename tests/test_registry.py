@@ -16,8 +16,7 @@ from modelport.parsers import PARSERS
 from modelport.registry import Registry
 from modelport.runtimes import RUNNERS
 from modelport.runtimes.base import Runner
-from modelport.serving import PACKAGERS
-
+from modelport.packaging import PACKAGERS
 ALL = [PARSERS, PASSES, EMITTERS, RUNNERS, PACKAGERS, INSPECTORS, KINDS]
 
 

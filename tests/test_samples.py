@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from modelport.ir import TensorSpec
-from modelport.samples import make_inputs, output_varies, reference_varies
+from modelport.reference.samples import make_inputs, output_varies, reference_varies
 
 SPECS = [TensorSpec("x", "float32", ["batch", 4]), TensorSpec("ids", "int64", ["batch", 3], value_range=[0, 50])]
 
@@ -204,7 +204,7 @@ def test_the_sweep_sets_floats_with_no_range_to_full_mantissa_constants_and_keep
     """Constant frames at the floors preprocessing makes and at seeded constants, each with a full
     float32 mantissa (float16 inputs too, rounded to their dtype and finite); a declared range, an
     integer input and a size (`keep`) keep the first set's values."""
-    from modelport.sample_sets import BANDS, DB_FLOOR, LOG_FLOOR, SWEEP_KINDS, sample_sets, sweep_value
+    from modelport.reference.sample_sets import BANDS, DB_FLOOR, LOG_FLOOR, SWEEP_KINDS, sample_sets, sweep_value
 
     specs = [TensorSpec("frame", "float32", [2, 384]), TensorSpec("half", "float16", [2, 8]),
              TensorSpec("image", "float32", [1, 3, 4, 4], "NCHW", value_range=[0, 1]),
@@ -234,7 +234,7 @@ def test_the_sweep_sets_floats_with_no_range_to_full_mantissa_constants_and_keep
 
 
 def test_an_image_with_no_declared_range_is_judged_at_the_letterbox_grey_of_0_1_frames():
-    from modelport.sample_sets import sample_sets
+    from modelport.reference.sample_sets import sample_sets
 
     specs = [TensorSpec("images", "float32", [1, 3, 8, 8]), TensorSpec("nhwc", "float32", [1, 8, 8, 3]),
              TensorSpec("features", "float32", [1, 16, 8, 8])]
@@ -248,7 +248,7 @@ def test_an_image_with_no_declared_range_is_judged_at_the_letterbox_grey_of_0_1_
 
 
 def test_an_8_bit_image_is_also_judged_at_its_letterbox_grey():
-    from modelport.sample_sets import sample_sets
+    from modelport.reference.sample_sets import sample_sets
 
     specs = [TensorSpec("pixels", "uint8", [1, 8, 8, 3], "NHWC"), TensorSpec("q", "int8", [1, 3, 8, 8], "NCHW")]
     first = make_inputs(specs)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from modelport.errors import BadInputError
-from modelport.specs import apply_options, arch_args_text, parse_arch_args, parse_dims, parse_input_spec, parse_shape
+from modelport.resolve.specs import apply_options, arch_args_text, parse_arch_args, parse_dims, parse_input_spec, parse_shape
 
 
 @pytest.mark.parametrize("text,shape", [

@@ -7,7 +7,9 @@ import time
 
 import pytest
 
-from modelport import stage_limits, targets
+from modelport import targets
+
+from modelport.run import stage_limits
 from modelport.errors import BadInputError
 from tests import tiny_target
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from modelport.errors import BadInputError
-from modelport.staging import check_output, staged_dir, written_by_modelport
+from modelport.run.staging import check_output, staged_dir, written_by_modelport
 
 
 def ours(folder: Path) -> Path:

@@ -36,7 +36,7 @@ def test_one_descriptor_makes_a_target(tiny, tiny_onnx, tmp_path, cli):
     from modelport.orchestration.inspect import inspect
     from modelport.orchestration.request import decide
     from modelport.orchestration.validate import validate_models
-    from modelport.precisions import all_precisions
+    from modelport.resolve.precisions import all_precisions
     from modelport.registry import EMITTERS
 
     assert "tiny" in EMITTERS and all_precisions() == ("fp32", "fp16", "int8", "int4", "auto", "best", "bf16", "uint8")
@@ -56,7 +56,7 @@ def test_one_descriptor_makes_a_target(tiny, tiny_onnx, tmp_path, cli):
     with pytest.raises(BadInputError, match="the tiny target takes --precision fp32, fp16, not int8"):
         convert(tiny_onnx, tmp_path / "int8", ConvertOptions(targets=["tiny"], precision="int8"))
     assert not (tmp_path / "int8").exists()
-    from modelport.serving.bundle import conventional, target_kinds
+    from modelport.packaging.bundle import conventional, target_kinds
 
     assert conventional()["tiny"] == "model.tiny" and target_kinds()["tiny"] == "tiny"
 

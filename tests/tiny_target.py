@@ -46,7 +46,7 @@ def preflight(model, options):
 
 def emit(model, out_dir: Path, options):
     from modelport.emitters import Artifact
-    from modelport.onnx_io import save_onnx
+    from modelport.onnxfile.onnx_io import save_onnx
 
     opts = options.target or TinyOptions()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -83,7 +83,7 @@ class BoardRunner(OnnxRuntimeRunner):
 
     def output_specs(self) -> list[TensorSpec]:
         from modelport.ir import contract_from_onnx
-        from modelport.onnx_io import load_onnx
+        from modelport.onnxfile.onnx_io import load_onnx
 
         return contract_from_onnx(load_onnx(self.path, weights=False))[1]
 
@@ -103,7 +103,7 @@ class Board:
     @staticmethod
     def emit(model, out_dir: Path, options):
         from modelport.emitters import Artifact
-        from modelport.onnx_io import save_onnx
+        from modelport.onnxfile.onnx_io import save_onnx
 
         out_dir.mkdir(parents=True, exist_ok=True)
         path = out_dir / "model.board"

@@ -37,7 +37,7 @@ class Artifact:
     warnings: list[str] = field(default_factory=list)
 
     def to_dict(self, root: Path | None = None) -> dict[str, Any]:
-        from modelport.staging import describe_files  # shutil, tempfile: not at CLI start-up
+        from modelport.run.staging import describe_files  # shutil, tempfile: not at CLI start-up
 
         return {"target": self.target, "runtime": self.runtime, "precision": self.precision,
                 **describe_files(self.path, self.files, root), **self.details}

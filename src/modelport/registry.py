@@ -104,13 +104,12 @@ def choice(value: str | None, known, what: str) -> str | None:
 
 
 # The registries whose names the CLI's help lists are declared here, in the base layer, so that
-# building the command line imports neither `modelport.emitters` nor `modelport.serving`; those
+# building the command line imports neither `modelport.emitters` nor `modelport.packaging`; those
 # packages re-export them (and their `register_*` functions) as before.
 def from_targets(kind: str, pick, *, aliases: bool = False, suffixes: bool = False) -> Registry:
     """A registry of `modelport.targets` entries (`pick(target)` -> its entry, or None to leave it
     out) that keeps up with targets registered later."""
     from modelport import targets
-
     registry = Registry(kind, {})
 
     def add(t) -> None:
@@ -136,12 +135,12 @@ def from_targets(kind: str, pick, *, aliases: bool = False, suffixes: bool = Fal
 EMITTERS = from_targets("target", lambda t: t.emitter, aliases=True)
 
 PACKAGERS = Registry("serving system", {
-    "triton": "modelport.serving.triton",
-    "torchserve": "modelport.serving.torchserve",
-    "tfserving": "modelport.serving.tfserving",
-    "k8s": "modelport.serving.kubernetes",
-    "kserve": "modelport.serving.kserve",
-    "ovms": "modelport.serving.ovms",
-    "ray-serve": "modelport.serving.rayserve",
+    "triton": "modelport.packaging.triton",
+    "torchserve": "modelport.packaging.torchserve",
+    "tfserving": "modelport.packaging.tfserving",
+    "k8s": "modelport.packaging.kubernetes",
+    "kserve": "modelport.packaging.kserve",
+    "ovms": "modelport.packaging.ovms",
+    "ray-serve": "modelport.packaging.rayserve",
 }, aliases={"kubernetes": "k8s", "tf-serving": "tfserving", "tensorflow-serving": "tfserving", "openvino-model-server": "ovms",
             "rayserve": "ray-serve"})

@@ -13,7 +13,7 @@ imports nothing heavy and `modelport --help` stays instant. The consumers:
     doctor                   what a target needs (needs, gpu), where its artifacts run (runs_on)
     deps                     the extra behind a missing module (extras)
     serving.bundle           a convert folder's artifacts (file, artifact, aliases)
-    modelport.precisions     the precision of each requested target's artifact, the stage that applies it and the
+    modelport.resolve.precisions     the precision of each requested target's artifact, the stage that applies it and the
                              tolerance it is judged with (precisions, tasks, precision_stage, judged_as)
     CLI and convert          per-target options and their flags (options), routes (native, onnx_route), the IR its
                              ONNX route takes (float_weights)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from modelport.errors import BadInputError, UnsafeInputError
-from modelport.names import check_path_name, is_path_name
+from modelport.run.names import check_path_name, is_path_name
 
 ZOO_FILE = Path(__file__).with_name("model_zoo.yaml")
 ENTRY_KEYS = {
@@ -56,7 +56,7 @@ class ZooEntry:
 
     def input_specs(self):
         from modelport.ir import Preprocess
-        from modelport.specs import parse_input_spec
+        from modelport.resolve.specs import parse_input_spec
 
         specs = []
         for text in self.inputs:
@@ -136,7 +136,7 @@ def builder(name: str):
 def build(name: str, *, seed: int = 0, args: dict[str, Any] | None = None):
     """The model object a zoo entry builds (an nn.Module, a Keras model, ...); `args` (`--arch-args`)
     override the entry's own builder keywords, and one the builder does not take is exit 2."""
-    from modelport.specs import check_arch_args
+    from modelport.resolve.specs import check_arch_args
 
     fn = builder(name)
     check_arch_args(fn, args or {}, f"zoo:{name}", reserved=("seed",))
@@ -145,14 +145,14 @@ def build(name: str, *, seed: int = 0, args: dict[str, Any] | None = None):
 
 def parameters(name: str) -> list[str]:
     """The keyword parameters a zoo entry's builder takes (`--arch-args` may set them)."""
-    from modelport.specs import check_arch_args
+    from modelport.resolve.specs import check_arch_args
 
     return check_arch_args(builder(name), {}, f"zoo:{name}", reserved=("seed",))
 
 
 def source_spec(name: str):
     """The SourceSpec (inputs, sample dims, output names) for converting a zoo model."""
-    from modelport.specs import SourceSpec
+    from modelport.resolve.specs import SourceSpec
 
     entry = get(name)
     return SourceSpec(framework=entry.framework, inputs=entry.input_specs(), output_names=entry.outputs,
@@ -191,7 +191,7 @@ class _SafeRedirects(urllib.request.HTTPRedirectHandler):
 
 def download(url: str, dest: Path, sha256: str, *, progress: bool = False, timeout: float = 60.0) -> Path:
     """Stream `url` into `dest`, verifying sha256; nothing is left at `dest` on failure."""
-    from modelport.staging import output_mode
+    from modelport.run.staging import output_mode
 
     check_url(url)
     dest = Path(dest)
@@ -260,7 +260,7 @@ def _progress(name: str, total: int | None):
 
 def fetch(name: str, cache_dir: str | Path, *, progress: bool = None) -> Path:
     """Download a zoo entry's file into cache_dir (reusing a verified copy)."""
-    from modelport.file_checks import sha256_of
+    from modelport.run.file_checks import sha256_of
 
     entry = get(name)
     if not entry.url:

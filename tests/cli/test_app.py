@@ -21,7 +21,7 @@ def test_cli_import_loads_no_framework():
 # Not needed to build the command line or print its help: typer's markdown and traceback renderers
 # (markdown-it, pygments, attrs via rich.pretty), the stages' packages and everything they import.
 NOT_AT_START_UP = ("rich.markdown", "markdown_it", "rich.traceback", "rich.pretty", "rich.syntax", "pygments", "attr", "yaml",
-                   "numpy", "modelport.emitters", "modelport.serving", "modelport.staging", "modelport.validation",
+                   "numpy", "modelport.emitters", "modelport.packaging", "modelport.serving", "modelport.run.staging", "modelport.validation",
                    "modelport.orchestration", "modelport.parsers", "modelport.zoo")
 
 
@@ -174,7 +174,6 @@ def _on_a_terminal(args: list[str], columns: int = 100) -> str:
 
 def test_listings_print_on_stdout_as_tab_separated_rows_through_a_pipe(cli_proc, tiny_onnx):
     from modelport import zoo
-
     r = cli_proc("zoo", "list")
     assert r.exit_code == 0 and r.stderr == "", r
     lines = r.stdout.splitlines()

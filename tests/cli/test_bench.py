@@ -137,9 +137,9 @@ def test_bench_url_refuses_remote_hosts(cli_proc):
 def test_bench_load_tests_the_real_torchserve(cli_proc, tmp_path):
     """The real TorchServe the serving tests start, serving the MLP; token auth passes through --header."""
     from modelport.orchestration import ConvertOptions, convert
-    from modelport.serving import PackageOptions
-    from modelport.serving.bundle import load_artifacts
-    from modelport.serving.torchserve import package
+    from modelport.packaging import PackageOptions
+    from modelport.packaging.bundle import load_artifacts
+    from modelport.packaging.torchserve import package
     from tests.serving.test_torchserve import _first_reply, _torchserve
 
     out = tmp_path / "out"

@@ -41,8 +41,7 @@ def test_choice_lists_in_help_equal_their_owners():
     from modelport.emitters import EMITTERS
     from modelport.emitters import tflite_options as tflite
     from modelport.emitters.routes import ROUTES
-    from modelport.serving import PACKAGERS
-
+    from modelport.packaging import PACKAGERS
     assert options.ROUTES == ROUTES
     for command in ("convert", "emit"):
         assert ", ".join(EMITTERS) in _help_of(command, "--to")
@@ -69,7 +68,6 @@ def test_target_flags_are_declared_by_their_options_class():
     """A target's flag is spelled once, in its options class's module (the descriptor's `options`),
     and the command line builds it from there: no command module names it."""
     from modelport import targets
-
     src = CLI.parent
     flags = targets.flags()
     assert {f.flag for f in flags} >= {"--plan-only", "--tflite-layout", "--tflite-io-dtype", "--trt-shapes", "--workspace",

@@ -159,7 +159,7 @@ def test_package_rerun_is_byte_identical_for_every_system(cli, cli_proc, tmp_pat
     """The same convert output packaged twice for every system into two folders, each run its own
     process as a user's rerun is: the same bytes (the .mar's members carry a fixed time stamp, the
     SavedModel's fingerprint a uuid derived from its content)."""
-    from modelport.serving import PACKAGERS
+    from modelport.packaging import PACKAGERS
     from tests.serving.conftest import write_mlp
 
     src = write_mlp(tmp_path / "src")

@@ -116,7 +116,7 @@ def test_a_layer_norm_giving_nan_on_silence_is_lowered_again_shifted(cli, tmp_pa
     gives torch's answer."""
     import torch
 
-    from modelport.sample_sets import DB_FLOOR
+    from modelport.reference.sample_sets import DB_FLOOR
     from tests.emitters.models import layer_norm_encoder, save_pt2
 
     model, shape = layer_norm_encoder(192), (1, 16, 192)

@@ -11,7 +11,7 @@ import pytest
 
 from modelport.emitters.norm_shift import normalisations, shift
 from modelport.ir import IRModel
-from modelport.sample_sets import DB_FLOOR, LOG_FLOOR
+from modelport.reference.sample_sets import DB_FLOOR, LOG_FLOOR
 
 RNG = np.random.default_rng(0)
 

@@ -14,7 +14,7 @@ import json
 
 import numpy as np
 
-from modelport.sample_sets import DB_FLOOR
+from modelport.reference.sample_sets import DB_FLOOR
 from tests.emitters.models import layer_norm_encoder, save_pt2
 
 WIDTH = 192

@@ -117,7 +117,7 @@ from pathlib import Path
 import psutil
 from modelport.emitters import EmitOptions
 from modelport.emitters.ort import emit
-from modelport.memory import own_peak
+from modelport.run.memory import own_peak
 from tests.alone import matmul_ir, reset_peak
 ir = matmul_ir(48)  # 48 weights of 4 MiB
 reset_peak()

@@ -64,7 +64,7 @@ def test_opset_moved_into_the_runtime_range():
 
 
 def test_ir_version_lowered_for_onnxruntime():
-    from modelport.ir_version_fit import max_onnxruntime_ir_version
+    from modelport.onnxfile.ir_version_fit import max_onnxruntime_ir_version
 
     ir, pre = run(ir_of(relu_model(17, ir_version=max_onnxruntime_ir_version() + 1)), "ort")
     assert ir.model.ir_version == max_onnxruntime_ir_version() and pre.notes

@@ -83,7 +83,7 @@ def test_import_load_state_dict_reproduces_reference(zoo_runs):
     params = dict(m.named_parameters())
     assert params and all(isinstance(p, torch.nn.Parameter) and p.requires_grad for p in params.values())
     from modelport.ir import IRModel  # noqa: F401
-    from modelport.samples import make_inputs
+    from modelport.reference.samples import make_inputs
     from modelport.zoo import source_spec
     from modelport.zoo_builders.pytorch import cnn_small
 
@@ -452,7 +452,7 @@ def test_module_from_ir_runs_like_the_onnx_model(tiny_onnx, tmp_path):
 
     from modelport.emitters.pytorch_code import module_from_ir
     from modelport.parsers import parse
-    from modelport.specs import SourceSpec
+    from modelport.resolve.specs import SourceSpec
 
     ir = parse(tiny_onnx, SourceSpec(path=tiny_onnx))
     module = module_from_ir(ir, tmp_path / "work")

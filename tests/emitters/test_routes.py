@@ -11,7 +11,7 @@ from modelport.emitters.routes import NATIVE_ROUTES, kind_of, plan
 from modelport.emitters.tflite_options import TFLiteOptions
 from modelport.errors import BadInputError
 from modelport.ir import IRModel, Reference, SourceRef, TensorSpec
-from modelport.specs import SourceSpec
+from modelport.resolve.specs import SourceSpec
 
 
 def _ir(kind: str | None, layout: str = "NHWC") -> IRModel:

@@ -23,7 +23,7 @@ from tests.emitters.models import det_model, save_onnx
 @pytest.fixture(scope="module")
 def cnn_ir():
     from modelport.parsers import SourceSpec, parse
-    from modelport.specs import parse_input_spec
+    from modelport.resolve.specs import parse_input_spec
     from modelport.zoo_builders.pytorch import cnn_small
 
     return parse(cnn_small(), SourceSpec(inputs=[parse_input_spec("x:batch,3,32,32")]))
@@ -110,7 +110,7 @@ def test_trtexec_command_matches_the_tensorrt_version(cnn_ir):
     for cmd in (v10, v11):
         assert "--minShapes=x:1x3x32x32" in cmd and "--optShapes=x:8x3x32x32" in cmd and "--maxShapes=x:32x3x32x32" in cmd
         assert "--memPoolSize=workspace:2048M" in cmd and "--timingCacheFile=timing.cache" in cmd
-    from modelport.precisions import resolve
+    from modelport.resolve.precisions import resolve
 
     with pytest.raises(BadInputError, match="the tensorrt target takes --precision fp32, fp16, best, not int8") as e:
         resolve(["tensorrt"], "int8")  # refused before any work, with the reason from its descriptor

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from modelport.runtimes.tflite import load_interpreter
-from modelport.sample_sets import DB_FLOOR
+from modelport.reference.sample_sets import DB_FLOOR
 from tests.emitters.models import layer_norm_encoder, save_pt2
 
 WIDTH = 192

@@ -23,7 +23,7 @@ def ort_loaded_ops(model) -> Counter:
     import onnx
     import onnxruntime as ort
 
-    from modelport.ir_version_fit import fit_ir_version
+    from modelport.onnxfile.ir_version_fit import fit_ir_version
 
     copy = onnx.ModelProto()
     copy.CopyFrom(model)

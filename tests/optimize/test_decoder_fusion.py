@@ -255,7 +255,7 @@ def test_fusion_reading_the_weights_from_the_export_file_gives_the_same_model(fu
     export held in memory gives, byte for byte, with every weight back in memory."""
     import onnx
 
-    from modelport.onnx_io import save_onnx
+    from modelport.onnxfile.onnx_io import save_onnx
 
     _, raw, _, cfg, _, out, _, _ = fused
     save_onnx(raw, tmp_path / "model.onnx", external=True)

@@ -18,7 +18,7 @@ import onnxruntime as ort
 import pytest
 import torch
 
-from modelport.sample_sets import sweep_value
+from modelport.reference.sample_sets import sweep_value
 
 
 class StemDetector(torch.nn.Module):

@@ -151,7 +151,7 @@ def test_a_released_input_is_not_read_back(mm_ir, scratch, park_everything):
 
 HOLD = """
 import psutil
-from modelport.memory import own_peak
+from modelport.run.memory import own_peak
 from modelport.optimize import get_pass
 from modelport.optimize.pipeline import run_passes
 from tests.alone import matmul_ir, reset_peak
@@ -171,7 +171,7 @@ import sys, tempfile
 from pathlib import Path
 import numpy as np
 import psutil
-from modelport.memory import give_back, own_peak
+from modelport.run.memory import give_back, own_peak
 from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 from tests.alone import matmul_ir, reset_peak
 ir = matmul_ir(96, identities=True)

@@ -248,7 +248,7 @@ HOLD = """
 import sys
 import numpy as np, onnx
 from onnx import helper, numpy_helper
-from modelport.memory import give_back, own_peak
+from modelport.run.memory import give_back, own_peak
 from modelport.optimize.pipeline import fingerprint, invalid_model
 rng = np.random.default_rng(0)
 inits, nodes, prev = [], [], "x"

@@ -68,7 +68,7 @@ def test_divergent_node_excluded(mlp_ir):
 
 HOLD = """
 import psutil
-from modelport.memory import own_peak
+from modelport.run.memory import own_peak
 from modelport.optimize.quantize import quantize_model
 from tests.alone import matmul_ir, reset_peak
 ir = matmul_ir(48)  # 48 weights of 4 MiB
@@ -97,7 +97,7 @@ def test_quantising_a_large_model_stays_under_a_ceiling():
 HOLD_STATIC = """
 import numpy as np
 import psutil
-from modelport.memory import own_peak
+from modelport.run.memory import own_peak
 from modelport.optimize.quantize import quantize_model
 from tests.alone import matmul_ir, reset_peak
 ir = matmul_ir(48)  # 48 weights of 4 MiB

@@ -77,7 +77,7 @@ def test_quantising_from_files_gives_the_model_quantising_in_memory_gives(tmp_pa
     one: the same nodes, initializers and outputs as `quantize_weight_only` on the model in memory."""
     import onnxruntime as ort
 
-    from modelport.onnx_io import save_onnx
+    from modelport.onnxfile.onnx_io import save_onnx
     from modelport.optimize.weight_only import quantize_stored
     from modelport.optimize.weight_store import WeightStore
 
@@ -174,7 +174,7 @@ def test_an_untied_or_asymmetric_embedding_stays_a_float_gather():
 def test_a_tied_embedding_from_files_is_the_one_in_memory(tmp_path, bits):
     """`quantize_stored` shares the table the same way, and never copies the float table into the
     new data file."""
-    from modelport.onnx_io import save_onnx
+    from modelport.onnxfile.onnx_io import save_onnx
     from modelport.optimize.weight_only import quantize_stored
     from modelport.optimize.weight_store import WeightStore
 

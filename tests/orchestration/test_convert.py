@@ -97,7 +97,6 @@ def test_the_ir_weights_wait_in_a_file_while_an_artifact_is_validated(tmp_path, 
     import onnx
 
     from modelport import ir as ir_module
-
     forward = importlib.import_module("modelport.orchestration.forward")
     artifact_module = importlib.import_module("modelport.validation.artifact")
 

@@ -450,7 +450,7 @@ def _perturbed_fusion(monkeypatch):
     import onnx
     from onnx import numpy_helper
 
-    from modelport.onnx_io import save_onnx
+    from modelport.onnxfile.onnx_io import save_onnx
     from modelport.orchestration import decoder_variants
 
     real = decoder_variants.fused_model

@@ -15,7 +15,7 @@ from modelport.parsers import SourceSpec, detect, parse
 from modelport.parsers.caffe_files import truncation
 from modelport.parsers.caffe_layers import caffe_pool_size
 from modelport.parsers.caffe_schema import NetParameter
-from modelport.specs import parse_input_spec
+from modelport.resolve.specs import parse_input_spec
 from tests.conftest import tree
 
 # conv+BN+Scale+ReLU (in place), a ceil-rounded max pooling, a padded ceil-rounded AVE pooling, a

@@ -62,7 +62,7 @@ def test_merge_specs_fixed_only_binds_graph_dims():
 
 
 def test_a_scalar_spec_on_an_input_with_dims_is_exit_2():
-    from modelport.specs import parse_input_spec
+    from modelport.resolve.specs import parse_input_spec
 
     with pytest.raises(BadInputError, match=r"input 'x' has rank 2 \['batch', 8\], the spec gives a scalar"):
         merge_specs([TensorSpec("x", shape=["batch", 8])], [parse_input_spec("x:scalar")])

@@ -8,7 +8,7 @@ import pytest
 
 from modelport.parsers import SourceSpec, detect, parse
 from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
-from modelport.specs import parse_input_spec
+from modelport.resolve.specs import parse_input_spec
 from modelport.zoo_builders import keras as builders
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from modelport.errors import BadInputError, UnsupportedError
 from modelport.parsers import hf_decoder, hf_decoder_step
-from modelport.specs import SourceSpec
+from modelport.resolve.specs import SourceSpec
 from modelport.validation import generation
 from tests.hf_folders import FAMILIES, build
 
@@ -244,7 +244,7 @@ def test_the_export_streamed_to_a_file_holds_the_same_model_as_in_memory(exports
     the same tokens and logits in onnxruntime."""
     import onnx
 
-    from modelport.onnx_io import save_onnx
+    from modelport.onnxfile.onnx_io import save_onnx
     from modelport.optimize.weight_store import WeightStore
 
     folder, model, cfg, ir, _ = exports(family)

@@ -201,7 +201,7 @@ def test_a_tensor_the_config_does_not_describe_is_refused(tmp_path):
 WRITE = """
 import sys
 from pathlib import Path
-from modelport.memory import own_peak
+from modelport.run.memory import own_peak
 from modelport.parsers import hf_decoder, hf_decoder_graph
 small, big, out = map(Path, sys.argv[1:4])
 for folder in (small, big):

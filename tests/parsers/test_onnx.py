@@ -4,7 +4,7 @@ import pytest
 
 from modelport.errors import BadInputError
 from modelport.parsers import SourceSpec, detect, parse
-from modelport.specs import parse_input_spec
+from modelport.resolve.specs import parse_input_spec
 
 
 def test_parse_records_contract_and_reference(tiny_onnx):
@@ -64,7 +64,7 @@ def test_newer_ir_version_is_lowered_for_onnxruntime(tmp_path):
     import onnx
     from onnx import TensorProto, helper
 
-    from modelport.ir_version_fit import max_onnxruntime_ir_version
+    from modelport.onnxfile.ir_version_fit import max_onnxruntime_ir_version
 
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
@@ -106,7 +106,7 @@ def test_shapes_are_inferred_without_the_weights_as_with_them():
     import onnx
 
     from modelport.parsers.onnx import infer_and_check
-    from modelport.weightless_copy import weightless
+    from modelport.onnxfile.weightless_copy import weightless
 
     model = _shaped_model()
     whole = onnx.shape_inference.infer_shapes(_shaped_model(), strict_mode=False, data_prop=True)
@@ -126,7 +126,7 @@ def test_shapes_are_inferred_without_the_weights_as_with_them():
 
 CHECK = """
 import sys
-from modelport.memory import own_peak
+from modelport.run.memory import own_peak
 from modelport.parsers.onnx import infer_and_check
 from tests.parsers.test_onnx import _shaped_model
 small, big = _shaped_model(64), _shaped_model(int(sys.argv[1]))

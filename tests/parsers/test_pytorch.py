@@ -12,7 +12,7 @@ import torch
 from modelport.errors import BadInputError, UnsafeInputError
 from modelport.parsers import SourceSpec, parse
 from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
-from modelport.specs import parse_input_spec
+from modelport.resolve.specs import parse_input_spec
 from modelport.zoo_builders.pytorch import MLP
 
 
@@ -179,7 +179,7 @@ def test_reference_varies_per_output():
     ir = parse(HalfDead().eval(), SourceSpec(inputs=[parse_input_spec("x:batch,32")]))
     assert ir.provenance["reference_varies"] == {"y": True, "c": False}
     # the reference data used for parity are the first sample set, as before
-    from modelport.samples import make_inputs
+    from modelport.reference.samples import make_inputs
 
     assert np.array_equal(ir.reference.inputs["x"], make_inputs([parse_input_spec("x:batch,32")], {}, seed=0)["x"])
 
@@ -340,7 +340,7 @@ def test_a_layernorm_frame_is_judged_at_full_mantissa_constant_frames(tmp_path, 
     and -15.94, the dB and log of float32 silence) and at seeded full-mantissa constants; the
     structured sets before reached 1.0 at most. torch's LayerNorm computes a constant frame's mean
     exactly: the output is the norm's bias through the projection, finite and steady one ulp away."""
-    from modelport.sample_sets import DB_FLOOR, SWEEP_KINDS
+    from modelport.reference.sample_sets import DB_FLOOR, SWEEP_KINDS
 
     torch.manual_seed(0)
     path = tmp_path / "frame.pt2"

@@ -16,7 +16,7 @@ from torch import nn
 
 from modelport.errors import BadInputError
 from modelport.parsers.pytorch import load_module
-from modelport.specs import SourceSpec, parse_input_spec
+from modelport.resolve.specs import SourceSpec, parse_input_spec
 from modelport.validation.report import SCHEMA_FILE
 from modelport.zoo_builders.pytorch import MLP
 

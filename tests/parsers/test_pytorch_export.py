@@ -13,7 +13,7 @@ from modelport.errors import BadInputError
 from modelport.parsers import SourceSpec, parse
 from modelport.parsers.pytorch_export import ExportFailedError, reason_of
 from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
-from modelport.specs import parse_input_spec
+from modelport.resolve.specs import parse_input_spec
 from tests.transformers_models import build, export_pt2
 
 DECOMPOSE_FAILURE = "Failed to decompose the FX graph for ONNX compatibility (ValueError: Cannot view a tensor"
@@ -155,7 +155,7 @@ def test_weights_written_to_files_are_the_weights_the_in_memory_export_holds(tmp
 
     from modelport.ir import IRModel
     from modelport.parsers.pytorch_export import STORED_MIN_BYTES, export_model
-    from modelport.specs import TensorSpec
+    from modelport.resolve.specs import TensorSpec
 
     module = _Encoderish().eval()
     specs = [TensorSpec("ids", "int64", ["batch", 7])]

@@ -58,9 +58,9 @@ def test_torch_runner_reads_an_exported_graph():
 
 @pytest.mark.tf
 def test_savedmodel_artifact(tmp_path):
-    from modelport.serving import PackageOptions
-    from modelport.serving.bundle import load_artifacts
-    from modelport.serving.tfserving import package
+    from modelport.packaging import PackageOptions
+    from modelport.packaging.bundle import load_artifacts
+    from modelport.packaging.tfserving import package
     from tests.serving.conftest import write_mlp
 
     out = tmp_path / "out"

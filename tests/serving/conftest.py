@@ -14,7 +14,7 @@ STD = [0.229, 0.224, 0.225]
 def cnn_out(tmp_path_factory) -> Path:
     """`modelport convert` of the zoo's small CNN (PyTorch .pt2, dynamic batch, NCHW, mean/std) to ONNX."""
     from modelport.orchestration import ConvertOptions, convert
-    from modelport.specs import apply_options, parse_input_spec
+    from modelport.resolve.specs import apply_options, parse_input_spec
     from modelport.zoo_builders import save_source
 
     root = tmp_path_factory.mktemp("cnn")
@@ -81,7 +81,7 @@ def mlp_plan_out(tmp_path_factory) -> Path:
 def cnn_pt_out(tmp_path_factory) -> Path:
     """The same CNN converted to ONNX and to PyTorch code (`pytorch/model.py` + `model.safetensors`)."""
     from modelport.orchestration import ConvertOptions, convert
-    from modelport.specs import apply_options, parse_input_spec
+    from modelport.resolve.specs import apply_options, parse_input_spec
     from modelport.zoo_builders import save_source
 
     root = tmp_path_factory.mktemp("cnn_pt")

@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from modelport.errors import BadInputError, UnsafeInputError
-from modelport.serving.bundle import load_artifacts, safe_name
+from modelport.packaging.bundle import load_artifacts, safe_name
 
 
 def test_out_dir_contract_and_artifacts(cnn_out):

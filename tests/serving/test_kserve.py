@@ -7,9 +7,9 @@ import pytest
 import yaml
 
 from modelport.errors import BadInputError
-from modelport.serving import PackageOptions
-from modelport.serving.bundle import load_artifacts
-from modelport.serving.kserve import check, inference_service, package, schema
+from modelport.packaging import PackageOptions
+from modelport.packaging.bundle import load_artifacts
+from modelport.packaging.kserve import check, inference_service, package, schema
 
 
 @pytest.mark.parametrize("server, fmt", [("triton", "triton"), ("torchserve", "pytorch")])

@@ -7,10 +7,10 @@ import pytest
 import yaml
 
 from modelport.errors import BadInputError
-from modelport.serving import PackageOptions
-from modelport.serving.bundle import load_artifacts
-from modelport.serving.docker import SERVERS
-from modelport.serving.kubernetes import k8s_name, manifests, package
+from modelport.packaging import PackageOptions
+from modelport.packaging.bundle import load_artifacts
+from modelport.packaging.docker import SERVERS
+from modelport.packaging.kubernetes import k8s_name, manifests, package
 
 K8S_VERSION = "1.37.0"
 
@@ -89,7 +89,7 @@ def test_bad_quantities_exit_2_naming_the_flag(cli, mlp_out, tmp_path, flag, val
 def test_quantity_grammar(text, value):
     from decimal import Decimal
 
-    from modelport.serving.quantities import check_quantity, parse_quantity
+    from modelport.packaging.quantities import check_quantity, parse_quantity
 
     assert parse_quantity(text) == Decimal(value)
     assert check_quantity(text, "--cpu") == text

@@ -13,10 +13,10 @@ import yaml
 
 from modelport.errors import BadInputError
 from modelport.runtimes.openvino import supports
-from modelport.serving import PackageOptions
-from modelport.serving.bundle import load_artifacts
-from modelport.serving.docker import SERVERS
-from modelport.serving.ovms import check, package, schema
+from modelport.packaging import PackageOptions
+from modelport.packaging.bundle import load_artifacts
+from modelport.packaging.docker import SERVERS
+from modelport.packaging.ovms import check, package, schema
 from tests.serving.conftest import write_mlp
 
 
@@ -53,8 +53,8 @@ def test_a_bf16_artifact_is_served_at_bf16(ov_out, tmp_path):
     package(load_artifacts(ov_out / "bf16"), tmp_path / "ovms", PackageOptions(model_name="mlp"))
     doc = json.loads((tmp_path / "ovms" / "config.json").read_text())
     assert doc["model_config_list"][0]["config"]["plugin_config"]["INFERENCE_PRECISION_HINT"] == "bf16"
-    from modelport.serving.triton import package as triton_package
-    from modelport.serving.triton import parse_config
+    from modelport.packaging.triton import package as triton_package
+    from modelport.packaging.triton import parse_config
 
     triton_package(load_artifacts(ov_out / "bf16"), tmp_path / "triton", PackageOptions(model_name="mlp"))
     config = parse_config((tmp_path / "triton" / "mlp" / "config.pbtxt").read_text())
@@ -96,8 +96,8 @@ def test_an_onnx_only_folder_is_served_as_onnx(mlp_out, tmp_path):
 def test_triton_openvino_backend_config_through_tritons_schema(ov_out, tmp_path):
     from tritonclient.grpc import model_config_pb2 as pb
 
-    from modelport.serving.triton import package as triton_package
-    from modelport.serving.triton import parse_config
+    from modelport.packaging.triton import package as triton_package
+    from modelport.packaging.triton import parse_config
 
     b = triton_package(load_artifacts(ov_out / "fp32"), tmp_path, PackageOptions(model_name="mlp", backend="openvino"))
     assert sorted(p.name for p in (tmp_path / "mlp" / "1").iterdir()) == ["model.bin", "model.xml"]
@@ -110,9 +110,9 @@ def test_triton_openvino_backend_config_through_tritons_schema(ov_out, tmp_path)
 
 
 def test_k8s_kserve_and_docker_around_ovms(ov_out, tmp_path):
-    from modelport.serving.kserve import package as kserve_package
-    from modelport.serving.kserve import schema as kserve_schema
-    from modelport.serving.kubernetes import package as k8s_package
+    from modelport.packaging.kserve import package as kserve_package
+    from modelport.packaging.kserve import schema as kserve_schema
+    from modelport.packaging.kubernetes import package as k8s_package
 
     s = SERVERS["ovms"]
     k8s_package(load_artifacts(ov_out / "fp32"), tmp_path / "k8s", PackageOptions(server="ovms", model_name="mlp"))

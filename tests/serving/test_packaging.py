@@ -8,7 +8,7 @@ import pytest
 
 from modelport.errors import BadInputError, StageError
 from modelport.orchestration.package import package
-from modelport.serving import PackageOptions, parse_systems
+from modelport.packaging import PackageOptions, parse_systems
 from tests.conftest import check_options_class, tree
 
 
@@ -42,7 +42,7 @@ def test_add_version_keeps_old_versions(mlp_out, tmp_path):
 
 
 def test_failed_packaging_leaves_nothing(cli, mlp_out, tmp_path, monkeypatch):
-    import modelport.serving.torchserve as ts
+    import modelport.packaging.torchserve as ts
 
     def boom(*a, **k):
         raise RuntimeError("disk full")

@@ -24,8 +24,7 @@ from tests.cli.test_batch import ray_cluster  # noqa: F401  (a Ray head on 127.0
 @pytest.fixture(scope="module")
 def bundle(mlp_out, tmp_path_factory) -> Path:
     from modelport.orchestration.package import package
-    from modelport.serving import PackageOptions
-
+    from modelport.packaging import PackageOptions
     out = tmp_path_factory.mktemp("rayserve") / "bundle"
     package(mlp_out, out, ["ray-serve"], PackageOptions(replicas=2))
     return out
@@ -54,8 +53,7 @@ def test_the_bundle_holds_the_config_the_service_and_the_model(bundle, mlp_out):
 
 def test_autoscaling_bounds_go_into_the_config(mlp_out, tmp_path):
     from modelport.orchestration.package import package
-    from modelport.serving import PackageOptions
-
+    from modelport.packaging import PackageOptions
     package(mlp_out, tmp_path / "b", ["ray-serve"], PackageOptions(min_replicas=1, max_replicas=3))
     (app,) = yaml.safe_load((tmp_path / "b" / "serve_config.yaml").read_text())["applications"]
     replica = {d["name"]: d for d in app["deployments"]}["Replica"]

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from modelport.serving.s3_repository import MANIFEST
+from modelport.packaging.s3_repository import MANIFEST
 from tests.serving.test_s3_repository import bucket, keys, leaks, manifest, s3, server  # noqa: F401 (fixtures)
 from tests.serving.test_serve import Server
 from tests.serving.test_serve_repository import _infer, _matmul_file

@@ -19,8 +19,8 @@ import yaml
 
 from modelport.errors import BadInputError, MissingDependencyError, ModelportError, UnsafeInputError
 from modelport.orchestration.package import package
-from modelport.serving import PackageOptions, s3_repository
-from modelport.serving.s3_repository import MANIFEST, SCHEMA, TEMP_MARK, parse_uri, pull, upload
+from modelport.packaging import PackageOptions, s3_repository
+from modelport.packaging.s3_repository import MANIFEST, SCHEMA, TEMP_MARK, parse_uri, pull, upload
 from tests.conftest import tree
 
 ACCESS_KEY = "AKIAMODELPORTTEST0001"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from modelport.serving import PackageOptions
-from modelport.serving.bundle import load_artifacts
-from modelport.serving.tfserving import SIGNATURE, package, run_signature, signature_specs
+from modelport.packaging import PackageOptions
+from modelport.packaging.bundle import load_artifacts
+from modelport.packaging.tfserving import SIGNATURE, package, run_signature, signature_specs
 from modelport.validation import Tolerance, compare
 
 pytestmark = pytest.mark.tf

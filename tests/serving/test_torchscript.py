@@ -7,8 +7,8 @@ import pytest
 
 from modelport.errors import UnsafeInputError, ValidationError
 from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
-from modelport.serving.bundle import load_artifacts
-from modelport.serving.torchscript import TOLERANCE, write_torchscript
+from modelport.packaging.bundle import load_artifacts
+from modelport.packaging.torchscript import TOLERANCE, write_torchscript
 from modelport.validation import compare
 
 
@@ -40,7 +40,7 @@ def test_a_trace_that_freezes_the_batch_is_refused(tmp_path):
     import json
 
     from modelport.ir import TensorSpec
-    from modelport.serving.bundle import Artifacts
+    from modelport.packaging.bundle import Artifacts
 
     code = tmp_path / "pytorch"
     code.mkdir()

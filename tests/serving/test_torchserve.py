@@ -22,9 +22,9 @@ import pytest
 
 from modelport.errors import BadInputError, UnsafeInputError
 from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
-from modelport.serving import PackageOptions
-from modelport.serving.bundle import load_artifacts
-from modelport.serving.torchserve import package, safe_arcname, write_mar
+from modelport.packaging import PackageOptions
+from modelport.packaging.bundle import load_artifacts
+from modelport.packaging.torchserve import package, safe_arcname, write_mar
 from modelport.validation import Tolerance, compare
 from tests.serving.conftest import MEAN, STD
 
@@ -212,7 +212,7 @@ def test_real_torchserve_serves_the_archive(bundle, cnn_out, tmp_path):
     with _torchserve(out, "cnn", tmp_path) as (url, proc, log_path, key):
         _check_serving(url, proc, log_path, cnn_out / "model.onnx", key)
         # the Kubernetes probe (reads the key TorchServe wrote, calls /ping with it) passes against this server
-        from modelport.serving.docker import SERVERS
+        from modelport.packaging.docker import SERVERS
 
         probe = list(SERVERS["torchserve"].probe_exec)
         probe[-1] = (probe[-1].replace("/home/model-server/key_file.json", str(tmp_path / "key_file.json"))
@@ -317,7 +317,7 @@ def test_real_torchserve_serves_the_pytorch_code(torch_bundle, cnn_pt_out, tmp_p
 
 
 def test_handler_postprocessing_modes():
-    from modelport.serving.torchserve_handler import ModelportHandler
+    from modelport.packaging.torchserve_handler import ModelportHandler
 
     h = ModelportHandler()
     v = np.array([[1.0, 3.0, 2.0]], np.float32)
@@ -329,7 +329,7 @@ def test_handler_postprocessing_modes():
 
 
 def test_bgr_models_get_channels_reversed():
-    from modelport.serving.torchserve_handler import ModelportHandler
+    from modelport.packaging.torchserve_handler import ModelportHandler
 
     spec = {"name": "x", "dtype": "float32", "layout": "NHWC", "preprocess": {"channel_order": "BGR", "scale": 0.5}}
     x = np.arange(6, dtype=np.float32).reshape(1, 1, 2, 3)
@@ -352,7 +352,7 @@ def _pinned(text: str) -> dict[str, str]:
                                                       ("cnn_pt_out", "torch", "cpu"), ("cnn_pt_out", "torch", "gpu")])
 def test_requirements_are_the_pins_for_the_image_python(request, tmp_path, fixture, runtime, device):
     """The bundle pins what installs on the image's Python 3.9 (the table), never this machine's versions."""
-    from modelport.serving.torchserve_pins import HANDLER_PINS
+    from modelport.packaging.torchserve_pins import HANDLER_PINS
 
     package(load_artifacts(request.getfixturevalue(fixture)), tmp_path, PackageOptions(runtime=runtime, device=device))
     with zipfile.ZipFile(next((tmp_path / "model-store").glob("*.mar"))) as z:

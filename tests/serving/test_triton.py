@@ -6,9 +6,9 @@ import pytest
 from tritonclient.grpc import model_config_pb2 as pb
 
 from modelport.errors import BadInputError
-from modelport.serving import PackageOptions
-from modelport.serving.bundle import load_artifacts
-from modelport.serving.triton import build_config, config_text, package, parse_config
+from modelport.packaging import PackageOptions
+from modelport.packaging.bundle import load_artifacts
+from modelport.packaging.triton import build_config, config_text, package, parse_config
 
 
 def test_repository_layout_and_config_from_the_contract(cnn_out, tmp_path):
@@ -82,7 +82,7 @@ def test_torchscript_repository_from_the_pytorch_code(cnn_pt_out, tmp_path):
     import torch
 
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
-    from modelport.serving.torchscript import TOLERANCE
+    from modelport.packaging.torchscript import TOLERANCE
     from modelport.validation import compare
 
     b = package(load_artifacts(cnn_pt_out), tmp_path, PackageOptions(model_name="cnn", backend="pytorch", trust=True))
@@ -139,8 +139,7 @@ def test_tensorrt_plan_only_gives_config_and_build_folder(mlp_plan_out, tmp_path
 
 
 def test_tensorrt_plan_only_refused_in_a_container(mlp_plan_out, tmp_path):
-    from modelport.serving import kubernetes
-
+    from modelport.packaging import kubernetes
     with pytest.raises(BadInputError, match="engine is not built"):
         kubernetes.package(load_artifacts(mlp_plan_out), tmp_path, PackageOptions(server="triton"))
 

@@ -183,8 +183,7 @@ def progress_lines():
     """`MODELPORT_PROGRESS=lines`: each stage and what runs inside it as a plain line on stderr
     ("[  41.2s] parse: writing layer 3 of 28"), a loop's position ("quantising NAME (41/290)") at most
     every PROGRESS_LINE_SECONDS; for logs, where the live line is not drawn. Yields the `on_stage` callback."""
-    from modelport import progress
-
+    from modelport.run import progress
     started, state = time.monotonic(), {"stage": "starting", "last": 0.0, "detail": None}
 
     def write(text: str) -> None:
@@ -224,8 +223,7 @@ def stage_status(quiet: bool):
     from rich.live import Live
     from rich.spinner import Spinner
 
-    from modelport import progress
-
+    from modelport.run import progress
     line = _StageLine()
     with Live(Spinner("dots", text=line, style="status.spinner"), console=console, transient=True,
               refresh_per_second=12.5, redirect_stdout=False, redirect_stderr=False) as live:

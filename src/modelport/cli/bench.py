@@ -89,7 +89,7 @@ def register(app: typer.Typer) -> None:
 
         def body():
             from modelport.orchestration.load_test import is_url
-            from modelport.specs import parse_dims
+            from modelport.resolve.specs import parse_dims
 
             try:
                 batches = [int(b) for b in split_list(batch)] or None
@@ -100,7 +100,7 @@ def register(app: typer.Typer) -> None:
                 if len(artifacts) > 1:
                     raise BadInputError("bench takes either artifacts or one URL, not both or several URLs")
                 from modelport.orchestration.load_test import load_test
-                from modelport.specs import parse_input_spec
+                from modelport.resolve.specs import parse_input_spec
 
                 headers = {}
                 for h in header:

@@ -7,7 +7,7 @@ import typer
 from modelport.cli import options as flags
 from modelport.cli._common import choice, run, split_list, stage_status
 from modelport.errors import BadInputError
-from modelport.precisions import all_precisions
+from modelport.resolve.precisions import all_precisions
 from modelport.registry import EMITTERS, PACKAGERS
 
 ConvertTargets = flags.aliased(flags.Targets, "-df", "--dstFramework")
@@ -99,7 +99,7 @@ def register(app: typer.Typer) -> None:
             from modelport.orchestration.text_generation import TextGenerationOptions
             from modelport.parsers import PARSERS
             from modelport.parsers.tf_common import TFSourceOptions
-            from modelport.specs import apply_options, parse_input_spec
+            from modelport.resolve.specs import apply_options, parse_input_spec
 
             src, arch_ = source_from_mmdnn(source, network, weights, arch)
             if not output:

@@ -11,7 +11,7 @@ import typer
 from modelport.cli import options as flags
 from modelport.cli._common import choice, run, split_list, stage_status
 from modelport.errors import BadInputError
-from modelport.precisions import all_precisions
+from modelport.resolve.precisions import all_precisions
 from modelport.registry import EMITTERS
 
 
@@ -29,7 +29,7 @@ def register(app: typer.Typer) -> None:
 
         def body():
             from modelport.orchestration import ConvertOptions, convert
-            from modelport.specs import parse_input_spec
+            from modelport.resolve.specs import parse_input_spec
 
             if not output:
                 raise BadInputError("no output folder", hint="pass -o OUT_DIR")

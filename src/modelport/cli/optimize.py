@@ -115,7 +115,7 @@ def register(app: typer.Typer) -> None:
             from modelport.optimize import parse_pass_list
             from modelport.optimize.pipeline import OptimizeOptions
             from modelport.orchestration import ConvertOptions, convert
-            from modelport.specs import apply_options, parse_input_spec
+            from modelport.resolve.specs import apply_options, parse_input_spec
 
             if not output:
                 raise BadInputError("no output folder", hint="pass -o OUT_DIR")

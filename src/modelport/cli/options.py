@@ -20,11 +20,11 @@ from typing import Annotated, get_args
 import typer
 
 from modelport import targets
-from modelport.precisions import all_precisions
+from modelport.resolve.precisions import all_precisions
 from modelport.registry import EMITTERS, PACKAGERS
 
 PRECISIONS = ("fp32", "fp16", "int8")  # optimize's (an ONNX model's)
-EMIT_PRECISIONS = all_precisions()  # every target's (modelport.precisions); each target refuses the ones it does not take
+EMIT_PRECISIONS = all_precisions()  # every target's (modelport.resolve.precisions); each target refuses the ones it does not take
 ROUTES = ("auto", "native", "onnx")  # emitters.routes.ROUTES
 HF_TASK_EXAMPLES = ("text-classification", "image-classification", "text2text-generation", "text-generation")  # in TASKS
 

@@ -77,9 +77,9 @@ def register(app: typer.Typer) -> None:
 
         def body():
             from modelport.orchestration.package import package
-            from modelport.serving import PackageOptions
-            from modelport.serving.torchserve import RUNTIMES
-            from modelport.serving.triton import BACKENDS
+            from modelport.packaging import PackageOptions
+            from modelport.packaging.torchserve import RUNTIMES
+            from modelport.packaging.triton import BACKENDS
 
             names = [choice(s, PACKAGERS, "serving system") for s in split_list(systems)]
             options = PackageOptions(

@@ -61,7 +61,7 @@ def register(app: typer.Typer) -> None:
                 raise BadInputError(f"unknown --model-control '{model_control}'; known: none, poll, explicit")
             bound = None
             if max_memory is not None:
-                from modelport.memory import parse_size
+                from modelport.run.memory import parse_size
 
                 try:
                     bound = parse_size(max_memory)

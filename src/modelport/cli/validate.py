@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
 
         def body():
             from modelport.orchestration.validate import validate_models
-            from modelport.specs import parse_dims, parse_input_spec
+            from modelport.resolve.specs import parse_dims, parse_input_spec
 
             data, specs = shared["data"], list(shared["inputs"])
             for value in legacy_inputs:  # validate's old spelling of --data; convert's --inputs is --input

@@ -20,7 +20,6 @@ def register(app: typer.Typer) -> None:
 
         def body():
             from modelport import zoo
-
             return {"models": [
                 {"name": e.name, "framework": e.framework, "inputs": e.inputs, "description": e.description,
                  "source": "download" if e.url else "build", "disabled": e.disabled}
@@ -67,7 +66,6 @@ def register(app: typer.Typer) -> None:
 
         def body():
             from modelport import zoo
-
             cache = Path(cache_dir) if cache_dir else Path.home() / ".cache" / "modelport"
             return {"name": name, "path": str(zoo.fetch(name, cache, progress=not (quiet or json_out) and None))}
 

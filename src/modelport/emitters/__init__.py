@@ -5,7 +5,7 @@ Each emitter module has `NAME`, `RUNTIME`, `DESCRIPTION`,
 `emitters/preflight.py`) and `emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact`;
 its own options class (frozen, self-validating, declaring its CLI flags) sits in a small module of
 its own (`<target>_options.py`), named by its descriptor's `options`. The pipeline gives each
-emitter the IR at the precision it is to write (modelport.precisions: the optimisation stage
+emitter the IR at the precision it is to write (modelport.resolve.precisions: the optimisation stage
 applies it, or the emitter's own converter does), runs every target's preflight first, then
 validates each artifact through `runtimes/` against the IR's reference outputs. Adding a target is its own module(s) plus one descriptor in
 `modelport/targets.py` (TARGETS), from which EMITTERS and every other table is derived;
@@ -28,7 +28,7 @@ register_emitter = EMITTERS.register
 
 @dataclass(frozen=True)
 class EmitOptions:
-    """What every emitter reads. `precision`: the precision its artifact is made at (modelport.precisions);
+    """What every emitter reads. `precision`: the precision its artifact is made at (modelport.resolve.precisions);
     `target`: the emitter's own options (an instance of its descriptor's `options` class, e.g.
     TFLiteOptions; ConvertOptions.target_options), or None for that class's defaults."""
 

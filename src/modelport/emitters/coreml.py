@@ -158,7 +158,7 @@ def convert_module(module, model: IRModel, out_dir: Path, options: EmitOptions, 
     import torch
 
     from modelport.emitters.fixed_dims import dims_entry, export_dynamic_shapes, fixed_sizes, kept_bounds, reference_at
-    from modelport.quiet_call import captured_output
+    from modelport.run.quiet_call import captured_output
     from modelport.runtimes.coreml import (
         META_CONTRACT,
         META_DIMS,
@@ -172,7 +172,7 @@ def convert_module(module, model: IRModel, out_dir: Path, options: EmitOptions, 
 
     ct = require_coremltools("the Core ML target")
     opts = options.target or CoreMLOptions()
-    precision = options.precision  # the target's default, fp16, unless --precision says (modelport.precisions)
+    precision = options.precision  # the target's default, fp16, unless --precision says (modelport.resolve.precisions)
     if model.reference is None:
         raise UnsupportedError("Core ML conversion needs sample inputs to trace the model on")
     try:

@@ -100,7 +100,7 @@ def lower(ir: IRModel, module, out_dir: Path, options: EmitOptions, converter: s
 
     from modelport.deps import version_of
     from modelport.emitters.fixed_dims import dims_entry, export_dynamic_shapes, fixed_sizes, kept_bounds, reference_at
-    from modelport.quiet_call import captured_output
+    from modelport.run.quiet_call import captured_output
 
     opts = target_options(options)
     require_executorch()

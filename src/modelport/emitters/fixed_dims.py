@@ -16,7 +16,7 @@ import numpy as np
 
 from modelport.errors import UnsupportedError
 from modelport.ir import IRModel, Reference
-from modelport.sample_sets import nudge
+from modelport.reference.sample_sets import nudge
 
 
 def kept_bounds(ir: IRModel) -> dict:

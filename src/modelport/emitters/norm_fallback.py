@@ -48,7 +48,7 @@ Rebuild = Callable[[Path], tuple[Artifact | None, list[str]]]
 def constant_frames(reference: Reference | None) -> Reference | None:
     """The reference's constant-frame sets (structured and sweep kinds) as a reference of their own,
     or None when it has none."""
-    from modelport.sample_sets import STRUCTURED_KINDS, SWEEP_KINDS
+    from modelport.reference.sample_sets import STRUCTURED_KINDS, SWEEP_KINDS
 
     if reference is None:
         return None

@@ -1,5 +1,5 @@
 """The ONNX target: the IR's model written as `model.onnx` (+ `model.onnx.data` when large), at the
-precision the optimisation stage brought it to (modelport.precisions: FP16 / INT8 through the
+precision the optimisation stage brought it to (modelport.resolve.precisions: FP16 / INT8 through the
 project's precision passes, a decoder's weight-only quantiser).
 
 A decoder LM's model (`--task text-generation`) keeps its weights in `model.onnx.data` from
@@ -24,7 +24,7 @@ DECODER_EXTERNAL_BYTES = 256 << 20
 
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
-    from modelport.contract_stamp import stamped_contract
+    from modelport.onnxfile.contract_stamp import stamped_contract
 
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "model.onnx"
@@ -44,9 +44,9 @@ def write_model(ir: IRModel, path: Path) -> list[Path]:
     the graph otherwise."""
     import onnx
 
-    from modelport.external_data_files import attach_external
-    from modelport.onnx_io import save_onnx
-    from modelport.tensor_sizes import tensor_bytes
+    from modelport.onnxfile.external_data_files import attach_external
+    from modelport.onnxfile.onnx_io import save_onnx
+    from modelport.onnxfile.tensor_sizes import tensor_bytes
 
     model, stored = ir.model, ir.stored
     external = tensor_bytes(model) >= DECODER_EXTERNAL_BYTES if ir.provenance.get("decoder") else None

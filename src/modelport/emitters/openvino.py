@@ -84,7 +84,7 @@ def preflight(ir: IRModel, options: EmitOptions | None = None) -> Preflight:
     """Every node OpenVINO's ONNX front end cannot convert (converted partially: the leftovers stay framework nodes)."""
     import tempfile
 
-    from modelport.onnx_io import save_onnx
+    from modelport.onnxfile.onnx_io import save_onnx
     from modelport.runtimes.openvino import require_openvino
 
     ov = require_openvino("the OpenVINO target")

@@ -4,7 +4,7 @@ The file is written by onnxruntime itself (a session saves its graph in ORT form
 hardware-independent "basic" optimizations only, so the same file runs on ARM phones and x86
 servers. `required_operators.config` beside it lists the kernels a reduced onnxruntime build
 needs. Precision fp16/int8 comes from the project's precision passes, which the optimisation stage
-runs before the emitter (modelport.precisions).
+runs before the emitter (modelport.resolve.precisions).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def required_operators(model) -> str:
 
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
-    """The IR, at its precision already (the optimisation stage applies it: modelport.precisions), as an ORT file."""
+    """The IR, at its precision already (the optimisation stage applies it: modelport.resolve.precisions), as an ORT file."""
     ir, pre = check(model)
     pre.raise_if_unsupported()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -114,7 +114,7 @@ def check(ir: IRModel) -> tuple[IRModel, Preflight]:
     import onnx
     import onnxruntime
 
-    from modelport.ir_version_fit import max_onnxruntime_ir_version
+    from modelport.onnxfile.ir_version_fit import max_onnxruntime_ir_version
 
     hi = onnx.defs.onnx_opset_version()
     pre = Preflight("ort", "onnxruntime", onnxruntime.__version__, opset_of(ir.model), (7, hi))

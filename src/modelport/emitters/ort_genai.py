@@ -77,7 +77,7 @@ def write_folder(model, decoder: dict, source_folder: str | Path | None, out_dir
     """The ort-genai folder for an ONNX decoder model (a ModelProto); returns the files written.
     `external`: the weights in model.onnx.data (None: only past onnx_io's size threshold).
     `base_dir`: the folder of `model`'s own data file, when it refers to one (onnx_io.save_onnx)."""
-    from modelport.onnx_io import save_onnx
+    from modelport.onnxfile.onnx_io import save_onnx
 
     out_dir.mkdir(parents=True, exist_ok=True)
     files = save_onnx(model, out_dir / "model.onnx", external=external, base_dir=base_dir)

@@ -51,7 +51,7 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.emitters.onnx_tf import converter_name
     from modelport.emitters.tf_model import build, save_contract_model
     from modelport.frameworks.tensorflow import import_tf
-    from modelport.quiet_call import captured_output
+    from modelport.run.quiet_call import captured_output
 
     preflight(model).raise_if_unsupported()
     tf = import_tf("writing a SavedModel")

@@ -53,7 +53,7 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.emitters.tf_model import stable_saved_model
     from modelport.emitters.tflite_tf import contract_saver, ports, source_function
     from modelport.frameworks.tensorflow import import_tf
-    from modelport.quiet_call import captured_output
+    from modelport.run.quiet_call import captured_output
 
     reason = refusal(model, options)
     if reason:

@@ -54,9 +54,9 @@ def build_environment() -> str | None:
 
 
 def write_plan(ir: IRModel, folder: Path, plan, check) -> list[Path]:
-    from modelport.contract_stamp import stamped_contract
+    from modelport.onnxfile.contract_stamp import stamped_contract
     from modelport.emitters import trt_plan
-    from modelport.onnx_io import save_onnx
+    from modelport.onnxfile.onnx_io import save_onnx
     from modelport.runtimes import trt_build_script
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -104,7 +104,7 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
         return Artifact(target=NAME, runtime=RUNTIME, path=folder, files=files, precision=options.precision,
                         details=details, runner=None,
                         not_validated="--plan-only: the build plan is written and no engine was built, so nothing ran")
-    from modelport.quiet_call import captured_output
+    from modelport.run.quiet_call import captured_output
     from modelport.runtimes.trt_build_script import build
 
     with captured_output(folder.parent / ".trt-build.log", "TensorRT builder"):

@@ -84,7 +84,7 @@ def onnx2tf_model(ir: IRModel, work: Path, keep_first, keep_last, log: Path):
     """onnx2tf's TensorFlow (tf_keras) model of the IR. onnx2tf gets the graph in memory (it
     simplifies and saves back a file it is handed); nothing is saved."""
     from modelport.deps import require
-    from modelport.quiet_call import captured_output, converter_error
+    from modelport.run.quiet_call import captured_output, converter_error
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     with captured_output(log, "onnx2tf"):
@@ -207,7 +207,7 @@ def probe(ir: IRModel) -> Reference:
     if ir.reference is not None:
         return ir.reference
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
-    from modelport.samples import make_inputs
+    from modelport.reference.samples import make_inputs
 
     feeds = make_inputs(ir.inputs)
     return Reference(feeds, OnnxRuntimeRunner(ir.model).run(feeds))
@@ -222,7 +222,7 @@ def plan_ports(ir: IRModel, keras_model, changes: dict[str, list[int]], describe
     the source computes it, or channels-last); where both fit (square dims) the numbers decide.
     `who` names the converter: any other than onnx2tf keeps the source's layouts.
     """
-    from modelport.quiet_call import captured_output
+    from modelport.run.quiet_call import captured_output
 
     inputs = []
     if len(keras_model.inputs) != len(ir.inputs) or len(keras_model.outputs) != len(ir.outputs):
@@ -475,7 +475,7 @@ def _lowered(ir: IRModel, changes: dict[str, list[int]], described: dict[str, st
     why the lowering cannot either."""
     from modelport.emitters.onnx_tf import lowered_model
     from modelport.frameworks.tensorflow import import_tf
-    from modelport.quiet_call import captured_output
+    from modelport.run.quiet_call import captured_output
 
     tf = import_tf("lowering ONNX to TensorFlow")
     try:

@@ -65,7 +65,7 @@ def write(saved: Artifact, out_dir: Path, precision: str, converter: str, metada
     `metadata` joins model.json's `userDefinedMetadata.modelport`."""
     from modelport.emitters.tfjs_graph import convert_saved_model
     from modelport.frameworks.tensorflow import import_tf
-    from modelport.quiet_call import captured_output
+    from modelport.run.quiet_call import captured_output
 
     tf = import_tf("writing a TF.js graph model")
     dest = out_dir / FOLDER

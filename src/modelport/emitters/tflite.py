@@ -78,7 +78,7 @@ def _to_tflite(keras_model, inputs: list[Port], outputs: list[Port], mode: str, 
     same, but on a failure silently write a file without a signature). `save(tf, dest)` writes it
     (default: onnx2tf's `keras_model` behind the contract, `tf_model.save_contract_model`).
     """
-    from modelport.quiet_call import captured_output
+    from modelport.run.quiet_call import captured_output
 
     with captured_output(log, "TFLite converter"):
         import tensorflow as tf

@@ -176,7 +176,7 @@ def _name_io(data: bytes, in_index: list[int], in_names: list[str], out_index: l
 def _quantise(data: bytes, precision: str, work: Path) -> tuple[bytes, list[str]]:
     """ai-edge-quantizer on the float model: fp16 weights (float casting) or int8 dynamic range."""
     from modelport.deps import require
-    from modelport.quiet_call import captured_output
+    from modelport.run.quiet_call import captured_output
 
     with captured_output(work / "quantizer.log", QUANTIZER):
         require("ai_edge_quantizer", purpose="re-quantising a TFLite model")

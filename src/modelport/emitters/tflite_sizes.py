@@ -65,7 +65,7 @@ def signature_key(at: dict[str, int]) -> str:
 
 def trace_inputs(ir: IRModel, at: dict[str, int]) -> dict[str, np.ndarray]:
     """Sample inputs at `at`'s sizes (each input's value range kept: token ids stay ids)."""
-    from modelport.samples import make_inputs
+    from modelport.reference.samples import make_inputs
 
     return make_inputs(ir.inputs, {**ir.sample_dims, **at}, seed=sum(at.values()))
 

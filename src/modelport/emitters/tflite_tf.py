@@ -169,7 +169,7 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     )
     from modelport.errors import BadInputError
     from modelport.frameworks.tensorflow import import_tf
-    from modelport.quiet_call import captured_output
+    from modelport.run.quiet_call import captured_output
     from modelport.runtimes.tflite import load_interpreter
 
     reason = refusal(model, options)

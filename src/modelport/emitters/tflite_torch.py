@@ -124,7 +124,7 @@ def _convert(model: IRModel, module, out_dir: Path, *, order: list[str] | None, 
              run_source, how: str) -> Artifact:
     from modelport.deps import version_of
     from modelport.emitters.tflite import SIGNATURE, _check_ops, _name_io
-    from modelport.quiet_call import captured_output
+    from modelport.run.quiet_call import captured_output
     from modelport.runtimes.tflite import load_interpreter
 
     specs = {s.name: s for s in model.inputs + model.outputs}

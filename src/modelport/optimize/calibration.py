@@ -54,7 +54,7 @@ def sample_calibration(ir: IRModel, count: int = SAMPLE_SETS) -> list[dict[str, 
     reference and its second set do not use), at the reference's shapes. An input the reference
     holds constant (a value pinned with `--value`, a mask of ones) keeps the reference's array: a
     random value there could be one the model cannot take."""
-    from modelport.samples import bind_dims, make_inputs
+    from modelport.reference.samples import bind_dims, make_inputs
 
     ref = ir.reference.inputs if ir.reference is not None else {}
     dims = bind_dims(ir.inputs, ref, ir.sample_dims)

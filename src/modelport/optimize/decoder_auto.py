@@ -120,7 +120,7 @@ def select(variants: list[Variant], judge: Judge, *, pad: int, vocab_size: int, 
            options: DecoderAutoOptions = DecoderAutoOptions(), on_stage=None) -> dict:
     """Judge and time every built variant; returns the selection: `chosen` (a name, or None when
     none passes), `variants` (one row each, in order, `chosen` marked) and the timing set-up."""
-    from modelport.onnx_io import save_onnx
+    from modelport.onnxfile.onnx_io import save_onnx
     from modelport.validation.generation import fixed_prompts, onnx_session
 
     prompt_tokens, steps = bench_lengths(options, context_length)

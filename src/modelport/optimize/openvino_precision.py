@@ -79,7 +79,7 @@ def build(ir: IRModel, precision: str, *, calibration: list[dict] | None = None,
 def quantize(model, mode: str, calibration: list[dict] | None, *, budget=None) -> tuple[object, dict]:
     """INT8 through NNCF: static quantisation (with accuracy control under a budget) or INT8 weights."""
     from modelport.deps import require
-    from modelport.quiet_call import silenced_output
+    from modelport.run.quiet_call import silenced_output
     from modelport.runtimes.openvino import no_telemetry
 
     no_telemetry()

@@ -40,8 +40,8 @@ def fingerprint(model, *, inline_limit: int = _INLINE_HASH_LIMIT) -> str:
     followed by each of those tensors' own hash, one tensor in memory at a time; the model is only read."""
     import hashlib
 
-    from modelport.tensor_sizes import raw_nbytes, tensor_bytes
-    from modelport.weightless_copy import weightless
+    from modelport.onnxfile.tensor_sizes import raw_nbytes, tensor_bytes
+    from modelport.onnxfile.weightless_copy import weightless
 
     h = hashlib.sha256()
     if tensor_bytes(model) <= inline_limit:
@@ -79,7 +79,7 @@ def check_parity(ir: IRModel, tol: Tolerance, hop: str, *, model_file: Path | No
     """`ir` against its references in onnxruntime (every set, at every precision). A large model's weights wait in a file meanwhile,
     from which onnxruntime loads them (`IRModel.weights_parked`): the session and the ModelProto are
     not both held. `model_file`: `ir` written already, its weights beside it (a parked IR)."""
-    from modelport.memory import give_back
+    from modelport.run.memory import give_back
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 
     with contextlib.nullcontext(model_file) if model_file is not None else ir.weights_parked() as parked:
@@ -101,9 +101,9 @@ def invalid_model(model, *, repair: bool = False) -> str | None:
     """
     import onnx
 
-    from modelport.proto_pieces import serialized_size
-    from modelport.tensor_sizes import iter_tensors, protobuf_limit, tensor_bytes
-    from modelport.weightless_copy import check_weightless
+    from modelport.onnxfile.proto_pieces import serialized_size
+    from modelport.onnxfile.tensor_sizes import iter_tensors, protobuf_limit, tensor_bytes
+    from modelport.onnxfile.weightless_copy import check_weightless
 
     if repair:
         from modelport.optimize.model_tools import sort_nodes
@@ -167,7 +167,7 @@ def run_passes(ir: IRModel, passes: list[Pass], *, tolerance: Callable[[str], To
     the parity check's session. `release_input`: the caller will not use `ir`'s model again, so its
     weights are not read back unless it is the result (its model is then None).
     """
-    from modelport import memory
+    from modelport.run import memory
     from modelport.optimize.model_tools import model_size, node_count
 
     if ir.reference is None:
@@ -286,7 +286,7 @@ class _Parking:
     def ready(self, ir: IRModel, p: Pass) -> IRModel:
         """`ir` as `p` takes it: parked for a pass that reads stored weights (when large), in memory for any other."""
         from modelport.ir import PARK_BYTES
-        from modelport.tensor_sizes import tensor_bytes
+        from modelport.onnxfile.tensor_sizes import tensor_bytes
 
         if ir.stored is not None and (not p.reads_stored or not self._ours(ir)):
             ir.attach_stored()  # weights stored elsewhere (a parse's files) are read in, then parked here

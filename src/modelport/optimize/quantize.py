@@ -110,7 +110,7 @@ def _infer_in_place(model):
     import onnx
     from onnxruntime.quantization.quant_utils import add_infer_metadata
 
-    from modelport.weightless_copy import weightless
+    from modelport.onnxfile.weightless_copy import weightless
 
     inferred = onnx.shape_inference.infer_shapes(weightless(model)[0])
     for part in ("value_info", "input", "output"):
@@ -143,7 +143,7 @@ def _weights_after_calibration(opset: int | None):
     saves again before calibrating (that needs the weights)."""
     import importlib
 
-    from modelport.external_data_files import attach_external
+    from modelport.onnxfile.external_data_files import attach_external
 
     # the package's `quantize` attribute is its function of that name, not the module
     ort_quantize = importlib.import_module("onnxruntime.quantization.quantize")
@@ -260,7 +260,7 @@ def quantize_model(ir: IRModel, *, mode: str = "dynamic", calibration: list[dict
         info.calibration = {"samples": len(calibration), "method": method}
     asked = list(exclude or [])
     tol = tol or tolerance_for("int8")
-    from modelport.sample_sets import NOT_FOR_INT8, SWEEP_KINDS
+    from modelport.reference.sample_sets import NOT_FOR_INT8, SWEEP_KINDS
 
     ref = ir.reference
     if mode == "static" and ref is not None and check_on_calibration:
@@ -327,7 +327,7 @@ def calibration_reference(ir: IRModel, calibration: list[dict]):
     """
     from modelport.ir import Reference
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
-    from modelport.sample_sets import STRUCTURED_KINDS
+    from modelport.reference.sample_sets import STRUCTURED_KINDS
 
     dynamic_batch = all(s.shape and not isinstance(s.shape[0], int) for s in ir.inputs)
     samples = calibration[:CHECK_SAMPLES] if dynamic_batch else calibration[:1]

@@ -27,7 +27,7 @@ class OnnxSimPass(Pass):
 
         if is_large(ir.model):
             return PassResult(ir, False, {"skipped": "model over the protobuf limit; onnxsim needs one protobuf"})
-        from modelport.tensor_sizes import tensor_bytes
+        from modelport.onnxfile.tensor_sizes import tensor_bytes
 
         size = tensor_bytes(ir.model)
         if size >= MAX_BYTES:
@@ -39,11 +39,11 @@ class OnnxSimPass(Pass):
         m = onnx.ModelProto()
         m.CopyFrom(ir.model)
         if ir.stored is not None:
-            from modelport.external_data_files import attach_external
+            from modelport.onnxfile.external_data_files import attach_external
 
             attach_external(m, ir.stored)
         drop_value_info(m)
-        from modelport.progress import doing
+        from modelport.run.progress import doing
 
         try:
             with doing("onnxsim"):

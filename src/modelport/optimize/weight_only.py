@@ -183,10 +183,10 @@ def quantize_stored(model, base_dir, path, options: WeightOnlyOptions, *, tied: 
     require("onnxruntime", purpose="weight-only quantisation")
     from onnxruntime.capi._pybind_state import quantize_matmul_4bits, quantize_matmul_8bits
 
-    from modelport.external_data_files import DataFile
+    from modelport.onnxfile.external_data_files import DataFile
     from modelport.optimize.weight_store import WeightStore
-    from modelport.progress import tick
-    from modelport.proto_pieces import copy_fields
+    from modelport.run.progress import tick
+    from modelport.onnxfile.proto_pieces import copy_fields
 
     base_dir, path = Path(base_dir), Path(path)
     store = WeightStore(base_dir)

@@ -85,7 +85,7 @@ class WeightStore:
         reference into this store (once each, tensor by tensor)."""
         import onnx
 
-        from modelport.progress import tick
+        from modelport.run.progress import tick
 
         total = len(model.graph.initializer)
         for index, tensor in enumerate(model.graph.initializer):

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from modelport.errors import EXIT_VALIDATION, BadInputError
-from modelport.names import check_path_name
+from modelport.run.names import check_path_name
 from modelport.orchestration.batch_job import DEFAULT_TIMEOUT, STATE_DIR, Job, parse_size, run_job
 
 SCHEMA = "modelport.batch/1"

@@ -67,7 +67,7 @@ class K8sJobOptions:
     keep_failed: bool = False
 
     def __post_init__(self):
-        from modelport.serving.kubernetes import check_name
+        from modelport.packaging.kubernetes import check_name
 
         check_image(self.image)
         if self.namespace is not None:
@@ -133,7 +133,7 @@ def resources_for(jobs: list[Job]) -> dict:
     limits.memory is the largest per-model `memory` plus room for the batch process that watches
     the child: the child is killed (status out-of-memory) before the kernel would kill the pod.
     """
-    from modelport.serving.quantities import check_quantity
+    from modelport.packaging.quantities import check_quantity
 
     requests: dict = {}
     limits: dict = {}
@@ -141,7 +141,7 @@ def resources_for(jobs: list[Job]) -> dict:
     if cpus:
         for c in cpus:
             check_quantity(c, "resources.cpus")
-        from modelport.serving.quantities import parse_quantity
+        from modelport.packaging.quantities import parse_quantity
 
         requests["cpu"] = max(cpus, key=parse_quantity)
     memories = [j.memory for j in jobs if j.memory]
@@ -160,7 +160,7 @@ def job_documents(manifest: Path, pod_doc: dict, jobs: list[Job], options: K8sJo
     """The ConfigMap (manifest + index table) and the Indexed Job, as dictionaries."""
     import yaml
 
-    from modelport.serving.kubernetes import k8s_name
+    from modelport.packaging.kubernetes import k8s_name
 
     name = k8s_name(f"modelport-batch-{manifest.stem}")[:52].rstrip("-")  # room for the pods' index suffixes
     rows = index_rows(jobs, keep_failed=options.keep_failed)
@@ -207,7 +207,7 @@ def emit_k8s_job(manifest: str | Path, out: str | Path, options: K8sJobOptions) 
     """Write DIR/configmap.yaml, DIR/job.yaml and DIR/index.tsv for `manifest`; nothing runs. DIR must be new or empty."""
     import tempfile
 
-    from modelport.serving.kubernetes import write_yaml
+    from modelport.packaging.kubernetes import write_yaml
 
     manifest, out = Path(manifest), Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):

@@ -69,7 +69,7 @@ def pytorch_code_contract(folder: Path) -> tuple[Path, list[TensorSpec], list[st
 
 def open_artifact(path: str | Path, *, runtime: str | None = None, threads: int | None = None, trust: bool = False):
     """(runner, runtime name) for one artifact; `threads` sets the runtime's intra-op threads."""
-    from modelport.file_checks import check_model_file
+    from modelport.run.file_checks import check_model_file
     from modelport.runtimes import RUNNERS
 
     path = check_model_file(path)
@@ -97,7 +97,7 @@ def batch_dim(specs: list[TensorSpec]) -> str | int | None:
 
 def feeds_for(specs: list[TensorSpec], batch: int | None, *, dims: dict, seed: int, given: dict, path) -> dict[str, np.ndarray]:
     """Inputs of `batch` samples: the given arrays (rows repeated or cut to the batch) and seeded random ones."""
-    from modelport.samples import make_inputs
+    from modelport.reference.samples import make_inputs
 
     dims = dict(dims)
     lead = batch_dim(specs)
@@ -126,7 +126,7 @@ def bench(artifacts: list[str | Path], *, runs: int | None = None, duration: flo
           trust: bool = False, on_stage=None) -> dict:
     """Benchmark every artifact at every batch size; returns the result document described above."""
     from modelport.runtimes import timing
-    from modelport.samples import load_data, parse_values
+    from modelport.reference.samples import load_data, parse_values
 
     if not artifacts:
         raise BadInputError("no artifact to benchmark", hint="modelport bench model.onnx [model.tflite ...]")

@@ -1,7 +1,7 @@
 """The convert pipeline, one for every task and target: parse → optimise → emit → validate → report.
 
     decide     orchestration/request.py: the task and its pipeline, each target's precision
-               (modelport.precisions), the options, the output folder: exit 2 before any work
+               (modelport.resolve.precisions), the options, the output folder: exit 2 before any work
     preflight  the task's checks that need the source but no work (memory, safety)
     parse      the task's parser: the IR and the references every later stage is judged against
     prepare    per part: the IR checked against the source, the optimisation stage, one job per
@@ -41,7 +41,7 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
     (`Run` ends the command).
     """
     from modelport.orchestration.request import PIPELINES, decide
-    from modelport.staging import staged_dir
+    from modelport.run.staging import staged_dir
 
     options = options or ConvertOptions(**kwargs)
     with Run(options.command) as report:

@@ -77,7 +77,7 @@ def fused_model(ir, cfg, path: Path, export: Path) -> dict:
         _, details = hf_decoder_graph.write_decoder(ir.provenance["path"], cfg, path, fused=True, reuse=reuse,
                                                     opset=ir.provenance.get("opset"))
         return {"nodes_before": before, **details}
-    from modelport.onnx_io import save_onnx
+    from modelport.onnxfile.onnx_io import save_onnx
     from modelport.optimize.decoder_fusion import fuse_decoder
 
     model, details = fuse_decoder(ir.model, context_length=cfg.context_length, base_dir=export.parent)
@@ -121,7 +121,7 @@ def fuse(ir, cfg, export: Path):
     """(the fused ModelProto with its weights in memory, details) for `--optimize auto`."""
     import onnx
 
-    from modelport.external_data_files import attach_external
+    from modelport.onnxfile.external_data_files import attach_external
 
     path = export.parent / "auto-fused.onnx"
     details = fused_model(ir, cfg, path, export)

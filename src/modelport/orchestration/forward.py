@@ -21,7 +21,7 @@ from pathlib import Path
 from modelport.errors import BadInputError, ValidationError
 from modelport.ir import IRModel, SourceRef
 from modelport.orchestration.jobs import Context, Job, plan_jobs
-from modelport.precisions import FP32, Resolved
+from modelport.resolve.precisions import FP32, Resolved
 from modelport.validation import Tolerance, check_override_names, tolerance_for
 from modelport.validation.artifact import ArtifactCheck, Judging, validate_artifact
 
@@ -65,7 +65,7 @@ class ForwardRun:
         import tempfile
 
         from modelport.emitters.routes import kind_of
-        from modelport.memory import give_back
+        from modelport.run.memory import give_back
         from modelport.optimize.weight_store import forget_onnxscript_matches
         from modelport.orchestration.source import describe_source, parse_noting_attempts
         from modelport.parsers import parse
@@ -130,7 +130,7 @@ class ForwardRun:
         with ctx.bounded("optimize"):  # the passes write their own rows
             prepared = optimise(ir, ctx, self.zoo_tol)
         if all(variant.model is not ir.model for variant in prepared.irs.values()):
-            from modelport.memory import give_back
+            from modelport.run.memory import give_back
 
             ir.model = None  # the IR before the passes: every target is emitted from what came out of them
             give_back()
@@ -170,7 +170,7 @@ class ForwardRun:
             names.append(Path(f).name)
         if names:
             self.ctx.report.set_files(names)
-        from modelport.serving.reference_file import write_reference
+        from modelport.packaging.reference_file import write_reference
 
         entry = write_reference(self.reference, stage)
         if entry:
@@ -195,8 +195,8 @@ def check_memory(src, ctx: Context) -> None:
     memory than is available, rather than be killed part way; the `preflight:memory` row records the
     figures. MODELPORT_AVAILABLE_MEMORY overrides the memory counted as available. Other sources:
     nothing to read the size from before loading them; no row."""
-    from modelport import memory
-    from modelport.onnx_io import EXTERNAL_DATA_THRESHOLD
+    from modelport.run import memory
+    from modelport.onnxfile.onnx_io import EXTERNAL_DATA_THRESHOLD
     from modelport.orchestration.optimize_stage import runs
     from modelport.parsers import huggingface
 

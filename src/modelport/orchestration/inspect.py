@@ -19,14 +19,14 @@ from modelport.registry import from_targets
 def inspect_onnx(path: Path) -> dict:
     import math
 
-    from modelport.external_data_checks import check_external_data
-    from modelport.onnx_io import _parse
-    from modelport.tensor_sizes import iter_tensors
+    from modelport.onnxfile.external_data_checks import check_external_data
+    from modelport.onnxfile.onnx_io import _parse
+    from modelport.onnxfile.tensor_sizes import iter_tensors
 
     model = _parse(path)
     data_files = check_external_data(model, path.parent, path)
     inputs, outputs, _ = contract_from_onnx(model)
-    from modelport.contract_stamp import read_contract
+    from modelport.onnxfile.contract_stamp import read_contract
 
     declared = (read_contract(model) or {}).get("dims") or {}  # a modelport-written file's declared bounds
     ops = Counter((f"{n.domain}::{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type) for n in model.graph.node)
@@ -59,7 +59,7 @@ register_inspector = INSPECTORS.register
 
 
 def inspect(path: str | Path) -> dict:
-    from modelport.file_checks import check_model_file
+    from modelport.run.file_checks import check_model_file
 
     p = check_model_file(path)
     name = INSPECTORS.name_for(p)

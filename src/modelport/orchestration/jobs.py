@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from modelport.emitters import EmitOptions
 from modelport.errors import ModelportError, ValidationError
 from modelport.ir import IRModel
-from modelport.precisions import Resolved
+from modelport.resolve.precisions import Resolved
 from modelport.targets import TARGETS
 from modelport.validation import Tolerance
 from modelport.validation.report import Report, run_stage
@@ -45,7 +45,7 @@ class Context:
 
     def limits(self):
         """The time and memory bounds of a stage of this run (stage_limits.py)."""
-        from modelport.stage_limits import Limits
+        from modelport.run.stage_limits import Limits
 
         options = self.request.options
         return Limits.of(options.stage_timeout, options.stage_memory)
@@ -53,7 +53,7 @@ class Context:
     @contextlib.contextmanager
     def bounded(self, name: str):
         """A stage under this run's bounds, with no report row of its own (the optimisation passes write theirs)."""
-        from modelport.stage_limits import bounded
+        from modelport.run.stage_limits import bounded
 
         with bounded(name, self.limits()):
             yield
@@ -94,7 +94,7 @@ class Job:
     target: str
     part: str  # "" for a source converted as one model
     ir: IRModel  # what it is emitted from: at its precision where the optimisation stage applies it
-    resolved: Resolved  # its precision as decided (modelport.precisions)
+    resolved: Resolved  # its precision as decided (modelport.resolve.precisions)
     options: EmitOptions  # what the emitter reads: the precision it is emitted at, its own options
     tolerance: Tolerance  # what judges its artifact
     plan: Any = None  # its routes (emitters/routes.Plan)

@@ -73,7 +73,7 @@ def _metadata_specs(url: str, headers: dict, timeout: float) -> list[TensorSpec]
             meta = json.loads(r.read())
     except (urllib.error.URLError, OSError, ValueError) as e:
         raise BadInputError(f"cannot read the model metadata at {meta_url}: {e}", hint="pass the inputs with --input NAME:SHAPE[:DTYPE]") from None
-    from modelport.serving.requests import V2_DATATYPES
+    from modelport.packaging.requests import V2_DATATYPES
 
     dtypes = {v: k for k, v in V2_DATATYPES.items()}
     specs = []
@@ -132,7 +132,7 @@ def load_test(url: str, *, specs: list[TensorSpec] | None = None, data=None, val
               allow_remote: bool = False, timeout: float = 30.0, wire: str | None = None, grpc_address: str | None = None) -> dict:
     from modelport.orchestration.bench import SCHEMA, feeds_for
     from modelport.runtimes.timing import stats
-    from modelport.samples import load_data, parse_values
+    from modelport.reference.samples import load_data, parse_values
     from modelport.serving.v2.client import PROTOCOLS
 
     check_host(url, allow_remote)

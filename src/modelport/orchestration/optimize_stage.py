@@ -1,7 +1,7 @@
 """The optimisation stage of the forward pipeline: the IR after `validate:ir`, before the emitters.
 
 It runs when `--optimize LEVEL` (or `--passes`) is given, or when a target whose precision the
-optimisation stage applies (modelport.precisions: `stage == "optimize"`, onnx and ort) is asked
+optimisation stage applies (modelport.resolve.precisions: `stage == "optimize"`, onnx and ort) is asked
 for at a precision other than fp32. Each pass becomes one `optimize:<pass>` row in the report's
 stages; `auto` adds the table it chose from as `report["optimize"]`.
 
@@ -29,7 +29,7 @@ from modelport.errors import BadInputError
 from modelport.ir import IRModel
 from modelport.optimize.dequantize import quantised
 from modelport.orchestration.jobs import Prepared
-from modelport.precisions import FP32, Resolved
+from modelport.resolve.precisions import FP32, Resolved
 from modelport.targets import TARGETS
 
 # what `--optimize auto` holds every variant to when no --accuracy-budget is given (printed, and
@@ -137,7 +137,7 @@ def _auto_stage(ir: IRModel, ctx, asked, zoo_tol) -> Prepared:
     what is written. An onnxruntime winner feeds its targets (`onnx` when none was asked), an
     OpenVINO winner its targets at the precision and with the options it won with; targets of the
     losing runtime are not written (the report's `optimize.targets` and a warning say so)."""
-    from modelport.precisions import resolve
+    from modelport.resolve.precisions import resolve
     from modelport.runtimes import CPU_RUNTIMES, default_runtimes
     from modelport.targets import get, load
 

@@ -12,7 +12,7 @@ from modelport.errors import BadInputError
 from modelport.ir import TensorSpec
 from modelport.optimize.pipeline import OptimizeOptions
 from modelport.parsers.tf_common import TFSourceOptions
-from modelport.serving import PackageOptions
+from modelport.packaging import PackageOptions
 from modelport.validation import Tolerance, tolerance_for
 
 
@@ -25,7 +25,7 @@ class ConvertOptions:
     `target_options` (target name -> an instance of its descriptor's `options` class, e.g.
     {"tflite": TFLiteOptions(layout="nhwc")}; modelport.targets), `text_generation`
     (orchestration.text_generation.TextGenerationOptions) and `package` (serving.PackageOptions).
-    The run's `precision` (None: each target's own default, modelport.precisions), `calibration`,
+    The run's `precision` (None: each target's own default, modelport.resolve.precisions), `calibration`,
     `accuracy_budget`, `strict` and `allow_precision_fallback` apply to every stage.
     """
 
@@ -44,7 +44,7 @@ class ConvertOptions:
     min_cosine: float | None = None
     output_tolerances: dict[str, dict[str, float]] = field(default_factory=dict)  # {"probs": {"atol": 0.1}}
     scaled_atol: bool = True  # atol times each output's scale (False: an absolute accuracy budget)
-    precision: str | None = None  # None: each target's own default (modelport.precisions)
+    precision: str | None = None  # None: each target's own default (modelport.resolve.precisions)
     calibration: str | None = None  # .npz of named inputs or a folder of images (optimisation stage and emitters)
     accuracy_budget: str | None = None  # --accuracy-budget as written; the task reads it (precision passes, generation)
     sample_dims: dict[str, int] = field(default_factory=dict)
@@ -75,11 +75,11 @@ class ConvertOptions:
 
     def __post_init__(self):
         # The Python API accepts the CLI's spec strings: inputs=["input:batch,3,224,224"].
-        from modelport.specs import parse_input_spec
+        from modelport.resolve.specs import parse_input_spec
 
         self.inputs = [parse_input_spec(s) if isinstance(s, str) else s for s in self.inputs]
         if not isinstance(self.arch_args, dict):
-            from modelport.specs import parse_arch_args
+            from modelport.resolve.specs import parse_arch_args
 
             self.arch_args = parse_arch_args(self.arch_args)
         if isinstance(self.targets, str):

@@ -1,5 +1,5 @@
 """A conversion decided before any work: the task and the pipeline that runs it, the targets and
-each one's precision (modelport.precisions), each target's options object, the serving systems,
+each one's precision (modelport.resolve.precisions), each target's options object, the serving systems,
 and the output folder checked. Every refusal that needs no model (exit 2) happens here, so a
 refused run writes nothing and loads nothing; no other module makes these decisions again.
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from modelport.orchestration.options import ConvertOptions
-from modelport.precisions import Resolved, resolve
+from modelport.resolve.precisions import Resolved, resolve
 from modelport.registry import Registry
 
 TEXT_GENERATION = "text-generation"
@@ -75,15 +75,14 @@ def decide(source, output_dir, options: ConvertOptions) -> Request:
     targets or serving systems, a precision a target does not take, a task a target writes no
     model of, or an output folder that must not be written."""
     from modelport.orchestration.source import source_inputs
-    from modelport.staging import check_output
+    from modelport.run.staging import check_output
 
     pipeline = pipeline_of(source, options.task)
     task = TEXT_GENERATION if pipeline == TEXT_GENERATION else options.task
     precisions = resolve(options.targets, options.precision, task)
     packages = []
     if options.packages:
-        from modelport.serving import parse_systems
-
+        from modelport.packaging import parse_systems
         packages = parse_systems(options.packages)
     budget = None
     if pipeline == FORWARD:
@@ -92,7 +91,7 @@ def decide(source, output_dir, options: ConvertOptions) -> Request:
         budget = options.optimize.budget if options.optimize is not None else None
         if budget is None and options.accuracy_budget:
             budget = parse_budget(options.accuracy_budget)
-    from modelport.stage_limits import Limits
+    from modelport.run.stage_limits import Limits
 
     Limits.of(options.stage_timeout, options.stage_memory)  # a bad bound is exit 2 before any work
     out = Path(output_dir)

@@ -56,8 +56,8 @@ def _read_report(folder: Path) -> dict:
 
 def _from_folder(folder: Path, report: dict, artifact: str | None, threads: int | None) -> Served:
     from modelport.orchestration.bench import open_artifact
-    from modelport.serving.bundle import report_path
-    from modelport.serving.reference_file import read_reference
+    from modelport.packaging.bundle import report_path
+    from modelport.packaging.reference_file import read_reference
     from modelport.targets import TARGETS
 
     contract = report.get("contract") or {}
@@ -96,7 +96,7 @@ def _from_file(path: Path, threads: int | None, contract: dict | None = None) ->
         inputs, outputs = list(runner.input_specs()), runner.output_specs()
         if not outputs and path.suffix.lower() == ".onnx":  # onnxruntime does not describe outputs; the graph does
             from modelport.ir import contract_from_onnx
-            from modelport.onnx_io import load_onnx
+            from modelport.onnxfile.onnx_io import load_onnx
 
             outputs = contract_from_onnx(load_onnx(path, weights=False))[1]
     if not outputs:
@@ -133,7 +133,7 @@ def _from_bundle(folder: Path, report: dict, threads: int | None) -> Served:
 
 
 def open_served(path: str | Path, *, artifact: str | None = None, threads: int | None = None) -> Served:
-    from modelport.file_checks import check_model_file
+    from modelport.run.file_checks import check_model_file
 
     p = Path(path)
     report = _read_report(p) if p.is_dir() else {}
@@ -178,7 +178,7 @@ def serve(path: str | Path, options, *, artifact: str | None = None, name: str |
     `scale`: `serving.ray_serve.Scale` (replicas on Ray Serve), None for runners in this host's processes."""
     import tempfile
 
-    from modelport.serving.s3_repository import is_s3, pull
+    from modelport.packaging.s3_repository import is_s3, pull
     from modelport.serving.v2.repository import is_repository
 
     stop_mirror = None
@@ -228,7 +228,6 @@ def repository_registry(root: Path, options, threads, stats, tag: dict | None = 
         batching = options.max_batch_size if options.max_batch_size > 1 and batch_dynamic(served.inputs) else 0
         if replicas is not None:  # checked here, answered there: a reload is a new model id, never a replica's stale copy
             from modelport.serving import ray_serve
-
             served.runner = None
             call = timed(ray_serve.version_infer(replicas, f"{name}/{version}/{next(opened)}", str(served.path), served.runtime))
             model = ServedModel(name, served.inputs, served.outputs, call, stats, version=version, platform=served.runtime,
@@ -284,7 +283,6 @@ def _serve_repository(root: Path, options, threads, on_ready, scale) -> None:
 
 def _serve(path, options, artifact, name, threads, scale, on_ready) -> None:
     from modelport.serving import ray_serve
-
     require_server()
     from modelport.serving.v2 import server, workers
     from modelport.serving.v2.model import ServedModel, local_model, timed

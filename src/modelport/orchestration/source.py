@@ -23,14 +23,14 @@ def source_inputs(source, options=None) -> list[Path]:
     from modelport.parsers import COMPANIONS
 
     if p.suffix.lower() in COMPANIONS and p.is_file():  # a network's weights beside it (or the network beside its weights)
-        from modelport.file_checks import companion_file
+        from modelport.run.file_checks import companion_file
 
         try:
             paths.append(companion_file(p, COMPANIONS[p.suffix.lower()], what="companion"))
         except ModelportError:
             pass  # none, or several: the parser says so
     if p.suffix.lower() == ".onnx" and p.is_file():
-        from modelport.onnx_io import external_files
+        from modelport.onnxfile.onnx_io import external_files
 
         try:
             paths += external_files(p)
@@ -41,13 +41,12 @@ def source_inputs(source, options=None) -> list[Path]:
 
 def resolve_source(source, options):
     """(source object or path, SourceSpec, zoo tolerance) for a path, 'zoo:NAME' or a Python object."""
-    from modelport.file_checks import check_model_file
+    from modelport.run.file_checks import check_model_file
     from modelport.parsers import SourceSpec
 
     zoo_tol = None
     if isinstance(source, str) and source.startswith("zoo:"):
         from modelport import zoo
-
         spec = zoo.source_spec(source[4:])
         zoo_tol = zoo.get(source[4:]).tolerance
         if options.inputs:
@@ -61,7 +60,6 @@ def resolve_source(source, options):
                           sample_dims=dict(options.sample_dims))
         if options.arch and options.arch.startswith("zoo:"):
             from modelport import zoo
-
             zspec = zoo.source_spec(options.arch[4:])
             spec.sample_dims = {**zspec.sample_dims, **spec.sample_dims}
             zoo_tol = zoo.get(options.arch[4:]).tolerance
@@ -95,7 +93,7 @@ def resolve_source(source, options):
 
 def pinned_inputs(data, values: list[str]) -> dict:
     """The user's sample inputs: the arrays of the `data` .npz, then each `--value NAME=V` (which wins)."""
-    from modelport.samples import load_data, parse_values
+    from modelport.reference.samples import load_data, parse_values
 
     texts = [f"{k}={v}" for k, v in values.items()] if isinstance(values, dict) else list(values)
     return {**(load_data(data) if data else {}), **parse_values(texts)}
@@ -107,7 +105,7 @@ SOURCE_DETAILS = ("arch", "arch_args", "state_dict_key", "state_dict_prefix_remo
 
 
 def describe_source(source, ir: IRModel) -> dict:
-    from modelport.file_checks import sha256_of
+    from modelport.run.file_checks import sha256_of
 
     info = {"path": ir.provenance.get("path"), "framework": ir.provenance.get("framework"),
             "format": ir.provenance.get("format")}

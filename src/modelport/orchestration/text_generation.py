@@ -338,7 +338,7 @@ def check_memory(folder: Path, run: TextGenerationRun) -> None:
     It also settles the reference: `--reference auto` streams (a folder written from its safetensors)
     from STREAM_FROM parameters on or when the fp32 model does not fit, else takes transformers' (the
     fp32 model in memory); `run.fp32_fits` says whether an fp32 graph can be checked at all."""
-    from modelport import memory
+    from modelport.run import memory
     from modelport.parsers import hf_decoder, hf_decoder_graph
     from modelport.parsers.huggingface import parameter_count, weight_files
     from modelport.validation.streamed_reference import SUPPORTED
@@ -392,7 +392,7 @@ def check_disk(folder: Path, run: TextGenerationRun, cfg, parameters: int, row) 
     disks (`disk_needed`), rather than fill the disk part way; the preflight row records the figures."""
     import shutil
 
-    from modelport.memory import fmt_bytes
+    from modelport.run.memory import fmt_bytes
 
     scratch_need, out_need = disk_needed(cfg, parameters, run)
     scratch_dir = Path(tempfile.gettempdir())
@@ -421,7 +421,7 @@ def export_and_reference(run: TextGenerationRun):
     import gc
 
     from modelport.parsers import hf_decoder, hf_decoder_graph
-    from modelport.specs import SourceSpec
+    from modelport.resolve.specs import SourceSpec
     from modelport.validation import generation
 
     ctx, options, tg, folder = run.ctx, run.options, run.tg, run.folder

@@ -71,7 +71,7 @@ class _Side:
 
     def parse(self, given: dict):
         from modelport.parsers import parse
-        from modelport.specs import SourceSpec
+        from modelport.resolve.specs import SourceSpec
 
         spec = SourceSpec(path=self.path, framework=self.kind.split(":", 1)[1], inputs=list(self.inputs), trust=self.trust,
                           sample_dims=dict(self.dims), seed=self.seed, given=dict(given))
@@ -109,11 +109,11 @@ def validate_models(a: str | Path, b: str | Path, *, data: str | Path | None = N
     (`sample_sets.sample_sets`, `sampling` its options) where B is a runner; a source as B is parsed
     on the first set only. A side whose runtime cannot run here (a Core ML package off macOS) is
     checked without running (`check_without_running`); `strict` then fails the run (exit 4)."""
-    from modelport.file_checks import check_model_file
-    from modelport.input_roles import guessed_inputs
+    from modelport.run.file_checks import check_model_file
+    from modelport.reference.input_roles import guessed_inputs
     from modelport.ir import Reference
-    from modelport.sample_sets import reference_samples
-    from modelport.samples import load_data, make_inputs, parse_values, run_reference
+    from modelport.reference.sample_sets import reference_samples
+    from modelport.reference.samples import load_data, make_inputs, parse_values, run_reference
     from modelport.validation.compare import amplitude, conditioning, merge_samples, run_sets
 
     def stage(name: str) -> None:
@@ -188,8 +188,8 @@ def _roles(path: Path, specs: list, given: dict) -> set[str]:
     inputs structured sample sets keep. Other kinds: none."""
     if path.suffix.lower() != ".onnx":
         return set()
-    from modelport.input_roles import apply_roles, controls
-    from modelport.onnx_io import load_onnx
+    from modelport.reference.input_roles import apply_roles, controls
+    from modelport.onnxfile.onnx_io import load_onnx
 
     return controls(apply_roles(specs, load_onnx(path, weights=False), given), specs)
 
@@ -203,7 +203,7 @@ def check_without_running(sa: _Side, sb: _Side, *, given: dict, seed: int, stric
     from types import SimpleNamespace
 
     from modelport.ir import TensorSpec
-    from modelport.samples import make_inputs
+    from modelport.reference.samples import make_inputs
     from modelport.validation.artifact import check_contract
     from modelport.validation.report import Run
 

@@ -13,7 +13,7 @@ from types import ModuleType
 from modelport.errors import BadInputError
 from modelport.ir import IRModel
 from modelport.registry import Registry
-from modelport.specs import SourceSpec  # what a parser is asked to read (defined below the parsers)
+from modelport.resolve.specs import SourceSpec  # what a parser is asked to read (defined below the parsers)
 
 # framework name -> module; order matters for sniffing (first match wins). Aliases: other
 # spellings users type, MMdnn's included.

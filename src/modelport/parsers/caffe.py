@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from modelport.errors import BadInputError, UnsafeInputError, one_line
-from modelport.file_checks import companion_file
+from modelport.run.file_checks import companion_file
 from modelport.ir import IRModel, Reference, TensorSpec
 from modelport.parsers.caffe_files import Blob, inference_layers, read_network, read_weights
 from modelport.parsers.caffe_graph import FixBatch, Graph, Layer
@@ -234,7 +234,7 @@ def translate(net, weights: dict[str, list[Blob]], given_shapes: dict[str, list]
 
 def user_shapes(net, user_specs: list[TensorSpec]) -> dict[str, list]:
     """The --input shapes by input name (a positional spec resolved to the net's inputs)."""
-    from modelport.specs import positional_index
+    from modelport.resolve.specs import positional_index
 
     names = [n for n, _ in declared_inputs(net, inference_layers(net))]
     out = {}
@@ -252,8 +252,8 @@ def parse(source, spec) -> IRModel:
     from modelport.parsers.contract import merge_specs
     from modelport.parsers.onnx import infer_and_check
     from modelport.runtimes.opencv_dnn import OpenCVRunner, load_net
-    from modelport.sample_sets import reference_samples
-    from modelport.samples import sample_reference
+    from modelport.reference.sample_sets import reference_samples
+    from modelport.reference.samples import sample_reference
 
     path = Path(source)
     network, weights_path = locate(path, spec)

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from modelport.errors import BadInputError, UnsafeInputError
-from modelport.file_checks import companion_file
+from modelport.run.file_checks import companion_file
 from modelport.ir import IRModel, Reference, TensorSpec
 from modelport.parsers.darknet_layers import TRANSLATIONS, Blob, Graph, Section, activation, weights_needed
 
@@ -231,8 +231,8 @@ def parse(source, spec) -> IRModel:
     from modelport.deps import require
     from modelport.parsers.contract import merge_specs
     from modelport.runtimes.opencv_dnn import OpenCVRunner, load_net
-    from modelport.sample_sets import reference_samples
-    from modelport.samples import sample_reference
+    from modelport.reference.sample_sets import reference_samples
+    from modelport.reference.samples import sample_reference
 
     path = Path(source)
     net_options, sections = read_cfg(path)

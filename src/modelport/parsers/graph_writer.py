@@ -35,7 +35,7 @@ class GraphWriter:
             self.initializers.append(self.reuse[name])
             return name
         if self._file is None:
-            from modelport.external_data_files import DataFile
+            from modelport.onnxfile.external_data_files import DataFile
 
             self._file = DataFile(self.data)
         self.initializers.append(self._file.add(name, np.asarray(value() if callable(value) else value)))

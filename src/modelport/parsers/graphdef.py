@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from modelport.errors import BadInputError
-from modelport.file_checks import check_model_file
+from modelport.run.file_checks import check_model_file
 from modelport.ir import IRModel
 from modelport.parsers.tf_common import first_line, import_tf, parse_proto, plain_name, stdout_to_stderr
 
@@ -56,8 +56,8 @@ def parse_here(source, spec) -> IRModel:
     import numpy as np
 
     from modelport.parsers import tf_common
-    from modelport.sample_sets import reference_samples
-    from modelport.samples import make_inputs
+    from modelport.reference.sample_sets import reference_samples
+    from modelport.reference.samples import make_inputs
 
     path = Path(source)
     graph_def = read_graph_def(path)

@@ -75,7 +75,7 @@ def export_decoder(folder: str | Path, *, opset: int | None = None, model=None, 
     shapes = ({0: batch, 1: seq}, {0: batch, 1: total}, {0: batch, 1: seq}, tuple({0: batch, 2: past} for _ in cfg.past_names))
     for name in ("torch.onnx", "torch.export", "torch._dynamo", "torch.fx"):
         logging.getLogger(name).setLevel(logging.ERROR)
-    from modelport.progress import doing
+    from modelport.run.progress import doing
 
     captured = io.StringIO()
     import warnings

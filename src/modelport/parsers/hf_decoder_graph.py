@@ -100,7 +100,7 @@ def write_decoder(folder: str | Path, cfg: DecoderConfig, path: Path, *, fused: 
 
     import onnx
 
-    from modelport.progress import doing
+    from modelport.run.progress import doing
 
     folder = Path(folder)
     text = text_config(folder)

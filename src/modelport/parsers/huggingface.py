@@ -98,7 +98,7 @@ def export_part(module, specs: list[TensorSpec], output_names: list[str], sample
     """One model through the PyTorch parser (eager references, torch.onnx with its fallbacks);
     `given`: the user's pinned sample inputs for this model (default: all of them)."""
     from modelport.parsers import pytorch
-    from modelport.specs import SourceSpec
+    from modelport.resolve.specs import SourceSpec
 
     spec = ctx.spec
     sub = SourceSpec(path=ctx.folder, inputs=specs, output_names=list(output_names), trust=spec.trust, opset=spec.opset,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from modelport.errors import BadInputError, UnsafeInputError
-from modelport.file_checks import check_model_file
+from modelport.run.file_checks import check_model_file
 from modelport.ir import IRModel
 from modelport.parsers import keras_safety
 from modelport.parsers.tf_common import first_line, import_tf, stdout_to_stderr
@@ -38,7 +38,6 @@ def load(source, spec):
         return source, "keras.Model"
     if isinstance(source, str) and source.startswith("zoo:"):
         from modelport import zoo
-
         import_tf()
         return zoo.build(source[4:], seed=spec.seed), "zoo"
     path = check_model_file(source, kind="Keras model")
@@ -202,8 +201,8 @@ def parse(source, spec) -> IRModel:
     import numpy as np
 
     from modelport.parsers import tf_common
-    from modelport.sample_sets import reference_samples
-    from modelport.samples import make_inputs
+    from modelport.reference.sample_sets import reference_samples
+    from modelport.reference.samples import make_inputs
 
     model, how = load(source, spec)
     tf = import_tf()

@@ -43,7 +43,7 @@ def infer_and_check(model, path=None):
     (it checks that each tensor's bytes are there, not what they are)."""
     import onnx
 
-    from modelport.weightless_copy import check_skeleton, weightless
+    from modelport.onnxfile.weightless_copy import check_skeleton, weightless
 
     skeleton, size = weightless(model)
     try:
@@ -82,7 +82,7 @@ def inferred_output_shapes(model, names: list[str]) -> dict[str, list]:
     import onnx
 
     from modelport.ir import specs_from_onnx
-    from modelport.weightless_copy import weightless
+    from modelport.onnxfile.weightless_copy import weightless
 
     skeleton, _ = weightless(model)
     for v in skeleton.graph.output:
@@ -150,13 +150,13 @@ def metadata_dims(model, inputs) -> tuple[dict[str, int], str]:
 
 
 def parse(source, spec) -> IRModel:
-    from modelport.input_roles import apply_roles, controls, guessed_inputs
-    from modelport.ir_version_fit import fit_ir_version
-    from modelport.onnx_io import load_onnx
+    from modelport.reference.input_roles import apply_roles, controls, guessed_inputs
+    from modelport.onnxfile.ir_version_fit import fit_ir_version
+    from modelport.onnxfile.onnx_io import load_onnx
     from modelport.parsers.contract import follow_produced, merge_specs
     from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
-    from modelport.sample_sets import reference_samples
-    from modelport.samples import sample_reference
+    from modelport.reference.sample_sets import reference_samples
+    from modelport.reference.samples import sample_reference
 
     path = Path(source)
     model = load_onnx(path)

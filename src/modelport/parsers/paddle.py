@@ -25,7 +25,7 @@ from pathlib import Path
 
 from modelport.errors import BadInputError, UnsafeInputError
 from modelport.ir import IRModel
-from modelport.proto_pieces import read_varint
+from modelport.onnxfile.proto_pieces import read_varint
 from modelport.runtimes.isolated import CONVERT_TIMEOUT_S, call_in_child, timeout_for
 
 NAME = "paddle"
@@ -76,7 +76,7 @@ def refuse_checkpoint(path: Path) -> None:
 def locate_weights(model: Path, spec) -> Path:
     """The `.pdiparams` file of a program: `-iw` (spec.options["weights"]), else beside it with the
     same stem, else the only `.pdiparams` file in its folder. A pickled checkpoint is refused."""
-    from modelport.file_checks import companion_file
+    from modelport.run.file_checks import companion_file
 
     weights = companion_file(model, WEIGHTS_SUFFIX, what="Paddle weights (.pdiparams)", given=spec.options.get("weights"),
                              hint="pass the weights file with -iw WEIGHTS.pdiparams")
@@ -189,7 +189,7 @@ def _request(model: Path, weights: Path, spec) -> dict:
 
 
 def parse(source, spec) -> IRModel:
-    from modelport.file_checks import check_model_file
+    from modelport.run.file_checks import check_model_file
 
     path = check_model_file(source, kind="Paddle program")
     if path.suffix.lower() not in (".json", ".pdmodel"):

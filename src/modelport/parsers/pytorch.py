@@ -25,7 +25,7 @@ from pathlib import Path
 
 from modelport.deps import require
 from modelport.errors import BadInputError, ModelportError, UnsafeInputError
-from modelport.file_checks import check_model_file
+from modelport.run.file_checks import check_model_file
 from modelport.ir import IRModel, Reference, TensorSpec, guess_layout, specs_from_onnx
 from modelport.parsers.pytorch_files import check_torch_version, file_format, first_line, read_checkpoint
 from modelport.parsers.pytorch_signature import exported_outputs, exported_program_specs, output_names_of
@@ -52,7 +52,6 @@ def build_arch(arch: str, *, trust: bool, args: dict | None = None):
     args = dict(args or {})
     if arch.startswith("zoo:"):
         from modelport import zoo
-
         return zoo.build(arch[4:], args=args)
     if ":" not in arch:
         raise BadInputError(f"--arch '{arch}' must be 'zoo:NAME' or 'package.module:Class'")
@@ -60,7 +59,7 @@ def build_arch(arch: str, *, trust: bool, args: dict | None = None):
         raise UnsafeInputError(f"--arch '{arch}' imports and runs code", hint="pass --trust if you trust it")
     import importlib
 
-    from modelport.specs import ARCH_ARGS_EXAMPLE, arch_args_text, check_arch_args
+    from modelport.resolve.specs import ARCH_ARGS_EXAMPLE, arch_args_text, check_arch_args
 
     mod, _, cls = arch.partition(":")
     try:
@@ -78,11 +77,10 @@ def build_arch(arch: str, *, trust: bool, args: dict | None = None):
 
 def arch_parameters(arch: str, module) -> list[str]:
     """The constructor parameters `--arch-args` may set for `arch` (for an error's hint)."""
-    from modelport.specs import check_arch_args
+    from modelport.resolve.specs import check_arch_args
 
     if arch.startswith("zoo:"):
         from modelport import zoo
-
         return zoo.parameters(arch[4:])
     return check_arch_args(type(module), {}, arch)
 
@@ -188,7 +186,6 @@ def zoo_specs(source, spec) -> list[TensorSpec]:
     arch = source if isinstance(source, str) and source.startswith("zoo:") else spec.arch
     if arch and arch.startswith("zoo:"):
         from modelport import zoo
-
         return zoo.get(arch[4:]).input_specs()
     return []
 
@@ -197,12 +194,12 @@ def parse(source, spec) -> IRModel:
     import numpy as np
     torch = _torch()
 
-    from modelport.input_roles import apply_roles, controls, guessed_inputs
+    from modelport.reference.input_roles import apply_roles, controls, guessed_inputs
     from modelport.parsers.onnx import convert_opset, infer_and_check
     from modelport.parsers.pytorch_export import export_model
     from modelport.runtimes.torch import TorchRunner, flatten_outputs
-    from modelport.sample_sets import reference_samples
-    from modelport.samples import make_inputs, run_reference
+    from modelport.reference.sample_sets import reference_samples
+    from modelport.reference.samples import make_inputs, run_reference
 
     module, how, carried = load_module(source, spec)
     own_shapes = [(c.dtype, list(c.shape)) for c in carried[0]] if carried is not None else None
@@ -244,7 +241,7 @@ def parse(source, spec) -> IRModel:
         s.shape = [fixed.get(d, d) if isinstance(d, str) else d for d in s.shape]
     if spec.opset:
         if stored is not None:  # the version converter is given the whole model
-            from modelport.external_data_files import attach_external
+            from modelport.onnxfile.external_data_files import attach_external
 
             attach_external(model, stored)
             stored = None
@@ -297,7 +294,7 @@ def _input_specs(source, spec, carried=None) -> tuple[list[TensorSpec], dict[str
             )
         return base, ranges
     if not base:
-        from modelport.specs import positional_index
+        from modelport.resolve.specs import positional_index
 
         for s in spec.inputs:
             index = positional_index(s.name)
@@ -309,7 +306,7 @@ def _input_specs(source, spec, carried=None) -> tuple[list[TensorSpec], dict[str
             s.layout = s.layout or guess_layout(s.shape)
         return spec.inputs, ranges
     from modelport.parsers.contract import merge_specs
-    from modelport.specs import positional_index
+    from modelport.resolve.specs import positional_index
 
     given = [s.name for s in spec.inputs]
     if carried is not None and len(given) == len(base) and not any(

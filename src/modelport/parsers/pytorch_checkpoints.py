@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from modelport.errors import BadInputError
-from modelport.specs import arch_args_text
+from modelport.resolve.specs import arch_args_text
 
 MAX_DEPTH = 2  # checkpoint["model_state"], checkpoint["checkpoint"]["model"]
 PREFIX_LEVELS = 2  # "module.", "module._orig_mod."

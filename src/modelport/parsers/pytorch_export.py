@@ -216,7 +216,7 @@ def _quietly(route: str, run):
     import tempfile
     from pathlib import Path
 
-    from modelport.quiet_call import captured_output
+    from modelport.run.quiet_call import captured_output
 
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
     logging.getLogger("torch.export").setLevel(logging.ERROR)
@@ -264,7 +264,7 @@ def _proto_of(prog, weights_dir, where):
     import onnx
     import onnx_ir
 
-    from modelport.progress import tick
+    from modelport.run.progress import tick
 
     folder = Path(tempfile.mkdtemp(prefix="export-", dir=weights_dir))
     path = folder / "model.onnx"

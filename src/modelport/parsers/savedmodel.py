@@ -92,8 +92,8 @@ def parse_here(source, spec) -> IRModel:
     import numpy as np
 
     from modelport.parsers import tf_common
-    from modelport.sample_sets import reference_samples
-    from modelport.samples import make_inputs
+    from modelport.reference.sample_sets import reference_samples
+    from modelport.reference.samples import make_inputs
 
     folder = folder_of(Path(source))
     proto = read_proto(folder)

@@ -179,7 +179,7 @@ def graphdef_to_onnx(graph_def, in_names: list[str], out_names: list[str], renam
     """tf2onnx on a frozen GraphDef; ops tf2onnx cannot convert are listed in one error."""
     import_tf()
     tf2onnx = import_tf2onnx()
-    from modelport.progress import doing
+    from modelport.run.progress import doing
 
     try:
         with stdout_to_stderr(), doing("tf2onnx"), optimizers_collecting():
@@ -363,7 +363,7 @@ def build_ir(model, inputs: list[TensorSpec], output_tf_shapes: dict[str, list] 
     """Shape inference + checker, symbolic dims on the graph, and the IRModel with references."""
     import numpy as np
 
-    from modelport.ir_version_fit import fit_ir_version
+    from modelport.onnxfile.ir_version_fit import fit_ir_version
     from modelport.parsers.onnx import convert_opset, infer_and_check
 
     fit_ir_version(model)

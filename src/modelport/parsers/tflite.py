@@ -155,8 +155,8 @@ def _probe_here(path: Path, spec):
 
     from modelport.parsers.tf_common import merge_inputs, spec_from_tf
     from modelport.runtimes.tflite import TFLiteRunner, load_interpreter
-    from modelport.sample_sets import reference_samples
-    from modelport.samples import make_inputs, run_reference
+    from modelport.reference.sample_sets import reference_samples
+    from modelport.reference.samples import make_inputs, run_reference
 
     interp = load_interpreter(path)
     ins, outs = interp.get_input_details(), interp.get_output_details()

@@ -110,7 +110,7 @@ def require_coremltools(purpose: str = "Core ML"):
         return sys.modules["coremltools"]
     import tempfile
 
-    from modelport.quiet_call import captured_output
+    from modelport.run.quiet_call import captured_output
     from modelport.runtimes.isolated import absent_to_find_spec
 
     unneeded = _Unneeded()
@@ -312,7 +312,7 @@ def open_mlpackage(path: str | Path):
 
 def inspect_mlpackage(path: str | Path) -> dict:
     """What `inspect` shows for a Core ML package: I/O, spec version, model type, precision, ops, size."""
-    from modelport.staging import describe_files
+    from modelport.run.staging import describe_files
 
     path = check_package(Path(path))
     spec = load_spec(path)

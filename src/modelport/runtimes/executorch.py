@@ -40,7 +40,7 @@ def require_runtime():
 
 def check_header(path: Path) -> None:
     """The cheap checks: size and the flatbuffer identifier ('ET' and two digits at bytes 4..8)."""
-    from modelport.file_checks import check_model_file
+    from modelport.run.file_checks import check_model_file
 
     path = check_model_file(path, kind="ExecuTorch program")
     with open(path, "rb") as f:

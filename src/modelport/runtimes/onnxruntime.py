@@ -73,8 +73,8 @@ class OnnxRuntimeRunner(Runner):
         if self.path:
             source = str(model)
         else:
-            from modelport.onnx_io import save_onnx
-            from modelport.tensor_sizes import protobuf_limit, tensor_bytes
+            from modelport.onnxfile.onnx_io import save_onnx
+            from modelport.onnxfile.tensor_sizes import protobuf_limit, tensor_bytes
 
             # a large model is handed over as a file with external data: serialised, it would be held
             # once more as bytes and once more by onnxruntime's parse of them (a 0.9 GB encoder's
@@ -102,7 +102,7 @@ class OnnxRuntimeRunner(Runner):
         file keeps (value ranges of token ids), or from the session for an ORT-format file."""
         model = self.model
         if model is None and self.path.suffix.lower() == ".onnx":
-            from modelport.onnx_io import load_onnx
+            from modelport.onnxfile.onnx_io import load_onnx
 
             model = load_onnx(self.path, weights=False)
         if model is not None:
@@ -120,8 +120,8 @@ class OnnxRuntimeRunner(Runner):
 
     def _graph(self):
         if self.model is None:
-            from modelport.ir_version_fit import fit_ir_version
-            from modelport.onnx_io import load_onnx
+            from modelport.onnxfile.ir_version_fit import fit_ir_version
+            from modelport.onnxfile.onnx_io import load_onnx
 
             self.model = load_onnx(self.path)
             fit_ir_version(self.model)
@@ -140,8 +140,8 @@ class OnnxRuntimeRunner(Runner):
 def open_onnx_file(path: str | Path, **options) -> OnnxRuntimeRunner:
     """A user's `.onnx` file: loaded with its external data checked, its IR version lowered to what
     this onnxruntime reads, then run like any ONNX model."""
-    from modelport.ir_version_fit import fit_ir_version
-    from modelport.onnx_io import load_onnx
+    from modelport.onnxfile.ir_version_fit import fit_ir_version
+    from modelport.onnxfile.onnx_io import load_onnx
 
     model = load_onnx(path)
     fit_ir_version(model)
@@ -155,7 +155,7 @@ def float_tensors(model) -> list[tuple[str, str, str]]:
     """
     import onnx
 
-    from modelport.tensor_sizes import is_large
+    from modelport.onnxfile.tensor_sizes import is_large
 
     types: dict[str, int] = {}
     if not is_large(model):

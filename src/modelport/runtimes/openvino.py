@@ -150,7 +150,7 @@ def read_ir(path: str | Path):
 
             raise UnsafeInputError(f"the IR's weights file {weights.name} is a symbolic link", path=path)
     elif path.suffix.lower() == ".onnx":
-        from modelport.onnx_io import load_onnx
+        from modelport.onnxfile.onnx_io import load_onnx
 
         load_onnx(path, weights=False)  # external data checked to stay inside the folder
     try:
@@ -172,7 +172,7 @@ def from_onnx(model):
     """
     import tempfile
 
-    from modelport.onnx_io import save_onnx
+    from modelport.onnxfile.onnx_io import save_onnx
 
     with tempfile.TemporaryDirectory(prefix="modelport-ov-") as tmp:
         path = Path(tmp) / "model.onnx"

@@ -54,7 +54,7 @@ def load_interpreter(path: str | Path, threads: int | None = None, *, delegates:
 
 def check_header(path: Path) -> None:
     """The cheap checks: size and the 'TFL3' file identifier at bytes 4..8."""
-    from modelport.file_checks import check_model_file
+    from modelport.run.file_checks import check_model_file
 
     path = check_model_file(path, kind="TFLite model")
     with open(path, "rb") as f:
@@ -157,7 +157,7 @@ class TFLiteRunner(Runner):
         self.fit_layout = fit_layout
 
     def _load(self) -> None:
-        from modelport.quiet_call import silenced_output
+        from modelport.run.quiet_call import silenced_output
 
         self.interpreter = load_interpreter(self.path, self.threads, delegates=self.delegates)
         with silenced_output():  # the first allocation logs the XNNPACK delegate at INFO level on stderr

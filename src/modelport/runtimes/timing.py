@@ -122,7 +122,7 @@ def rss_bytes() -> int | None:
 
 def peak_rss_bytes() -> int | None:
     """The highest resident memory this process has had (`memory.own_peak`), or None where unknown."""
-    from modelport.memory import own_peak
+    from modelport.run.memory import own_peak
 
     return own_peak() or None
 

@@ -103,7 +103,7 @@ def make_model(name: str, infer, inputs, outputs, batching):
     from kserve import InferOutput, InferRequest, InferResponse, Model
     from kserve.errors import InvalidInput
 
-    from modelport.serving.requests import V2_DATATYPES
+    from modelport.packaging.requests import V2_DATATYPES
     from modelport.serving.v2.model import REPLICA, check_inputs, tensor_metadata
 
     class V2Model(Model):

@@ -21,7 +21,7 @@ import uuid
 from pathlib import Path
 
 from modelport.errors import BadInputError
-from modelport.names import check_path_name
+from modelport.run.names import check_path_name
 
 HISTORY = ".modelport-history"
 
@@ -31,7 +31,7 @@ def _versions(model_dir: Path) -> list[int]:
 
 
 def _config(model_dir: Path, name: str):
-    from modelport.serving.triton import _pb, parse_config
+    from modelport.packaging.triton import _pb, parse_config
 
     path = model_dir / "config.pbtxt"
     return parse_config(path.read_text()) if path.is_file() else _pb().ModelConfig(name=name)
@@ -44,7 +44,7 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def _pin(model_dir: Path, name: str, versions: list[int]) -> None:
-    from modelport.serving.triton import config_text
+    from modelport.packaging.triton import config_text
 
     config = _config(model_dir, name)
     config.version_policy.Clear()
@@ -135,13 +135,12 @@ def listing(repo: Path) -> dict:
 def on_repository(repo: str, change, *, edits: bool = True, create: bool = False) -> dict:
     """`change(folder)` on the repository REPO: a local folder, or an `s3://bucket/prefix` pulled,
     changed and uploaded back (`serving/s3_mirror.edit`); `create`: made when absent."""
-    from modelport.serving.s3_repository import is_s3, shown, uri_scheme
+    from modelport.packaging.s3_repository import is_s3, shown, uri_scheme
 
     if uri_scheme(repo) not in (None, "s3"):
         raise BadInputError(f"{shown(repo)}: a repository is a local folder or s3://bucket/prefix")
     if is_s3(repo):
         from modelport.serving import s3_mirror
-
         return s3_mirror.edit(repo, change, create=create) if edits else s3_mirror.read(repo, change)
     if create:
         Path(repo).mkdir(parents=True, exist_ok=True)

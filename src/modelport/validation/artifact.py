@@ -126,7 +126,7 @@ def _not_for_int8(ir: IRModel) -> tuple[str, ...]:
     resolution by design; and where the target's converter quantised it, which calibrates (on
     --calibration or the sample inputs), the calibration says which values are real, not the sweep.
     An IR quantised by the optimisation stage carries the sets it was judged on already."""
-    from modelport.sample_sets import NOT_FOR_INT8, SWEEP_KINDS
+    from modelport.reference.sample_sets import NOT_FOR_INT8, SWEEP_KINDS
 
     return NOT_FOR_INT8 if ir.provenance.get("precision") == "int8" else (*NOT_FOR_INT8, *SWEEP_KINDS)
 

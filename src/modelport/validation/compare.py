@@ -137,7 +137,7 @@ def amplitude(sample) -> float:
     data's terms cancel: measured on mediapipe's selfie segmenter fed constant frames from 15.9 to
     114, TFLite and onnxruntime differ by 1.5-2.4e-4 x the magnitude on a few sigmoid outputs
     (cosine 1.000000), twice what atol x the magnitude allowed."""
-    from modelport.sample_sets import SWEEP_KINDS
+    from modelport.reference.sample_sets import SWEEP_KINDS
 
     if getattr(sample, "kind", None) not in SWEEP_KINDS:
         return 1.0

@@ -102,7 +102,7 @@ def points(ir, kept: dict, cap: int = MEMORY_CAP) -> tuple[list[dict[str, int]],
 
 
 def _feeds(ir, at: dict[str, int], seed: int) -> dict[str, np.ndarray]:
-    from modelport.samples import make_inputs
+    from modelport.reference.samples import make_inputs
 
     given = getattr(getattr(ir.source, "spec", None), "given", None) or {}
     sized = {s.name for s in ir.inputs if any(isinstance(d, str) and d in at for d in s.shape)}

@@ -78,8 +78,8 @@ class Report:
         """A timed stage row; the yielded `StageRow` adds details to it (`row.note(nodes=12)`). When
         the stage fails, what the libraries it called printed (captured by `quiet_call`, kept off
         the terminal) is its `log`."""
-        from modelport import memory
-        from modelport.quiet_call import MAX_LOG_LINES, collecting_logs
+        from modelport.run import memory
+        from modelport.run.quiet_call import MAX_LOG_LINES, collecting_logs
 
         entry = {"name": name, **details}
         t = time.perf_counter()

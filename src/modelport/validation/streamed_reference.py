@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from modelport import progress as _progress
+from modelport.run import progress as _progress
 from modelport.errors import BadInputError, UnsupportedError
 from modelport.validation.generation import (
     Generation,

@@ -18,7 +18,7 @@ def save_source(name: str, output: Path, *, force: bool = False) -> dict:
     as modelport's (so `--force` may replace it later) and lists the files."""
     from modelport import zoo
     from modelport.errors import BadInputError
-    from modelport.staging import staged_dir
+    from modelport.run.staging import staged_dir
     from modelport.validation.report import Run
 
     entry = zoo.get(name)

@@ -108,7 +108,7 @@ def save(model: nn.Module, entry, folder):
 
     from safetensors.torch import save_file
 
-    from modelport.samples import make_inputs
+    from modelport.reference.samples import make_inputs
 
     folder = Path(folder)
     specs = entry.input_specs()

@@ -20,7 +20,7 @@ import urllib.request
 import numpy as np
 
 from modelport.errors import BadInputError
-from modelport.serving.requests import v2_datatype
+from modelport.packaging.requests import v2_datatype
 
 PROTOCOLS = ("json", "binary", "grpc")
 

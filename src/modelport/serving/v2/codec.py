@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 
-from modelport.serving.requests import V2_DATATYPES
+from modelport.packaging.requests import V2_DATATYPES
 
 NUMPY_OF = {v: k for k, v in V2_DATATYPES.items() if k != "string"}
 HEADER_LENGTH = "inference-header-content-length"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from modelport.ir import TensorSpec
-from modelport.serving.requests import V2_DATATYPES
+from modelport.packaging.requests import V2_DATATYPES
 from modelport.serving.v2.codec import RequestError
 from modelport.serving.v2.stats import Stats
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from modelport.errors import UnsafeInputError, ValidationError
-from modelport.serving.bundle import Artifacts
+from modelport.packaging.bundle import Artifacts
 from modelport.validation import Tolerance, compare
 
 TOLERANCE = Tolerance(1e-4, 1e-3, 0.9999)
@@ -77,7 +77,7 @@ def write_torchscript(artifacts: Artifacts, dst: Path, *, trust: bool) -> dict:
     if not trust:
         raise UnsafeInputError("tracing the PyTorch code into TorchScript imports and runs its model.py", path=folder,
                                hint="pass --trust if the folder is your own 'modelport convert' output")
-    from modelport.serving.torchserve import pytorch_files
+    from modelport.packaging.torchserve import pytorch_files
 
     # importing model.py writes __pycache__ beside it: the code is imported from a copy inside the staging folder
     with tempfile.TemporaryDirectory(prefix=".torchscript-", dir=dst.parent) as tmp:
@@ -85,7 +85,7 @@ def write_torchscript(artifacts: Artifacts, dst: Path, *, trust: bool) -> dict:
             shutil.copyfile(src, Path(tmp) / name)
         eager = load_generated(tmp)
     trace_feeds = artifacts.sample_inputs(batch=2, seed=0)
-    from modelport.samples import make_inputs
+    from modelport.reference.samples import make_inputs
 
     other_feeds = make_inputs(artifacts.inputs, _shifted_dims(artifacts), seed=1)
     args = tuple(torch.from_numpy(np.ascontiguousarray(trace_feeds[s.name])) for s in artifacts.inputs)

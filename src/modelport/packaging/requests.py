@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from modelport.serving.bundle import Artifacts
+from modelport.packaging.bundle import Artifacts
 
 # numpy dtype name -> KServe v2 / Triton datatype (Triton's config uses "TYPE_" + this)
 V2_DATATYPES = {

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from modelport.proto_pieces import copy_fields
-from modelport.tensor_sizes import raw_nbytes, stored_length
+from modelport.onnxfile.proto_pieces import copy_fields
+from modelport.onnxfile.tensor_sizes import raw_nbytes, stored_length
 
 WEIGHTLESS_DATA = "weights.bin"
 

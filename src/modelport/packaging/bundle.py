@@ -40,10 +40,10 @@ def conventional() -> dict[str, str]:
 
 
 def load_schema(name: str) -> dict:
-    """A JSON Schema shipped in `modelport/serving/schemas/`."""
+    """A JSON Schema shipped in `modelport/packaging/schemas/`."""
     import importlib.resources
 
-    return json.loads(importlib.resources.files("modelport.serving").joinpath(name).read_text())
+    return json.loads(importlib.resources.files("modelport.packaging").joinpath(name).read_text())
 
 
 def check_schema(doc: dict, name: str, what: str) -> None:
@@ -103,7 +103,7 @@ class Artifacts:
         info: dict[str, Any] = {"path": str(self.source), "framework": self.framework, "format": self.format,
                                 "artifacts": sorted(self.files)}
         if self.source.is_file():
-            from modelport.file_checks import sha256_of
+            from modelport.run.file_checks import sha256_of
 
             info.update(size=self.source.stat().st_size, sha256=sha256_of(self.source))
         return info
@@ -124,7 +124,7 @@ class Artifacts:
 
     def onnx_files(self) -> list[Path]:
         """model.onnx and its external-data files (checked to stay inside the folder)."""
-        from modelport.onnx_io import model_files
+        from modelport.onnxfile.onnx_io import model_files
 
         return model_files(self.get("onnx", "this bundle"))
 
@@ -141,7 +141,7 @@ class Artifacts:
 
     def sample_inputs(self, batch: int = 1, seed: int = 0) -> dict[str, np.ndarray]:
         """Deterministic inputs with the batch axis at `batch` (for README requests and checks)."""
-        from modelport.samples import make_inputs
+        from modelport.reference.samples import make_inputs
 
         dims = dict(self.sample_dims)
         axis = self.batch_axis()
@@ -158,7 +158,7 @@ class Artifacts:
 
 def served_name(artifacts: Artifacts, options) -> str:
     """The model's name in the server (`--name`, else the artifacts' own): a folder and file name, so checked as one."""
-    from modelport.names import check_path_name
+    from modelport.run.names import check_path_name
 
     return check_path_name(options.model_name or artifacts.name, "--name")
 
@@ -241,7 +241,7 @@ def from_report(root: Path, report: dict) -> Artifacts:
 
 
 def _load_onnx_file(path: Path) -> Artifacts:
-    from modelport.onnx_io import load_onnx
+    from modelport.onnxfile.onnx_io import load_onnx
 
     # a modelport-written file carries layouts, preprocessing and value ranges the graph cannot
     inputs, outputs, sample_dims = contract_from_onnx(load_onnx(path, weights=False))
@@ -259,7 +259,7 @@ def _load_saved_model(path: Path) -> Artifacts:
 
 def load_artifacts(source: str | Path) -> Artifacts:
     """Artifacts from a convert output folder, a bare .onnx file or a SavedModel folder."""
-    from modelport.file_checks import check_model_file
+    from modelport.run.file_checks import check_model_file
 
     path = check_model_file(source)
     if path.is_dir():

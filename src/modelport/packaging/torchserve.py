@@ -18,8 +18,8 @@ import zipfile
 from pathlib import Path, PurePosixPath
 
 from modelport.errors import BadInputError, UnsafeInputError
-from modelport.serving import Bundle, PackageOptions
-from modelport.serving.bundle import Artifacts, served_name, unservable
+from modelport.packaging import Bundle, PackageOptions
+from modelport.packaging.bundle import Artifacts, served_name, unservable
 
 NAME = "torchserve"
 DESCRIPTION = "TorchServe model archive (.mar) with a handler running the ONNX artifact or the emitted PyTorch code"
@@ -98,8 +98,8 @@ def pytorch_files(artifacts: Artifacts) -> dict[str, Path]:
 
 def check_image_onnxruntime(path: Path) -> None:
     """Refuse an ONNX model the image's onnxruntime (the pinned one) cannot load: newer IR or opset."""
-    from modelport.onnx_io import load_onnx
-    from modelport.serving.torchserve_pins import ONNXRUNTIME_MAX_IR, ONNXRUNTIME_MAX_OPSET, pins
+    from modelport.onnxfile.onnx_io import load_onnx
+    from modelport.packaging.torchserve_pins import ONNXRUNTIME_MAX_IR, ONNXRUNTIME_MAX_OPSET, pins
 
     model = load_onnx(path, weights=False)
     opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
@@ -127,7 +127,7 @@ def requirements(runtime: str = "onnxruntime", device: str = "cpu") -> str:
     Python 3.9, on which this machine's numpy or onnxruntime may not exist. For the torch
     handler, torch itself is TorchServe's (its images ship it), named in a comment.
     """
-    from modelport.serving.torchserve_pins import IMAGE_PYTHON, IMAGE_TORCH, pins
+    from modelport.packaging.torchserve_pins import IMAGE_PYTHON, IMAGE_TORCH, pins
 
     lines = [f"# for the handler on pytorch/torchserve:{ARCHIVER_VERSION} (Python {IMAGE_PYTHON})\n"]
     if runtime == "torch":
@@ -173,7 +173,7 @@ def key_command(folder: str = ".") -> str:
 def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bundle:
     import importlib.resources
 
-    from modelport.serving.requests import named_request, write_json_request
+    from modelport.packaging.requests import named_request, write_json_request
 
     name = served_name(artifacts, options)
     version = str(options.version or 1)
@@ -187,7 +187,7 @@ def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bun
     }}
     if runtime == "torch":
         meta["serving"]["code_file"] = "model.py"
-    handler = importlib.resources.files("modelport.serving").joinpath("torchserve_handler.py").read_bytes()
+    handler = importlib.resources.files("modelport.packaging").joinpath("torchserve_handler.py").read_bytes()
     members: dict[str, Path | bytes] = {
         "MAR-INF/MANIFEST.json": json.dumps(manifest(name, version, serialized), indent=2).encode(),
         HANDLER: handler,

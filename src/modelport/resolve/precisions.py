@@ -16,7 +16,7 @@ target's own converter (TFLite, OpenVINO, Core ML, …); "none" for fp32. And th
 tolerance its artifact is judged with (`judged_as`: TensorRT's `best` mixes fp16 and fp32
 kernels, judged as fp16). Nothing else decides a precision: the optimisation stage, the emitters,
 the validation and the report read these answers. docs/precisions.md is this module's table
-(`python -m modelport.precisions` writes it; a test keeps it current).
+(`python -m modelport.resolve.precisions` writes it; a test keeps it current).
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def markdown() -> str:
     lines = [
         "# Precisions per target",
         "",
-        "Generated from `src/modelport/targets.py` by `python -m modelport.precisions` (a test keeps it current).",
+        "Generated from `src/modelport/targets.py` by `python -m modelport.resolve.precisions` (a test keeps it current).",
         "",
         "The rule: each target keeps its own default (the first precision below) unless `--precision` is given; a given",
         "`--precision` applies to every target, and one that a target does not take is exit 2 before any work.",

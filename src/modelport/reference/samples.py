@@ -41,7 +41,7 @@ MASK = "attention_mask"
 
 def load_data(path) -> dict[str, np.ndarray]:
     """The named arrays of an .npz (`--data`), loaded without pickle."""
-    from modelport.file_checks import check_model_file
+    from modelport.run.file_checks import check_model_file
 
     p = check_model_file(path, kind="input data file")
     try:

@@ -56,7 +56,7 @@ from collections.abc import Callable
 import numpy as np
 
 from modelport.ir import TensorSpec
-from modelport.samples import make_inputs, numpy_dtype, output_varies
+from modelport.reference.samples import make_inputs, numpy_dtype, output_varies
 
 RANDOM_KINDS = ("random-2", "random-small")
 # sets at values a real input takes (kept beside a calibrated model's data), then the sweep of inputs

@@ -20,9 +20,9 @@ import re
 from pathlib import Path
 
 from modelport.errors import BadInputError
-from modelport.serving import Bundle, PackageOptions, get_packager
-from modelport.serving.bundle import Artifacts
-from modelport.serving.docker import server, write_dockerfile
+from modelport.packaging import Bundle, PackageOptions, get_packager
+from modelport.packaging.bundle import Artifacts
+from modelport.packaging.docker import server, write_dockerfile
 
 NAME = "k8s"
 DESCRIPTION = "Dockerfile + Kubernetes Deployment, Service and HorizontalPodAutoscaler around a server bundle"

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from modelport.errors import BadInputError, UnsafeInputError
-from modelport.tensor_sizes import iter_tensors
+from modelport.onnxfile.tensor_sizes import iter_tensors
 
 EXTERNAL_KEYS = {"location", "offset", "length", "checksum", "basename"}
 

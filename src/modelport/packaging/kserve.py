@@ -12,10 +12,10 @@ import re
 from pathlib import Path
 
 from modelport.errors import BadInputError
-from modelport.serving import Bundle, PackageOptions
-from modelport.serving.bundle import Artifacts, check_schema, load_schema
-from modelport.serving.docker import server
-from modelport.serving.kubernetes import k8s_name, needs_gpu, server_bundle, write_yaml
+from modelport.packaging import Bundle, PackageOptions
+from modelport.packaging.bundle import Artifacts, check_schema, load_schema
+from modelport.packaging.docker import server
+from modelport.packaging.kubernetes import k8s_name, needs_gpu, server_bundle, write_yaml
 
 NAME = "kserve"
 DESCRIPTION = "KServe InferenceService around a Triton, TorchServe or TF Serving bundle"

@@ -97,7 +97,7 @@ def _both_streams_into(fileno: int):
 def captured_output(log_path: Path, tool: str | None = None):
     """Both descriptors into `log_path` for the block; the live display names `tool` (else the log's
     stem). The lines the block added go to the enclosing `collecting_logs`, if any."""
-    from modelport.progress import doing
+    from modelport.run.progress import doing
 
     log_path.parent.mkdir(parents=True, exist_ok=True)
     start = log_path.stat().st_size if log_path.exists() else 0

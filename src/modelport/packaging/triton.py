@@ -22,8 +22,8 @@ import shutil
 from pathlib import Path
 
 from modelport.errors import BadInputError
-from modelport.serving import Bundle, PackageOptions
-from modelport.serving.bundle import Artifacts, place_openvino_ir, served_name, unservable
+from modelport.packaging import Bundle, PackageOptions
+from modelport.packaging.bundle import Artifacts, place_openvino_ir, served_name, unservable
 
 NAME = "triton"
 DESCRIPTION = "Triton model repository (config.pbtxt + versions), validated with Triton's config schema"
@@ -83,7 +83,7 @@ def _dims(shape: list, batched: bool) -> list[int]:
 
 def build_config(artifacts: Artifacts, options: PackageOptions, backend: str, name: str):
     """The ModelConfig message for `artifacts` served by `backend`."""
-    from modelport.serving.requests import v2_datatype
+    from modelport.packaging.requests import v2_datatype
 
     pb = _pb()
     if backend not in BACKENDS:
@@ -178,7 +178,7 @@ def _place_model(artifacts: Artifacts, backend: str, version_dir: Path, options:
     kind, _, filename = BACKENDS[backend]
     version_dir.mkdir(parents=True)
     if backend == "torchscript" and not artifacts.has("torchscript"):
-        from modelport.serving.torchscript import write_torchscript
+        from modelport.packaging.torchscript import write_torchscript
 
         details["torchscript"] = write_torchscript(artifacts, version_dir / filename, trust=options.trust)
         return [version_dir / filename]
@@ -201,7 +201,7 @@ def _place_model(artifacts: Artifacts, backend: str, version_dir: Path, options:
             out.append(dst)
         return out
     if backend == "savedmodel" and not artifacts.has("savedmodel"):
-        from modelport.serving.tfserving import export_saved_model
+        from modelport.packaging.tfserving import export_saved_model
 
         export_saved_model(artifacts, version_dir / filename)
         return [p for p in (version_dir / filename).rglob("*") if p.is_file()]
@@ -216,7 +216,7 @@ def _place_model(artifacts: Artifacts, backend: str, version_dir: Path, options:
 
 def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bundle:
     """Write (or add a version to) a model repository rooted at `out_dir`."""
-    from modelport.serving.requests import v2_request, write_json_request
+    from modelport.packaging.requests import v2_request, write_json_request
 
     backend = choose_backend(artifacts, options)
     name = served_name(artifacts, options)
@@ -261,7 +261,7 @@ def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bun
 
 def _readme(name: str, version: int, backend: str, config, request: Path | None, artifacts: Artifacts,
             details: dict) -> str:
-    from modelport.serving.docker import image_for
+    from modelport.packaging.docker import image_for
 
     gpu = any(g.kind == 1 for g in config.instance_group)  # KIND_GPU
     image = image_for("triton", gpu)

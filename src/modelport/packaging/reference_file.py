@@ -38,7 +38,7 @@ def read_reference(folder: Path, entry: dict | None) -> tuple[dict, dict] | None
 
     if not entry:
         return None
-    from modelport.serving.bundle import report_path
+    from modelport.packaging.bundle import report_path
 
     path = report_path(Path(folder), str(entry.get("file", FILE)))  # refused when it leaves the folder (exit 3)
     if not path.is_file():

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from modelport.serving import Bundle, PackageOptions
-from modelport.serving.bundle import Artifacts, served_name, unservable
+from modelport.packaging import Bundle, PackageOptions
+from modelport.packaging.bundle import Artifacts, served_name, unservable
 
 NAME = "ray-serve"
 RAY_VERSION = "2.60.0"
@@ -115,7 +115,7 @@ def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bun
         f"FROM {RAY_IMAGE}\n"
         f"RUN pip install --no-cache-dir \"modelport[serve]\" && pip install --no-cache-dir --no-deps kserve==0.21.0\n"
         f"COPY model/ /models/{name}/\n")
-    from modelport.serving.requests import v2_request, write_json_request
+    from modelport.packaging.requests import v2_request, write_json_request
 
     request = write_json_request(out_dir / f"{name}.request.json", artifacts, v2_request)
     readme = out_dir / "README.md"

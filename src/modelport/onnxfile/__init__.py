@@ -1,0 +1,1 @@
+"""ONNX files: loading, saving and measuring them safely, external data, the stamped contract."""
