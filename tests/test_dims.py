@@ -51,7 +51,7 @@ def test_a_range_for_a_dim_no_input_has_is_exit_2_naming_the_dims_there_are():
     assert "no input has a dynamic dim 'seq'" in str(e.value) and "batch, height" in str(e.value)
 
 
-def test_the_python_api_takes_the_cli_texts():
+def test_the_python_api_takes_the_cli_texts(tmp_path):
     from modelport.orchestration import ConvertOptions
 
     o = ConvertOptions(sample_dims={"batch": "1..8", "seq": "128,256", "h": 4})
@@ -60,8 +60,10 @@ def test_the_python_api_takes_the_cli_texts():
     o = ConvertOptions(dim_bounds={"batch": "1..4"})
     assert o.sample_dims == {"batch": 2}
     assert ConvertOptions(sample_dims={"batch": 3}, dim_bounds={"batch": "1..4"}).sample_dims == {"batch": 3}
+    from modelport.orchestration.request import decide
+
     with pytest.raises(BadInputError, match=r"batch=16 is outside the sizes declared for it \(1..4\)"):
-        ConvertOptions(sample_dims={"batch": 16}, dim_bounds={"batch": "1..4"})
+        decide("zoo:cnn_small", tmp_path / "o", ConvertOptions(sample_dims={"batch": 16}, dim_bounds={"batch": "1..4"}))
 
 
 def test_input_dims_say_kept_fixed_or_dynamic():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -75,7 +77,8 @@ def test_convert_options_compose_the_stage_options(tiny_onnx, tmp_path):
     assert request.target_options("onnx") is None
     assert opts.package.trust  # packaging inside convert may trace the PyTorch code this run emitted
     with pytest.raises(BadInputError, match="set precision, calibration, strict and allow_precision_fallback on ConvertOptions"):
-        modelport.ConvertOptions(optimize=OptimizeOptions(precision="fp16"))
+        decide(tiny_onnx, tmp_path / "p", modelport.ConvertOptions(optimize=OptimizeOptions(precision="fp16")))
+    assert not (tmp_path / "p").exists()
     with pytest.raises(BadInputError, match="unknown optimisation level 'max'"):
         modelport.ConvertOptions(optimize="max")
 
@@ -137,3 +140,33 @@ def test_the_ir_before_the_passes_is_let_go_once_they_are_done(tmp_path, monkeyp
                                optimize="all")
     assert all(p["ok"] for p in report["parity"]) and len(given) == 1
     assert given[0].model is None
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"optimize": "all", "targets": ["onnx"], "arch_args": {"width": 2}}, "--arch-args are keyword arguments for the --arch constructor"),
+    ({"state_dict_key": "model"}, "--state-dict-key picks the weights of a checkpoint loaded into --arch"),
+    ({"optimize": "none", "runtimes": ("onnxruntime",)}, "--runtimes names the runtimes --optimize auto compares"),
+    ({"runtimes": ("onnxruntime",)}, "--runtimes names the runtimes --optimize auto compares"),
+    ({"optimize": "auto", "targets": ["onnx", "tflite"]}, "--optimize auto picks an onnxruntime variant or an OpenVINO one; it cannot feed tflite"),
+    ({"sample_dims": {"batch": 9}, "dim_bounds": {"batch": "1..4"}}, "batch=9 is outside the sizes declared for it"),
+    ({"task": "text-generation", "new_tokens": 0}, "bad --new-tokens 0: at least 1"),
+    ({"task": "text-generation", "precision": "fp16", "optimize": "auto"}, "--optimize auto times its variants on the CPU"),
+])
+def test_refusals_that_need_no_model_are_made_by_decide_before_anything_is_read(tiny_onnx, tmp_path, kwargs, message):
+    """Each is exit 2 from `decide` (the source is not even opened: a text-generation run is handed a
+    folder that does not exist), and no output is written."""
+    from modelport.errors import BadInputError
+    from modelport.optimize.pipeline import OptimizeOptions
+    from modelport.orchestration.request import decide
+    from modelport.orchestration.text_generation_options import TextGenerationOptions
+
+    kwargs = dict(kwargs)
+    level, runtimes = kwargs.pop("optimize", None), kwargs.pop("runtimes", None)
+    if level is not None or runtimes is not None:
+        kwargs["optimize"] = OptimizeOptions(level=level, runtimes=runtimes)
+    if "new_tokens" in kwargs:
+        kwargs["text_generation"] = TextGenerationOptions(new_tokens=kwargs.pop("new_tokens"))
+    source = tmp_path / "no-such-folder" if kwargs.get("task") == "text-generation" else tiny_onnx
+    with pytest.raises(BadInputError, match=re.escape(message)):
+        decide(source, tmp_path / "out", modelport.ConvertOptions(**kwargs))
+    assert not (tmp_path / "out").exists()

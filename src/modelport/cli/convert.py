@@ -7,8 +7,8 @@ import typer
 from modelport.cli import options as flags
 from modelport.cli._common import choice, run, split_list, stage_status
 from modelport.errors import BadInputError
-from modelport.resolve.precisions import all_precisions
 from modelport.registry import EMITTERS, PACKAGERS
+from modelport.resolve.precisions import all_precisions
 
 ConvertTargets = flags.aliased(flags.Targets, "-df", "--dstFramework")
 ConvertOutputDir = flags.aliased(flags.OutputDir, "-om", "--outputModel")
@@ -96,7 +96,7 @@ def register(app: typer.Typer) -> None:
         def body():
             from modelport.optimize.pipeline import OptimizeOptions
             from modelport.orchestration import ConvertOptions, convert
-            from modelport.orchestration.text_generation import TextGenerationOptions
+            from modelport.orchestration.text_generation_options import TextGenerationOptions
             from modelport.parsers import PARSERS
             from modelport.parsers.tf_common import TFSourceOptions
             from modelport.resolve.specs import apply_options, parse_input_spec

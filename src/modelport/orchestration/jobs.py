@@ -45,10 +45,7 @@ class Context:
 
     def limits(self):
         """The time and memory bounds of a stage of this run (stage_limits.py)."""
-        from modelport.run.stage_limits import Limits
-
-        options = self.request.options
-        return Limits.of(options.stage_timeout, options.stage_memory)
+        return self.request.limits
 
     @contextlib.contextmanager
     def bounded(self, name: str):

@@ -25,7 +25,6 @@ from __future__ import annotations
 import functools
 from dataclasses import replace
 
-from modelport.errors import BadInputError
 from modelport.ir import IRModel
 from modelport.optimize.dequantize import quantised
 from modelport.orchestration.jobs import Prepared
@@ -99,8 +98,6 @@ def optimise(ir: IRModel, ctx, zoo_tol=None) -> Prepared:
         return Prepared({FP32: ir}, dict(request.precisions))
     if asked.level == "auto" and not asked.passes:
         return _auto_stage(ir, ctx, asked, zoo_tol)
-    if asked.runtimes:
-        raise BadInputError("--runtimes names the runtimes --optimize auto compares", hint="add --optimize auto")
     # the run's own options apply to this stage too; without a level or passes only the precision passes run
     base = replace(asked, level=asked.level or (None if asked.passes else "none"), calibration=options.calibration,
                    strict=options.strict, allow_fallback=options.allow_precision_fallback)
@@ -142,11 +139,6 @@ def _auto_stage(ir: IRModel, ctx, asked, zoo_tol) -> Prepared:
     from modelport.targets import get, load
 
     request, options = ctx.request, ctx.request.options
-    allowed = {t for names in CPU_RUNTIMES.values() for t in names}
-    others = [t for t in request.targets if t not in allowed]
-    if others:
-        raise BadInputError(f"--optimize auto picks an onnxruntime variant or an OpenVINO one; it cannot feed {', '.join(others)}",
-                            hint="use a named level (e.g. --optimize all) with those targets, or convert to onnx/ort/openvino only")
     runtimes = asked.runtimes or default_runtimes(request.targets)
     opts = replace(asked, precision=FP32, calibration=options.calibration, strict=options.strict,
                    allow_fallback=options.allow_precision_fallback, runtimes=runtimes)

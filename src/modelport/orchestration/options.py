@@ -6,14 +6,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from modelport.errors import BadInputError
 from modelport.ir import TensorSpec
 from modelport.optimize.pipeline import OptimizeOptions
-from modelport.parsers.tf_common import TFSourceOptions
 from modelport.packaging import PackageOptions
+from modelport.parsers.tf_common import TFSourceOptions
 from modelport.validation import Tolerance, tolerance_for
+
+if TYPE_CHECKING:
+    from modelport.orchestration.text_generation_options import TextGenerationOptions
 
 
 @dataclass
@@ -24,7 +26,7 @@ class ConvertOptions:
     `tensorflow` (parsers.tf_common.TFSourceOptions), `optimize` (optimize.pipeline.OptimizeOptions),
     `target_options` (target name -> an instance of its descriptor's `options` class, e.g.
     {"tflite": TFLiteOptions(layout="nhwc")}; modelport.targets), `text_generation`
-    (orchestration.text_generation.TextGenerationOptions) and `package` (serving.PackageOptions).
+    (orchestration.text_generation_options.TextGenerationOptions) and `package` (serving.PackageOptions).
     The run's `precision` (None: each target's own default, modelport.resolve.precisions), `calibration`,
     `accuracy_budget`, `strict` and `allow_precision_fallback` apply to every stage.
     """
@@ -68,7 +70,7 @@ class ConvertOptions:
     # Hugging Face folders: what to export (parsers.huggingface.TASKS), else inferred from config.json;
     # "text-generation": a decoder LM folder, exported with a KV cache (orchestration/text_generation.py)
     task: str | None = None
-    text_generation: Any = None  # the text-generation task's TextGenerationOptions (None: the defaults)
+    text_generation: TextGenerationOptions | None = None  # the text-generation task's options (None: the defaults)
     packages: list[str] = field(default_factory=list)  # serving systems to package for (OUT/packages/<system>/)
     package: PackageOptions = field(default_factory=lambda: PackageOptions(trust=True))  # may trace the code it emitted
     command: str = "convert"  # the report's command name
@@ -95,10 +97,6 @@ class ConvertOptions:
         from modelport.registry import choice
 
         self.route = choice(self.route or "auto", ROUTES, "route")
-        o = self.optimize
-        if o is not None and (o.precision != "fp32" or o.calibration or o.strict or o.allow_fallback):
-            raise BadInputError("set precision, calibration, strict and allow_precision_fallback on ConvertOptions, "
-                                "not on its OptimizeOptions: they apply to every stage of the run")
 
     def _declare_dims(self) -> None:
         """`sample_dims` may hold the CLI's texts ("1..8", "128,256"): those move to `dim_bounds`, and
@@ -112,10 +110,7 @@ class ConvertOptions:
                 self.sample_dims[name] = spec.sample if spec.kind != "fixed" else spec.low
         self.dim_bounds = {name: spec for name, spec in bounds.items() if spec.kind != "fixed"}
         for name, spec in self.dim_bounds.items():
-            size = self.sample_dims.setdefault(name, spec.sample)
-            if not spec.contains(size):
-                raise BadInputError(f"the sample size {name}={size} is outside the sizes declared for it ({spec})",
-                                    hint="sample inside the declared sizes, or leave the sample size to the bounds")
+            self.sample_dims.setdefault(name, spec.sample)
 
     @property
     def level(self) -> str | None:

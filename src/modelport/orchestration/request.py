@@ -11,13 +11,16 @@ other source and task runs the forward pipeline (one run per input, judged by pa
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from modelport.errors import BadInputError
 from modelport.orchestration.options import ConvertOptions
-from modelport.resolve.precisions import Resolved, resolve
 from modelport.registry import Registry
+from modelport.resolve.precisions import Resolved, resolve
+from modelport.run.stage_limits import Limits
+from modelport.validation import Tolerance
 
 TEXT_GENERATION = "text-generation"
 FORWARD = "forward"
@@ -38,7 +41,8 @@ class Request:
     precisions: dict[str, Resolved]  # per target (canonical names, in --to order)
     packages: list[str]
     inputs: list[Path]  # the paths no output may overwrite
-    budget: Any = None  # the forward pipeline's accuracy budget (a Tolerance) from --accuracy-budget, or None
+    budget: Tolerance | None = None  # the forward pipeline's accuracy budget from --accuracy-budget, or None
+    limits: Limits = field(default_factory=Limits)  # each stage's time and memory bounds (stage_limits.py)
 
     @property
     def targets(self) -> list[str]:
@@ -73,7 +77,8 @@ def pipeline_of(source, task: str | None) -> str:
 def decide(source, output_dir, options: ConvertOptions) -> Request:
     """The Request for converting `source` into `output_dir`: exit 2 before any work for unknown
     targets or serving systems, a precision a target does not take, a task a target writes no
-    model of, or an output folder that must not be written."""
+    model of, options the task's pipeline cannot deliver, a bad bound, or an output folder that
+    must not be written."""
     from modelport.orchestration.source import source_inputs
     from modelport.run.staging import check_output
 
@@ -84,17 +89,71 @@ def decide(source, output_dir, options: ConvertOptions) -> Request:
     if options.packages:
         from modelport.packaging import parse_systems
         packages = parse_systems(options.packages)
+    _refuse_misplaced_options(source, options)
+    _refuse_samples_outside_bounds(options)
     budget = None
     if pipeline == FORWARD:
         from modelport.optimize.pipeline import parse_budget
 
+        _refuse_forward_optimize(options, list(precisions))
         budget = options.optimize.budget if options.optimize is not None else None
         if budget is None and options.accuracy_budget:
             budget = parse_budget(options.accuracy_budget)
-    from modelport.run.stage_limits import Limits
-
-    Limits.of(options.stage_timeout, options.stage_memory)  # a bad bound is exit 2 before any work
+    else:
+        _refuse_text_generation(source, options, precisions)
+    limits = Limits.of(options.stage_timeout, options.stage_memory)
     out = Path(output_dir)
     inputs = source_inputs(source, options)
     check_output(out, inputs, force=options.force)
-    return Request(source, out, options, pipeline, precisions, packages, inputs, budget)
+    return Request(source, out, options, pipeline, precisions, packages, inputs, budget, limits)
+
+
+def _refuse_misplaced_options(source, options: ConvertOptions) -> None:
+    zoo_source = isinstance(source, str) and source.startswith("zoo:")
+    if options.arch_args and not (options.arch or zoo_source):
+        raise BadInputError("--arch-args are keyword arguments for the --arch constructor; pass --arch too")
+    if options.state_dict_key and not options.arch:
+        raise BadInputError("--state-dict-key picks the weights of a checkpoint loaded into --arch; pass --arch too")
+    o = options.optimize
+    if o is not None and (o.precision != "fp32" or o.calibration or o.strict or o.allow_fallback):
+        raise BadInputError("set precision, calibration, strict and allow_precision_fallback on ConvertOptions, "
+                            "not on its OptimizeOptions: they apply to every stage of the run")
+
+
+def _refuse_samples_outside_bounds(options: ConvertOptions) -> None:
+    for name, spec in options.dim_bounds.items():
+        size = options.sample_dims[name]
+        if not spec.contains(size):
+            raise BadInputError(f"the sample size {name}={size} is outside the sizes declared for it ({spec})",
+                                hint="sample inside the declared sizes, or leave the sample size to the bounds")
+
+
+def _refuse_forward_optimize(options: ConvertOptions, targets: list[str]) -> None:
+    """`--runtimes` only with `--optimize auto`, and `auto` only for targets an onnxruntime or OpenVINO
+    winner can feed (orchestration/optimize_stage.py runs it)."""
+    asked = options.optimize
+    if asked is None:
+        return
+    auto = asked.level == "auto" and not asked.passes
+    if asked.runtimes and not auto:
+        raise BadInputError("--runtimes names the runtimes --optimize auto compares", hint="add --optimize auto")
+    if auto:
+        from modelport.runtimes import CPU_RUNTIMES
+
+        allowed = {t for names in CPU_RUNTIMES.values() for t in names}
+        others = [t for t in targets if t not in allowed]
+        if others:
+            raise BadInputError(f"--optimize auto picks an onnxruntime variant or an OpenVINO one; it cannot feed {', '.join(others)}",
+                                hint="use a named level (e.g. --optimize all) with those targets, or convert to onnx/ort/openvino only")
+
+
+def _refuse_text_generation(source, options: ConvertOptions, precisions: dict[str, Resolved]) -> None:
+    """The text-generation pipeline takes a folder, and only the options it can deliver."""
+    from modelport.orchestration.text_generation_options import TextGenerationOptions, refusals
+
+    if not isinstance(source, (str, Path)) or str(source).startswith("zoo:"):
+        raise BadInputError(f"--task text-generation converts a Hugging Face folder (config.json + safetensors), "
+                            f"not {type(source).__name__ if not isinstance(source, str) else source}")
+    precision = next(iter(precisions.values())).precision  # a given one applies to all, defaults agree
+    runtimes = options.optimize.runtimes if options.optimize is not None else None
+    refusals(options.text_generation or TextGenerationOptions(), options.level, precision, runtimes, options.accuracy_budget)

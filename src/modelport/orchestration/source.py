@@ -41,8 +41,8 @@ def source_inputs(source, options=None) -> list[Path]:
 
 def resolve_source(source, options):
     """(source object or path, SourceSpec, zoo tolerance) for a path, 'zoo:NAME' or a Python object."""
-    from modelport.run.file_checks import check_model_file
     from modelport.parsers import SourceSpec
+    from modelport.run.file_checks import check_model_file
 
     zoo_tol = None
     if isinstance(source, str) and source.startswith("zoo:"):
@@ -67,11 +67,6 @@ def resolve_source(source, options):
     else:
         spec = SourceSpec(framework=options.framework, inputs=list(options.inputs), sample_dims=dict(options.sample_dims))
     spec.output_names = options.output_names or spec.output_names
-    zoo_source = isinstance(source, str) and source.startswith("zoo:")
-    if options.arch_args and not (options.arch or zoo_source):
-        raise BadInputError("--arch-args are keyword arguments for the --arch constructor; pass --arch too")
-    if options.state_dict_key and not options.arch:
-        raise BadInputError("--state-dict-key picks the weights of a checkpoint loaded into --arch; pass --arch too")
     spec.arch = options.arch
     spec.arch_args = dict(options.arch_args)
     spec.state_dict_key = options.state_dict_key

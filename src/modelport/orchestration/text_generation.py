@@ -42,16 +42,14 @@ on a 24 GiB machine (bench/llm_scale.py --preset 7b).
 from __future__ import annotations
 
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from modelport.errors import BadInputError
-from modelport.optimize.decoder_auto import DecoderAutoOptions
-from modelport.optimize.weight_only import WeightOnlyOptions
-from modelport.orchestration.decoder_variants import AUTO, AUTO_PRECISIONS
+from modelport.orchestration.decoder_variants import AUTO
 from modelport.orchestration.jobs import Context, Job, Prepared, plan_jobs
+from modelport.orchestration.text_generation_options import TextGenerationOptions
 from modelport.validation.artifact import ArtifactCheck
-from modelport.validation.generation import DEFAULT_NEW_TOKENS, GenerationBudget, parse_generation_budget
+from modelport.validation.generation import GenerationBudget, parse_generation_budget
 
 # The route's peak resident memory (process tree), estimated before any work from the checkpoint's
 # parameter count P: LIBRARIES + copies x 4P (the weights in fp32, as transformers holds them for
@@ -66,7 +64,6 @@ LIBRARIES = 1.3e9
 WEIGHT_COPIES = {"fp32": 1.5, "fp16": 1.5, "int8": 1.6, "int4": 1.6, AUTO: 2.5}
 WRITTEN_COPIES = {"fp32": 1.15, "fp16": 1.15, "int8": 1.15, "int4": 1.15, AUTO: 2.5}
 DEFAULT_QUANT_BUDGET = GenerationBudget(min_tokens=0.9)
-REFERENCES = ("auto", "transformers", "streamed")
 # --reference auto streams from this many parameters on even when the fp32 model fits: the
 # transformers reference (load, generate in fp32) then costs more than streaming a layer at a time
 # (bench/llm_scale.py, int4 --optimize all: 1.54 B 163 s against 105 s streamed, the builder 54 s;
@@ -79,28 +76,6 @@ STREAM_FROM = 1_000_000_000
 SESSION_COPIES = 1.5
 TENSOR_COPIES = 3.0
 BYTES_PER_WEIGHT = {"fp32": 4.0, "fp16": 2.0, "int8": 1.0, "int4": 0.5}
-
-
-@dataclass(frozen=True)
-class TextGenerationOptions:
-    """Options of the text-generation pipeline: tokens generated per prompt, the weight-only
-    quantiser's block size and symmetry, the accuracy budget of quantised artifacts (the run's
-    `--accuracy-budget` when not given), and how `--optimize auto` times its variants."""
-
-    new_tokens: int = DEFAULT_NEW_TOKENS
-    block_size: int = 32
-    symmetric: bool = True
-    budget: str | None = None  # "tokens>=0.95,max_abs<=2"
-    auto: DecoderAutoOptions = DecoderAutoOptions()
-    reference: str = "auto"  # transformers, streamed, or auto: streamed from STREAM_FROM parameters or when the fp32 model does not fit
-
-    def __post_init__(self):
-        if self.new_tokens < 1:
-            raise BadInputError(f"bad --new-tokens {self.new_tokens}: at least 1")
-        if self.reference not in REFERENCES:
-            raise BadInputError(f"unknown --reference '{self.reference}'; known: {', '.join(REFERENCES)}")
-        WeightOnlyOptions(bits=4, block_size=self.block_size, symmetric=self.symmetric)
-        parse_generation_budget(self.budget)
 
 
 class TextGenerationRun:
@@ -132,42 +107,19 @@ class TextGenerationRun:
     # --- the stages, in the order the pipeline calls them --------------------------------------
 
     def preflight(self) -> None:
-        """Refusals before any work: options the pipeline cannot deliver, a source that is no decoder
-        folder, an unsupported family, the folder's safety rules, not enough memory."""
+        """Refusals that read the folder but do no work: an unsupported family, a folder --precision fp16
+        does not cover, the folder's safety rules, not enough memory (the options were judged by
+        `request.decide`)."""
         from modelport.parsers import hf_decoder
         from modelport.parsers.huggingface import check_safety, companion_files, read_config, sniff
 
-        self.check_request()
-        source = self.ctx.request.source
-        if not isinstance(source, (str, Path)) or str(source).startswith("zoo:"):
-            raise BadInputError(f"--task text-generation converts a Hugging Face folder (config.json + safetensors), "
-                                f"not {type(source).__name__ if not isinstance(source, str) else source}")
-        self.folder = folder = Path(source)
+        self.folder = folder = Path(self.ctx.request.source)  # a folder: request.decide refused anything else
         cfg = hf_decoder.read_decoder_config(folder)  # an unsupported family is named first
         self.check_fp16(cfg)
         if sniff(folder):  # the Hugging Face folder rules: remote code, pickled weights, links leading outside
             check_safety(folder, read_config(folder), trust=self.options.trust)
             companion_files(folder)
         check_memory(folder, self)
-
-    def check_request(self) -> None:
-        """The optimisation level, runtimes and budget this pipeline can deliver (exit 2 before any work)."""
-        options, level = self.options, self.options.level
-        if level not in (None, "none", "all", "auto"):
-            raise BadInputError(f"--task text-generation takes --optimize none, all or auto; not {level}")
-        if self.precision == AUTO and level != "auto":
-            raise BadInputError(f"--task text-generation: --precision auto lets --optimize auto pick among {', '.join(AUTO_PRECISIONS)}",
-                                hint="add --optimize auto, or name one precision")
-        if self.precision == "fp16" and level == "auto":
-            raise BadInputError("--task text-generation: --optimize auto times its variants on the CPU, where fp16 is not meant to run",
-                                hint="--optimize all --precision fp16 writes the fused fp16 model")
-        if self.tg.reference == "streamed" and level == "auto":
-            raise BadInputError("--task text-generation --optimize auto judges its variants against the transformers reference",
-                                hint="--reference auto or transformers, or --optimize all")
-        runtimes = options.optimize.runtimes if options.optimize is not None else None
-        if runtimes and tuple(runtimes) != ("onnxruntime",):
-            raise BadInputError(f"--task text-generation --optimize auto times onnxruntime variants; not --runtimes {','.join(runtimes)}")
-        parse_generation_budget(self.budget_text)
 
     def check_fp16(self, cfg) -> None:
         """--precision fp16 is written from the folder (parsers/hf_decoder_graph.py): a folder the writer
@@ -338,9 +290,9 @@ def check_memory(folder: Path, run: TextGenerationRun) -> None:
     It also settles the reference: `--reference auto` streams (a folder written from its safetensors)
     from STREAM_FROM parameters on or when the fp32 model does not fit, else takes transformers' (the
     fp32 model in memory); `run.fp32_fits` says whether an fp32 graph can be checked at all."""
-    from modelport.run import memory
     from modelport.parsers import hf_decoder, hf_decoder_graph
     from modelport.parsers.huggingface import parameter_count, weight_files
+    from modelport.run import memory
     from modelport.validation.streamed_reference import SUPPORTED
 
     choice = run.tg.reference
