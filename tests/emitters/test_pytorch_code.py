@@ -13,7 +13,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from modelport.emitters.pytorch_code.registry import Converter, ConverterTable, default_table
+from modelport.emitters.op_registry import OpEntry, OpRegistry
+from modelport.emitters.pytorch_code.registry import default_table
 from modelport.orchestration import ConvertOptions, convert
 from modelport.runtimes.torch_source import import_generated, load_generated
 from tests.conftest import tree
@@ -164,14 +165,14 @@ def test_unsupported_op_in_a_runnable_model_exit_2_no_output(cli, tmp_path):
 
 
 def test_registry_rejects_duplicates_and_names_missing_ops():
-    reg = ConverterTable()
-    reg.add(Converter("Foo", print, since=1, until=10, family="a"))
-    reg.add(Converter("Foo", print, since=11, family="b"))
+    reg = OpRegistry("converter")
+    reg.add(OpEntry("Foo", print, since=1, until=10, origin="a"))
+    reg.add(OpEntry("Foo", print, since=11, origin="b"))
     with pytest.raises(ValueError, match="duplicate converter for ai.onnx::Foo"):
-        reg.add(Converter("Foo", print, since=5, family="c"))
+        reg.add(OpEntry("Foo", print, since=5, origin="c"))
     with pytest.raises(KeyError, match="no converter for custom::Bar at opset 3"):
-        reg.lookup("custom", "Bar", 3)
-    assert reg.lookup("", "Foo", 12).family == "b"
+        reg.lookup("Bar", 3, "custom")
+    assert reg.lookup("Foo", 12).origin == "b"
 
 
 def test_default_registry_covers_cnn_transformer_recurrent():
@@ -179,7 +180,7 @@ def test_default_registry_covers_cnn_transformer_recurrent():
     for op in ("Conv", "ConvTranspose", "BatchNormalization", "MaxPool", "AveragePool", "GlobalAveragePool", "Relu",
                "Gemm", "MatMul", "LayerNormalization", "Softmax", "Gelu", "Erf", "Gather", "Reshape", "Transpose",
                "Concat", "Slice", "Shape", "Unsqueeze", "Squeeze", "Expand", "Where", "Cast", "LSTM", "GRU", "RNN"):
-        assert reg.find("", op, 20) is not None, op
+        assert reg.find(op, 20) is not None, op
 
 
 @pytest.fixture(scope="module")

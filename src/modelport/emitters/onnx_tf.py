@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from modelport.emitters.op_registry import OpRegistry
 from modelport.errors import UnsupportedError
 from modelport.ir import IRModel
 
@@ -27,19 +28,26 @@ NAME = "modelport ONNX lowering"
 VARIABLE_FROM = 64
 
 
-def ops() -> dict:
-    """ONNX op type -> its TensorFlow form (`onnx_tf_ops.py`: tensor and shape ops; `onnx_tf_math.py`:
-    math, normalisation and window ops)."""
-    from modelport.emitters import onnx_tf_math, onnx_tf_ops
+def ops() -> OpRegistry:
+    """The lowering's registry (`onnx_tf_common.OPS`: ONNX op type and opset range -> its TensorFlow
+    form), with every op loaded (`onnx_tf_ops.py`: tensor and shape ops; `onnx_tf_math.py`: math,
+    normalisation and window ops; each registers when imported)."""
+    from modelport.emitters import onnx_tf_math, onnx_tf_ops  # noqa: F401
+    from modelport.emitters.onnx_tf_common import OPS
 
-    return {**onnx_tf_ops.OPS, **onnx_tf_math.OPS}
+    return OPS
+
+
+def _opset(model) -> int:
+    """The model's ai.onnx opset, the one its nodes' functions are looked up at (13 when it names none)."""
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
 
 
 def missing_ops(model) -> list[str]:
-    """The op types of `model`'s graph the lowering has no function for, sorted (custom domains too)."""
-    known = ops()
+    """The op types of `model`'s graph the lowering has no function for at its opset, sorted (custom domains too)."""
+    known, opset = ops(), _opset(model)
     return sorted({n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}.{n.op_type}"
-                   for n in model.graph.node if n.domain not in ("", "ai.onnx") or n.op_type not in known})
+                   for n in model.graph.node if known.find(n.op_type, opset, n.domain) is None})
 
 
 def converter_name(model) -> str:
@@ -53,10 +61,10 @@ def converter_name(model) -> str:
     return f"{NAME} (onnx2tf {version_of('onnx2tf')} failed: {one_line(failure, 200)})"
 
 
-def _attributes(node, opset: int) -> dict:
+def _attributes(node) -> dict:
     from onnx import helper, numpy_helper
 
-    at = {"_opset": opset}
+    at = {}
     for a in node.attribute:
         v = helper.get_attribute_value(a)
         if a.type == a.TENSOR:
@@ -76,17 +84,17 @@ def lowered_model(tf, ir: IRModel, input_perms: dict[str, list[int]] | None = No
     source's) and returning the list of outputs. Raises UnsupportedError naming the ops it lacks."""
     from onnx import numpy_helper
 
-    from modelport.emitters.onnx_tf_ops import ONNX_DTYPES
+    from modelport.emitters.onnx_tf_common import ONNX_DTYPES
 
     table = ops()
     model = ir.model
     lacking = missing_ops(model)
     if lacking:
         raise UnsupportedError(f"the {NAME} has no TensorFlow form for {', '.join(lacking)}")
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+    opset = _opset(model)
     input_perms = input_perms or {}
     graph = model.graph
-    nodes = [(n, _attributes(n, opset)) for n in graph.node]
+    nodes = [(n, _attributes(n), table.lookup(n.op_type, opset, n.domain).fn) for n in graph.node]
     by_name = {v.name: v for v in graph.input}
 
     class Lowered(tf.Module):
@@ -126,10 +134,10 @@ def lowered_model(tf, ir: IRModel, input_perms: dict[str, list[int]] | None = No
                 declared = by_name.get(spec.name)
                 want = ONNX_DTYPES.get(declared.type.tensor_type.elem_type) if declared is not None else None
                 vals[spec.name] = tf.cast(x, want) if want and x.dtype.name != want else x
-            for node, at in nodes:
+            for node, at, fn in nodes:
                 ins = [None if name == "" else _value(tf, vals, name, node) for name in node.input]
                 try:
-                    outs = table[node.op_type](tf, node, ins, at)
+                    outs = fn(tf, node, ins, at, opset)
                 except UnsupportedError:
                     raise
                 except Exception as e:

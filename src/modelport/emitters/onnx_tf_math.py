@@ -2,32 +2,34 @@
 (`emitters/onnx_tf.py`): matrix products, softmax, normalisations, activations, padding, top-k and
 the channels-first convolutions and pools, each computed channels-last between two transposes (as
 TensorFlow's CPU kernels and TF.js take them; grappler folds the transposes that meet). The
-tensor and shape ops, and the conventions every op function follows, are in `onnx_tf_ops.py`.
+tensor and shape ops are in `onnx_tf_ops.py`; the registry every op function registers in
+(`OPS`) and the conventions it follows, in `onnx_tf_common.py`.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from modelport.emitters.onnx_tf_ops import axes_of, axis_of, drop_axes, dtype_of, rank, required_static, shape_of, static
+from modelport.emitters.onnx_tf_common import OPS, axes_of, axis_of, dtype_of, rank, required_static, shape_of, static
+from modelport.emitters.onnx_tf_ops import drop_axes
 from modelport.errors import UnsupportedError
 
 
-def _softmax(log: bool):
-    def op(tf, node, ins, at):
-        x = ins[0]
-        r = rank(node, x)
-        axis = axis_of(at, r, -1)
-        if at.get("_opset", 13) < 13:  # the input flattened to 2-D at axis
-            s = tf.shape(x)
-            flat = tf.reshape(x, tf.stack([tf.reduce_prod(s[:axis]), tf.reduce_prod(s[axis:])]))
-            y = (tf.nn.log_softmax if log else tf.nn.softmax)(flat, axis=-1)
-            return [tf.reshape(y, s)]
-        return [(tf.nn.log_softmax if log else tf.nn.softmax)(x, axis=axis)]
-    return op
+@OPS.register(("Softmax", "LogSoftmax"))
+def _softmax(tf, node, ins, at, opset):
+    fn = tf.nn.log_softmax if node.op_type == "LogSoftmax" else tf.nn.softmax
+    x = ins[0]
+    r = rank(node, x)
+    axis = axis_of(at, r, -1)
+    if opset < 13:  # the input flattened to 2-D at axis
+        s = tf.shape(x)
+        flat = tf.reshape(x, tf.stack([tf.reduce_prod(s[:axis]), tf.reduce_prod(s[axis:])]))
+        return [tf.reshape(fn(flat, axis=-1), s)]
+    return [fn(x, axis=axis)]
 
 
-def _matmul(tf, node, ins, at):
+@OPS.register("MatMul")
+def _matmul(tf, node, ins, at, opset):
     a, b = ins
     ra, rb = rank(node, a), rank(node, b)
     if ra == 1:
@@ -37,7 +39,8 @@ def _matmul(tf, node, ins, at):
     return [tf.matmul(a, b)]
 
 
-def _gemm(tf, node, ins, at):
+@OPS.register("Gemm")
+def _gemm(tf, node, ins, at, opset):
     a, b = ins[0], ins[1]
     c = ins[2] if len(ins) > 2 else None
     y = tf.matmul(a, b, transpose_a=bool(at.get("transA", 0)), transpose_b=bool(at.get("transB", 0)))
@@ -49,11 +52,13 @@ def _gemm(tf, node, ins, at):
     return [y]
 
 
-def _einsum(tf, node, ins, at):
+@OPS.register("Einsum")
+def _einsum(tf, node, ins, at, opset):
     return [tf.einsum(at["equation"].replace(" ", ""), *ins)]
 
 
-def _layer_norm(tf, node, ins, at):
+@OPS.register("LayerNormalization")
+def _layer_norm(tf, node, ins, at, opset):
     x, scale = ins[0], ins[1]
     bias = ins[2] if len(ins) > 2 else None
     r = rank(node, x)
@@ -67,7 +72,8 @@ def _layer_norm(tf, node, ins, at):
     return [y, mean, inv][:len(node.output)]
 
 
-def _batch_norm(tf, node, ins, at):
+@OPS.register("BatchNormalization")
+def _batch_norm(tf, node, ins, at, opset):
     x, scale, bias, mean, var = ins[:5]
     r = rank(node, x)
     shape = [1, -1] + [1] * (r - 2)
@@ -77,7 +83,8 @@ def _batch_norm(tf, node, ins, at):
     return [(x - tf.reshape(mean, shape)) * k + tf.reshape(bias, shape)]
 
 
-def _instance_norm(tf, node, ins, at):
+@OPS.register("InstanceNormalization")
+def _instance_norm(tf, node, ins, at, opset):
     x, scale, bias = ins
     r = rank(node, x)
     mean, var = tf.nn.moments(x, list(range(2, r)), keepdims=True)
@@ -85,34 +92,41 @@ def _instance_norm(tf, node, ins, at):
     return [(x - mean) * tf.math.rsqrt(var + at.get("epsilon", 1e-5)) * tf.reshape(scale, shape) + tf.reshape(bias, shape)]
 
 
-def _gelu(tf, node, ins, at):
+@OPS.register("Gelu")
+def _gelu(tf, node, ins, at, opset):
     return [tf.nn.gelu(ins[0], approximate=at.get("approximate", "none") == "tanh")]
 
 
-def _leaky(tf, node, ins, at):
+@OPS.register("LeakyRelu")
+def _leaky(tf, node, ins, at, opset):
     return [tf.nn.leaky_relu(ins[0], alpha=at.get("alpha", 0.01))]
 
 
-def _elu(tf, node, ins, at):
+@OPS.register("Elu")
+def _elu(tf, node, ins, at, opset):
     x, alpha = ins[0], at.get("alpha", 1.0)
     return [tf.nn.elu(x) if alpha == 1.0 else tf.where(x > 0, x, alpha * (tf.exp(x) - 1))]
 
 
-def _hard_sigmoid(tf, node, ins, at):
+@OPS.register("HardSigmoid")
+def _hard_sigmoid(tf, node, ins, at, opset):
     return [tf.clip_by_value(ins[0] * at.get("alpha", 0.2) + at.get("beta", 0.5), 0.0, 1.0)]
 
 
-def _hard_swish(tf, node, ins, at):
+@OPS.register("HardSwish")
+def _hard_swish(tf, node, ins, at, opset):
     x = ins[0]
     return [x * tf.clip_by_value(x / 6.0 + 0.5, 0.0, 1.0)]
 
 
-def _prelu(tf, node, ins, at):
+@OPS.register("PRelu")
+def _prelu(tf, node, ins, at, opset):
     x, slope = ins
     return [tf.where(x >= 0, x, x * slope)]
 
 
-def _pow(tf, node, ins, at):
+@OPS.register("Pow")
+def _pow(tf, node, ins, at, opset):
     x, p = ins
     sp = static(tf, p)
     if sp is not None and sp.size == 1 and float(sp) == 2.0:
@@ -122,12 +136,14 @@ def _pow(tf, node, ins, at):
     return [tf.pow(x, tf.cast(p, dtype_of(tf, x)))]
 
 
-def _mod(tf, node, ins, at):
+@OPS.register("Mod")
+def _mod(tf, node, ins, at, opset):
     a, b = ins
     return [tf.math.truncatemod(a, b) if at.get("fmod", 0) else tf.math.floormod(a, b)]
 
 
-def _trilu(tf, node, ins, at):
+@OPS.register("Trilu")
+def _trilu(tf, node, ins, at, opset):
     x = ins[0]
     k = int(required_static(tf, node, ins[1], "k")) if len(ins) > 1 and ins[1] is not None else 0
     n, m = shape_of(tf, x)[-2], shape_of(tf, x)[-1]
@@ -137,12 +153,14 @@ def _trilu(tf, node, ins, at):
     return [tf.where(keep, x, tf.zeros_like(x))]
 
 
-def _cumsum(tf, node, ins, at):
+@OPS.register("CumSum")
+def _cumsum(tf, node, ins, at, opset):
     axis = int(np.ravel(required_static(tf, node, ins[1], "axis"))[0])
     return [tf.math.cumsum(ins[0], axis=axis, exclusive=bool(at.get("exclusive", 0)), reverse=bool(at.get("reverse", 0)))]
 
 
-def _pad(tf, node, ins, at):
+@OPS.register("Pad")
+def _pad(tf, node, ins, at, opset):
     x = ins[0]
     r = rank(node, x)
     pads = ins[1] if len(ins) > 1 else at["pads"]
@@ -161,7 +179,8 @@ def _pad(tf, node, ins, at):
     raise UnsupportedError(f"Pad node '{node.name}': mode '{mode}' is not lowered")
 
 
-def _topk(tf, node, ins, at):
+@OPS.register("TopK")
+def _topk(tf, node, ins, at, opset):
     x, k = ins
     r = rank(node, x)
     axis = axis_of(at, r, -1)
@@ -199,7 +218,8 @@ def _to_first(tf, y, r):
     return tf.transpose(y, [0, r - 1, *range(1, r - 1)])
 
 
-def _conv(tf, node, ins, at):
+@OPS.register("Conv")
+def _conv(tf, node, ins, at, opset):
     x, w = ins[0], ins[1]
     b = ins[2] if len(ins) > 2 else None
     r = rank(node, x)
@@ -249,41 +269,41 @@ def _conv(tf, node, ins, at):
     return [drop_axes(tf, y, [2]) if spatial == 1 else y]
 
 
-def _pool(kind):
-    def op(tf, node, ins, at):
-        x = ins[0]
-        r = rank(node, x)
-        if r != 4:
-            raise UnsupportedError(f"{node.op_type} node '{node.name}': only 2-D pooling is lowered")
-        kernel = at["kernel_shape"]
-        strides = at.get("strides", [1, 1])
-        if at.get("ceil_mode", 0) or any(d != 1 for d in at.get("dilations", [1, 1])):
-            raise UnsupportedError(f"{node.op_type} node '{node.name}': ceil_mode and dilations are not lowered")
-        pads = _pads(at, 2, kernel)
-        xl = _to_last(tf, x, 4)
-        if isinstance(pads, list):
-            if any(v for p in pads for v in p):
-                if kind == "max":
-                    xl = tf.pad(xl, [[0, 0], *pads, [0, 0]], constant_values=-np.inf)
-                elif at.get("count_include_pad", 0):
-                    xl = tf.pad(xl, [[0, 0], *pads, [0, 0]])
-                else:
-                    raise UnsupportedError(f"AveragePool node '{node.name}': padding that is not counted is not lowered")
-            pads = "VALID"
-        fn = tf.nn.max_pool2d if kind == "max" else tf.nn.avg_pool2d
-        return [_to_first(tf, fn(xl, kernel, [1, *strides, 1], pads), 4)]
-    return op
+@OPS.register(("MaxPool", "AveragePool"))
+def _pool(tf, node, ins, at, opset):
+    kind = "max" if node.op_type == "MaxPool" else "avg"
+    x = ins[0]
+    r = rank(node, x)
+    if r != 4:
+        raise UnsupportedError(f"{node.op_type} node '{node.name}': only 2-D pooling is lowered")
+    kernel = at["kernel_shape"]
+    strides = at.get("strides", [1, 1])
+    if at.get("ceil_mode", 0) or any(d != 1 for d in at.get("dilations", [1, 1])):
+        raise UnsupportedError(f"{node.op_type} node '{node.name}': ceil_mode and dilations are not lowered")
+    pads = _pads(at, 2, kernel)
+    xl = _to_last(tf, x, 4)
+    if isinstance(pads, list):
+        if any(v for p in pads for v in p):
+            if kind == "max":
+                xl = tf.pad(xl, [[0, 0], *pads, [0, 0]], constant_values=-np.inf)
+            elif at.get("count_include_pad", 0):
+                xl = tf.pad(xl, [[0, 0], *pads, [0, 0]])
+            else:
+                raise UnsupportedError(f"AveragePool node '{node.name}': padding that is not counted is not lowered")
+        pads = "VALID"
+    fn = tf.nn.max_pool2d if kind == "max" else tf.nn.avg_pool2d
+    return [_to_first(tf, fn(xl, kernel, [1, *strides, 1], pads), 4)]
 
 
-def _global_pool(kind):
-    def op(tf, node, ins, at):
-        x = ins[0]
-        axes = list(range(2, rank(node, x)))
-        return [(tf.reduce_max if kind == "max" else tf.reduce_mean)(x, axis=axes, keepdims=True)]
-    return op
+@OPS.register(("GlobalAveragePool", "GlobalMaxPool"))
+def _global_pool(tf, node, ins, at, opset):
+    x = ins[0]
+    axes = list(range(2, rank(node, x)))
+    return [(tf.reduce_max if node.op_type == "GlobalMaxPool" else tf.reduce_mean)(x, axis=axes, keepdims=True)]
 
 
-def _conv_transpose(tf, node, ins, at):
+@OPS.register("ConvTranspose")
+def _conv_transpose(tf, node, ins, at, opset):
     x, w = ins[0], ins[1]
     b = ins[2] if len(ins) > 2 else None
     if rank(node, x) != 4 or at.get("group", 1) != 1 or any(d != 1 for d in at.get("dilations", [1, 1])):
@@ -322,14 +342,15 @@ _RESIZE = {
 }
 
 
-def _resize(tf, node, ins, at):
+@OPS.register("Resize")
+def _resize(tf, node, ins, at, opset):
     x = ins[0]
     if rank(node, x) != 4:
         raise UnsupportedError(f"Resize node '{node.name}': only 4-D (N, C, H, W) inputs are lowered")
     scales = ins[1] if len(ins) == 2 else ins[2] if len(ins) > 2 else None  # opset 10: (X, scales)
     sizes = ins[3] if len(ins) > 3 else None
     mode = at.get("mode", "nearest")
-    coords = at.get("coordinate_transformation_mode", "half_pixel" if at.get("_opset", 13) >= 11 else "asymmetric")
+    coords = at.get("coordinate_transformation_mode", "half_pixel" if opset >= 11 else "asymmetric")
     rounding = at.get("nearest_mode", "round_prefer_floor") if mode == "nearest" else None
     kind = _RESIZE.get((mode, coords, rounding))
     if kind is None or at.get("antialias", 0) or at.get("axes") is not None:
@@ -353,13 +374,3 @@ def _resize(tf, node, ins, at):
         y = tf.raw_ops.ResizeNearestNeighbor(images=xl, size=hw, align_corners=align, half_pixel_centers=half)
     return [_to_first(tf, y, 4)]
 
-
-OPS = {
-    "Pow": _pow, "Mod": _mod, "LeakyRelu": _leaky, "Elu": _elu, "Gelu": _gelu, "HardSigmoid": _hard_sigmoid,
-    "HardSwish": _hard_swish, "PRelu": _prelu, "MatMul": _matmul, "Gemm": _gemm, "Einsum": _einsum,
-    "Softmax": _softmax(False), "LogSoftmax": _softmax(True), "LayerNormalization": _layer_norm,
-    "BatchNormalization": _batch_norm, "InstanceNormalization": _instance_norm, "Trilu": _trilu, "CumSum": _cumsum,
-    "Pad": _pad, "TopK": _topk, "Conv": _conv, "MaxPool": _pool("max"), "AveragePool": _pool("avg"),
-    "GlobalAveragePool": _global_pool("avg"), "GlobalMaxPool": _global_pool("max"),
-    "ConvTranspose": _conv_transpose, "Resize": _resize,
-}

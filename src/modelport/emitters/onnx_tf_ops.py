@@ -1,10 +1,11 @@
-"""ONNX operators written with TensorFlow ops, one function each (`OPS`: the tensor and shape ops;
-the math, normalisation and window ops are in `onnx_tf_math.py`), for modelport's own ONNX →
+"""ONNX operators written with TensorFlow ops, one function each (the tensor and shape ops; the
+math, normalisation and window ops are in `onnx_tf_math.py`), for modelport's own ONNX →
 TensorFlow lowering (`emitters/onnx_tf.py`).
 
-Each function takes `(tf, node, ins, at)`: the node, its inputs (a `tf.Tensor`, a numpy array
-for a constant, or None for an omitted optional input) and its attributes as Python values, and
-returns the node's outputs in order. The semantics are ONNX's (opset 13 on; the attribute forms
+Each function registers in `onnx_tf_common.OPS` with `@OPS.register("Op")` and takes
+`(tf, node, ins, at, opset)`: the node, its inputs (a `tf.Tensor`, a numpy array for a constant,
+or None for an omitted optional input), its attributes as Python values and the model's opset,
+and returns the node's outputs in order. The semantics are ONNX's (opset 13 on; the attribute forms
 of older opsets where they differ), not onnx2tf's: tensors keep their ONNX layout (channels-first
 convolutions are computed channels-last between two transposes, as TensorFlow's CPU kernels and
 TF.js take them, and grappler folds the transposes that meet), and every shape stays as dynamic
@@ -16,75 +17,44 @@ from __future__ import annotations
 
 import numpy as np
 
+from modelport.emitters.onnx_tf_common import (
+    ONNX_DTYPES,
+    OPS,
+    axes_of,
+    axis_of,
+    dtype_of,
+    like,
+    rank,
+    required_static,
+    shape_of,
+    static,
+)
 from modelport.errors import UnsupportedError
 
-# ONNX TensorProto element types -> numpy dtype names
-ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64", 9: "bool",
-               10: "float16", 11: "float64", 12: "uint32", 13: "uint64", 16: "bfloat16"}
 INT64_MAX = np.iinfo(np.int64).max
 
-
-def static(tf, x):
-    """The value of `x` as a numpy array when it is known before run time, else None."""
-    if x is None or isinstance(x, np.ndarray):
-        return x
-    if isinstance(x, (int, float, list, tuple)):
-        return np.asarray(x)
-    v = tf.get_static_value(x)
-    return None if v is None else np.asarray(v)
-
-
-def required_static(tf, node, x, what: str) -> np.ndarray:
-    v = static(tf, x)
-    if v is None:
-        raise UnsupportedError(f"{node.op_type} node '{node.name}': its {what} is computed at run time; "
-                               f"the lowering needs it as a constant")
-    return v
+# op type -> the tf.math function it is (Div: `_div`, as ONNX divides integers)
+UNARY = {"Neg": "negative", "Abs": "abs", "Sqrt": "sqrt", "Reciprocal": "reciprocal", "Exp": "exp", "Log": "log",
+         "Erf": "erf", "Tanh": "tanh", "Sigmoid": "sigmoid", "Sin": "sin", "Cos": "cos", "Floor": "floor", "Ceil": "ceil",
+         "Round": "round", "Sign": "sign", "Not": "logical_not", "IsNaN": "is_nan", "IsInf": "is_inf", "Softplus": "softplus"}
+BINARY = {"Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": None, "Equal": "equal", "Less": "less",
+          "LessOrEqual": "less_equal", "Greater": "greater", "GreaterOrEqual": "greater_equal", "And": "logical_and",
+          "Or": "logical_or", "Xor": "logical_xor"}
+VARIADIC = {"Max": "maximum", "Min": "minimum", "Sum": "add"}
 
 
-def rank(node, x) -> int:
-    r = x.ndim if isinstance(x, np.ndarray) else x.shape.rank
-    if r is None:
-        raise UnsupportedError(f"{node.op_type} node '{node.name}': the rank of its input is unknown")
-    return r
+@OPS.register(tuple(UNARY))
+def _unary(tf, node, ins, at, opset):
+    return [getattr(tf.math, UNARY[node.op_type])(ins[0])]
 
 
-def dtype_of(tf, x):
-    return tf.as_dtype(x.dtype)
-
-
-def shape_of(tf, x, out=None):
-    out = out or tf.int64
-    return tf.constant(np.asarray(x.shape, dtype=out.as_numpy_dtype)) if isinstance(x, np.ndarray) else tf.shape(x, out_type=out)
-
-
-def axes_of(at_or_input, r: int) -> list[int]:
-    return [int(a) + r if int(a) < 0 else int(a) for a in np.ravel(at_or_input)]
-
-
-def axis_of(at: dict, r: int, default: int) -> int:
-    """The node's `axis` attribute (else `default`) counted from 0 in a tensor of rank `r`."""
-    return axes_of(at.get("axis", default), r)[0]
-
-
-def like(x, dtype):
-    """A numpy constant `x` in `dtype` (a tensor's), so an op may take it beside that tensor; tensors as they are."""
-    return x.astype(dtype.as_numpy_dtype) if isinstance(x, np.ndarray) and x.dtype != dtype.as_numpy_dtype else x
-
-
-def _unary(name):
-    def op(tf, node, ins, at):
-        return [getattr(tf.math, name)(ins[0])]
-    return op
-
-
-def _binary(fn):
-    def op(tf, node, ins, at):
-        a, b = ins[0], ins[1]
-        if isinstance(a, np.ndarray) != isinstance(b, np.ndarray):
-            a, b = (like(a, b.dtype), b) if isinstance(a, np.ndarray) else (a, like(b, a.dtype))
-        return [fn(tf)(a, b)]
-    return op
+@OPS.register(tuple(BINARY))
+def _binary(tf, node, ins, at, opset):
+    a, b = ins[0], ins[1]
+    if isinstance(a, np.ndarray) != isinstance(b, np.ndarray):
+        a, b = (like(a, b.dtype), b) if isinstance(a, np.ndarray) else (a, like(b, a.dtype))
+    name = BINARY[node.op_type]
+    return [(getattr(tf.math, name) if name else _div(tf))(a, b)]
 
 
 def _div(tf):
@@ -94,16 +64,16 @@ def _div(tf):
     return div
 
 
-def _variadic(name):
-    def op(tf, node, ins, at):
-        out = ins[0]
-        for x in ins[1:]:
-            out = getattr(tf.math, name)(out, x)
-        return [out]
-    return op
+@OPS.register(tuple(VARIADIC))
+def _variadic(tf, node, ins, at, opset):
+    out = ins[0]
+    for x in ins[1:]:
+        out = getattr(tf.math, VARIADIC[node.op_type])(out, x)
+    return [out]
 
 
-def _cast(tf, node, ins, at):
+@OPS.register("Cast")
+def _cast(tf, node, ins, at, opset):
     to = tf.as_dtype(ONNX_DTYPES[at["to"]])
     x = ins[0]
     if isinstance(x, np.ndarray):
@@ -111,12 +81,14 @@ def _cast(tf, node, ins, at):
     return [x if x.dtype == to else tf.cast(x, to)]
 
 
-def _cast_like(tf, node, ins, at):
+@OPS.register("CastLike")
+def _cast_like(tf, node, ins, at, opset):
     to = dtype_of(tf, ins[1])
     return [ins[0].astype(to.as_numpy_dtype) if isinstance(ins[0], np.ndarray) else tf.cast(ins[0], to)]
 
 
-def _constant(tf, node, ins, at):
+@OPS.register("Constant")
+def _constant(tf, node, ins, at, opset):
     for key in ("value", "value_float", "value_int", "value_floats", "value_ints"):
         if key in at:
             v = at[key]
@@ -128,7 +100,8 @@ def _constant(tf, node, ins, at):
     raise UnsupportedError(f"Constant node '{node.name}': no value attribute the lowering reads")
 
 
-def _shape(tf, node, ins, at):
+@OPS.register("Shape")
+def _shape(tf, node, ins, at, opset):
     x = ins[0]
     r = rank(node, x)
     start, end = at.get("start", 0), at.get("end", r)
@@ -138,11 +111,13 @@ def _shape(tf, node, ins, at):
     return [tf.shape(x, out_type=tf.int64)[start:end]]
 
 
-def _size(tf, node, ins, at):
+@OPS.register("Size")
+def _size(tf, node, ins, at, opset):
     return [tf.size(ins[0], out_type=tf.int64)]
 
 
-def _reshape(tf, node, ins, at):
+@OPS.register("Reshape")
+def _reshape(tf, node, ins, at, opset):
     x, shape = ins
     s = static(tf, shape)
     if s is not None:
@@ -166,7 +141,8 @@ def _reshape(tf, node, ins, at):
     return [tf.reshape(x, shape)]
 
 
-def _flatten(tf, node, ins, at):
+@OPS.register("Flatten")
+def _flatten(tf, node, ins, at, opset):
     x = ins[0]
     r = rank(node, x)
     axis = axis_of(at, r, 1)
@@ -175,13 +151,15 @@ def _flatten(tf, node, ins, at):
     return [tf.reshape(x, tf.stack([first, tf.reduce_prod(s[axis:])]))]
 
 
-def _transpose(tf, node, ins, at):
+@OPS.register("Transpose")
+def _transpose(tf, node, ins, at, opset):
     x = ins[0]
     perm = at.get("perm") or list(reversed(range(rank(node, x))))
     return [np.transpose(x, perm) if isinstance(x, np.ndarray) else tf.transpose(x, perm)]
 
 
-def _squeeze(tf, node, ins, at):
+@OPS.register("Squeeze")
+def _squeeze(tf, node, ins, at, opset):
     x = ins[0]
     axes = ins[1] if len(ins) > 1 and ins[1] is not None else at.get("axes")
     if axes is None:  # every size-1 dim, which must then be known
@@ -216,7 +194,8 @@ def _take(tf, x, idx, axis):
     return tf.gather(x, idx, axis=axis)
 
 
-def _unsqueeze(tf, node, ins, at):
+@OPS.register("Unsqueeze")
+def _unsqueeze(tf, node, ins, at, opset):
     x = ins[0]
     axes = ins[1] if len(ins) > 1 else at.get("axes")
     axes = sorted(axes_of(required_static(tf, node, axes, "axes"), rank(node, x) + len(np.ravel(axes))))
@@ -225,7 +204,8 @@ def _unsqueeze(tf, node, ins, at):
     return [x]
 
 
-def _concat(tf, node, ins, at):
+@OPS.register("Concat")
+def _concat(tf, node, ins, at, opset):
     xs = [x for x in ins if x is not None]
     if all(isinstance(x, np.ndarray) for x in xs):
         return [np.concatenate(xs, axis=at["axis"])]
@@ -233,7 +213,8 @@ def _concat(tf, node, ins, at):
     return [tf.concat([like(x, dt) for x in xs], at["axis"])]
 
 
-def _split(tf, node, ins, at):
+@OPS.register("Split")
+def _split(tf, node, ins, at, opset):
     x = ins[0]
     r = rank(node, x)
     axis = axis_of(at, r, 0)
@@ -249,7 +230,8 @@ def _split(tf, node, ins, at):
     return list(tf.split(x, n, axis=axis))
 
 
-def _slice(tf, node, ins, at):
+@OPS.register("Slice")
+def _slice(tf, node, ins, at, opset):
     x = ins[0]
     r = rank(node, x)
     if len(ins) == 1:  # opset < 10: attributes
@@ -306,7 +288,8 @@ def _slice(tf, node, ins, at):
     return [tf.strided_slice(x, begin, end, stride, begin_mask=begin_mask, end_mask=end_mask)]
 
 
-def _gather(tf, node, ins, at):
+@OPS.register("Gather")
+def _gather(tf, node, ins, at, opset):
     x, idx = ins
     r = rank(node, x)
     axis = axis_of(at, r, 0)
@@ -332,7 +315,8 @@ def _axis_index(tf, shape, r: int, axis: int):
     return tf.broadcast_to(line, shape)
 
 
-def _gather_elements(tf, node, ins, at):
+@OPS.register("GatherElements")
+def _gather_elements(tf, node, ins, at, opset):
     x, idx = ins
     r = rank(node, x)
     axis = axis_of(at, r, 0)
@@ -343,7 +327,8 @@ def _gather_elements(tf, node, ins, at):
     return [tf.gather_nd(x, tf.stack(coords, -1))]
 
 
-def _gather_nd(tf, node, ins, at):
+@OPS.register("GatherND")
+def _gather_nd(tf, node, ins, at, opset):
     x, idx = ins
     idx = tf.cast(idx, tf.int64)
     b = at.get("batch_dims", 0)
@@ -365,18 +350,21 @@ def _gather_nd(tf, node, ins, at):
     return [tf.reshape(y, tf.concat([ids[:-1], xs[b + k:]], 0))]
 
 
-def _expand(tf, node, ins, at):
+@OPS.register("Expand")
+def _expand(tf, node, ins, at, opset):
     x, shape = ins
     shape = tf.cast(shape, tf.int64)
     target = tf.broadcast_dynamic_shape(shape_of(tf, x), shape)
     return [tf.broadcast_to(x, target)]
 
 
-def _tile(tf, node, ins, at):
+@OPS.register("Tile")
+def _tile(tf, node, ins, at, opset):
     return [tf.tile(ins[0], tf.cast(ins[1], tf.int64))]
 
 
-def _constant_of_shape(tf, node, ins, at):
+@OPS.register("ConstantOfShape")
+def _constant_of_shape(tf, node, ins, at, opset):
     value = at.get("value", np.zeros(1, np.float32))
     value = np.ravel(value)[0]
     s = static(tf, ins[0])
@@ -385,7 +373,8 @@ def _constant_of_shape(tf, node, ins, at):
     return [tf.fill(tf.cast(ins[0], tf.int64), tf.constant(value))]
 
 
-def _range(tf, node, ins, at):
+@OPS.register("Range")
+def _range(tf, node, ins, at, opset):
     start, limit, delta = ins
     vals = [static(tf, v) for v in ins]
     if all(v is not None for v in vals):
@@ -394,7 +383,8 @@ def _range(tf, node, ins, at):
     return [tf.range(*[tf.cast(tf.reshape(v, []), dt) for v in ins])]
 
 
-def _where(tf, node, ins, at):
+@OPS.register("Where")
+def _where(tf, node, ins, at, opset):
     c, a, b = ins
     if not isinstance(a, np.ndarray) or not isinstance(b, np.ndarray):
         dt = dtype_of(tf, a if not isinstance(a, np.ndarray) else b)
@@ -402,7 +392,8 @@ def _where(tf, node, ins, at):
     return [tf.where(c, a, b)]
 
 
-def _clip(tf, node, ins, at):
+@OPS.register("Clip")
+def _clip(tf, node, ins, at, opset):
     x = ins[0]
     lo = ins[1] if len(ins) > 1 else at.get("min")
     hi = ins[2] if len(ins) > 2 else at.get("max")
@@ -414,36 +405,40 @@ def _clip(tf, node, ins, at):
     return [x]
 
 
-def _reduce(name):
-    def op(tf, node, ins, at):
-        x = ins[0]
-        axes = ins[1] if len(ins) > 1 and ins[1] is not None else at.get("axes")
-        keep = bool(at.get("keepdims", 1))
-        if axes is not None:
-            axes = axes_of(axes if isinstance(axes, list) else required_static(tf, node, axes, "axes"), rank(node, x))
-        if not axes:
-            if at.get("noop_with_empty_axes", 0):
-                return [x]
-            axes = None
-        return [getattr(tf.math, name)(x, axis=axes, keepdims=keep)]
-    return op
+REDUCE = {"ReduceMean": "reduce_mean", "ReduceSum": "reduce_sum", "ReduceMax": "reduce_max", "ReduceMin": "reduce_min",
+          "ReduceProd": "reduce_prod"}
 
 
-def _arg(name):
-    def op(tf, node, ins, at):
-        x = ins[0]
-        r = rank(node, x)
-        axis = axis_of(at, r, 0)
-        if at.get("select_last_index", 0):
-            n = shape_of(tf, x)[axis]
-            y = n - 1 - getattr(tf.math, name)(tf.reverse(x, [axis]), axis=axis, output_type=tf.int64)
-        else:
-            y = getattr(tf.math, name)(x, axis=axis, output_type=tf.int64)
-        return [tf.expand_dims(y, axis) if at.get("keepdims", 1) else y]
-    return op
+@OPS.register(tuple(REDUCE))
+def _reduce(tf, node, ins, at, opset):
+    x = ins[0]
+    axes = ins[1] if len(ins) > 1 and ins[1] is not None else at.get("axes")
+    keep = bool(at.get("keepdims", 1))
+    if axes is not None:
+        axes = axes_of(axes if isinstance(axes, list) else required_static(tf, node, axes, "axes"), rank(node, x))
+    if not axes:
+        if at.get("noop_with_empty_axes", 0):
+            return [x]
+        axes = None
+    return [getattr(tf.math, REDUCE[node.op_type])(x, axis=axes, keepdims=keep)]
 
 
-def _one_hot(tf, node, ins, at):
+@OPS.register(("ArgMax", "ArgMin"))
+def _arg(tf, node, ins, at, opset):
+    name = node.op_type.lower()  # argmax, argmin
+    x = ins[0]
+    r = rank(node, x)
+    axis = axis_of(at, r, 0)
+    if at.get("select_last_index", 0):
+        n = shape_of(tf, x)[axis]
+        y = n - 1 - getattr(tf.math, name)(tf.reverse(x, [axis]), axis=axis, output_type=tf.int64)
+    else:
+        y = getattr(tf.math, name)(x, axis=axis, output_type=tf.int64)
+    return [tf.expand_dims(y, axis) if at.get("keepdims", 1) else y]
+
+
+@OPS.register("OneHot")
+def _one_hot(tf, node, ins, at, opset):
     idx, depth, values = ins
     axis = at.get("axis", -1)
     depth = tf.cast(tf.reshape(depth, []), tf.int32)
@@ -452,43 +447,24 @@ def _one_hot(tf, node, ins, at):
     return [tf.one_hot(idx, depth, on_value=values[1], off_value=values[0], axis=axis)]
 
 
-def _scatter_nd(tf, node, ins, at):
+@OPS.register("ScatterND")
+def _scatter_nd(tf, node, ins, at, opset):
     if at.get("reduction", "none") != "none":
         raise UnsupportedError(f"ScatterND node '{node.name}': reduction '{at['reduction']}' is not lowered")
     return [tf.tensor_scatter_nd_update(ins[0], tf.cast(ins[1], tf.int64), ins[2])]
 
 
-def _identity(tf, node, ins, at):
+@OPS.register("Identity")
+def _identity(tf, node, ins, at, opset):
     return [ins[0]]
 
 
-def _relu(tf, node, ins, at):
+@OPS.register("Relu")
+def _relu(tf, node, ins, at, opset):
     return [tf.nn.relu(ins[0])]
 
 
-def _dropout(tf, node, ins, at):
+@OPS.register("Dropout")
+def _dropout(tf, node, ins, at, opset):
     return [ins[0], tf.ones_like(ins[0], tf.bool)][:len(node.output)]
 
-
-OPS = {
-    "Identity": _identity, "Constant": _constant, "Cast": _cast, "CastLike": _cast_like, "Dropout": _dropout,
-    "Add": _binary(lambda tf: tf.math.add), "Sub": _binary(lambda tf: tf.math.subtract),
-    "Mul": _binary(lambda tf: tf.math.multiply), "Div": _binary(_div), "Equal": _binary(lambda tf: tf.math.equal),
-    "Less": _binary(lambda tf: tf.math.less), "LessOrEqual": _binary(lambda tf: tf.math.less_equal),
-    "Greater": _binary(lambda tf: tf.math.greater), "GreaterOrEqual": _binary(lambda tf: tf.math.greater_equal),
-    "And": _binary(lambda tf: tf.math.logical_and), "Or": _binary(lambda tf: tf.math.logical_or),
-    "Xor": _binary(lambda tf: tf.math.logical_xor), "Max": _variadic("maximum"), "Min": _variadic("minimum"),
-    "Sum": _variadic("add"), "Neg": _unary("negative"), "Abs": _unary("abs"), "Sqrt": _unary("sqrt"),
-    "Reciprocal": _unary("reciprocal"), "Exp": _unary("exp"), "Log": _unary("log"), "Erf": _unary("erf"),
-    "Tanh": _unary("tanh"), "Sigmoid": _unary("sigmoid"), "Sin": _unary("sin"), "Cos": _unary("cos"),
-    "Floor": _unary("floor"), "Ceil": _unary("ceil"), "Round": _unary("round"), "Sign": _unary("sign"),
-    "Not": _unary("logical_not"), "IsNaN": _unary("is_nan"), "IsInf": _unary("is_inf"),
-    "Softplus": _unary("softplus"), "Relu": _relu, "Clip": _clip, "Where": _where, "Shape": _shape,
-    "Size": _size, "Reshape": _reshape, "Flatten": _flatten, "Transpose": _transpose, "Squeeze": _squeeze,
-    "Unsqueeze": _unsqueeze, "Concat": _concat, "Split": _split, "Slice": _slice, "Gather": _gather,
-    "GatherElements": _gather_elements, "GatherND": _gather_nd, "Expand": _expand, "Tile": _tile,
-    "ConstantOfShape": _constant_of_shape, "Range": _range, "ReduceMean": _reduce("reduce_mean"),
-    "ReduceSum": _reduce("reduce_sum"), "ReduceMax": _reduce("reduce_max"), "ReduceMin": _reduce("reduce_min"),
-    "ReduceProd": _reduce("reduce_prod"), "ArgMax": _arg("argmax"), "ArgMin": _arg("argmin"), "OneHot": _one_hot,
-    "ScatterND": _scatter_nd,
-}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modelport.emitters.pytorch_code.registry import converter
+from modelport.emitters.pytorch_code.registry import CONVERTERS
 
 SIMPLE = {"Relu": "torch.relu", "Sigmoid": "torch.sigmoid", "Tanh": "torch.tanh", "Softsign": "F.softsign",
           "Softplus": "F.softplus", "HardSwish": "F.hardswish", "Mish": "F.mish"}
@@ -10,7 +10,7 @@ SELU_ALPHA = 1.67326319217681884765625
 SELU_GAMMA = 1.05070102214813232421875
 
 
-@converter(tuple(SIMPLE))
+@CONVERTERS.register(tuple(SIMPLE))
 def simple(n):
     fn = SIMPLE[n.op_type]
     if fn.startswith("F."):
@@ -18,26 +18,26 @@ def simple(n):
     n.emit(f"{fn}({n.t(0)})")
 
 
-@converter("LeakyRelu")
+@CONVERTERS.register("LeakyRelu")
 def leaky_relu(n):
     n.use("F")
     n.emit(f"F.leaky_relu({n.t(0)}, {n.gen.literal(n.attr('alpha', 0.01))})")
 
 
-@converter("Elu")
+@CONVERTERS.register("Elu")
 def elu(n):
     n.use("F")
     alpha = n.attr("alpha", 1.0)
     n.emit(f"F.elu({n.t(0)})" if alpha == 1.0 else f"F.elu({n.t(0)}, alpha={n.gen.literal(alpha)})")
 
 
-@converter("Celu")
+@CONVERTERS.register("Celu")
 def celu(n):
     n.use("F")
     n.emit(f"F.celu({n.t(0)}, alpha={n.gen.literal(n.attr('alpha', 1.0))})")
 
 
-@converter("Selu")
+@CONVERTERS.register("Selu")
 def selu(n):
     alpha, gamma = n.attr("alpha", SELU_ALPHA), n.attr("gamma", SELU_GAMMA)
     x = n.t(0)
@@ -49,39 +49,39 @@ def selu(n):
         n.emit(f"{g} * torch.where({x} > 0, {x}, {a} * (torch.exp({x}) - 1))")
 
 
-@converter("Gelu")
+@CONVERTERS.register("Gelu")
 def gelu(n):
     n.use("F")
     approx = n.attr("approximate", "none")
     n.emit(f"F.gelu({n.t(0)})" if approx == "none" else f'F.gelu({n.t(0)}, approximate="tanh")')
 
 
-@converter("HardSigmoid")
+@CONVERTERS.register("HardSigmoid")
 def hard_sigmoid(n):
     alpha, beta = n.attr("alpha", 0.2), n.attr("beta", 0.5)
     n.emit(f"torch.clamp({n.t(0)} * {n.gen.literal(alpha)} + {n.gen.literal(beta)}, 0, 1)")
 
 
-@converter("PRelu")
+@CONVERTERS.register("PRelu")
 def prelu(n):
     x = n.t(0)
     n.emit(f"torch.where({x} < 0, {x} * {n.t(1)}, {x})")
 
 
-@converter("ThresholdedRelu")
+@CONVERTERS.register("ThresholdedRelu")
 def thresholded_relu(n):
     x = n.t(0)
     n.emit(f"torch.where({x} > {n.gen.literal(n.attr('alpha', 1.0))}, {x}, 0)")
 
 
-@converter("Shrink")
+@CONVERTERS.register("Shrink")
 def shrink(n):
     x = n.t(0)
     lambd, bias = n.gen.literal(n.attr("lambd", 0.5)), n.gen.literal(n.attr("bias", 0.0))
     n.emit(f"torch.where({x} < -{lambd}, {x} + {bias}, torch.where({x} > {lambd}, {x} - {bias}, 0)).to({x}.dtype)")
 
 
-@converter("Swish")
+@CONVERTERS.register("Swish")
 def swish(n):
     x = n.t(0)
     alpha = n.attr("alpha", 1.0)
@@ -104,17 +104,17 @@ def _softmax(n, fn: str):
            f"torch.{fn}({x}.reshape(1, -1), dim=-1).reshape({x}.shape)")
 
 
-@converter("Softmax")
+@CONVERTERS.register("Softmax")
 def softmax(n):
     _softmax(n, "softmax")
 
 
-@converter("LogSoftmax")
+@CONVERTERS.register("LogSoftmax")
 def log_softmax(n):
     _softmax(n, "log_softmax")
 
 
-@converter("Hardmax")
+@CONVERTERS.register("Hardmax")
 def hardmax(n):
     x = n.t(0)
     if n.opset < 13:

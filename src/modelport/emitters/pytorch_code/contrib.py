@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from modelport.emitters.pytorch_code.registry import converter
+from modelport.emitters.pytorch_code.registry import CONVERTERS
 
 MS = "com.microsoft"
 
@@ -41,7 +41,7 @@ def _attention_call(n, q: str, k: str, v: str, masks: list[str]) -> None:
     n.emit(f"{n.helper('ort_attention')}({q}, {k}, {v}, {', '.join(opts)})")
 
 
-@converter("Attention", domain=MS)
+@CONVERTERS.register("Attention", domain=MS)
 def attention(n):
     """com.microsoft.Attention: packed QKV projection of the input, then attention over heads."""
     _only_first_output(n)
@@ -70,7 +70,7 @@ def attention(n):
     _attention_call(n, f"{qkv}[0]", f"{qkv}[1]", f"{qkv}[2]", masks)
 
 
-@converter("MultiHeadAttention", domain=MS)
+@CONVERTERS.register("MultiHeadAttention", domain=MS)
 def multi_head_attention(n):
     """com.microsoft.MultiHeadAttention with 3-D query, key and value (bias optional)."""
     _only_first_output(n)
@@ -92,20 +92,20 @@ def multi_head_attention(n):
     _attention_call(n, q, k, v, masks)
 
 
-@converter("Gelu", domain=MS)
+@CONVERTERS.register("Gelu", domain=MS)
 def gelu(n):
     n.use("F")
     n.emit(f"F.gelu({n.t(0)})")
 
 
-@converter(("BiasGelu", "FastGelu"), domain=MS)
+@CONVERTERS.register(("BiasGelu", "FastGelu"), domain=MS)
 def bias_gelu(n):
     n.use("F")
     x = f"{n.t(0)} + {n.t(1)}" if n.has(1) else n.t(0)
     n.emit(f"F.gelu({x})" if n.op_type == "BiasGelu" else f'F.gelu({x}, approximate="tanh")')
 
 
-@converter("FusedMatMul", domain=MS)
+@CONVERTERS.register("FusedMatMul", domain=MS)
 def fused_matmul(n):
     """alpha * op(A) @ op(B), op a transpose of the last two axes."""
     if n.attr("transBatchA", 0) or n.attr("transBatchB", 0):
@@ -116,7 +116,7 @@ def fused_matmul(n):
     n.emit(f"{a} @ {b}" if alpha == 1.0 else f"{n.gen.literal(alpha)} * ({a} @ {b})")
 
 
-@converter("SkipLayerNormalization", domain=MS)
+@CONVERTERS.register("SkipLayerNormalization", domain=MS)
 def skip_layer_norm(n):
     """LayerNorm(input + skip (+ bias)) * gamma (+ beta); output 3 is the sum itself."""
     if n.used(1) or n.used(2):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from modelport.emitters.pytorch_code.codegen import Value, identifier
-from modelport.emitters.pytorch_code.registry import converter
+from modelport.emitters.pytorch_code.registry import CONVERTERS
 
 
 def _body_hint(n, suffix: str) -> str:
@@ -26,7 +26,7 @@ def _true_const(n, i: int) -> bool:
     return c is not None and bool(np.asarray(c).reshape(-1)[0])
 
 
-@converter("Loop")
+@CONVERTERS.register("Loop")
 def loop(n):
     from modelport.emitters.pytorch_code.generator import BodyGenerator
 
@@ -116,7 +116,7 @@ def _const_true_output(graph, name: str) -> bool:
     return False
 
 
-@converter("If")
+@CONVERTERS.register("If")
 def if_(n):
     from modelport.emitters.pytorch_code.generator import BodyGenerator
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from modelport.emitters.pytorch_code.registry import converter
+from modelport.emitters.pytorch_code.registry import CONVERTERS
 
 
 def tup(values) -> str:
@@ -63,7 +63,7 @@ def _weight_and_dims(n, what: str):
     return w, nd
 
 
-@converter("Conv")
+@CONVERTERS.register("Conv")
 def conv(n):
     w, nd = _weight_and_dims(n, "convolution")
     kernel = n.attr("kernel_shape") or (list(w.shape[2:]) if w is not None else (n.static_shape(1) or [None])[2:])
@@ -110,7 +110,7 @@ def _pad_input(n, x: str, pads: list[int]) -> tuple[str, list[int]]:
     return f"F.pad({x}, {_pad_list(flat)})", [0] * nd
 
 
-@converter("ConvTranspose")
+@CONVERTERS.register("ConvTranspose")
 def conv_transpose(n):
     w, nd = _weight_and_dims(n, "transposed convolution")
     wshape = list(w.shape) if w is not None else n.static_shape(1)

@@ -7,7 +7,7 @@ so reshapes built from it remain dynamic.
 from __future__ import annotations
 
 from modelport.emitters.pytorch_code.codegen import torch_dtype
-from modelport.emitters.pytorch_code.registry import converter
+from modelport.emitters.pytorch_code.registry import CONVERTERS
 
 BINARY = {"Add": "+", "Sub": "-", "Mul": "*"}
 COMPARE = {"Equal": "==", "Greater": ">", "Less": "<", "GreaterOrEqual": ">=", "LessOrEqual": "<="}
@@ -53,14 +53,14 @@ def _shape_arith(n, op: str) -> bool:
     return True
 
 
-@converter(("Add", "Sub", "Mul"))
+@CONVERTERS.register(("Add", "Sub", "Mul"))
 def binary(n):
     if _shape_arith(n, n.op_type):
         return
     n.emit(f"{n.operand(0, 1)} {BINARY[n.op_type]} {n.operand(1, 0)}")
 
 
-@converter("Div")
+@CONVERTERS.register("Div")
 def div(n):
     if _shape_arith(n, "Div"):
         return
@@ -70,7 +70,7 @@ def div(n):
         n.emit(f"{n.operand(0, 1)} / {n.operand(1, 0)}")
 
 
-@converter("Pow")
+@CONVERTERS.register("Pow")
 def pow_(n):
     expr = f"torch.pow({n.t(0)}, {n.operand(1, 0)})"
     if n.dtype(0) and n.dtype(1) and n.dtype(0) != n.dtype(1):
@@ -78,34 +78,34 @@ def pow_(n):
     n.emit(expr)
 
 
-@converter("Mod")
+@CONVERTERS.register("Mod")
 def mod(n):
     fn = "torch.fmod" if n.attr("fmod", 0) else "torch.remainder"
     n.emit(f"{fn}({n.t(0)}, {n.t(1)})")
 
 
-@converter(tuple(COMPARE))
+@CONVERTERS.register(tuple(COMPARE))
 def compare(n):
     n.emit(f"{n.operand(0, 1)} {COMPARE[n.op_type]} {n.operand(1, 0)}")
 
 
-@converter(tuple(LOGIC))
+@CONVERTERS.register(tuple(LOGIC))
 def logic(n):
     n.emit(f"{LOGIC[n.op_type]}({n.t(0)}, {n.t(1)})")
 
 
-@converter("BitShift")
+@CONVERTERS.register("BitShift")
 def bitshift(n):
     fn = "torch.bitwise_left_shift" if n.attr("direction") == "LEFT" else "torch.bitwise_right_shift"
     n.emit(f"{fn}({n.t(0)}, {n.t(1)})")
 
 
-@converter(tuple(UNARY))
+@CONVERTERS.register(tuple(UNARY))
 def unary(n):
     n.emit(f"{UNARY[n.op_type]}({n.t(0)})")
 
 
-@converter("IsInf")
+@CONVERTERS.register("IsInf")
 def isinf(n):
     pos, neg = n.attr("detect_positive", 1), n.attr("detect_negative", 1)
     x = n.t(0)
@@ -119,7 +119,7 @@ def isinf(n):
         n.emit(f"torch.zeros_like({x}, dtype=torch.bool)")
 
 
-@converter("Where")
+@CONVERTERS.register("Where")
 def where(n):
     n.emit(f"torch.where({n.t(0)}, {n.t(1)}, {n.t(2)})")
 
@@ -132,7 +132,7 @@ def _fold(n, fn: str) -> str:
     return expr
 
 
-@converter("Max")
+@CONVERTERS.register("Max")
 def maximum(n):
     if len(n.inputs) == 2 and all(n.kind(i) in ("int", "const") for i in range(2)) and "int" in (n.kind(0), n.kind(1)):
         n.emit_int(f"max({n.scalar(0)}, {n.scalar(1)})")
@@ -140,7 +140,7 @@ def maximum(n):
     n.emit(_fold(n, "torch.maximum"))
 
 
-@converter("Min")
+@CONVERTERS.register("Min")
 def minimum(n):
     if len(n.inputs) == 2 and all(n.kind(i) in ("int", "const") for i in range(2)) and "int" in (n.kind(0), n.kind(1)):
         n.emit_int(f"min({n.scalar(0)}, {n.scalar(1)})")
@@ -148,18 +148,18 @@ def minimum(n):
     n.emit(_fold(n, "torch.minimum"))
 
 
-@converter("Sum")
+@CONVERTERS.register("Sum")
 def sum_(n):
     n.emit(" + ".join(n.t(i) for i in range(len(n.inputs)) if n.has(i)))
 
 
-@converter("Mean")
+@CONVERTERS.register("Mean")
 def mean(n):
     args = [n.t(i) for i in range(len(n.inputs)) if n.has(i)]
     n.emit(f"({' + '.join(args)}) / {len(args)}" if len(args) > 1 else args[0])
 
 
-@converter("Clip", since=11)
+@CONVERTERS.register("Clip", since=11)
 def clip(n):
     lo = n.scalar(1) if n.has(1) and n.const(1) is not None else (n.t(1) if n.has(1) else None)
     hi = n.scalar(2) if n.has(2) and n.const(2) is not None else (n.t(2) if n.has(2) else None)
@@ -179,14 +179,14 @@ def clip(n):
     n.emit(f"torch.clamp({', '.join(args)})")
 
 
-@converter("Clip", until=10)
+@CONVERTERS.register("Clip", until=10)
 def clip_attrs(n):
     lo, hi = n.attr("min"), n.attr("max")
     args = [n.t(0)] + ([f"min={n.gen.literal(lo)}"] if lo is not None else []) + ([f"max={n.gen.literal(hi)}"] if hi is not None else [])
     n.emit(f"torch.clamp({', '.join(args)})")
 
 
-@converter("Cast")
+@CONVERTERS.register("Cast")
 def cast(n):
     from modelport.emitters.pytorch_code.codegen import ONNX_DTYPES
 
@@ -203,12 +203,12 @@ def cast(n):
     n.emit(f"{n.t(0)}.to({torch_dtype(ONNX_DTYPES[to])})")
 
 
-@converter("CastLike")
+@CONVERTERS.register("CastLike")
 def cast_like(n):
     n.emit(f"{n.t(0)}.to({n.t(1)}.dtype)")
 
 
-@converter(("Identity", "Dropout"))
+@CONVERTERS.register(("Identity", "Dropout"))
 def identity(n):
     if n.op_type == "Dropout":
         if n.has(2) and (n.const(2) is None or bool(n.const(2).reshape(-1)[0])):

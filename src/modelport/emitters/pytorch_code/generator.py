@@ -11,6 +11,7 @@ from collections import Counter, defaultdict
 
 import numpy as np
 
+from modelport.emitters.op_registry import OpRegistry
 from modelport.emitters.pytorch_code.codegen import (
     ONNX_DTYPES,
     Module,
@@ -23,7 +24,7 @@ from modelport.emitters.pytorch_code.codegen import (
     snake,
     torch_dtype,
 )
-from modelport.emitters.pytorch_code.registry import ConverterTable, default_table
+from modelport.emitters.pytorch_code.registry import default_table
 
 NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
 OP_HINTS = {"Slice": "sliced", "Range": "positions", "Max": "maximum", "Min": "minimum", "Sum": "total",
@@ -137,7 +138,7 @@ def constant_value(node) -> np.ndarray:
 
 
 class Generator:
-    def __init__(self, model, *, registry: ConverterTable | None = None):
+    def __init__(self, model, *, registry: OpRegistry | None = None):
         self.model = _infer(model)
         self.graph = self.model.graph
         self.registry = registry or default_table()
@@ -218,7 +219,7 @@ class Generator:
             if node.op_type == "Constant" and not node.domain:
                 continue
             domain = node.domain or ""
-            if self.registry.find(domain, node.op_type, self.opsets.get(domain, 1)) is None:
+            if self.registry.find(node.op_type, self.opsets.get(domain, 1), domain) is None:
                 label = node.op_type if domain in ("", "ai.onnx") else f"{domain}.{node.op_type}"
                 missing.append((node.name or (node.output[0] if node.output else label), label))
         return missing
@@ -294,7 +295,7 @@ class Generator:
                 raise NotConvertible(f"input '{i}' is not produced by any earlier node")
         domain = node.domain or ""
         opset = self.opsets.get(domain, 1)
-        converter = self.registry.lookup(domain, node.op_type, opset)
+        converter = self.registry.lookup(node.op_type, opset, domain)
         converter.fn(NodeView(self, node, opset))
         for o in node.output:
             if o and o in self.live_values and o not in self.values:

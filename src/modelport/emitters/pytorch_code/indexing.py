@@ -7,7 +7,7 @@ indexing lacks, flip the axis first.
 from __future__ import annotations
 
 from modelport.emitters.pytorch_code.codegen import literal
-from modelport.emitters.pytorch_code.registry import converter
+from modelport.emitters.pytorch_code.registry import CONVERTERS
 
 BIG = 1 << 62
 
@@ -26,7 +26,7 @@ def _part(n, i: int, k: int) -> str | None:
     return None
 
 
-@converter("Slice")
+@CONVERTERS.register("Slice")
 def slice_(n):
     if n.opset >= 10:
         axes = n.const_ints(3) if n.has(3) else None
@@ -132,7 +132,7 @@ def _runtime_slice(n):
     n.emit(f"{n.helper('onnx_slice')}({', '.join(args)})")
 
 
-@converter("Gather")
+@CONVERTERS.register("Gather")
 def gather(n):
     axis = n.attr("axis", 0)
     idx = n.const(1)
@@ -170,14 +170,14 @@ def _nonneg(n, i: int, data: str, axis) -> str:
     return f"torch.where({idx} < 0, {idx} + {data}.shape[{axis}], {idx})"
 
 
-@converter("GatherElements")
+@CONVERTERS.register("GatherElements")
 def gather_elements(n):
     axis = n.attr("axis", 0)
     x = n.t(0)
     n.emit(f"torch.gather({x}, {axis}, {_nonneg(n, 1, x, axis)})")
 
 
-@converter("GatherND")
+@CONVERTERS.register("GatherND")
 def gather_nd(n):
     n.emit(f"{n.helper('gather_nd')}({n.t(0)}, {n.t(1)}, batch_dims={n.attr('batch_dims', 0)})")
 
@@ -185,7 +185,7 @@ def gather_nd(n):
 REDUCTIONS = {"none": None, "add": "sum", "mul": "prod", "max": "amax", "min": "amin"}
 
 
-@converter(("ScatterElements", "Scatter"))
+@CONVERTERS.register(("ScatterElements", "Scatter"))
 def scatter_elements(n):
     axis = n.attr("axis", 0)
     red = n.attr("reduction", "none")
@@ -199,7 +199,7 @@ def scatter_elements(n):
         n.fail(f"reduction '{red}'")
 
 
-@converter("ScatterND")
+@CONVERTERS.register("ScatterND")
 def scatter_nd(n):
     red = n.attr("reduction", "none")
     if red not in ("none", "add", "mul", "max", "min"):
@@ -207,7 +207,7 @@ def scatter_nd(n):
     n.emit(f'{n.helper("scatter_nd")}({n.t(0)}, {n.t(1)}, {n.t(2)}, reduction="{red}")')
 
 
-@converter("TopK", since=10)
+@CONVERTERS.register("TopK", since=10)
 def topk(n):
     axis = n.attr("axis", -1)
     largest = bool(n.attr("largest", 1))
@@ -229,12 +229,12 @@ def topk(n):
             n.emit(f"{name}[{index}:{k}{tail}]", j)
 
 
-@converter("NonZero")
+@CONVERTERS.register("NonZero")
 def nonzero(n):
     n.emit(f"torch.nonzero({n.t(0)}).T")
 
 
-@converter("CumSum")
+@CONVERTERS.register("CumSum")
 def cumsum(n):
     x = n.t(0)
     axis = n.scalar(1)
@@ -250,7 +250,7 @@ def cumsum(n):
     n.emit(expr)
 
 
-@converter("OneHot")
+@CONVERTERS.register("OneHot")
 def one_hot(n):
     axis = n.attr("axis", -1)
     n.emit(f"{n.helper('onnx_one_hot')}({n.t(0)}, {n.scalar(1)}, {n.t(2)}, axis={axis})")

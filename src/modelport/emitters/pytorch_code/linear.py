@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from modelport.emitters.pytorch_code.registry import converter
+from modelport.emitters.pytorch_code.registry import CONVERTERS
 
 
 def _linear(n, hint_input: int, weight: np.ndarray, bias: np.ndarray | None) -> str:
@@ -23,7 +23,7 @@ def _bias_vector(c: np.ndarray | None, out_f: int) -> bool:
     return c is not None and c.size in (1, out_f) and (c.ndim <= 1 or all(d == 1 for d in c.shape[:-1]))
 
 
-@converter("Gemm")
+@CONVERTERS.register("Gemm")
 def gemm(n):
     alpha, beta = n.attr("alpha", 1.0), n.attr("beta", 1.0)
     ta, tb = n.attr("transA", 0), n.attr("transB", 0)
@@ -45,7 +45,7 @@ def gemm(n):
     n.emit(expr)
 
 
-@converter("MatMul")
+@CONVERTERS.register("MatMul")
 def matmul(n):
     w = n.const(1)
     if w is not None and w.ndim == 2 and w.dtype.kind == "f" and n.kind(0) == "tensor":
@@ -68,14 +68,14 @@ def matmul(n):
     n.emit(f"{n.t(0)} @ {n.t(1)}")
 
 
-@converter("Einsum")
+@CONVERTERS.register("Einsum")
 def einsum(n):
     eq = n.attr("equation").replace(" ", "")
     args = ", ".join(n.t(i) for i in range(len(n.inputs)))
     n.emit(f'torch.einsum("{eq}", {args})')
 
 
-@converter("Attention")
+@CONVERTERS.register("Attention")
 def attention(n):
     """ONNX Attention (opset 23): a call to the `onnx_attention` helper."""
     args = [n.t(i) for i in range(3)]

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from modelport.emitters.pytorch_code.registry import converter
+from modelport.emitters.pytorch_code.registry import CONVERTERS
 
 
-@converter("BatchNormalization")
+@CONVERTERS.register("BatchNormalization")
 def batch_norm(n):
     if n.attr("training_mode", 0) or any(n.used(j) for j in range(1, len(n.outputs))):
         _batch_norm_training(n)
@@ -68,7 +68,7 @@ def _norm_dims(x: str, axis: int, rank: int | None) -> str:
     return "(" + ", ".join(str(d) for d in dims) + ("," if len(dims) == 1 else "") + ")"
 
 
-@converter("LayerNormalization")
+@CONVERTERS.register("LayerNormalization")
 def layer_norm(n):
     axis = n.attr("axis", -1)
     eps = n.attr("epsilon", 1e-5)
@@ -113,7 +113,7 @@ def layer_norm(n):
         n.emit(inv_std, 2)
 
 
-@converter("RMSNormalization")
+@CONVERTERS.register("RMSNormalization")
 def rms_norm(n):
     axis = n.attr("axis", -1)
     eps = n.attr("epsilon", 1e-5)
@@ -129,7 +129,7 @@ def rms_norm(n):
     n.emit(f"{expr} * {n.t(1)}")
 
 
-@converter("InstanceNormalization")
+@CONVERTERS.register("InstanceNormalization")
 def instance_norm(n):
     eps = n.attr("epsilon", 1e-5)
     n.use("F")
@@ -137,7 +137,7 @@ def instance_norm(n):
     n.emit(f"F.instance_norm({n.t(0)}, weight={n.t(1)}, bias={n.t(2)}{eps_arg})")
 
 
-@converter("GroupNormalization")
+@CONVERTERS.register("GroupNormalization")
 def group_norm(n):
     groups = n.attr("num_groups")
     eps = n.attr("epsilon", 1e-5)
@@ -162,7 +162,7 @@ def group_norm(n):
     n.emit(f"F.group_norm({n.t(0)}, {groups}, {n.t(1)}, {n.t(2)}{eps_arg})")
 
 
-@converter("LpNormalization")
+@CONVERTERS.register("LpNormalization")
 def lp_norm(n):
     p = n.attr("p", 2)
     axis = n.attr("axis", -1)
@@ -170,7 +170,7 @@ def lp_norm(n):
     n.emit(f"{x} / torch.linalg.vector_norm({x}, ord={p}, dim={axis}, keepdim=True)")
 
 
-@converter("LRN")
+@CONVERTERS.register("LRN")
 def lrn(n):
     n.use("F")
     size = n.attr("size")
@@ -179,7 +179,7 @@ def lrn(n):
     n.emit(f"F.local_response_norm({n.t(0)}, {size}, alpha={lit(alpha)}, beta={lit(beta)}, k={lit(bias)})")
 
 
-@converter("MeanVarianceNormalization")
+@CONVERTERS.register("MeanVarianceNormalization")
 def mvn(n):
     axes = n.attr("axes", [0, 2, 3])
     x = n.t(0)

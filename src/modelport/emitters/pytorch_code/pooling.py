@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from modelport.emitters.pytorch_code.codegen import literal
 from modelport.emitters.pytorch_code.conv import resolve_pads, tup
-from modelport.emitters.pytorch_code.registry import converter
+from modelport.emitters.pytorch_code.registry import CONVERTERS
 
 
 def _spatial(n) -> int:
@@ -25,7 +25,7 @@ def _explicit_pad(n, x: str, pads: list[int], value: str | None) -> str:
     return f"F.pad({x}, ({', '.join(str(v) for v in flat)}){val})"
 
 
-@converter("MaxPool")
+@CONVERTERS.register("MaxPool")
 def max_pool(n):
     nd = _spatial(n)
     n.use("F")
@@ -65,7 +65,7 @@ def max_pool(n):
     n.emit(f"{n.helper('onnx_max_pool_indices')}({x}, {where}{order})", 1)
 
 
-@converter("AveragePool")
+@CONVERTERS.register("AveragePool")
 def avg_pool(n):
     nd = _spatial(n)
     n.use("F")
@@ -109,23 +109,23 @@ def _spatial_dims(n) -> str:
     return "(" + ", ".join(str(d) for d in range(2, rank)) + ("," if rank == 3 else "") + ")"
 
 
-@converter("GlobalAveragePool")
+@CONVERTERS.register("GlobalAveragePool")
 def global_avg_pool(n):
     n.emit(f"{n.t(0)}.mean(dim={_spatial_dims(n)}, keepdim=True)")
 
 
-@converter("GlobalMaxPool")
+@CONVERTERS.register("GlobalMaxPool")
 def global_max_pool(n):
     n.emit(f"{n.t(0)}.amax(dim={_spatial_dims(n)}, keepdim=True)")
 
 
-@converter("GlobalLpPool")
+@CONVERTERS.register("GlobalLpPool")
 def global_lp_pool(n):
     p = n.attr("p", 2)
     n.emit(f"{n.t(0)}.abs().pow({p}).sum(dim={_spatial_dims(n)}, keepdim=True).pow(1 / {p})")
 
 
-@converter("LpPool")
+@CONVERTERS.register("LpPool")
 def lp_pool(n):
     nd = _spatial(n)
     n.use("F")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modelport.emitters.pytorch_code.registry import converter
+from modelport.emitters.pytorch_code.registry import CONVERTERS
 
 # op -> (expression template on {x}, torch method applied to it, post-processing template)
 REDUCE = {
@@ -31,7 +31,7 @@ def _axes(n) -> list[int] | None:
     return n.attr("axes")
 
 
-@converter(tuple(REDUCE))
+@CONVERTERS.register(tuple(REDUCE))
 def reduce(n):
     pre, method, post = REDUCE[n.op_type]
     keep = bool(n.attr("keepdims", 1))
@@ -84,7 +84,7 @@ def reduce(n):
     n.emit(post.format(r=expr))
 
 
-@converter(("ArgMax", "ArgMin"))
+@CONVERTERS.register(("ArgMax", "ArgMin"))
 def arg_reduce(n):
     axis = n.attr("axis", 0)
     keep = bool(n.attr("keepdims", 1))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from modelport.emitters.pytorch_code.codegen import literal
-from modelport.emitters.pytorch_code.registry import converter
+from modelport.emitters.pytorch_code.registry import CONVERTERS
 
 TORCH_MODES = {("linear", 3): "linear", ("linear", 4): "bilinear", ("linear", 5): "trilinear", ("cubic", 4): "bicubic"}
 
@@ -47,7 +47,7 @@ def _interpolate_mode(n, mode: str, coord: str, rank: int | None) -> tuple[str, 
     return None
 
 
-@converter(("Resize", "Upsample"))
+@CONVERTERS.register(("Resize", "Upsample"))
 def resize(n):
     rank = n.rank(0)
     x = n.t(0)
@@ -180,7 +180,7 @@ def _compact(values: list) -> str:
 GRID_MODES = {"linear": "bilinear", "bilinear": "bilinear", "nearest": "nearest", "cubic": "bicubic", "bicubic": "bicubic"}
 
 
-@converter("GridSample")
+@CONVERTERS.register("GridSample")
 def grid_sample(n):
     mode = GRID_MODES.get(n.attr("mode", "linear" if n.opset >= 20 else "bilinear"))
     padding = n.attr("padding_mode", "zeros")

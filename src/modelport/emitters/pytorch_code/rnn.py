@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from modelport.emitters.pytorch_code.registry import converter
+from modelport.emitters.pytorch_code.registry import CONVERTERS
 
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 TORCH_ORDER = {"LSTM": [0, 2, 3, 1], "GRU": [1, 0, 2], "RNN": [0]}
@@ -63,7 +63,7 @@ def _full_lengths(n) -> bool:
     return bool((lens == steps).all())
 
 
-@converter(("LSTM", "GRU", "RNN"))
+@CONVERTERS.register(("LSTM", "GRU", "RNN"))
 def recurrent(n):
     op = n.op_type
     hidden = n.attr("hidden_size")

@@ -9,14 +9,14 @@ from __future__ import annotations
 import numpy as np
 
 from modelport.emitters.pytorch_code.codegen import literal, torch_dtype
-from modelport.emitters.pytorch_code.registry import converter
+from modelport.emitters.pytorch_code.registry import CONVERTERS
 
 
 def dims_tuple(dims) -> str:
     return "(" + ", ".join(str(d) for d in dims) + ("," if len(dims) == 1 else "") + ")"
 
 
-@converter("Shape")
+@CONVERTERS.register("Shape")
 def shape(n):
     start, end = n.attr("start", 0), n.attr("end")
     rank = n.rank(0)
@@ -33,12 +33,12 @@ def shape(n):
     n.emit_ints(f"list({x}.shape[{start if start else ''}:{stop}])", length)
 
 
-@converter("Size")
+@CONVERTERS.register("Size")
 def size(n):
     n.emit_int(f"{n.t(0)}.numel()")
 
 
-@converter("Reshape")
+@CONVERTERS.register("Reshape")
 def reshape(n):
     allowzero = n.attr("allowzero", 0)
     if n.kind(0) in ("ints", "int"):
@@ -85,7 +85,7 @@ def _keep_zero_dims(items: list[str] | None, expr: str, x: str) -> str | None:
     return "[" + ", ".join(out) + "]"
 
 
-@converter("Transpose")
+@CONVERTERS.register("Transpose")
 def transpose(n):
     if n.kind(0) in ("ints", "int"):
         n.alias(0)
@@ -107,7 +107,7 @@ def transpose(n):
         n.emit(f"{x}.permute({', '.join(str(p) for p in perm)})")
 
 
-@converter("Concat")
+@CONVERTERS.register("Concat")
 def concat(n):
     idx = [i for i in range(len(n.inputs)) if n.has(i)]
     kinds = [n.kind(i) for i in idx]
@@ -150,7 +150,7 @@ def _axes(n, i: int) -> list[int] | None:
     return n.attr("axes")
 
 
-@converter("Unsqueeze")
+@CONVERTERS.register("Unsqueeze")
 def unsqueeze(n):
     axes = _axes(n, 1)
     if axes == "runtime":
@@ -179,7 +179,7 @@ def unsqueeze(n):
     n.emit(expr)
 
 
-@converter("Squeeze")
+@CONVERTERS.register("Squeeze")
 def squeeze(n):
     axes = _axes(n, 1)
     if axes == "runtime":
@@ -197,7 +197,7 @@ def squeeze(n):
         n.emit(f"{x}.squeeze({dims_tuple(axes)})")
 
 
-@converter("Expand")
+@CONVERTERS.register("Expand")
 def expand(n):
     x = n.t(0)
     target = n.const_ints(1)
@@ -210,7 +210,7 @@ def expand(n):
     n.emit(f"{x}.expand(torch.broadcast_shapes({x}.shape, tuple({n.ints(1)})))")
 
 
-@converter("Flatten")
+@CONVERTERS.register("Flatten")
 def flatten(n):
     x = n.t(0)
     axis = n.attr("axis", 1)
@@ -231,7 +231,7 @@ def flatten(n):
         n.emit(f"{x}.flatten({axis}).flatten(0, {axis - 1})")
 
 
-@converter("Split")
+@CONVERTERS.register("Split")
 def split(n):
     axis = n.attr("axis", 0)
     count = len(n.outputs)
@@ -256,7 +256,7 @@ def split(n):
     n.emit_many(f"torch.split({x}, {literal(sizes)}, dim={axis})")
 
 
-@converter("Tile")
+@CONVERTERS.register("Tile")
 def tile(n):
     n.emit(f"{n.t(0)}.repeat({n.ints(1)})")
 
@@ -264,7 +264,7 @@ def tile(n):
 PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "replicate", "wrap": "circular"}
 
 
-@converter("Pad")
+@CONVERTERS.register("Pad")
 def pad(n):
     mode = n.attr("mode", "constant")
     if mode not in PAD_MODES:
@@ -319,7 +319,7 @@ def pad(n):
     n.emit(f"F.pad({', '.join(args)})" + (".squeeze(0)" if unbatched else ""))
 
 
-@converter("ConstantOfShape")
+@CONVERTERS.register("ConstantOfShape")
 def constant_of_shape(n):
     from onnx import numpy_helper
 
@@ -337,14 +337,14 @@ def constant_of_shape(n):
         n.emit(f"torch.full({shape_expr}, {n.gen.literal(fill)}{dt_arg})")
 
 
-@converter("Range")
+@CONVERTERS.register("Range")
 def range_(n):
     dt = n.out_dtype() or n.dtype(0) or "int64"
     args = ", ".join(n.scalar(i) for i in range(3))
     n.emit(f"torch.arange({args}, dtype={torch_dtype(dt)})")
 
 
-@converter("DepthToSpace")
+@CONVERTERS.register("DepthToSpace")
 def depth_to_space(n):
     bs = n.attr("blocksize")
     mode = n.attr("mode", "DCR")
@@ -359,7 +359,7 @@ def depth_to_space(n):
            f".reshape({b}, {c} // {bs * bs}, {h} * {bs}, {w} * {bs})")
 
 
-@converter("SpaceToDepth")
+@CONVERTERS.register("SpaceToDepth")
 def space_to_depth(n):
     bs = n.attr("blocksize")
     x = n.t(0)
@@ -369,14 +369,14 @@ def space_to_depth(n):
            f".reshape({b}, {c} * {bs * bs}, {h} // {bs}, {w} // {bs})")
 
 
-@converter("Trilu")
+@CONVERTERS.register("Trilu")
 def trilu(n):
     fn = "torch.triu" if n.attr("upper", 1) else "torch.tril"
     k = n.scalar(1) if n.has(1) else None
     n.emit(f"{fn}({n.t(0)}, {k})" if k not in (None, "0") else f"{fn}({n.t(0)})")
 
 
-@converter("EyeLike")
+@CONVERTERS.register("EyeLike")
 def eye_like(n):
     from modelport.emitters.pytorch_code.codegen import ONNX_DTYPES, Value
 
