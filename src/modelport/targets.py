@@ -206,6 +206,11 @@ def get(name: str) -> Target:
     raise BadInputError(f"unknown target '{name}'; known: {', '.join(sorted(t.name for t in emitting()))}")
 
 
+class TargetOptions:
+    """The base of every target's options class (a descriptor's `options`): frozen dataclasses whose
+    fields are declared with `option(...)`, validated in their own module."""
+
+
 def option(default, *, flag: str | None = None, help: str = "", metavar: str | None = None, run: str | None = None):
     """A field of a target's options class (its own module, the descriptor's `options`): its default,
     the CLI flag that sets it, the flag's help and the value name help shows (None: the Python API

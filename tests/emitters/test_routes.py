@@ -132,3 +132,22 @@ def test_a_run_goes_on_from_the_source_only_where_every_target_is_re_emitted(tmp
     assert not from_source_alone(tfl, run(targets=["tflite", "onnx"]))
     assert not from_source_alone(tfl, run(targets=["tflite"], precision="int8", calibration="calib.npz"))
     assert not from_source_alone(_ir("onnx"), run(targets=["tflite"]))  # the generated code reads the IR
+
+
+def test_a_drifted_ir_leaves_only_the_routes_that_read_the_source_and_says_why():
+    """jobs.plan_routes is the one planner: under drift (the IR fails parity with the source) the ONNX
+    route is dropped before its preflight, with the reason in the plan's notes."""
+    from modelport.orchestration.jobs import Job, plan_routes
+    from modelport.resolve.precisions import Resolved
+    from modelport.validation import Tolerance
+
+    def job():
+        return Job("tflite", "", _ir("tflite"), Resolved("tflite", "fp32", False, "emit", "fp32"), EmitOptions(), Tolerance())
+
+    kept = job()
+    plan_routes([kept], "auto")
+    assert [r.name for r in kept.plan.routes][-1] == "onnx"  # without drift the ONNX route follows the native one
+    drifted = job()
+    plan_routes([drifted], "auto", drift="the ONNX IR fails parity with the source (min cosine 0.5)")
+    assert "onnx" not in [r.name for r in drifted.plan.routes] and drifted.plan.routes
+    assert drifted.plan.notes[-1] == "onnx route not taken: the ONNX IR fails parity with the source (min cosine 0.5)"

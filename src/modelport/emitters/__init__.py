@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
 
 from modelport.artifact import Artifact
 from modelport.registry import EMITTERS
+from modelport.targets import TargetOptions
 
 __all__ = ["Artifact", "EmitOptions", "get_emitter", "register_emitter"]
 
@@ -35,7 +35,7 @@ class EmitOptions:
     precision: str = "fp32"
     opset: int | None = None
     calibration: str | None = None  # INT8 calibration data: .npz of named inputs or a folder of images
-    target: Any = None
+    target: TargetOptions | None = None
 
 
 def get_emitter(name: str) -> ModuleType:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from modelport.targets import option
+from modelport.targets import TargetOptions, option
 
 DEPLOYMENT_TARGETS = ("iOS15", "iOS16", "iOS17", "iOS18", "macOS12", "macOS13", "macOS14", "macOS15")
 
 
 @dataclass(frozen=True)
-class CoreMLOptions:
+class CoreMLOptions(TargetOptions):
     """The Core ML emitter's own options: `deployment_target`, the oldest OS the package must load
     on (coremltools' `minimum_deployment_target`; ML Programs need iOS15/macOS12 or later)."""
 

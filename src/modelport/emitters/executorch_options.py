@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from modelport.targets import option
+from modelport.targets import TargetOptions, option
 
 BACKENDS = ("xnnpack", "portable")
 
 
 @dataclass(frozen=True)
-class ExecuTorchOptions:
+class ExecuTorchOptions(TargetOptions):
     """The ExecuTorch emitter's own options. `backend`: `xnnpack` (delegate to XNNPACK where it
     takes the ops, the rest on the portable kernels) or `portable` (no delegate)."""
 

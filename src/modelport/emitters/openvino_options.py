@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from modelport.targets import option
+from modelport.targets import TargetOptions, option
 
 INT8_MODES = ("static", "weights")
 
 
 @dataclass(frozen=True)
-class OpenVINOOptions:
+class OpenVINOOptions(TargetOptions):
     """The OpenVINO emitter's own options.
 
     `int8_mode`: `static` (NNCF quantisation, needs calibration data) or `weights` (INT8 weights

@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from modelport.errors import BadInputError
-from modelport.targets import option
+from modelport.targets import TargetOptions, option
 
 
 @dataclass(frozen=True)
-class TensorRTOptions:
+class TensorRTOptions(TargetOptions):
     """The TensorRT emitter's own options, validated here and nowhere else."""
 
     plan_only: bool = option(False, flag="--plan-only", help="TensorRT: check and write the build plan (tensorrt/) "

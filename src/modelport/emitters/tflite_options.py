@@ -9,14 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from modelport.errors import BadInputError
-from modelport.targets import option
+from modelport.targets import TargetOptions, option
 
 LAYOUTS = ("source", "nhwc")  # the contract's layouts, or channels-last inputs and outputs
 IO_DTYPES = ("float32", "int8", "uint8")  # the I/O type of a full-integer model
 
 
 @dataclass(frozen=True)
-class TFLiteOptions:
+class TFLiteOptions(TargetOptions):
     """The TFLite emitter's own options, validated here and nowhere else."""
 
     layout: str = option("source", flag="--tflite-layout", metavar="LAYOUT", help=f"TFLite I/O layout: {' or '.join(LAYOUTS)} "

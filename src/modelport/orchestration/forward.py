@@ -65,10 +65,10 @@ class ForwardRun:
         import tempfile
 
         from modelport.emitters.routes import kind_of
-        from modelport.run.memory import give_back
         from modelport.optimize.weight_store import forget_onnxscript_matches
         from modelport.orchestration.source import describe_source, parse_noting_attempts
         from modelport.parsers import parse
+        from modelport.run.memory import give_back
 
         ctx, spec = self.ctx, self.spec
         report = ctx.report
@@ -136,11 +136,7 @@ class ForwardRun:
             give_back()
         for variant in prepared.irs.values():
             variant.source = self.source_ref
-        jobs = plan_jobs(ctx, part, prepared, lambda r: self.tolerance(r, prepared.budget))
-        for job in jobs if drift else ():
-            job.plan.routes = [r for r in job.plan.routes if r.name != "onnx"]
-            job.plan.notes.append(f"onnx route not taken: {drift}")
-        return jobs
+        return plan_jobs(ctx, part, prepared, lambda r: self.tolerance(r, prepared.budget), drift=drift)
 
     def validate(self, job: Job, artifact, route) -> ArtifactCheck:
         """The artifact run by its runtime on the references, judged by its precision's tolerance."""
@@ -195,10 +191,10 @@ def check_memory(src, ctx: Context) -> None:
     memory than is available, rather than be killed part way; the `preflight:memory` row records the
     figures. MODELPORT_AVAILABLE_MEMORY overrides the memory counted as available. Other sources:
     nothing to read the size from before loading them; no row."""
-    from modelport.run import memory
     from modelport.onnxfile.onnx_io import EXTERNAL_DATA_THRESHOLD
     from modelport.orchestration.optimize_stage import runs
     from modelport.parsers import huggingface
+    from modelport.run import memory
 
     if not isinstance(src, (str, Path)) or not Path(src).is_dir() or not huggingface.sniff(Path(src)):
         return
@@ -234,7 +230,6 @@ def from_source_alone(ir: IRModel, ctx: Context) -> bool:
     """Whether every target can be had from the source itself, the ONNX IR unused: each has a
     native route from this source that reads only the source file (`SOURCE_ONLY`, the TFLite
     re-emission) and takes the run's options, and `--route onnx` was not asked."""
-    from modelport.emitters import EmitOptions
     from modelport.emitters.routes import native_for, refusal, source_kind
 
     request = ctx.request
@@ -242,8 +237,7 @@ def from_source_alone(ir: IRModel, ctx: Context) -> bool:
         return False
     for t, r in request.precisions.items():
         native = native_for(source_kind(ir), t)
-        eopts = EmitOptions(precision=r.precision, opset=request.options.opset, calibration=request.options.calibration,
-                            target=request.target_options(t))
+        eopts = request.emit_options(t, r.precision)
         if native is None or not native.SOURCE_ONLY or refusal(native, ir, eopts):
             return False
     return True

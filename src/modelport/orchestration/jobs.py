@@ -16,17 +16,18 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from modelport.emitters import EmitOptions
 from modelport.errors import ModelportError, ValidationError
 from modelport.ir import IRModel
 from modelport.resolve.precisions import Resolved
-from modelport.targets import TARGETS
+from modelport.targets import TARGETS, TargetOptions
 from modelport.validation import Tolerance
 from modelport.validation.report import Report, run_stage
 
 if TYPE_CHECKING:
+    from modelport.emitters.routes import Plan
     from modelport.orchestration.request import Request
 
 StageCallback = Callable[[str], None]
@@ -73,8 +74,8 @@ class Prepared:
     irs: dict[str, IRModel]
     resolved: dict[str, Resolved]
     fallback: dict[str, str] = field(default_factory=dict)
-    budget: object = None  # a Tolerance
-    target_options: dict = field(default_factory=dict)
+    budget: Tolerance | None = None  # judges what the stage quantised
+    target_options: dict[str, TargetOptions] = field(default_factory=dict)  # the options --optimize auto chose
     float_weights: IRModel | None = None
 
     def fp32_for(self, target: str) -> IRModel:
@@ -94,7 +95,7 @@ class Job:
     resolved: Resolved  # its precision as decided (modelport.resolve.precisions)
     options: EmitOptions  # what the emitter reads: the precision it is emitted at, its own options
     tolerance: Tolerance  # what judges its artifact
-    plan: Any = None  # its routes (emitters/routes.Plan)
+    plan: Plan | None = None  # its routes, set by plan_routes
     fallback_reason: str | None = None  # why the optimisation stage delivered fp32 instead of the precision asked
     extra: dict = field(default_factory=dict)  # what its report entry says beyond the artifact (a variant's name)
 
@@ -108,30 +109,32 @@ class Job:
         return f":{self.part}" if self.part else ""
 
 
-def plan_jobs(ctx: Context, part: str, prepared: Prepared, tolerance: Callable[[Resolved], Tolerance]) -> list[Job]:
+def plan_jobs(ctx: Context, part: str, prepared: Prepared, tolerance: Callable[[Resolved], Tolerance],
+              drift: str | None = None) -> list[Job]:
     """The jobs of one part: each target of `prepared`, taking `prepared.irs[its precision]` where
     the optimisation stage applies it and the fp32 IR (`fp32_for`) where its converter does, judged by
     `tolerance(its precision as delivered)`; each target's routes, and every target's preflight
-    run (one `preflight` stage) before anything is emitted."""
+    run (one `preflight` stage) before anything is emitted. `drift`: why the IR may not be used
+    (it fails parity with the source), so that only the routes reading the source alone remain."""
     request = ctx.request
     jobs = []
     for target, r in prepared.resolved.items():
         staged = r.stage == "optimize" and r.precision in prepared.irs
         ir = prepared.irs[r.precision] if staged else prepared.fp32_for(target)
         delivered = ir.provenance.get("precision", "fp32") if staged else r.precision
-        options = EmitOptions(precision=delivered, opset=request.options.opset, calibration=request.options.calibration,
-                              target=prepared.target_options.get(target) or request.target_options(target))
+        options = request.emit_options(target, delivered, prepared.target_options.get(target))
         judged = replace(r, precision=delivered, judged_as=r.judged_as if delivered == r.precision else delivered)
         jobs.append(Job(target, part, ir, r, options, tolerance(judged),
                         fallback_reason=prepared.fallback.get(r.precision) if delivered != r.precision else None))
     with ctx.step(f"preflight{':' + part if part else ''}"):
-        plan_routes(jobs, request.options.route)
+        plan_routes(jobs, request.options.route, drift)
     return jobs
 
 
-def plan_routes(jobs: list[Job], route: str) -> None:
-    """Each job's routes (`emitters/routes.py`), and the ONNX route's preflight for every target that
-    starts with it: a refusal fails the run (all targets' refusals in one error) unless a native
+def plan_routes(jobs: list[Job], route: str, drift: str | None = None) -> None:
+    """Each job's routes (`emitters/routes.py`), the one place they are pruned: without the ONNX route
+    when the IR drifted from the source (`drift`), and the ONNX route's preflight for every target
+    that starts with it: a refusal fails the run (all targets' refusals in one error) unless a native
     route can follow, which is then tried alone."""
     from modelport.emitters import get_emitter
     from modelport.emitters.preflight import check_targets
@@ -140,6 +143,9 @@ def plan_routes(jobs: list[Job], route: str) -> None:
     checked: dict[str, Job] = {}
     for job in jobs:
         job.plan = p = plan(job.ir, job.target, route, job.options, get_emitter(job.target))
+        if drift:
+            p.routes = [r for r in p.routes if r.name != "onnx"]
+            p.notes.append(f"onnx route not taken: {drift}")
         if p.routes[0].name != "onnx":
             continue
         if len(p.routes) == 1:
@@ -152,7 +158,7 @@ def plan_routes(jobs: list[Job], route: str) -> None:
     for ir in {id(j.ir): j.ir for j in checked.values()}.values():
         names = [t for t, j in checked.items() if j.ir is ir]
         first = checked[names[0]].options
-        check_targets(ir, names, EmitOptions(precision=first.precision, opset=first.opset, calibration=first.calibration))
+        check_targets(ir, names, replace(first, target=None))
 
 
 def run_jobs(jobs: list[Job], task, ctx: Context) -> None:

@@ -11,16 +11,21 @@ other source and task runs the forward pipeline (one run per input, judged by pa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from modelport.errors import BadInputError
 from modelport.orchestration.options import ConvertOptions
 from modelport.registry import Registry
 from modelport.resolve.precisions import Resolved, resolve
 from modelport.run.stage_limits import Limits
+from modelport.targets import TargetOptions
 from modelport.validation import Tolerance
+
+if TYPE_CHECKING:
+    from modelport.emitters import EmitOptions
 
 TEXT_GENERATION = "text-generation"
 FORWARD = "forward"
@@ -34,7 +39,7 @@ PIPELINES = Registry("task pipeline", {FORWARD: "modelport.orchestration.forward
 class Request:
     """What the run does, decided once: read by every stage, changed by none."""
 
-    source: Any  # a path, "zoo:NAME" or a Python object, as given
+    source: str | Path | Callable  # a path, "zoo:NAME" or a Python model (a torch module, a Keras model, a tf.function), as given
     out: Path
     options: ConvertOptions
     pipeline: str  # a PIPELINES name
@@ -48,7 +53,15 @@ class Request:
     def targets(self) -> list[str]:
         return list(self.precisions)
 
-    def target_options(self, target: str, **run: Any):
+    def emit_options(self, target: str, precision: str, given: TargetOptions | None = None) -> EmitOptions:
+        """What `target`'s emitter reads when its artifact is made at `precision`: the run's opset and
+        calibration, and its own options (`given`, else `target_options`). The one place they are put together."""
+        from modelport.emitters import EmitOptions
+
+        return EmitOptions(precision=precision, opset=self.options.opset, calibration=self.options.calibration,
+                           target=given or self.target_options(target))
+
+    def target_options(self, target: str, **run: Any) -> TargetOptions | None:
         """`target`'s options object: the one given (`ConvertOptions.target_options`), else its class's
         defaults with the fields its class fills from the run (`targets.option(run=...)`) taken from
         `run` or the request (the accuracy budget); None when the target has none."""
