@@ -248,3 +248,11 @@ def test_resize_and_a_transposed_convolution_on_dynamic_height_and_width():
                    {"scales": np.array([1, 1, 2, 2], np.float32), "w": rng.standard_normal((3, 4, 3, 3)).astype(np.float32),
                     "b": rng.standard_normal(4).astype(np.float32)}, opset=18)
     _check(model, [{"h": 4, "w": 6}, {"h": 7, "w": 5}], atol=1e-4)
+
+
+def test_integer_division_truncates_toward_zero_as_onnxruntime_does():
+    """An integer Div (shape arithmetic's, or a model's own on int64) truncates, negative quotients too."""
+    nodes = [helper.make_node("Sub", ["x", "five"], ["y"]), helper.make_node("Div", ["y", "three"], ["q"])]
+    model = _model(nodes, [("x", TensorProto.INT64, ["n"])], [("q", TensorProto.INT64, None)],
+                   {"five": np.array(5, np.int64), "three": np.array(3, np.int64)})
+    _check(model, [{"n": 11}], ints={"x": 11}, tfjs=False)

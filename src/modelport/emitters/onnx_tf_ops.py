@@ -60,7 +60,7 @@ def _binary(tf, node, ins, at, opset):
 def _div(tf):
     def div(a, b):
         t = tf.convert_to_tensor(a)
-        return tf.math.truncatediv(a, b) if t.dtype.is_integer else tf.math.divide(a, b)
+        return tf.truncatediv(a, b) if t.dtype.is_integer else tf.math.divide(a, b)
     return div
 
 
