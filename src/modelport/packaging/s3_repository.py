@@ -179,7 +179,7 @@ def translate(exc: BaseException, s3, bucket: str, uri: str) -> ModelportError |
 
 
 @contextlib.contextmanager
-def _s3_errors(s3, bucket: str, uri: str) -> Iterator[None]:
+def s3_errors(s3, bucket: str, uri: str) -> Iterator[None]:
     try:
         yield
     except ModelportError:
@@ -249,7 +249,7 @@ def _copy(s3, bucket: str, src: str, dst: str) -> None:
     s3.copy({"Bucket": bucket, "Key": src}, bucket, dst)
 
 
-def _read_manifest(s3, bucket: str, key: str) -> dict | None:
+def read_manifest(s3, bucket: str, key: str) -> dict | None:
     """The manifest at `key` (None when absent); a manifest that is not ours is an error."""
     from botocore.exceptions import ClientError
 
@@ -278,7 +278,7 @@ def _replaceable(s3, bucket: str, prefix: str, uri: str, force: bool) -> list[st
     where = shown(uri)
     if not force:
         raise BadInputError(f"{where} already holds objects", hint="pass --force to replace a repository modelport uploaded there")
-    manifest = _read_manifest(s3, bucket, f"{prefix}/{MANIFEST}")
+    manifest = read_manifest(s3, bucket, f"{prefix}/{MANIFEST}")
     if manifest is None:
         raise BadInputError(f"refusing to replace {where}: it holds objects modelport did not write (no {MANIFEST})",
                             hint="choose another prefix, or remove those objects yourself")
@@ -301,7 +301,7 @@ def upload(folder: Path, uri: str, *, force: bool = False) -> dict:
     copied: list[str] = []
     old: list[str] = []
     replacing = putting = False
-    with _s3_errors(s3, bucket, uri):
+    with s3_errors(s3, bucket, uri):
         try:
             old = _replaceable(s3, bucket, prefix, uri, force)
             putting = True
@@ -334,7 +334,7 @@ def upload(folder: Path, uri: str, *, force: bool = False) -> dict:
 # --- pull ---------------------------------------------------------------------------------------
 
 
-def _entries(doc: dict, where: str) -> list[tuple[str, int, str]]:
+def manifest_entries(doc: dict, where: str) -> list[tuple[str, int, str]]:
     """(path, size, sha256) of each file a manifest lists; a path that would leave the folder is refused."""
     out, seen = [], set()
     for f in doc["files"]:
@@ -352,7 +352,7 @@ def _entries(doc: dict, where: str) -> list[tuple[str, int, str]]:
     return out
 
 
-def _download(s3, bucket: str, key: str, target: Path, size: int) -> str:
+def download(s3, bucket: str, key: str, target: Path, size: int) -> str:
     """Stream `key` into `target` (at most `size` + 1 bytes); returns the sha256 of what was written."""
     h = hashlib.sha256()
     body = s3.get_object(Bucket=bucket, Key=key)["Body"]
@@ -381,11 +381,11 @@ def pull(uri: str, dest: Path) -> Path:
         raise BadInputError("the destination exists and is not a folder", path=dest)
     s3 = client()
     written: list[Path] = []
-    with _s3_errors(s3, bucket, uri):
-        doc = _read_manifest(s3, bucket, f"{prefix}/{MANIFEST}")
+    with s3_errors(s3, bucket, uri):
+        doc = read_manifest(s3, bucket, f"{prefix}/{MANIFEST}")
         if doc is None:
             raise BadInputError(f"no {MANIFEST} under {where} (not a modelport repository, or an upload that did not finish)")
-        entries = _entries(doc, where)
+        entries = manifest_entries(doc, where)
         try:
             if not dest.exists():
                 dest.mkdir(parents=True)
@@ -403,7 +403,7 @@ def pull(uri: str, dest: Path) -> Path:
                     raise BadInputError(f"'{path}' already exists in the destination folder", path=dest)
                 written.append(target)
                 key = f"{prefix}/{path}"
-                if _download(s3, bucket, key, target, size) != digest:
+                if download(s3, bucket, key, target, size) != digest:
                     raise BadInputError(f"s3://{bucket}/{key} does not match the sha256 its manifest lists",
                                         hint="the repository changed after its upload; upload it again")
         except BaseException:

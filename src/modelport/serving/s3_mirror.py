@@ -49,11 +49,11 @@ class Mirror:
 
         bucket, prefix = s3r.parse_uri(self.uri)
         s3 = s3r.client()
-        with s3r._s3_errors(s3, bucket, self.uri):
-            doc = s3r._read_manifest(s3, bucket, f"{prefix}/{s3r.MANIFEST}")
+        with s3r.s3_errors(s3, bucket, self.uri):
+            doc = s3r.read_manifest(s3, bucket, f"{prefix}/{s3r.MANIFEST}")
             if doc is None:
                 return 0
-            entries = s3r._entries(doc, s3r.shown(self.uri))
+            entries = s3r.manifest_entries(doc, s3r.shown(self.uri))
             wanted = {path: digest for path, _, digest in entries}
             fresh = [(p, size, digest) for p, size, digest in entries if self.known.get(p) != digest]
             gone = [p for p in self.known if p not in wanted]
@@ -64,7 +64,7 @@ class Mirror:
                 for path, size, digest in fresh:
                     target = staging.joinpath(*path.split("/"))
                     target.parent.mkdir(parents=True, exist_ok=True)
-                    if s3r._download(s3, bucket, f"{prefix}/{path}", target, size) != digest:
+                    if s3r.download(s3, bucket, f"{prefix}/{path}", target, size) != digest:
                         raise BadInputError(f"s3://{bucket}/{prefix}/{path} does not match the sha256 its manifest lists")
                 self._apply(staging, [p for p, _, _ in fresh], gone)
             finally:
