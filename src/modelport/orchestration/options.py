@@ -26,7 +26,7 @@ class ConvertOptions:
     `tensorflow` (parsers.tf_common.TFSourceOptions), `optimize` (optimize.pipeline.OptimizeOptions),
     `target_options` (target name -> an instance of its descriptor's `options` class, e.g.
     {"tflite": TFLiteOptions(layout="nhwc")}; modelport.targets), `text_generation`
-    (orchestration.text_generation_options.TextGenerationOptions) and `package` (serving.PackageOptions).
+    (orchestration.text_generation_options.TextGenerationOptions) and `package` (packaging.PackageOptions).
     The run's `precision` (None: each target's own default, modelport.resolve.precisions), `calibration`,
     `accuracy_budget`, `strict` and `allow_precision_fallback` apply to every stage.
     """

@@ -5,7 +5,7 @@ the one `--artifact` names, else the first of the report's that opens here), a `
 (its first model file that opens, the contract from the bundle's report.json), a model file (its
 runner describes its inputs and outputs), or an `s3://bucket/prefix` repository `package -o s3://`
 wrote: pulled into a temporary folder and checked against its manifest's sha256s first
-(`serving/s3_repository.py`; a missing or changed object refuses to start, exit 2). Before the server goes ready the artifact answers
+(`packaging/s3_repository.py`; a missing or changed object refuses to start, exit 2). Before the server goes ready the artifact answers
 the reference sample its convert run wrote (`reference.npz`), judged with its precision's
 tolerance: a mismatch refuses to start (exit 4) naming the output; a folder without one is
 served with a warning that it was not checked. Then one server process answers (`serving/v2/server.py`),
