@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from modelport.errors import BadInputError, ModelportError, PassError, StageError, UnsupportedError, ValidationError
+from modelport.errors import BadInputError, ModelportError, PassError, StageError, UnsupportedError, ValidationError, one_line
 
 
 def test_fields_are_fixed_at_construction():
@@ -98,3 +98,16 @@ def test_errors_raised_through_the_commands_say_what_they_hold(tiny_onnx, tmp_pa
     assert str(err) == err.message
     assert err.report is not None and err.report["error"]["message"] == err.message
     assert err.report["exit_code"] == err.exit_code and err.report["status"] == "failed"
+
+
+def test_one_line_is_the_first_non_empty_line_folded_and_cut():
+    assert one_line("\n  first   line \nsecond") == "first line"
+    assert one_line("x" * 30, 10) == "x" * 9 + "…" and one_line("") == ""
+
+
+def test_one_line_of_an_exception_falls_back_to_and_may_lead_with_its_class_name():
+    assert one_line(ValueError("bad shape\n  at line 3")) == "bad shape"
+    assert one_line(ValueError()) == "ValueError" and one_line(KeyError("")) == "''"
+    assert one_line(ValueError("bad shape"), typed=True) == "ValueError: bad shape"
+    assert one_line(RuntimeError("  \n"), typed=True) == "RuntimeError"
+    assert one_line(ValueError("y" * 30), 10, typed=True) == "ValueError: " + "y" * 9 + "…"

@@ -93,3 +93,73 @@ def test_the_architecture_doc_names_every_target():
 
     text = (SRC.parents[1] / "docs" / "architecture.md").read_text().lower()
     assert [t for t in TARGETS if t not in text] == []
+
+
+# a name that holds an error's text (err, error, stderr, exc, reason, message, failure)
+ERROR_TEXT = re.compile(r"err|exc|reason|message|failure", re.IGNORECASE)
+# inline first-line cuts of text that is not an error's, as "path: the text cut": none today. A file's
+# or a tool's data (not its error) may be cut here; an error's text goes through errors.one_line.
+FIRST_LINE_CUTS_ALLOWED: set[str] = set()
+
+
+def _cut_text(node: ast.AST) -> ast.AST | None:
+    """The text `node` takes the first line of by hand: `x.splitlines()[0]`, `(x.splitlines() or [...])[0]`,
+    `x.split("\\n")[0]`, `x.partition("\\n")[0]`; None for anything else."""
+    if not (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value == 0):
+        return None
+    call = node.value
+    if isinstance(call, ast.BoolOp) and isinstance(call.op, ast.Or):
+        call = call.values[0]
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
+        return None
+    newline = bool(call.args) and isinstance(call.args[0], ast.Constant) and call.args[0].value == "\n"
+    if call.func.attr == "splitlines" or (call.func.attr in ("split", "partition") and newline):
+        return call.func.value
+    return None
+
+
+def error_first_line_cuts_in(path: Path) -> list[str]:
+    """'line: text' for each first-line cut written out by hand on an error's text in `path`: text that
+    reads a name an `except … as` binds or a parameter typed as an exception (`str(e)`), or a name
+    assigned from one (`text = str(e).strip()`), or a name that says it holds an error (`error`,
+    `proc.stderr`, `reason`)."""
+    tree = ast.parse(path.read_text())
+    caught = {h.name for h in ast.walk(tree) if isinstance(h, ast.ExceptHandler) and h.name}
+    caught |= {a.arg for a in ast.walk(tree) if isinstance(a, ast.arg) and a.annotation is not None
+               and re.search(r"Exception|Error", ast.unparse(a.annotation))}
+    assigned = [a for a in ast.walk(tree) if isinstance(a, ast.Assign)]
+    for _ in range(2):  # `text = str(e).strip()`, then `line = text…`
+        caught |= {t.id for a in assigned if {n.id for n in ast.walk(a.value) if isinstance(n, ast.Name)} & caught
+                   for t in a.targets if isinstance(t, ast.Name)}
+    found = []
+    for node in ast.walk(tree):
+        text = _cut_text(node)
+        if text is None:
+            continue
+        names = {n.id for n in ast.walk(text) if isinstance(n, ast.Name)}
+        names |= {n.attr for n in ast.walk(text) if isinstance(n, ast.Attribute)}
+        if names & caught or any(ERROR_TEXT.search(n) for n in names):
+            found.append((node.lineno, f"{node.lineno}: {ast.unparse(text)}"))
+    return [cut for _, cut in sorted(found)]
+
+
+def test_an_error_s_first_line_is_cut_by_errors_one_line_alone():
+    """One helper takes "the first line of an error's text" (errors.one_line: first non-empty line,
+    folded, cut with …, the class name for an empty message): no second helper, no cut by hand."""
+    helpers = [f"{p.relative_to(SRC)}: {node.name}" for p in sorted(SRC.rglob("*.py"))
+               for node in ast.walk(ast.parse(p.read_text()))
+               if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+               and ("first_line" in node.name or "one_line" in node.name)]
+    assert helpers == ["errors.py: one_line"]
+    cuts = [f"{p.relative_to(SRC)}:{cut}" for p in sorted(SRC.rglob("*.py")) for cut in error_first_line_cuts_in(p)
+            if f"{p.relative_to(SRC)}: {cut.split(': ', 1)[1]}" not in FIRST_LINE_CUTS_ALLOWED]
+    assert cuts == []
+
+
+def test_the_cut_check_finds_a_cut_where_there_is_one(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("try:\n    pass\nexcept ValueError as e:\n    why = str(e).strip().splitlines()[0][:200]\n"
+                     "def f(err: Exception, proc, path):\n    a = (str(err).splitlines() or [''])[0]\n"
+                     "    b = proc.stderr.split('\\n')[0]\n    c = path.read_text().splitlines()[0]\n"
+                     "    text = str(err).strip()\n    d = text.partition('\\n')[0]\n")
+    assert error_first_line_cuts_in(probe) == ["4: str(e).strip()", "6: str(err)", "7: proc.stderr", "10: text"]

@@ -171,7 +171,18 @@ SHORT = 200  # characters of a library's message that an error's one line quotes
 LONG = 400  # a reason longer than this is a library's page of internals, not a message (`shortened`)
 
 
-def one_line(text: str, limit: int = SHORT) -> str:
-    """`text`'s first non-empty line, whitespace folded, cut at `limit` characters (… when cut)."""
+def one_line(text: str | BaseException, limit: int = SHORT, *, typed: bool = False) -> str:
+    """`text`'s first non-empty line, whitespace folded, cut at `limit` characters (… when cut).
+
+    The one helper for "the first line of an error's text". Given an exception, the line is its
+    message's, and its class name stands in when the message is empty; `typed=True` leads with the
+    class name (`ValueError: bad shape`, or `ValueError` alone). `limit` cuts the message, not the name."""
     line = next((" ".join(ln.split()) for ln in str(text).splitlines() if ln.strip()), "")
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    if len(line) > limit:
+        line = line[: limit - 1] + "…"
+    if not isinstance(text, BaseException):
+        return line
+    name = type(text).__name__
+    if typed:
+        return f"{name}: {line}" if line else name
+    return line or name

@@ -40,7 +40,7 @@ import numpy as np
 
 from modelport.emitters import Artifact, EmitOptions
 from modelport.emitters.coreml_options import CoreMLOptions
-from modelport.errors import UnsupportedError
+from modelport.errors import UnsupportedError, one_line
 from modelport.ir import IRModel
 
 NAME = "coreml"
@@ -131,10 +131,6 @@ def _coreml_dtype(dtype: str, name: str):
     raise UnsupportedError(f"Core ML has no {dtype} input or output ('{name}')")
 
 
-def _first_line(e: Exception) -> str:
-    return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:300]}"
-
-
 def _check_module(flat, reference, model: IRModel, args) -> None:
     """The module to convert reproduces the reference in PyTorch: same output count, shapes, values."""
     import torch
@@ -208,7 +204,7 @@ def convert_module(module, model: IRModel, out_dir: Path, options: EmitOptions, 
                 attempts.append({"route": how, "ok": True})
                 break
             except Exception as e:
-                attempts.append({"route": how, "ok": False, "reason": _first_line(e)})
+                attempts.append({"route": how, "ok": False, "reason": one_line(e, 300, typed=True)})
     if mlmodel is None:
         raise UnsupportedError("coremltools could not convert the model: "
                                + "; ".join(f"{a['route']}: {a['reason']}" for a in attempts))

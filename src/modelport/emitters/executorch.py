@@ -36,7 +36,7 @@ import numpy as np
 from modelport.emitters import Artifact, EmitOptions
 from modelport.emitters.executorch_options import ExecuTorchOptions
 from modelport.emitters.preflight import Preflight, opset_of
-from modelport.errors import BadInputError, UnsupportedError
+from modelport.errors import BadInputError, UnsupportedError, one_line
 from modelport.ir import IRModel
 
 NAME = "executorch"
@@ -185,10 +185,6 @@ def _screen(ir: IRModel, program, lowered, reference, options: EmitOptions, name
     return screen(first, search, reference, ir, options.precision, rewrite=rewrite)
 
 
-def _first_line(e: BaseException) -> str:
-    return (str(e).strip().splitlines() or [""])[0][:300]
-
-
 def _export(module, args, dynamic=None):
     import torch
 
@@ -197,9 +193,9 @@ def _export(module, args, dynamic=None):
     except Exception as e:
         if dynamic is not None and _specialised(e):
             raise UnsupportedError(f"the model cannot keep {_declared_text(dynamic)} dynamic in ExecuTorch: "
-                                   f"{type(e).__name__}: {_first_line(e)}",
+                                   f"{one_line(e, 300, typed=True)}",
                                    hint="fix the dim with --dim NAME=N, or give bounds the model takes") from None
-        raise UnsupportedError(f"torch.export could not export the model for ExecuTorch: {type(e).__name__}: {_first_line(e)}") from None
+        raise UnsupportedError(f"torch.export could not export the model for ExecuTorch: {one_line(e, 300, typed=True)}") from None
 
 
 def _specialised(e: BaseException) -> bool:
@@ -282,7 +278,7 @@ def _quantise(module, args, sets: list[dict[str, np.ndarray]], names: list[str],
     except (BadInputError, MemoryError):
         raise
     except Exception as e:
-        raise UnsupportedError(f"PT2E int8 quantisation failed: {type(e).__name__}: {_first_line(e)}") from None
+        raise UnsupportedError(f"PT2E int8 quantisation failed: {one_line(e, 300, typed=True)}") from None
 
 
 _NOT_CORE = re.compile(r"Operator (?:torch\._ops\.)?([\w.:]+) is not (?:in )?(?:Core ATen|Aten Canonical)")
@@ -313,7 +309,7 @@ def _lower(program, backend: str, in_names: list[str], out_names: list[str], dim
         if found:
             raise UnsupportedError(f"ExecuTorch cannot take the op {found.group(1)}: it is not in the Core ATen opset the edge "
                                    "dialect accepts", hint="rewrite the model without it, or convert to another target") from None
-        raise UnsupportedError(f"ExecuTorch could not lower the model ({backend}): {type(e).__name__}: {_first_line(e)}") from None
+        raise UnsupportedError(f"ExecuTorch could not lower the model ({backend}): {one_line(e, 300, typed=True)}") from None
     plan = next(p for p in et.executorch_program.execution_plan if p.name == "forward")
     operators = sorted({f"{o.name}.{o.overload}" if o.overload else o.name for o in plan.operators})
     return et, {"delegates": len(plan.delegates), "operators": operators, "delegated_ops": _delegated_ops(et)}

@@ -46,7 +46,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from modelport.errors import ValidationError
+from modelport.errors import ValidationError, one_line
 from modelport.ir import IRModel, Reference
 
 MAX_LOWERINGS = 8  # lowerings after the portable one, while narrowing the ops kept out
@@ -112,7 +112,7 @@ def judge(program: Program, reference: Reference, tolerance, work: Path, label: 
     try:
         return check(ExecuTorchRunner(path), reference, tolerance, HOP)
     except Exception as e:
-        return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
+        return one_line(e, 200, typed=True)
 
 
 def _holds(result) -> bool:

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from modelport.errors import UnsupportedError
+from modelport.errors import UnsupportedError, one_line
 from modelport.ir import IRModel, Reference
 from modelport.reference.sample_sets import nudge
 
@@ -111,7 +111,7 @@ def reference_at(ir: IRModel, module, sizes: dict[str, int], converter: str, run
         except Exception as e:
             shapes = {n: list(a.shape) for n, a in feeds.items()}
             raise UnsupportedError(f"{converter} fixes the dynamic dims at {sizes}, and the source does not run on inputs {shapes}: "
-                                   f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}",
+                                   f"{one_line(e, 200, typed=True)}",
                                    hint="declare the sizes the file should take with --dim NAME=N") from None
 
     feeds = cut(ir, ref.inputs, sizes)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from modelport.emitters.op_registry import OpRegistry
-from modelport.errors import UnsupportedError
+from modelport.errors import UnsupportedError, one_line
 from modelport.ir import IRModel
 
 NAME = "modelport ONNX lowering"
@@ -53,7 +53,6 @@ def missing_ops(model) -> list[str]:
 def converter_name(model) -> str:
     """The converter that made a TensorFlow model from `tf_model.build`, as the report names it."""
     from modelport.deps import version_of
-    from modelport.errors import one_line
 
     failure = getattr(model, "onnx2tf_failure", None)
     if failure is None:
@@ -141,8 +140,8 @@ def lowered_model(tf, ir: IRModel, input_perms: dict[str, list[int]] | None = No
                 except UnsupportedError:
                     raise
                 except Exception as e:
-                    raise UnsupportedError(f"the {NAME} failed at {node.op_type} node '{node.name}': {type(e).__name__}: "
-                                           f"{(str(e).strip().splitlines() or [''])[0][:300]}", detail=str(e)[:4000]) from None
+                    raise UnsupportedError(f"the {NAME} failed at {node.op_type} node '{node.name}': "
+                                           f"{one_line(e, 300, typed=True)}", detail=str(e)[:4000]) from None
                 for name, v in zip(node.output, outs, strict=False):
                     if name:
                         vals[name] = v

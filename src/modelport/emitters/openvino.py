@@ -34,6 +34,7 @@ from pathlib import Path
 from modelport.emitters import Artifact, EmitOptions
 from modelport.emitters.openvino_options import OpenVINOOptions
 from modelport.emitters.preflight import Preflight, node_name, opset_of
+from modelport.errors import one_line
 from modelport.ir import IRModel
 from modelport.optimize.openvino_precision import build, save
 
@@ -98,7 +99,7 @@ def preflight(ir: IRModel, options: EmitOptions | None = None) -> Preflight:
         try:
             partial = fe.convert_partially(fe.load(str(path)))
         except Exception as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            first = one_line(e)
             pre.unsupported.append({"node": "(model)", "op": "model", "reason": f"OpenVINO's ONNX front end failed: {first}"})
             return pre
     # a framework node is named after its ONNX node, or after its first output when that has no name

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from modelport.emitters import Artifact, EmitOptions
 from modelport.emitters.preflight import Preflight, fit_opset, node_name, opset_of
-from modelport.errors import BadInputError
+from modelport.errors import BadInputError, one_line
 from modelport.ir import IRModel
 
 NAME = "ort"
@@ -44,7 +44,7 @@ def save_ort(model, path: Path) -> str:
         source = str(model) if isinstance(model, Path) else model.SerializeToString()
         ort.InferenceSession(source, so, providers=["CPUExecutionProvider"])
     except Exception as e:
-        raise BadInputError(f"onnxruntime cannot save the model in ORT format: {str(e).splitlines()[0]}") from None
+        raise BadInputError(f"onnxruntime cannot save the model in ORT format: {one_line(e)}") from None
     try:
         write_canonical(path)
     except LayoutError as e:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from modelport.errors import BadInputError, ValidationError
+from modelport.errors import BadInputError, ValidationError, one_line
 from modelport.ir import IRModel
 
 
@@ -43,5 +43,4 @@ def _delivered(precision: str, convert) -> IRModel:
     except ModelportError:
         raise
     except Exception as e:
-        first = str(e).splitlines()[0] if str(e) else ""
-        raise ValidationError(f"--precision {precision} cannot be delivered: {type(e).__name__}: {first}") from e
+        raise ValidationError(f"--precision {precision} cannot be delivered: {one_line(e, typed=True)}") from e

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from modelport.errors import UnsupportedError
+from modelport.errors import UnsupportedError, one_line
 from modelport.ir import IRModel
 
 MAX_LISTED = 12
@@ -78,7 +78,7 @@ def fit_opset(ir: IRModel, lo: int, hi: int, pre: Preflight) -> IRModel:
         converted = version_converter.convert_version(ir.model, target)
     except Exception as e:  # the converter raises bare RuntimeError/ValueError
         pre.notes.append(f"opset {opset} is outside {pre.runtime}'s range {lo}..{hi} and the ONNX version "
-                         f"converter could not move it to {target}: {str(e).splitlines()[0]}")
+                         f"converter could not move it to {target}: {one_line(e)}")
         pre.unsupported.append({"node": "(model)", "op": f"opset {opset}", "reason": f"outside {lo}..{hi}"})
         return ir
     pre.notes.append(f"opset converted {opset} -> {target} for {pre.runtime}")

@@ -104,8 +104,8 @@ def onnx2tf_model(ir: IRModel, work: Path, keep_first, keep_last, log: Path):
         except ModelportError:
             raise
         except Exception as e:
-            raise UnsupportedError(f"onnx2tf could not convert the model: {type(e).__name__}: "
-                                   f"{str(e).splitlines()[0] if str(e) else ''}", detail=str(e)[:4000]) from None
+            raise UnsupportedError(f"onnx2tf could not convert the model: "
+                                   f"{one_line(e, typed=True)}", detail=str(e)[:4000]) from None
 
 
 @contextlib.contextmanager
@@ -246,8 +246,8 @@ def plan_ports(ir: IRModel, keras_model, changes: dict[str, list[int]], describe
             got = keras_model([np.asarray(f, dtype=np.dtype(k.dtype.name)) for f, k in zip(feeds, keras_model.inputs, strict=True)],
                               training=False)
     except Exception as e:
-        raise UnsupportedError(f"{who}'s TensorFlow model fails on the sample inputs: {type(e).__name__}: "
-                               f"{(str(e).strip().splitlines() or [''])[0][:300]}", detail=str(e)[:4000]) from None
+        raise UnsupportedError(f"{who}'s TensorFlow model fails on the sample inputs: "
+                               f"{one_line(e, 300, typed=True)}", detail=str(e)[:4000]) from None
     got = [np.asarray(g) for g in (got if isinstance(got, (list, tuple)) else [got])]
     outputs = []
     for j, (spec, y) in enumerate(zip(ir.outputs, got, strict=True)):

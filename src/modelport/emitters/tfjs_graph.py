@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from modelport.errors import BadInputError, UnsupportedError
+from modelport.errors import BadInputError, UnsupportedError, one_line
 
 FORMAT = "graph-model"
 SHARD_BYTES = 4 * 1024 * 1024
@@ -58,7 +58,7 @@ def frozen_signature(tf, saved_model: Path, signature: str):
     try:
         loaded = tf.saved_model.load(str(saved_model))
     except Exception as e:
-        raise BadInputError(f"not a loadable SavedModel: {str(e).strip().splitlines()[0]}", path=saved_model) from None
+        raise BadInputError(f"not a loadable SavedModel: {one_line(e)}", path=saved_model) from None
     if signature not in loaded.signatures:
         raise BadInputError(f"the SavedModel has no '{signature}' signature (has {list(loaded.signatures)})", path=saved_model)
     fn = loaded.signatures[signature]

@@ -49,7 +49,7 @@ from modelport.emitters.onnx_tf import converter_name
 from modelport.emitters.preflight import Preflight, node_name, opset_of
 from modelport.emitters.tf_model import Port, build, input_layouts, save_contract_model
 from modelport.emitters.tflite_options import TFLiteOptions
-from modelport.errors import BadInputError, UnsupportedError
+from modelport.errors import BadInputError, UnsupportedError, one_line
 from modelport.ir import IRModel, Reference
 
 NAME = "tflite"
@@ -89,8 +89,8 @@ def _to_tflite(keras_model, inputs: list[Port], outputs: list[Port], mode: str, 
             else:
                 save(tf, work / "wrapped")
         except Exception as e:
-            raise UnsupportedError(f"{what} could not be wrapped for TFLite: {type(e).__name__}: "
-                                   f"{(str(e).strip().splitlines() or [''])[0][:300]}") from None
+            raise UnsupportedError(f"{what} could not be wrapped for TFLite: "
+                                   f"{one_line(e, 300, typed=True)}") from None
         conv = tf.lite.TFLiteConverter.from_saved_model(str(work / "wrapped"), signature_keys=[SIGNATURE])
         conv.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.OpsSet.SELECT_TF_OPS]
         conv.unfold_batchmatmul = False
@@ -114,8 +114,8 @@ def _to_tflite(keras_model, inputs: list[Port], outputs: list[Port], mode: str, 
         try:
             return conv.convert()
         except Exception as e:
-            raise UnsupportedError(f"TensorFlow's TFLite converter failed: {type(e).__name__}: "
-                                   f"{(str(e).strip().splitlines() or [''])[0][:300]}") from None
+            raise UnsupportedError(f"TensorFlow's TFLite converter failed: "
+                                   f"{one_line(e, 300, typed=True)}") from None
 
 
 def quantization(mode: str, io_dtype: str) -> str:

@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 
 from modelport.emitters import Artifact, EmitOptions
-from modelport.errors import BadInputError, UnsupportedError
+from modelport.errors import BadInputError, UnsupportedError, one_line
 from modelport.ir import IRModel
 
 NAME = "TFLite re-emission"
@@ -115,7 +115,7 @@ def reemit_in_child(work: Path, request: dict) -> dict:
         interp = load_interpreter(path)
         ins, outs = interp.get_input_details(), interp.get_output_details()
     except (ValueError, RuntimeError) as e:
-        raise BadInputError(f"not a valid TFLite model: {(str(e).strip().splitlines() or [type(e).__name__])[0][:300]}",
+        raise BadInputError(f"not a valid TFLite model: {one_line(e, 300)}",
                             path=path) from None
     names_in, names_out = request["inputs"], request["outputs"]
     if len(ins) != len(names_in) or len(outs) != len(names_out):
@@ -196,8 +196,8 @@ def _quantise(data: bytes, precision: str, work: Path) -> tuple[bytes, list[str]
         try:
             result = q.quantize(enable_progress_report=False)
         except Exception as e:
-            raise UnsupportedError(f"{QUANTIZER} could not quantise the model to {precision}: {type(e).__name__}: "
-                                   f"{(str(e).strip().splitlines() or [''])[0][:300]}") from None
+            raise UnsupportedError(f"{QUANTIZER} could not quantise the model to {precision}: "
+                                   f"{one_line(e, 300, typed=True)}") from None
     quantized = sorted({str(r.get("operation", "")) for r in q.get_quantization_recipe() if isinstance(r, dict)} - {""})
     return bytes(result.quantized_model), quantized
 

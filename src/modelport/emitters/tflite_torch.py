@@ -30,7 +30,7 @@ from modelport.emitters import Artifact, EmitOptions
 from modelport.emitters.fixed_dims import dims_entry, fixed_sizes, reference_at
 from modelport.emitters.tf_model import Port
 from modelport.emitters.tflite_sizes import convert_sizes, signature_key, signature_sizes, sized_dims
-from modelport.errors import BadInputError, UnsupportedError
+from modelport.errors import BadInputError, UnsupportedError, one_line
 from modelport.ir import IRModel
 
 NAME = "litert-torch"
@@ -188,7 +188,7 @@ def conversion_failure(e: Exception) -> str:
     import re
 
     text = str(e).strip()
-    first = (text.splitlines() or [""])[0][:300]
+    first = one_line(text, 300)
     lines = re.findall(r"^\s*((?:TF Select|Flex|Custom) ops):\s*(.+)$", text, flags=re.MULTILINE)
     if lines:
         named = "; ".join(f"{kind}: {ops.strip()}" for kind, ops in lines)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from modelport.errors import BadInputError
-from modelport.frameworks.tensorflow import first_line, import_tf, stdout_to_stderr
+from modelport.frameworks.tensorflow import import_tf, stdout_to_stderr, tf_reason
 
 
 def folder_of(path: Path) -> Path:
@@ -20,4 +20,4 @@ def load(folder: Path):
         with stdout_to_stderr():
             return tf.saved_model.load(str(folder))
     except Exception as e:
-        raise BadInputError(f"cannot load the SavedModel: {first_line(e)}", path=folder) from None
+        raise BadInputError(f"cannot load the SavedModel: {tf_reason(e)}", path=folder) from None

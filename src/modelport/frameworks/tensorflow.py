@@ -8,14 +8,15 @@ import logging
 import os
 import sys
 
+from modelport.errors import one_line
 
-def first_line(e: BaseException) -> str:
-    """The reason in an exception's text; for a tf.function trace ("in user code: … File … Error: reason")
-    the last line, where the reason is, not the heading."""
-    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
-    if len(lines) > 1 and lines[0].startswith("in user code"):
-        return lines[-1][:300]
-    return lines[0][:300] if lines else type(e).__name__
+
+def tf_reason(e: BaseException) -> str:
+    """The reason in a TensorFlow exception's text, in one line (errors.one_line); for a tf.function
+    trace ("in user code: … File … Error: reason") its last line, where the reason is, not the heading."""
+    lines = [line for line in str(e).splitlines() if line.strip()]
+    traced = len(lines) > 1 and lines[0].strip().startswith("in user code")
+    return one_line(lines[-1], 300) if traced else one_line(e, 300)
 
 
 @contextlib.contextmanager

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from modelport.errors import BadInputError, MissingDependencyError, ModelportError
+from modelport.errors import BadInputError, MissingDependencyError, ModelportError, one_line
 
 # timer(variant row, run) -> {"prefill_ms": float, "decode_tok_s": float}; `run()` generates once and returns those, measured
 DecoderTimer = Callable[[dict, Callable[[], dict]], dict]
@@ -216,5 +216,4 @@ def time_sessions(sessions: dict, prompt: list[int], steps: int, pad: int, optio
 def _why(e: Exception) -> str:
     if isinstance(e, ModelportError):
         return e.message
-    text = str(e).splitlines()[0] if str(e) else ""
-    return f"{type(e).__name__}: {text}"[:300]
+    return one_line(e, 300, typed=True)

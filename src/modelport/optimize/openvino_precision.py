@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from modelport.errors import BadInputError, ValidationError
+from modelport.errors import BadInputError, ValidationError, one_line
 from modelport.ir import IRModel
 from modelport.targets import TARGETS
 
@@ -126,8 +126,7 @@ def quantize(model, mode: str, calibration: list[dict] | None, *, budget=None) -
         missing = missing_dependency(e)
         if missing is not None:
             raise missing from e
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise ValidationError(f"--precision int8 cannot be delivered for openvino: NNCF failed: {type(e).__name__}: {first}") from e
+        raise ValidationError(f"--precision int8 cannot be delivered for openvino: NNCF failed: {one_line(e, typed=True)}") from e
 
 
 def accuracy_metric(model, items: list[dict], budget) -> tuple[object, float]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from modelport.errors import BadInputError, MissingDependencyError, ModelportError, PassError, ValidationError
+from modelport.errors import BadInputError, MissingDependencyError, ModelportError, PassError, ValidationError, one_line
 from modelport.ir import IRModel
 from modelport.optimize import Pass, get_pass, parse_pass_list, passes_for_level
 from modelport.optimize.dequantize import before_float_passes
@@ -248,7 +248,7 @@ def _run_pass(p: Pass, ir: IRModel, row: PassRow, rows: list[PassRow], tolerance
         missing = missing_dependency(e)
         if missing is not None:  # a pass that cannot run is not a pass that broke parity
             raise missing from e
-        reason = e.message if isinstance(e, ModelportError) else f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        reason = e.message if isinstance(e, ModelportError) else one_line(e, typed=True)
         row.status, row.reason = "rolled_back", f"error: {reason}"
         row.nodes_after, row.size_after = nb, sb
         if strict:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from modelport.errors import BadInputError
+from modelport.errors import BadInputError, one_line
 from modelport.ir import IRModel
 from modelport.optimize import Pass, PassResult
 from modelport.validation import Tolerance, check, tolerance_for
@@ -76,7 +76,7 @@ def _run_quantizer(model, quantize, weights_dir: Path | None = None):
             root.setLevel(logging.ERROR)  # the quantiser logs advice on the root logger
             quantize(src, dst, large)
         except (ValueError, RuntimeError, KeyError, IndexError) as e:
-            raise BadInputError(f"onnxruntime quantisation failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
+            raise BadInputError(f"onnxruntime quantisation failed: {one_line(e, typed=True)}") from e
         finally:
             root.setLevel(level)
         return load_model_file(dst)

@@ -10,6 +10,7 @@ MAX_BYTES is passed over too, the row saying why.
 
 from __future__ import annotations
 
+from modelport.errors import one_line
 from modelport.ir import IRModel
 from modelport.optimize import Pass, PassResult
 
@@ -49,7 +50,7 @@ class OnnxSimPass(Pass):
             with doing("onnxsim"):
                 out, ok = onnxsim.simplify(m)
         except Exception as e:  # onnxsim raises bare RuntimeErrors from its C++ core
-            return PassResult(ir, False, {"skipped": f"onnxsim failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}"})
+            return PassResult(ir, False, {"skipped": f"onnxsim failed: {one_line(e)}"})
         if not ok:
             return PassResult(ir, False, {"skipped": "onnxsim's own check failed"})
         drop_value_info(out)

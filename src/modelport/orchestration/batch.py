@@ -48,9 +48,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from modelport.errors import EXIT_VALIDATION, BadInputError
-from modelport.run.names import check_path_name
+from modelport.errors import EXIT_VALIDATION, BadInputError, one_line
 from modelport.orchestration.batch_job import DEFAULT_TIMEOUT, STATE_DIR, Job, parse_size, run_job
+from modelport.run.names import check_path_name
 
 SCHEMA = "modelport.batch/1"
 KEYS = {"name", "source", "to", "input", "optimize", "precision", "data", "value", "tolerances", "package", "args",
@@ -105,7 +105,7 @@ def load_manifest(path: str | Path) -> list[Job]:
     except FileNotFoundError:
         raise BadInputError("no such manifest", path=path) from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
-        raise BadInputError(f"cannot read the manifest: {str(e).splitlines()[0]}", path=path) from None
+        raise BadInputError(f"cannot read the manifest: {one_line(e)}", path=path) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("models"), list) or not doc["models"]:
         raise BadInputError("the manifest needs a non-empty `models:` list", path=path)
     defaults = doc.get("defaults") or {}

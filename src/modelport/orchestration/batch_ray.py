@@ -19,7 +19,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from modelport.errors import BadInputError, MissingDependencyError
+from modelport.errors import BadInputError, MissingDependencyError, one_line
 
 # Passed to every worker, so a worker imports the same modelport and behaves like the driver.
 FORWARDED_ENV = ("PYTHONPATH", "MODELPORT_DEBUG", "SOURCE_DATE_EPOCH", "HF_HUB_OFFLINE", "TF_CPP_MIN_LOG_LEVEL")
@@ -100,7 +100,7 @@ def run_on_ray(todo, out: Path, options, record) -> None:
         try:
             ray.init(**kwargs)
         except ConnectionError as e:
-            raise BadInputError(f"cannot reach the Ray cluster at {options.address}: {str(e).splitlines()[0]}") from None
+            raise BadInputError(f"cannot reach the Ray cluster at {options.address}: {one_line(e)}") from None
     token = f".batch/ray-{os.getpid()}-{os.urandom(4).hex()}"
     (out / token).write_text("shared output folder\n")
     try:
@@ -114,9 +114,8 @@ def run_on_ray(todo, out: Path, options, record) -> None:
             try:
                 entry = _unpack(ray.get(ref), out)
             except Exception as e:  # the task itself died (its worker crashed or was killed)
-                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 entry = {"name": job.name, "source": job.source, "targets": job.targets, "status": "crashed",
-                         "exit_code": None, "error": f"the Ray task failed: {type(e).__name__}: {first}"}
+                         "exit_code": None, "error": f"the Ray task failed: {one_line(e, typed=True)}"}
             record(entry, key)
     finally:
         with contextlib.suppress(OSError):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from modelport.errors import UnsafeInputError, ValidationError
+from modelport.errors import UnsafeInputError, ValidationError, one_line
 from modelport.packaging.bundle import Artifacts
 from modelport.validation import Tolerance, compare
 
@@ -57,7 +57,7 @@ def _check(candidate, eager, artifacts: Artifacts, feeds: dict, hop: str):
     try:
         got = _run(candidate, artifacts, feeds)
     except Exception as e:  # a specialised trace often fails on a reshape at another size
-        return f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+        return one_line(e, 200, typed=True)
     return compare(_run(eager, artifacts, feeds), got, TOLERANCE, hop=hop)
 
 
@@ -96,7 +96,7 @@ def write_torchscript(artifacts: Artifacts, dst: Path, *, trust: bool) -> dict:
                 warnings.simplefilter("ignore")
                 scripted = torch.jit.trace(eager, args, check_trace=False) if method == "trace" else torch.jit.script(eager)
         except Exception as e:
-            failures.append(f"torch.jit.{method} failed: {type(e).__name__}: {str(e).strip().splitlines()[0][:200]}")
+            failures.append(f"torch.jit.{method} failed: {one_line(e, 200, typed=True)}")
             continue
         torch.jit.save(scripted, str(dst))
         loaded = torch.jit.load(str(dst), map_location="cpu").eval()

@@ -15,7 +15,7 @@ from pathlib import Path
 from modelport.errors import BadInputError
 from modelport.run.file_checks import check_model_file
 from modelport.ir import IRModel
-from modelport.parsers.tf_common import first_line, import_tf, parse_proto, plain_name, stdout_to_stderr
+from modelport.parsers.tf_common import import_tf, parse_proto, plain_name, stdout_to_stderr, tf_reason
 
 NAME = "graphdef"
 DESCRIPTION = "frozen TensorFlow GraphDef (.pb) with --inputs/--outputs tensor names"
@@ -80,9 +80,9 @@ def parse_here(source, spec) -> IRModel:
             in_tensors = [graph.get_tensor_by_name(tensor_name(s.name)) for s in spec.inputs]
             out_tensors = [graph.get_tensor_by_name(tensor_name(n)) for n in spec.output_names]
     except (KeyError, ValueError) as e:
-        raise BadInputError(f"{first_line(e)}; placeholders: {placeholders(graph_def)[:10]}", path=path) from None
+        raise BadInputError(f"{tf_reason(e)}; placeholders: {placeholders(graph_def)[:10]}", path=path) from None
     except Exception as e:
-        raise BadInputError(f"cannot import the GraphDef: {first_line(e)}", path=path) from None
+        raise BadInputError(f"cannot import the GraphDef: {tf_reason(e)}", path=path) from None
     in_names = [t.name for t in in_tensors]
     out_names = [t.name for t in out_tensors]
     graph_specs = [tf_common.spec_from_tf(plain_name(t.name), t.shape.as_list() if t.shape.rank is not None else [], t.dtype)
@@ -105,7 +105,7 @@ def parse_here(source, spec) -> IRModel:
             pruned = wrapped.prune(in_tensors, out_tensors)
         ref = call(sample)
     except Exception as e:
-        raise BadInputError(f"TensorFlow cannot run the graph on the sample inputs: {first_line(e)}", path=path) from None
+        raise BadInputError(f"TensorFlow cannot run the graph on the sample inputs: {tf_reason(e)}", path=path) from None
     varies, extra, skipped = reference_samples(call, specs, sample, ref, spec.sample_dims, seed=spec.seed,
                                                given=spec.given, path=spec.path, **spec.sampling)
     renames = {**dict(zip(in_names, [s.name for s in specs], strict=True)), **dict(zip(out_names, names, strict=True))}

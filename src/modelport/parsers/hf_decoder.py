@@ -29,7 +29,7 @@ import re
 from pathlib import Path
 
 from modelport.deps import require
-from modelport.errors import UnsupportedError
+from modelport.errors import UnsupportedError, one_line
 from modelport.ir import IRModel, specs_from_onnx
 from modelport.parsers.hf_decoder_config import DecoderConfig, read_decoder_config, sniff
 from modelport.parsers.hf_decoder_loading import load_model
@@ -118,8 +118,7 @@ def export_failure(error: BaseException) -> str:
     root = error
     while root.__cause__ is not None and root.__cause__ is not root:
         root = root.__cause__
-    lines = [ln.strip() for ln in ANSI.sub("", str(root)).splitlines() if ln.strip()]
-    text = lines[0] if lines else type(root).__name__
+    text = one_line(ANSI.sub("", str(root))) or type(root).__name__
     where = re.search(r'File "([^"]+)", line (\d+), in (\w+)', ANSI.sub("", f"{error}\n{root}"))
     if where:
         text += f" (at {'/'.join(Path(where[1]).parts[-2:])}:{where[2]}, in {where[3]})"

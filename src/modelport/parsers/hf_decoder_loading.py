@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 
 from modelport.deps import require
-from modelport.errors import BadInputError
+from modelport.errors import BadInputError, one_line
 from modelport.parsers.hf_decoder_config import read_decoder_config
 
 
@@ -35,7 +35,7 @@ def load_model(folder: str | Path):
                 str(folder), local_files_only=True, use_safetensors=True, dtype=torch.float32, output_loading_info=True,
                 ignore_mismatched_sizes=True)
         except Exception as e:
-            raise BadInputError(f"transformers cannot load the folder: {str(e).splitlines()[0] if str(e) else type(e).__name__}",
+            raise BadInputError(f"transformers cannot load the folder: {one_line(e)}",
                                 path=folder) from None
     problem = weights_problem(info)
     if problem:

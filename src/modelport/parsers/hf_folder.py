@@ -13,7 +13,7 @@ import json
 import re
 from pathlib import Path
 
-from modelport.errors import BadInputError, UnsafeInputError
+from modelport.errors import BadInputError, UnsafeInputError, one_line
 
 # Files copied next to the artifacts: what a tokenizer, processor or generation loop reads back.
 COMPANION_FILES = (
@@ -31,7 +31,7 @@ def read_config(folder: Path) -> dict:
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise BadInputError(f"cannot read config.json: {str(e).splitlines()[0]}", path=folder) from None
+        raise BadInputError(f"cannot read config.json: {one_line(e)}", path=folder) from None
     if not isinstance(config, dict) or not isinstance(config.get("model_type"), str):
         raise BadInputError("config.json has no model_type (not a transformers model folder)", path=folder)
     return config

@@ -11,7 +11,7 @@ import re
 import sys
 from pathlib import Path
 
-from modelport.errors import BadInputError
+from modelport.errors import BadInputError, one_line
 from modelport.parsers.hf_tasks import Task, infer_task, transformers_class
 
 # Tensors a task's outputs never read, so their absence is no reason to refuse: feature-extraction
@@ -66,8 +66,8 @@ def load_model(task: Task, ctx_folder: Path, config: dict, *, trust: bool, safet
                 raise
             model, info = cls.from_pretrained(str(ctx_folder), **kwargs)
     except (ValueError, KeyError, OSError, TypeError, AttributeError, RuntimeError) as e:
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise BadInputError(f"task {task.name} does not fit this {config['model_type']} model: {reason[:300]}",
+        reason = one_line(e, 300)
+        raise BadInputError(f"task {task.name} does not fit this {config['model_type']} model: {reason}",
                             path=ctx_folder) from None
     unread = UNREAD_BY_TASK.get(task.name)
     missing = [k for k in info.get("missing_keys") or [] if not (unread and unread.search(k))]

@@ -15,7 +15,7 @@ from modelport.errors import BadInputError, UnsafeInputError
 from modelport.run.file_checks import check_model_file
 from modelport.ir import IRModel
 from modelport.parsers import keras_safety
-from modelport.parsers.tf_common import first_line, import_tf, stdout_to_stderr
+from modelport.parsers.tf_common import import_tf, stdout_to_stderr, tf_reason
 
 NAME = "keras"
 DESCRIPTION = "Keras model (.keras archive, .h5) or a keras.Model object"
@@ -57,11 +57,11 @@ def load(source, spec):
     except ValueError as e:
         text = str(e)
         if "safe_mode" in text or "unsafe" in text.lower() or "Lambda" in text:
-            raise UnsafeInputError(f"Keras refused to load: {first_line(e)}", path=path,
+            raise UnsafeInputError(f"Keras refused to load: {tf_reason(e)}", path=path,
                                    hint="pass --trust only if you trust the file") from None
-        raise BadInputError(f"cannot load the Keras model: {first_line(e)}", path=path) from None
+        raise BadInputError(f"cannot load the Keras model: {tf_reason(e)}", path=path) from None
     except Exception as e:
-        raise BadInputError(f"truncated or not a Keras model: {first_line(e)}", path=path) from None
+        raise BadInputError(f"truncated or not a Keras model: {tf_reason(e)}", path=path) from None
     fmt = "keras archive" if path.suffix.lower() == ".keras" else "keras h5"
     return model, fmt
 
@@ -91,12 +91,12 @@ def load_json(keras, path: Path, spec):
 
                 model = saving_utils.model_from_config(config)
     except Exception as e:
-        raise BadInputError(f"cannot build the Keras model from its JSON: {first_line(e)}", path=path) from None
+        raise BadInputError(f"cannot build the Keras model from its JSON: {tf_reason(e)}", path=path) from None
     try:
         with h5py.File(weights, "r") as f:
             legacy = "layer_names" in f.attrs
     except OSError as e:
-        raise BadInputError(f"truncated or not an HDF5 weights file: {first_line(e)}", path=weights) from None
+        raise BadInputError(f"truncated or not an HDF5 weights file: {tf_reason(e)}", path=weights) from None
     try:
         with stdout_to_stderr(), tempfile.TemporaryDirectory(prefix="modelport-weights-") as tmp:
             # Keras picks the reader by the name: `.weights.h5` is its own layout, any other `.h5` Keras 2's
@@ -109,7 +109,7 @@ def load_json(keras, path: Path, spec):
                 shutil.copyfile(weights, named)
             model.load_weights(str(named))
     except Exception as e:
-        raise BadInputError(f"the weights do not fit the architecture {path.name}: {first_line(e)}", path=weights) from None
+        raise BadInputError(f"the weights do not fit the architecture {path.name}: {tf_reason(e)}", path=weights) from None
     return model
 def h5_custom_objects(keras) -> dict:
     """Keras' own classes that a legacy `.h5` config names without the module they come from.
@@ -233,13 +233,13 @@ def parse(source, spec) -> IRModel:
         try:
             concrete = serve.get_concrete_function()
         except Exception as e:
-            raise BadInputError(f"cannot trace the Keras model on inputs {[s.shape for s in specs]}: {first_line(e)}",
+            raise BadInputError(f"cannot trace the Keras model on inputs {[s.shape for s in specs]}: {tf_reason(e)}",
                                 path=path) from None
         names = tf_common.rename_outputs(output_names(model, concrete.structured_outputs), spec, path)
         try:
             predicted = model.predict(pack([sample[s.name] for s in specs]), verbose=0)
         except Exception as e:
-            raise BadInputError(f"Keras predict failed on the sample inputs: {first_line(e)}", path=path) from None
+            raise BadInputError(f"Keras predict failed on the sample inputs: {tf_reason(e)}", path=path) from None
     ref = {n: np.asarray(v) for n, v in zip(names, tf.nest.flatten(predicted), strict=True)}
 
     def predict(feeds):

@@ -16,7 +16,7 @@ import json
 import zipfile
 from pathlib import Path
 
-from modelport.errors import BadInputError, UnsafeInputError
+from modelport.errors import BadInputError, UnsafeInputError, one_line
 
 MIN_KERAS = (3, 11, 3)  # CVE-2025-9905 (.h5 safe_mode) fixed in 3.11.3
 UNSAFE_CLASSES = {"Lambda", "TorchModuleWrapper", "TFSMLayer", "__lambda__", "JaxLayer", "FlaxLayer"}
@@ -67,7 +67,7 @@ def _h5_config(path: Path) -> dict:
         with h5py.File(path, "r") as f:
             raw = f.attrs.get("model_config")
     except (OSError, ValueError) as e:
-        raise BadInputError(f"truncated or corrupt HDF5 file: {str(e).splitlines()[0]}", path=path) from None
+        raise BadInputError(f"truncated or corrupt HDF5 file: {one_line(e)}", path=path) from None
     if raw is None:
         raise BadInputError("an HDF5 file without a Keras model_config (weights only?)", path=path,
                             hint="weights-only .h5 files need the architecture; save the full model")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from modelport.errors import BadInputError
+from modelport.errors import BadInputError, one_line
 from modelport.ir import IRModel, Reference, contract_from_onnx
 
 NAME = "onnx"
@@ -29,7 +29,7 @@ def convert_opset(model, opset: int, path=None):
     try:
         return version_converter.convert_version(model, opset)
     except Exception as e:  # the converter raises bare RuntimeErrors / ValueErrors
-        raise BadInputError(f"cannot convert opset {current} to {opset}: {str(e).splitlines()[0]}", path=path) from None
+        raise BadInputError(f"cannot convert opset {current} to {opset}: {one_line(e)}", path=path) from None
 
 
 def infer_and_check(model, path=None):
@@ -53,7 +53,7 @@ def infer_and_check(model, path=None):
     try:
         check_skeleton(inferred, size)
     except Exception as e:
-        raise BadInputError(f"invalid ONNX model: {str(e).splitlines()[0]}", path=path) from None
+        raise BadInputError(f"invalid ONNX model: {one_line(e)}", path=path) from None
     _take_types(inferred, model)
     return model
 

@@ -61,11 +61,6 @@ def import_paddle():
     return paddle
 
 
-def first_line(e: BaseException) -> str:
-    """The exception's first line (errors.one_line), else its class name."""
-    return one_line(str(e), 300) or type(e).__name__
-
-
 def load_program(paddle, model: Path, work: Path):
     """(the PIR program, the JSON file paddle2onnx exports from): a .json as it is; a .pdmodel
     translated from its ProgramDesc (a protobuf) and written beside the child's other files."""
@@ -82,7 +77,7 @@ def load_program(paddle, model: Path, work: Path):
         paddle.base.core.deserialize_pir_program(str(model), program)
         return program, model
     except Exception as e:
-        raise BadInputError(f"not a readable Paddle program: {first_line(e)}", path=model) from None
+        raise BadInputError(f"not a readable Paddle program: {one_line(e, 300)}", path=model) from None
 
 
 def float_scales(program_json: Path) -> int:
@@ -232,7 +227,7 @@ def export(program_json: Path, weights: Path, opset: int, work: Path, path: Path
             data = p2o.export(str(program_json), str(weights), opset, True, False, True, True, True, {}, "onnxruntime",
                               "", "", False)
         except Exception as e:
-            data, failure = b"", first_line(e)
+            data, failure = b"", one_line(e, 300)
     errors = [line.split("[ERROR]", 1)[1].strip() for line in log.read_text(errors="replace").splitlines() if "[ERROR]" in line]
     if failure or not data or errors:
         reason = failure or "; ".join(errors[:2]) or "it returned no model"
@@ -370,7 +365,7 @@ def convert_in_child(work: Path, request: dict) -> dict:
     except BadInputError:
         raise
     except Exception as e:
-        raise BadInputError(f"Paddle Inference cannot load the model: {first_line(e)}", path=model) from None
+        raise BadInputError(f"Paddle Inference cannot load the model: {one_line(e, 300)}", path=model) from None
     sampled = sample_reference(runner.run, inputs, spec.sample_dims, seed=spec.seed, given=spec.given, path=spec.path)
     sample, reference, spec.sample_dims = sampled.feeds, sampled.outputs, sampled.dims
     varies, extra, skipped = reference_samples(runner.run, inputs, sample, reference, spec.sample_dims, seed=spec.seed,

@@ -24,10 +24,10 @@ import pickle
 from pathlib import Path
 
 from modelport.deps import require
-from modelport.errors import BadInputError, ModelportError, UnsafeInputError
+from modelport.errors import BadInputError, ModelportError, UnsafeInputError, one_line
 from modelport.run.file_checks import check_model_file
 from modelport.ir import IRModel, Reference, TensorSpec, guess_layout, specs_from_onnx
-from modelport.parsers.pytorch_files import check_torch_version, file_format, first_line, read_checkpoint
+from modelport.parsers.pytorch_files import check_torch_version, file_format, read_checkpoint
 from modelport.parsers.pytorch_signature import exported_outputs, exported_program_specs, output_names_of
 
 NAME = "pytorch"
@@ -71,7 +71,7 @@ def build_arch(arch: str, *, trust: bool, args: dict | None = None):
         return factory(**args)
     except Exception as e:
         given = f" with --arch-args {arch_args_text(args)}" if args else ""
-        raise BadInputError(f"cannot build --arch '{arch}'{given}: {type(e).__name__}: {first_line(e)}",
+        raise BadInputError(f"cannot build --arch '{arch}'{given}: {one_line(e, typed=True)}",
                             hint=None if args else f"give its constructor arguments with --arch-args, e.g. {ARCH_ARGS_EXAMPLE}") from None
 
 
@@ -103,7 +103,7 @@ def load_exported(path: Path):
             with tempfile.TemporaryDirectory(prefix="modelport-pt2-") as tmp:
                 ep = _torch().export.load(str(cpu_archive(path, Path(tmp))))
     except Exception as e:
-        raise BadInputError(f"cannot load ExportedProgram: {first_line(e)}", path=path) from None
+        raise BadInputError(f"cannot load ExportedProgram: {one_line(e)}", path=path) from None
     ep.saved_on = devices
     return ep
 
@@ -114,7 +114,7 @@ def _load_pickled_module(path: Path):
     try:
         return _torch().load(str(path), map_location="cpu", weights_only=False)
     except (AttributeError, ModuleNotFoundError, ImportError) as e:
-        raise BadInputError(f"the pickled model's code cannot be imported here ({first_line(e)})", path=path,
+        raise BadInputError(f"the pickled model's code cannot be imported here ({one_line(e)})", path=path,
                             hint="save a .pt2 (torch.export), TorchScript, or a state dict and pass --arch") from None
 
 
@@ -141,7 +141,7 @@ def load_module(source, spec):
             module.saved_on = ep.saved_on
             return module, fmt, carried
         except Exception as e:
-            raise BadInputError(f"cannot load ExportedProgram: {first_line(e)}", path=path) from None
+            raise BadInputError(f"cannot load ExportedProgram: {one_line(e)}", path=path) from None
     if fmt == "torchscript":
         if not spec.trust:
             raise UnsafeInputError("TorchScript runs code from the file", path=path, hint="pass --trust if you trust it")
@@ -155,10 +155,10 @@ def load_module(source, spec):
             obj = torch.load(str(path), map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as e:
             if not spec.trust:
-                raise UnsafeInputError(f"unsafe pickle global, refusing to load: {first_line(e)}", path=path, hint="pass --trust only if you trust the file") from None
+                raise UnsafeInputError(f"unsafe pickle global, refusing to load: {one_line(e)}", path=path, hint="pass --trust only if you trust the file") from None
             obj = _load_pickled_module(path)
         except Exception as e:
-            raise BadInputError(f"truncated or not a PyTorch file: {first_line(e)}", path=path) from None
+            raise BadInputError(f"truncated or not a PyTorch file: {one_line(e)}", path=path) from None
         if isinstance(obj, torch.nn.Module):
             return obj.eval(), "pickled nn.Module", None
         raise BadInputError("a state dict needs an architecture", path=path, hint="pass --arch zoo:NAME or --arch package.module:Class")
@@ -171,7 +171,7 @@ def load_module(source, spec):
     except ModelportError:
         raise
     except Exception as e:
-        raise BadInputError(f"truncated or not a PyTorch file: {first_line(e)}", path=path) from None
+        raise BadInputError(f"truncated or not a PyTorch file: {one_line(e)}", path=path) from None
     module = build_arch(spec.arch, trust=spec.trust, args=spec.arch_args)
     found = find_state_dict(checkpoint, path, expected=list(module.state_dict()), key=spec.state_dict_key, arch=spec.arch)
     load_into(module, found.state, arch=spec.arch, args=spec.arch_args, path=path,
@@ -212,7 +212,7 @@ def parse(source, spec) -> IRModel:
             out = module(*args)
         except Exception as e:
             shapes = {s.name: list(s.shape) for s in specs}
-            raise BadInputError(f"the model does not run on inputs {shapes}: {first_line(e)}", path=spec.path) from None
+            raise BadInputError(f"the model does not run on inputs {shapes}: {one_line(e)}", path=spec.path) from None
     n_out = len(flatten_outputs(out))
     names = spec.output_names or output_names_of(out)
     if len(names) != n_out:

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from modelport.errors import BadInputError
+from modelport.errors import BadInputError, one_line
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ def reason_of(e: BaseException) -> str:
     """One line: the error's first line, with the underlying exception the ONNX exporter's
     summary names ("… (ValueError: Cannot view a tensor …)")."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip()
-    first = text.splitlines()[0].strip() if text else type(e).__name__
+    first = one_line(text, 300) or type(e).__name__
     first = re.sub(r"\s*This is step \d/\d of exporting.*$", "", first)
     cause = re.search(r"<class '(?:[\w.]+\.)?(\w+)'>: (.+)", text)
     if cause and cause.group(2).strip() not in first:
@@ -127,7 +127,7 @@ def reason_of(e: BaseException) -> str:
     if where:
         code = [ln.strip() for ln in where.group(3).splitlines() if ln.strip()]
         first += f" (at {where.group(1).rsplit('/', 1)[-1]}:{where.group(2)}{': ' + code[-1] if code else ''})"
-    return first if len(first) <= 300 else first[:297] + "..."
+    return one_line(first, 300)
 
 
 def export_model(module, args, specs, output_names, *, opset=None, ranges=None, program=None,

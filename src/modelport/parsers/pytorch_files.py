@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 
 from modelport.deps import require
-from modelport.errors import BadInputError, UnsafeInputError
+from modelport.errors import BadInputError, UnsafeInputError, one_line
 
 MIN_TORCH = (2, 6)  # weights_only=True is unsafe before 2.6 (CVE-2025-32434)
 SAFETENSORS_MAX_HEADER = 100 * 1024 * 1024
@@ -106,14 +106,14 @@ def read_checkpoint(path: Path, *, trust: bool = False) -> tuple[object, str | N
         return torch.load(str(path), map_location="cpu", weights_only=True), None
     except pickle.UnpicklingError as e:
         if not trust:
-            raise UnsafeInputError(f"unsafe pickle global, refusing to load: {first_line(e)}", path=path,
+            raise UnsafeInputError(f"unsafe pickle global, refusing to load: {one_line(e)}", path=path,
                                    hint="--trust loads it if you trust the file (its pickled code runs); "
                                         "a plain state dict loads without --trust") from None
         refused = _refused_global(e)
     try:
         obj = torch.load(str(path), map_location="cpu", weights_only=False)
     except (AttributeError, ModuleNotFoundError, ImportError) as e:
-        raise BadInputError(f"the checkpoint's pickled objects need code that cannot be imported here ({first_line(e)})",
+        raise BadInputError(f"the checkpoint's pickled objects need code that cannot be imported here ({one_line(e)})",
                             path=path, hint="save the state dict alone (torch.save(model.state_dict(), ...)): it "
                                             "loads without --trust") from None
     held = f" ({refused})" if refused else ""
@@ -125,9 +125,3 @@ def _refused_global(e: BaseException) -> str | None:
     """The global torch's weights-only unpickler refused ('argparse.Namespace'), when it names one."""
     m = re.search(r"GLOBAL ([\w.]+)", str(e))
     return m.group(1) if m else None
-
-
-def first_line(e: BaseException) -> str:
-    """The reason the messages about a PyTorch source quote: the exception's first line, else its class name."""
-    text = str(e).strip().splitlines()
-    return text[0] if text else type(e).__name__

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from modelport.errors import BadInputError
 from modelport.frameworks.savedmodel import folder_of, load  # noqa: F401  (the parser's own names for them)
-from modelport.frameworks.tensorflow import first_line, import_tf, stdout_to_stderr
+from modelport.frameworks.tensorflow import import_tf, stdout_to_stderr, tf_reason
 from modelport.ir import IRModel
 from modelport.parsers.tf_common import parse_proto
 
@@ -134,7 +134,7 @@ def parse_here(source, spec) -> IRModel:
     try:
         ref = call(sample)
     except Exception as e:
-        raise BadInputError(f"signature '{name}' failed on the sample inputs: {first_line(e)}", path=folder) from None
+        raise BadInputError(f"signature '{name}' failed on the sample inputs: {tf_reason(e)}", path=folder) from None
     varies, extra, skipped = reference_samples(call, specs, sample, ref, spec.sample_dims, seed=spec.seed,
                                                given=spec.given, path=spec.path, **spec.sampling)
     renames = {**dict(zip(in_names, [s.name for s in specs], strict=True)), **dict(zip(out_names, names, strict=True))}

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from modelport.errors import BadInputError, UnsafeInputError, UnsupportedError
-from modelport.frameworks.tensorflow import first_line, import_tf, stdout_to_stderr  # noqa: F401  (parsers import them from here)
+from modelport.frameworks.tensorflow import import_tf, stdout_to_stderr, tf_reason  # noqa: F401  (parsers import them from here)
 from modelport.ir import IRModel, Reference, TensorSpec, guess_layout, specs_from_onnx
 
 
@@ -67,7 +67,7 @@ def parse_proto(message, path: Path, reason: str):
     try:
         message.ParseFromString(path.read_bytes())
     except (DecodeError, ValueError, RuntimeError) as e:
-        raise BadInputError(f"{reason}: {first_line(e)}", path=path) from None
+        raise BadInputError(f"{reason}: {tf_reason(e)}", path=path) from None
     return message
 
 
@@ -142,7 +142,7 @@ def freeze(concrete_func, path=None):
             graph_def = tf_loader.from_function(concrete_func, in_names, out_names)
             graph_def = inline_compiled_functions(graph_def, in_names, out_names)
     except Exception as e:
-        raise BadInputError(f"cannot freeze the TensorFlow graph: {first_line(e)}", path=path) from None
+        raise BadInputError(f"cannot freeze the TensorFlow graph: {tf_reason(e)}", path=path) from None
     return graph_def, in_names, out_names
 
 
@@ -188,7 +188,7 @@ def graphdef_to_onnx(graph_def, in_names: list[str], out_names: list[str], renam
                 custom_op_handlers=extra_handlers(),
             )
     except Exception as e:
-        raise UnsupportedError(f"tf2onnx failed: {first_line(e)}", path=path) from None
+        raise UnsupportedError(f"tf2onnx failed: {tf_reason(e)}", path=path) from None
     check_converted(model, path)
     return model
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from modelport.errors import BadInputError
+from modelport.errors import BadInputError, one_line
 from modelport.ir import IRModel, TensorSpec
 from modelport.runtimes.isolated import CONVERT_TIMEOUT_S, RUN_TIMEOUT_S, call_in_child, run_isolated, timeout_for
 from modelport.runtimes.tflite import IDENTIFIER, check_header
@@ -199,7 +199,7 @@ def probe_in_child(work: Path, request: dict) -> dict:
     try:
         probed, sample, reference, extra = _probe_here(path, spec)
     except (ValueError, RuntimeError) as e:
-        text = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        text = one_line(e, 300)
         raise BadInputError(f"not a valid TFLite model: {text}", path=path) from None
     if not request.get("convert"):
         write_arrays(work, "sample", sample)
@@ -235,7 +235,7 @@ def _convert_here(path: Path, spec, probed: dict, sample: dict, reference: dict,
             readable = tflite_ops.readable_copy(path, Path(tmp))
             model, _ = tf2onnx.convert.from_tflite(str(readable), opset=spec.opset, custom_op_handlers=tflite_ops.handlers(path))
     except Exception as e:
-        raise UnsupportedError(f"tf2onnx failed on the TFLite model: {tf_common.first_line(e)}", path=path) from None
+        raise UnsupportedError(f"tf2onnx failed on the TFLite model: {tf_common.tf_reason(e)}", path=path) from None
     tf_common.check_converted(model, path)
     mapping = dict(zip(probed["tensor_inputs"], [s.name for s in specs], strict=True))
     mapping.update(zip(probed["tensor_outputs"], names, strict=True))

@@ -55,6 +55,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from modelport.errors import one_line
 from modelport.ir import TensorSpec
 from modelport.reference.samples import make_inputs, numpy_dtype, output_varies
 
@@ -244,7 +245,7 @@ def reference_samples(run: Callable[[dict[str, np.ndarray]], dict], specs: list[
         try:
             outputs = {k: np.asarray(v) for k, v in run(feeds).items()}
         except Exception as e:  # the source's own failure on a set: that set proves nothing either way
-            skipped.append(f"{kind}: {type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}")
+            skipped.append(f"{kind}: {one_line(e, 200, typed=True)}")
             continue
         if kind == "random-2":
             varies = {name: output_varies(value, outputs.get(name)) for name, value in first_outputs.items()}

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from modelport.errors import BadInputError, ModelportError
+from modelport.errors import BadInputError, ModelportError, one_line
 from modelport.ir import TensorSpec
 
 DATA_HINT = "pin it with --value NAME=V (a scalar broadcast to the input) or --data inputs.npz (arrays keyed by input name)"
@@ -48,7 +48,7 @@ def load_data(path) -> dict[str, np.ndarray]:
         with np.load(p, allow_pickle=False) as z:
             return {k: np.asarray(z[k]) for k in z.files}
     except (ValueError, OSError) as e:
-        raise BadInputError(f"cannot read input data (an .npz keyed by input name): {str(e).splitlines()[0]}", path=p) from None
+        raise BadInputError(f"cannot read input data (an .npz keyed by input name): {one_line(e)}", path=p) from None
 
 
 def parse_values(values: list[str]) -> dict[str, np.ndarray]:
@@ -193,12 +193,11 @@ def run_reference(run: Callable[[dict[str, np.ndarray]], dict], feeds: dict[str,
 _ORT_FAILURE = re.compile(r"while running (\w+) node\..*?Status Message: (?:\S+\.\w+:\d+ \w+ )?(.*)")
 
 
-def _first_line(e: BaseException) -> str:
-    """The error's first line; onnxruntime's `[ONNXRuntimeError] : 1 : FAIL : Non-zero status code
+def _reason(e: BaseException) -> str:
+    """The error in one line (errors.one_line); onnxruntime's `[ONNXRuntimeError] : 1 : FAIL : Non-zero status code
     returned while running Concat node. Name:'' Status Message: concatbase.h:135 Prepare… X` as `Concat: X`."""
-    line = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    m = _ORT_FAILURE.search(line)
-    return f"{m.group(1)}: {m.group(2)}"[:300] if m else f"{type(e).__name__}: {line[:300]}"
+    m = _ORT_FAILURE.search(str(e))  # `.` stops at a newline: the match lies within one line
+    return one_line(f"{m.group(1)}: {m.group(2)}", 300) if m else one_line(e, 300, typed=True)
 
 
 def reference_failure(e: Exception, specs: list[TensorSpec], given: dict[str, np.ndarray] | None, path) -> BadInputError:
@@ -206,7 +205,7 @@ def reference_failure(e: Exception, specs: list[TensorSpec], given: dict[str, np
     randomised = [s.name for s in specs if s.name not in (given or {})]
     control = [s.name for s in specs if s.name in randomised and s.dtype not in ("float16", "float32", "float64", "bfloat16")]
     named = control or randomised
-    return BadInputError(f"the reference run failed on the sample inputs ({_first_line(e)}); "
+    return BadInputError(f"the reference run failed on the sample inputs ({_reason(e)}); "
                          f"random values went to inputs {named}", path=path, hint=DATA_HINT if named else None)
 
 
@@ -278,14 +277,14 @@ def sample_reference(run: Callable[[dict[str, np.ndarray]], dict], specs: list[T
         except Exception:
             continue
         note = (f"the reference run failed with symbolic dims at the default sample size ({_sizes(sampled, free)}): "
-                f"{_first_line(first)}; it ran with {_sizes(attempt, free)} ({source}), the sizes every check of "
+                f"{_reason(first)}; it ran with {_sizes(attempt, free)} ({source}), the sizes every check of "
                 f"this run uses (--dim NAME=N sets them)")
         return SampledReference(feeds, outputs, attempt, note, tried)
     also = ", ".join(_compact(a, free) for a in tried)
     example = " ".join(f"--dim {n}={hinted.get(n, 640)}" for n in free)
     control = [s.name for s in specs if s.name not in (given or {}) and s.dtype not in ("float16", "float32", "float64", "bfloat16")]
     pin = f"; random values went to inputs {control} ({DATA_HINT})" if control else ""
-    raise BadInputError(f"the reference run failed on the sample inputs ({_first_line(first)}) with symbolic dims "
+    raise BadInputError(f"the reference run failed on the sample inputs ({_reason(first)}) with symbolic dims "
                         f"sampled at {_sizes(sampled, free)}" + (f" (also tried {also})" if also else "")
                         + f": set sizes the model takes with --dim, e.g. {example}{pin}", path=path) from None
 

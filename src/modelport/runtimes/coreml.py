@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from modelport.errors import BadInputError, ValidationError
+from modelport.errors import BadInputError, ValidationError, one_line
 from modelport.ir import TensorSpec
 from modelport.runtimes.base import Runner
 
@@ -145,8 +145,7 @@ def load_spec(path: str | Path):
     try:
         return ct.utils.load_spec(str(path))
     except Exception as e:
-        text = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-        raise BadInputError(f"cannot read the Core ML package: {type(e).__name__}: {text}", path=path) from None
+        raise BadInputError(f"cannot read the Core ML package: {one_line(e, 200, typed=True)}", path=path) from None
 
 
 def metadata(spec) -> dict[str, str]:

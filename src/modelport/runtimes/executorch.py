@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from modelport.errors import BadInputError
+from modelport.errors import BadInputError, one_line
 from modelport.ir import TensorSpec
 from modelport.runtimes.base import Runner
 
@@ -96,8 +96,8 @@ class ExecuTorchRunner(Runner):
             self.methods = sorted(self.program.method_names)
             self.method = self.program.load_method(method)
         except Exception as e:
-            raise BadInputError(f"ExecuTorch cannot load the program: {type(e).__name__}: "
-                                f"{(str(e).strip().splitlines() or [''])[0][:300]}", path=self.path) from None
+            raise BadInputError(f"ExecuTorch cannot load the program: "
+                                f"{one_line(e, 300, typed=True)}", path=self.path) from None
         if self.method is None:
             raise BadInputError(f"the program has no method '{method}' (it has {self.methods})", path=self.path)
         meta = self.method.metadata

@@ -189,8 +189,7 @@ def child_main(workdir: str) -> int:
             record = {"type": type(err).__name__, "exit_code": err.exit_code, "reason": err.reason, "hint": err.hint,
                       "path": err.path, "detail": err.detail}
         else:
-            text = (str(e).strip().splitlines() or [""])[0][:300]
-            record = {"type": "unexpected", "reason": f"{type(e).__name__}: {text}" if text else type(e).__name__,
+            record = {"type": "unexpected", "reason": one_line(e, 300, typed=True),
                       "detail": f"{type(e).__name__}: {str(e).strip()}"[:20000]}
     (work / "error.json").write_text(json.dumps(record))
     return 2

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from modelport.errors import BadInputError
+from modelport.errors import BadInputError, one_line
 from modelport.ir import TensorSpec, contract_from_onnx
 from modelport.runtimes.base import Capabilities, Runner
 
@@ -89,7 +89,7 @@ class OnnxRuntimeRunner(Runner):
         try:
             self.session = ort.InferenceSession(source, opts, providers=self.providers)
         except Exception as e:  # onnxruntime raises its own exception types
-            raise BadInputError(f"onnxruntime cannot load the model: {str(e).splitlines()[0]}") from None
+            raise BadInputError(f"onnxruntime cannot load the model: {one_line(e)}") from None
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]
         self._run_options = ort.RunOptions()

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from modelport.errors import BadInputError, MissingDependencyError
+from modelport.errors import BadInputError, MissingDependencyError, one_line
 from modelport.ir import TensorSpec
 from modelport.runtimes.base import Capabilities, Runner
 
@@ -158,7 +158,7 @@ def read_ir(path: str | Path):
     except MissingDependencyError:
         raise
     except Exception as e:
-        raise BadInputError(f"OpenVINO cannot read the model: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}",
+        raise BadInputError(f"OpenVINO cannot read the model: {one_line(e)}",
                             path=path) from None
 
 
@@ -180,7 +180,7 @@ def from_onnx(model):
         try:
             return core().read_model(str(path))
         except Exception as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            first = one_line(e)
             raise BadInputError(f"OpenVINO cannot convert the ONNX model: {first}") from None
 
 
@@ -273,7 +273,7 @@ class OpenVINORunner(Runner):
         try:
             return core().compile_model(self.model, "CPU", config)
         except Exception as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            first = one_line(e)
             raise BadInputError(f"OpenVINO cannot compile the model for CPU: {first}", path=self.path) from None
 
     @staticmethod

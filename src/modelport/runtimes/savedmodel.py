@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from modelport.errors import BadInputError
+from modelport.errors import BadInputError, one_line
 from modelport.ir import TensorSpec
 from modelport.runtimes.base import Runner
 
@@ -35,7 +35,7 @@ def _signature(path: Path, signature: str = SIGNATURE):
     try:
         loaded = tf.saved_model.load(str(path))
     except Exception as e:  # TF raises many kinds for a bad folder
-        raise BadInputError(f"not a loadable SavedModel: {str(e).splitlines()[0]}", path=path) from None
+        raise BadInputError(f"not a loadable SavedModel: {one_line(e)}", path=path) from None
     if signature not in loaded.signatures:
         raise BadInputError(f"the SavedModel has no '{signature}' signature (has {list(loaded.signatures)})", path=path)
     return loaded, loaded.signatures[signature]

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from modelport.errors import BadInputError
+from modelport.errors import BadInputError, one_line
 from modelport.ir import TensorSpec
 from modelport.runtimes.base import Runner
 
@@ -49,7 +49,7 @@ def load_interpreter(path: str | Path, threads: int | None = None, *, delegates:
     try:
         return Interpreter(model_path=str(path), num_threads=threads, **extra)
     except ValueError as e:
-        raise BadInputError(f"not a valid TFLite model: {str(e).splitlines()[0]}", path=path) from None
+        raise BadInputError(f"not a valid TFLite model: {one_line(e)}", path=path) from None
 
 
 def check_header(path: Path) -> None:

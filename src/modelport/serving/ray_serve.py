@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from modelport.errors import BadInputError
+from modelport.errors import BadInputError, one_line
 
 NUM_CPUS = 0.5  # a replica's CPU share: two replicas fit a 2-core machine beside the front end
 
@@ -126,7 +126,7 @@ def _ray_serve(scale: Scale):
     try:
         ray.init(**kwargs)
     except ConnectionError as e:
-        raise BadInputError(f"cannot reach the Ray cluster at {scale.address}: {str(e).splitlines()[0]}") from None
+        raise BadInputError(f"cannot reach the Ray cluster at {scale.address}: {one_line(e)}") from None
     serve.start(proxy_location="Disabled", http_options={"host": "127.0.0.1"})
     return serve
 

@@ -13,6 +13,8 @@ import os
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from modelport.errors import one_line
+
 
 def _fmt(v) -> str:
     if isinstance(v, float):
@@ -56,7 +58,7 @@ def _suite(name: str, report: dict | None, *, status: str, error: str | None, se
             case.set("time", f"{seconds:.3f}")
         if status != "ok":
             kind = "error" if status in ("crashed", "timeout", "out-of-memory") else "failure"
-            ET.SubElement(case, kind, message=(error or status).splitlines()[0][:500], type=status).text = error or status
+            ET.SubElement(case, kind, message=one_line(error or status, 500), type=status).text = error or status
         cases.append(case)
     suite.extend(cases)
     suite.set("tests", str(len(cases)))
@@ -136,9 +138,9 @@ def annotations(rows: list[dict]) -> list[str]:
 def step_summary_markdown(rows: list[dict], title: str) -> str:
     lines = [f"### {title}", "", "| model | status | seconds | targets | error |", "| --- | --- | ---: | --- | --- |"]
     for r in rows:
-        err = str(r.get("error") or "").replace("|", "\\|").splitlines()
+        err = one_line(str(r.get("error") or "").replace("|", "\\|"))
         lines.append(f"| {r['name']} | {'✅' if r.get('status') == 'ok' else '❌'} {r.get('status')} | "
-                     f"{_fmt(r.get('seconds') or 0.0)} | {', '.join(r.get('targets') or [])} | {err[0] if err else ''} |")
+                     f"{_fmt(r.get('seconds') or 0.0)} | {', '.join(r.get('targets') or [])} | {err} |")
     return "\n".join(lines) + "\n"
 
 

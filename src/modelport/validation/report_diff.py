@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from modelport.errors import BadInputError
+from modelport.errors import BadInputError, one_line
 
 REPORT_SCHEMA = "modelport.report/1"
 BATCH_SCHEMA = "modelport.batch/1"
@@ -48,7 +48,7 @@ def load(path: str | Path) -> dict:
     except FileNotFoundError:
         raise BadInputError("no such report", path=path) from None
     except (OSError, ValueError, UnicodeDecodeError) as e:
-        raise BadInputError(f"not a JSON report: {str(e).splitlines()[0]}", path=path) from None
+        raise BadInputError(f"not a JSON report: {one_line(e)}", path=path) from None
     if not isinstance(doc, dict) or doc.get("schema") not in (REPORT_SCHEMA, BATCH_SCHEMA):
         raise BadInputError(f"not a modelport report or batch summary (schema {REPORT_SCHEMA} or {BATCH_SCHEMA})", path=path)
     doc["_path"] = str(path)

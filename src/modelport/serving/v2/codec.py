@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 
+from modelport.errors import one_line
 from modelport.packaging.requests import V2_DATATYPES
 
 NUMPY_OF = {v: k for k, v in V2_DATATYPES.items() if k != "string"}
@@ -84,7 +85,7 @@ def _from_data(data, dtype: np.dtype, shape: tuple[int, ...], name: str, datatyp
         a = np.asarray(data, dtype=dtype) if dtype.kind != "O" else np.asarray(
             [d.encode() if isinstance(d, str) else d for d in np.asarray(data, dtype=object).ravel()], dtype=object)
     except (TypeError, ValueError, OverflowError) as e:
-        raise RequestError(400, f"input '{name}': its data is not {datatype} ({str(e).splitlines()[0]})") from None
+        raise RequestError(400, f"input '{name}': its data is not {datatype} ({one_line(e)})") from None
     if a.size != math.prod(shape):
         raise RequestError(400, f"input '{name}': {a.size} values for shape {list(shape)} ({math.prod(shape)} expected)")
     return a.reshape(shape)

@@ -17,6 +17,7 @@ import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc as pb_grpc
 
+from modelport.errors import one_line
 from modelport.serving.v2.codec import NUMPY_OF, RequestError, from_raw, raw_bytes
 
 log = logging.getLogger("modelport.serve")
@@ -140,7 +141,7 @@ class Servicer(pb_grpc.GRPCInferenceServiceServicer):
                 raise
             stats.request(slot, False, time.perf_counter_ns() - t0)
             log.error("infer on '%s' failed: %s", model.name, e)
-            await context.abort(grpc.StatusCode.INTERNAL, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            await context.abort(grpc.StatusCode.INTERNAL, one_line(e, typed=True))
         finally:
             model.end()
 

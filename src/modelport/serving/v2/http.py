@@ -16,6 +16,7 @@ import time
 
 import orjson
 
+from modelport.errors import one_line
 from modelport.serving.v2.codec import HEADER_LENGTH, RequestError, decode_json, encode_json
 from modelport.serving.v2.peers import PEER_HEADER
 
@@ -137,7 +138,7 @@ class App:
         except Exception as e:  # the runtime failed: 500 with its reason, and the server keeps serving
             stats.request(slot, False, time.perf_counter_ns() - t0)
             log.error("infer on '%s' failed: %s", model.name, e)
-            return await _answer(send, 500, orjson.dumps({"error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}))
+            return await _answer(send, 500, orjson.dumps({"error": one_line(e, typed=True)}))
         finally:
             model.end()
         if head is None:
