@@ -163,3 +163,108 @@ def test_the_cut_check_finds_a_cut_where_there_is_one(tmp_path):
                      "    b = proc.stderr.split('\\n')[0]\n    c = path.read_text().splitlines()[0]\n"
                      "    text = str(err).strip()\n    d = text.partition('\\n')[0]\n")
     assert error_first_line_cuts_in(probe) == ["4: str(e).strip()", "6: str(err)", "7: proc.stderr", "10: text"]
+
+
+# The convert pipeline's modules, and the refusals (exit 2) they may make outside `request.decide`:
+# each one needs the source or the model, so it cannot be made before any work. A new refusal that
+# needs neither belongs in `decide`.
+CONVERT_PIPELINE = ("orchestration/options.py", "orchestration/request.py", "orchestration/source.py",
+                    "orchestration/convert.py", "orchestration/forward.py", "orchestration/jobs.py",
+                    "orchestration/optimize_stage.py", "orchestration/text_generation.py",
+                    "orchestration/text_generation_options.py", "orchestration/decoder_variants.py")
+DECIDED = {"orchestration/request.py": None,  # decide() and its helpers
+           "orchestration/text_generation_options.py": {"refusals"}}  # called by decide() alone
+NEEDS_THE_MODEL = {
+    ("orchestration/source.py", "resolve_source"): "--task on a source that is no Hugging Face folder: reads the folder",
+    ("orchestration/forward.py", "parse"): "--package on a source whose parse gave several models (known only from the parse)",
+    ("orchestration/text_generation.py", "check_fp16"): "a folder the fp16 writer does not cover: reads config.json",
+    ("orchestration/text_generation.py", "check_memory"): "--reference streamed on a folder it cannot read",
+    ("orchestration/text_generation.py", "check_disk"): "the disk a folder's conversion needs",
+    ("orchestration/text_generation.py", "export_and_reference"): "--new-tokens past the model's positions with the tokenized prompts",
+}
+
+
+def refusals_outside_decide(root: Path = SRC) -> dict[tuple[str, str], int]:
+    """(file, function) -> the exit-2 raises (BadInputError) in it, for the convert pipeline's
+    functions outside `request.decide` and the functions only it calls."""
+    found: dict[tuple[str, str], int] = {}
+    for rel in CONVERT_PIPELINE:
+        tree = ast.parse((root / rel).read_text())
+        allowed = DECIDED.get(rel, set())
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or rel in DECIDED and (allowed is None or fn.name in allowed):
+                continue
+            n = sum(1 for node in ast.walk(fn) if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)
+                    and getattr(node.exc.func, "id", "") == "BadInputError")
+            if n:
+                found[(rel, fn.name)] = found.get((rel, fn.name), 0) + n
+    return found
+
+
+def test_every_refusal_that_needs_no_model_is_made_by_decide():
+    """Refusals outside decide() are only those that read the source or the model (NEEDS_THE_MODEL,
+    each with its reason); options.py and the optimisation stage make none."""
+    outside = refusals_outside_decide()
+    assert set(outside) <= set(NEEDS_THE_MODEL), f"refusals outside request.decide: {sorted(set(outside) - set(NEEDS_THE_MODEL))}"
+    assert not [k for k in outside if k[0] in ("orchestration/options.py", "orchestration/optimize_stage.py", "orchestration/jobs.py")]
+
+
+def test_the_refusal_check_finds_one_outside_decide(tmp_path):
+    (tmp_path / "orchestration").mkdir()
+    for rel in CONVERT_PIPELINE:
+        (tmp_path / rel).write_text((SRC / rel).read_text())
+    with open(tmp_path / "orchestration/optimize_stage.py", "a") as f:
+        f.write("\n\ndef late(x):\n    if x:\n        raise BadInputError('too late')\n")
+    assert refusals_outside_decide(tmp_path)[("orchestration/optimize_stage.py", "late")] == 1
+
+
+# The plan's types: what decide() and the planners hand the emit chain
+PLAN_TYPES = {"orchestration/request.py": ("Request",), "orchestration/jobs.py": ("Job", "Prepared", "Context"),
+              "emitters/__init__.py": ("EmitOptions",)}
+
+
+def untyped_plan_fields() -> list[str]:
+    """'file: Class.field' for each field of a plan type annotated Any or object (or not at all)."""
+    found = []
+    for rel, classes in PLAN_TYPES.items():
+        for node in ast.walk(ast.parse((SRC / rel).read_text())):
+            if isinstance(node, ast.ClassDef) and node.name in classes:
+                for item in node.body:
+                    if isinstance(item, ast.AnnAssign) and re.search(r"\b(Any|object)\b", ast.unparse(item.annotation)):
+                        found.append(f"{rel}: {node.name}.{ast.unparse(item.target)}")
+    return found
+
+
+def test_the_plan_types_have_no_untyped_field():
+    assert untyped_plan_fields() == []
+
+
+def _calls(name: str) -> list[str]:
+    return [f"{p.relative_to(SRC)}:{node.lineno}" for p in sorted(SRC.rglob("*.py"))
+            for node in ast.walk(ast.parse(p.read_text()))
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == name]
+
+
+def test_emit_options_are_put_together_in_one_place():
+    """Request.emit_options builds what every emitter reads; the rest derive from it (dataclasses.replace)."""
+    assert [c.split(":")[0] for c in _calls("EmitOptions")] == ["orchestration/request.py"]
+
+
+def test_route_plans_are_changed_by_one_planner():
+    """A job's routes are set and pruned in jobs.plan_routes alone (drift, preflight), not by the pipelines."""
+    changed = []
+    for p in sorted((SRC / "orchestration").rglob("*.py")):
+        tree = ast.parse(p.read_text())
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                target = None
+                if isinstance(node, ast.Assign):
+                    target = next((ast.unparse(t) for t in node.targets if ast.unparse(t).endswith(("plan", ".routes", ".notes"))), None)
+                elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("pop", "append", "remove", "insert") \
+                        and ast.unparse(node.func.value).endswith((".routes", "plan.notes")):
+                    target = ast.unparse(node.func)
+                if target:
+                    changed.append(f"{p.relative_to(SRC)}:{fn.name}")
+    assert set(changed) == {"orchestration/jobs.py:plan_routes"}, sorted(set(changed))

@@ -125,8 +125,8 @@ def bench(artifacts: list[str | Path], *, runs: int | None = None, duration: flo
           data: str | Path | None = None, values: list[str] = (), dims: dict[str, int] | None = None, seed: int = 0,
           trust: bool = False, on_stage=None) -> dict:
     """Benchmark every artifact at every batch size; returns the result document described above."""
-    from modelport.runtimes import timing
     from modelport.reference.samples import load_data, parse_values
+    from modelport.runtimes import timing
 
     if not artifacts:
         raise BadInputError("no artifact to benchmark", hint="modelport bench model.onnx [model.tflite ...]")

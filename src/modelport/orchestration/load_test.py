@@ -131,8 +131,8 @@ def load_test(url: str, *, specs: list[TensorSpec] | None = None, data=None, val
               concurrency: int = 1, rate: float | None = None, headers: dict[str, str] | None = None,
               allow_remote: bool = False, timeout: float = 30.0, wire: str | None = None, grpc_address: str | None = None) -> dict:
     from modelport.orchestration.bench import SCHEMA, feeds_for
-    from modelport.runtimes.timing import stats
     from modelport.reference.samples import load_data, parse_values
+    from modelport.runtimes.timing import stats
     from modelport.serving.v2.client import PROTOCOLS
 
     check_host(url, allow_remote)

@@ -109,11 +109,11 @@ def validate_models(a: str | Path, b: str | Path, *, data: str | Path | None = N
     (`sample_sets.sample_sets`, `sampling` its options) where B is a runner; a source as B is parsed
     on the first set only. A side whose runtime cannot run here (a Core ML package off macOS) is
     checked without running (`check_without_running`); `strict` then fails the run (exit 4)."""
-    from modelport.run.file_checks import check_model_file
-    from modelport.reference.input_roles import guessed_inputs
     from modelport.ir import Reference
+    from modelport.reference.input_roles import guessed_inputs
     from modelport.reference.sample_sets import reference_samples
     from modelport.reference.samples import load_data, make_inputs, parse_values, run_reference
+    from modelport.run.file_checks import check_model_file
     from modelport.validation.compare import amplitude, conditioning, merge_samples, run_sets
 
     def stage(name: str) -> None:
@@ -188,8 +188,8 @@ def _roles(path: Path, specs: list, given: dict) -> set[str]:
     inputs structured sample sets keep. Other kinds: none."""
     if path.suffix.lower() != ".onnx":
         return set()
-    from modelport.reference.input_roles import apply_roles, controls
     from modelport.onnxfile.onnx_io import load_onnx
+    from modelport.reference.input_roles import apply_roles, controls
 
     return controls(apply_roles(specs, load_onnx(path, weights=False), given), specs)
 
