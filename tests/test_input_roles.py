@@ -7,8 +7,8 @@ import onnx
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
-from modelport.reference.input_roles import MASK, Role, apply_roles, controls, input_roles
 from modelport.ir import TensorSpec
+from modelport.reference.input_roles import MASK, Role, apply_roles, controls, input_roles
 
 
 def _model(inputs, nodes, outputs, inits=()):

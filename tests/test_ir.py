@@ -39,8 +39,8 @@ def test_contract_read_back_from_an_onnx_file(tiny_onnx):
     modelport-written file stores beside it; a stored entry without a name is passed over."""
     import onnx
 
-    from modelport.onnxfile.contract_stamp import CONTRACT_KEY, stamped_contract
     from modelport.ir import contract_from_onnx
+    from modelport.onnxfile.contract_stamp import CONTRACT_KEY, stamped_contract
 
     model = onnx.load(str(tiny_onnx))
     inputs, outputs, dims = contract_from_onnx(model)

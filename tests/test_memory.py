@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from modelport.run import memory
 from modelport.errors import BadInputError
+from modelport.run import memory
 from modelport.validation.report import SCHEMA_FILE
 from tests.alone import run_alone
 

@@ -12,10 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper
 
-from modelport.onnxfile import onnx_io
-
-from modelport.onnxfile import proto_pieces
 from modelport.errors import BadInputError, UnsafeInputError
+from modelport.onnxfile import onnx_io, proto_pieces
 from tests.alone import run_alone
 
 

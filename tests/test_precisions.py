@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from modelport.resolve import precisions
 from modelport.errors import BadInputError
+from modelport.resolve import precisions
 from modelport.targets import TARGETS, emitting
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "precisions.md"

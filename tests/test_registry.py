@@ -12,11 +12,12 @@ from modelport.ir import TensorSpec
 from modelport.optimize import PASSES, Pass, PassResult
 from modelport.orchestration.inspect import INSPECTORS
 from modelport.orchestration.validate import KINDS
+from modelport.packaging import PACKAGERS
 from modelport.parsers import PARSERS
 from modelport.registry import Registry
 from modelport.runtimes import RUNNERS
 from modelport.runtimes.base import Runner
-from modelport.packaging import PACKAGERS
+
 ALL = [PARSERS, PASSES, EMITTERS, RUNNERS, PACKAGERS, INSPECTORS, KINDS]
 
 

@@ -8,9 +8,8 @@ import time
 import pytest
 
 from modelport import targets
-
-from modelport.run import stage_limits
 from modelport.errors import BadInputError
+from modelport.run import stage_limits
 from tests import tiny_target
 
 

@@ -268,3 +268,39 @@ def test_route_plans_are_changed_by_one_planner():
                 if target:
                     changed.append(f"{p.relative_to(SRC)}:{fn.name}")
     assert set(changed) == {"orchestration/jobs.py:plan_routes"}, sorted(set(changed))
+
+
+# The frameworks a module imports inside the function that needs them, so that importing modelport
+# (and each runtime's clean child) loads none it does not use. Every other import stands at the top of
+# its file, where a reader sees it, except in the modules the command line imports to start (cli/,
+# the descriptors), which import a command's work in its body so that `modelport --help` stays instant.
+LAZY_FRAMEWORKS = {
+    "torch", "torchvision", "tensorflow", "keras", "tf_keras", "tf2onnx", "onnx2tf", "tensorflowjs", "transformers", "safetensors",
+    "onnx", "onnxruntime", "onnxruntime_genai", "onnxscript", "onnx_ir", "onnxsim", "onnxconverter_common", "numpy", "ml_dtypes",
+    "coremltools", "openvino", "nncf", "executorch", "litert_torch", "ai_edge_quantizer", "ai_edge_litert", "tflite_runtime",
+    "tensorrt", "paddle", "paddle2onnx", "cv2", "PIL", "ray", "kserve", "tritonclient", "grpc", "google", "uvicorn", "orjson",
+    "boto3", "botocore", "yaml", "jsonschema", "psutil", "flatbuffers", "rich", "typer", "huggingface_hub", "tokenizers",
+}
+LOCAL_IMPORTS_PER_KLOC = 15
+
+
+def local_imports() -> tuple[int, int, list[str]]:
+    """(lines of code, function-local imports that are not a LAZY_FRAMEWORKS one, those imports as
+    'file:line: module')."""
+    lines, found = 0, []
+    for p in sorted(SRC.rglob("*.py")):
+        text = p.read_text()
+        lines += text.count("\n")
+        for fn in ast.walk(ast.parse(text)):
+            if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for node in ast.walk(fn):
+                    if isinstance(node, (ast.Import, ast.ImportFrom)):
+                        name = node.names[0].name if isinstance(node, ast.Import) else (node.module or ".")
+                        if name.split(".")[0] not in LAZY_FRAMEWORKS:
+                            found.append(f"{p.relative_to(SRC)}:{node.lineno}: {name}")
+    return lines, len(found), found
+
+
+def test_imports_stand_at_the_top_of_the_file_apart_from_the_named_frameworks():
+    lines, n, found = local_imports()
+    assert n * 1000 / lines <= LOCAL_IMPORTS_PER_KLOC, f"{n} function-local imports in {lines} lines; e.g. {found[:10]}"

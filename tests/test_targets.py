@@ -36,8 +36,8 @@ def test_one_descriptor_makes_a_target(tiny, tiny_onnx, tmp_path, cli):
     from modelport.orchestration.inspect import inspect
     from modelport.orchestration.request import decide
     from modelport.orchestration.validate import validate_models
-    from modelport.resolve.precisions import all_precisions
     from modelport.registry import EMITTERS
+    from modelport.resolve.precisions import all_precisions
 
     assert "tiny" in EMITTERS and all_precisions() == ("fp32", "fp16", "int8", "int4", "auto", "best", "bf16", "uint8")
     assert decide(tiny_onnx, tmp_path / "plan", ConvertOptions(targets=["tiny"])).target_options("tiny") == tiny_target.TinyOptions()

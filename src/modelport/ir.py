@@ -20,7 +20,13 @@ from typing import Any
 
 import numpy as np
 
+from modelport.dims import DimSpec
 from modelport.errors import BadInputError
+from modelport.onnxfile.contract_stamp import read_contract
+from modelport.onnxfile.external_data_files import attach_external, write_external
+from modelport.onnxfile.onnx_io import load_onnx, save_onnx
+from modelport.onnxfile.tensor_sizes import tensor_bytes
+from modelport.run.memory import give_back
 
 Dim = int | str
 PARK_BYTES = 64 << 20  # IRModel.weights_parked: models whose weights reach this size (writing and reading them back: well under a second)
@@ -118,7 +124,6 @@ def contract_from_onnx(model) -> tuple[list[TensorSpec], list[TensorSpec], dict[
     """(inputs, outputs, sample dims) of an ONNX model: its graph inputs (initializers excluded) and
     outputs, with what a modelport-written file keeps beside the graph (`contract_stamp.stamped_contract`):
     layouts, preprocessing and value ranges, and the sample dims of its references."""
-    from modelport.onnxfile.contract_stamp import read_contract
 
     init = {i.name for i in model.graph.initializer}
     inputs = specs_from_onnx([v for v in model.graph.input if v.name not in init])
@@ -266,7 +271,6 @@ class IRModel:
     def attach_stored(self) -> IRModel:
         """Read the weights a parse left in files into the model (tensor by tensor; this IR's and its
         parts'); the files can go afterwards."""
-        from modelport.onnxfile.external_data_files import attach_external
 
         for ir in (self, *self.parts.values()):
             if ir.stored is not None:
@@ -282,8 +286,6 @@ class IRModel:
         message is let go (see `weights_parked`)."""
         import onnx
 
-        from modelport.onnxfile.external_data_files import write_external
-        from modelport.run.memory import give_back
 
         if self.stored is not None and Path(self.stored) != Path(folder):
             raise ValueError(f"the model's weights are stored in {self.stored}, not in {folder}")
@@ -308,7 +310,6 @@ class IRModel:
         else holds it."""
         import tempfile
 
-        from modelport.onnxfile.tensor_sizes import tensor_bytes
 
         if self.model is None or self.stored is not None or tensor_bytes(self.model) < PARK_BYTES:
             yield None  # a model whose weights are in files already (`park`) holds nothing to move
@@ -322,7 +323,6 @@ class IRModel:
 
     def save(self, folder: str | Path, *, model_name: str = "model.onnx") -> list[Path]:
         """Write the IR into `folder`; returns the files written."""
-        from modelport.onnxfile.onnx_io import save_onnx
 
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
@@ -337,7 +337,6 @@ class IRModel:
 
     @classmethod
     def load(cls, folder: str | Path, *, model_name: str = "model.onnx") -> IRModel:
-        from modelport.onnxfile.onnx_io import load_onnx
 
         folder = Path(folder)
         meta = json.loads((folder / "ir.json").read_text())
@@ -357,6 +356,5 @@ def _dim_bounds(stored: dict | None) -> dict:
     """The `dims` of a saved contract as {name: dims.DimSpec}."""
     if not stored:
         return {}
-    from modelport.dims import DimSpec
 
     return {name: DimSpec.from_dict(d) for name, d in stored.items()}

@@ -22,8 +22,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from modelport.deps import require
 from modelport.errors import BadInputError, UnsafeInputError
+from modelport.run.file_checks import sha256_of
 from modelport.run.names import check_path_name, is_path_name
+from modelport.run.staging import output_mode
 
 ZOO_FILE = Path(__file__).with_name("model_zoo.yaml")
 ENTRY_KEYS = {
@@ -127,7 +130,6 @@ def builder(name: str):
     if not entry.builder:
         raise BadInputError(f"zoo model '{name}' is download-only; use 'modelport zoo fetch {name}'")
     mod, _, fn = entry.builder.partition(":")
-    from modelport.deps import require
 
     require({"pytorch": "torch", "keras": "keras", "tensorflow": "tensorflow"}.get(entry.framework, "onnx"), purpose=f"zoo model '{name}'")
     return getattr(importlib.import_module(mod), fn)
@@ -191,7 +193,6 @@ class _SafeRedirects(urllib.request.HTTPRedirectHandler):
 
 def download(url: str, dest: Path, sha256: str, *, progress: bool = False, timeout: float = 60.0) -> Path:
     """Stream `url` into `dest`, verifying sha256; nothing is left at `dest` on failure."""
-    from modelport.run.staging import output_mode
 
     check_url(url)
     dest = Path(dest)
@@ -260,7 +261,6 @@ def _progress(name: str, total: int | None):
 
 def fetch(name: str, cache_dir: str | Path, *, progress: bool = None) -> Path:
     """Download a zoo entry's file into cache_dir (reusing a verified copy)."""
-    from modelport.run.file_checks import sha256_of
 
     entry = get(name)
     if not entry.url:

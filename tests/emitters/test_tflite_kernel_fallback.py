@@ -15,8 +15,8 @@ import json
 import numpy as np
 import pytest
 
-from modelport.runtimes.tflite import load_interpreter
 from modelport.reference.sample_sets import DB_FLOOR
+from modelport.runtimes.tflite import load_interpreter
 from tests.emitters.models import layer_norm_encoder, save_pt2
 
 WIDTH = 192

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from modelport.parsers import SourceSpec, detect, parse
-from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 from modelport.resolve.specs import parse_input_spec
+from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 from modelport.zoo_builders import keras as builders
 
 

@@ -105,8 +105,8 @@ def test_shapes_are_inferred_without_the_weights_as_with_them():
     weights are untouched, and an invalid model is still refused."""
     import onnx
 
-    from modelport.parsers.onnx import infer_and_check
     from modelport.onnxfile.weightless_copy import weightless
+    from modelport.parsers.onnx import infer_and_check
 
     model = _shaped_model()
     whole = onnx.shape_inference.infer_shapes(_shaped_model(), strict_mode=False, data_prop=True)

@@ -11,8 +11,8 @@ import torch
 
 from modelport.errors import BadInputError, UnsafeInputError
 from modelport.parsers import SourceSpec, parse
-from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 from modelport.resolve.specs import parse_input_spec
+from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 from modelport.zoo_builders.pytorch import MLP
 
 

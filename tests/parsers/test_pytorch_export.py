@@ -12,8 +12,8 @@ import torch
 from modelport.errors import BadInputError
 from modelport.parsers import SourceSpec, parse
 from modelport.parsers.pytorch_export import ExportFailedError, reason_of
-from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 from modelport.resolve.specs import parse_input_spec
+from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 from tests.transformers_models import build, export_pt2
 
 DECOMPOSE_FAILURE = "Failed to decompose the FX graph for ONNX compatibility (ValueError: Cannot view a tensor"

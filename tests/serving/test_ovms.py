@@ -12,11 +12,11 @@ import pytest
 import yaml
 
 from modelport.errors import BadInputError
-from modelport.runtimes.openvino import supports
 from modelport.packaging import PackageOptions
 from modelport.packaging.bundle import load_artifacts
 from modelport.packaging.docker import SERVERS
 from modelport.packaging.ovms import check, package, schema
+from modelport.runtimes.openvino import supports
 from tests.serving.conftest import write_mlp
 
 

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from modelport.errors import UnsafeInputError, ValidationError
-from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 from modelport.packaging.bundle import load_artifacts
 from modelport.packaging.torchscript import TOLERANCE, write_torchscript
+from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 from modelport.validation import compare
 
 

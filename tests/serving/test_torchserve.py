@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 
 from modelport.errors import BadInputError, UnsafeInputError
-from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 from modelport.packaging import PackageOptions
 from modelport.packaging.bundle import load_artifacts
 from modelport.packaging.torchserve import package, safe_arcname, write_mar
+from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 from modelport.validation import Tolerance, compare
 from tests.serving.conftest import MEAN, STD
 

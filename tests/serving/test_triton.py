@@ -81,8 +81,8 @@ def test_torchscript_repository_from_the_pytorch_code(cnn_pt_out, tmp_path):
     import numpy as np
     import torch
 
-    from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
     from modelport.packaging.torchscript import TOLERANCE
+    from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
     from modelport.validation import compare
 
     b = package(load_artifacts(cnn_pt_out), tmp_path, PackageOptions(model_name="cnn", backend="pytorch", trust=True))

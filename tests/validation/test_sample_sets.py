@@ -10,9 +10,9 @@ from onnx import TensorProto, helper
 
 from modelport.errors import ValidationError
 from modelport.ir import Preprocess, Reference, Sample, TensorSpec
-from modelport.runtimes.base import Runner
 from modelport.reference.sample_sets import reference_samples, sample_sets
 from modelport.reference.samples import make_inputs
+from modelport.runtimes.base import Runner
 from modelport.validation import Tolerance, check
 from modelport.validation.compare import compare_arrays
 

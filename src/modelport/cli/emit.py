@@ -11,8 +11,8 @@ import typer
 from modelport.cli import options as flags
 from modelport.cli._common import choice, run, split_list, stage_status
 from modelport.errors import BadInputError
-from modelport.resolve.precisions import all_precisions
 from modelport.registry import EMITTERS
+from modelport.resolve.precisions import all_precisions
 
 
 def register(app: typer.Typer) -> None:

@@ -20,8 +20,8 @@ from typing import Annotated, get_args
 import typer
 
 from modelport import targets
-from modelport.resolve.precisions import all_precisions
 from modelport.registry import EMITTERS, PACKAGERS
+from modelport.resolve.precisions import all_precisions
 
 PRECISIONS = ("fp32", "fp16", "int8")  # optimize's (an ONNX model's)
 EMIT_PRECISIONS = all_precisions()  # every target's (modelport.resolve.precisions); each target refuses the ones it does not take

@@ -40,8 +40,22 @@ import numpy as np
 
 from modelport.emitters import Artifact, EmitOptions
 from modelport.emitters.coreml_options import CoreMLOptions
+from modelport.emitters.fixed_dims import dims_entry, export_dynamic_shapes, fixed_sizes, kept_bounds, reference_at
+from modelport.emitters.pytorch_code import module_from_ir
+from modelport.emitters.pytorch_code import preflight as code_preflight
 from modelport.errors import UnsupportedError, one_line
 from modelport.ir import IRModel
+from modelport.run.quiet_call import captured_output
+from modelport.runtimes.coreml import (
+    META_CONTRACT,
+    META_DIMS,
+    META_DTYPES,
+    META_NAMES,
+    META_PRECISION,
+    cannot_run_reason,
+    make_reproducible,
+    require_coremltools,
+)
 
 NAME = "coreml"
 RUNTIME = "coreml"
@@ -56,7 +70,6 @@ MAX_ENUMERATED = 128  # the most enumerated shapes an input takes (Core ML's lim
 
 def preflight(ir: IRModel, options: EmitOptions | None = None):
     """The ONNX route writes PyTorch code first: the ops the code generator cannot write."""
-    from modelport.emitters.pytorch_code import preflight as code_preflight
 
     pre = code_preflight(ir, options)
     pre.target, pre.runtime = NAME, "PyTorch code generator (for Core ML)"
@@ -68,8 +81,6 @@ def preflight(ir: IRModel, options: EmitOptions | None = None):
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     """The ONNX route: the IR's generated PyTorch module converted to Core ML."""
-    from modelport.emitters.pytorch_code import module_from_ir
-    from modelport.runtimes.coreml import require_coremltools
 
     require_coremltools("the Core ML target")
     with tempfile.TemporaryDirectory(prefix="modelport-coreml-") as tmp:
@@ -153,18 +164,6 @@ def convert_module(module, model: IRModel, out_dir: Path, options: EmitOptions, 
     """`module` (taking the contract's inputs in order) as `out_dir/model.mlpackage`, at the fixed sizes."""
     import torch
 
-    from modelport.emitters.fixed_dims import dims_entry, export_dynamic_shapes, fixed_sizes, kept_bounds, reference_at
-    from modelport.run.quiet_call import captured_output
-    from modelport.runtimes.coreml import (
-        META_CONTRACT,
-        META_DIMS,
-        META_DTYPES,
-        META_NAMES,
-        META_PRECISION,
-        cannot_run_reason,
-        make_reproducible,
-        require_coremltools,
-    )
 
     ct = require_coremltools("the Core ML target")
     opts = options.target or CoreMLOptions()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from modelport.errors import BadInputError
 from modelport.targets import TargetOptions, option
 
 DEPLOYMENT_TARGETS = ("iOS15", "iOS16", "iOS17", "iOS18", "macOS12", "macOS13", "macOS14", "macOS15")
@@ -20,7 +21,6 @@ class CoreMLOptions(TargetOptions):
     deployment_target: str = option("iOS16")
 
     def __post_init__(self):
-        from modelport.errors import BadInputError
 
         known = {t.lower(): t for t in DEPLOYMENT_TARGETS}
         if str(self.deployment_target).lower() not in known:

@@ -14,8 +14,12 @@ import tempfile
 from pathlib import Path
 
 from modelport.emitters import Artifact, EmitOptions
+from modelport.emitters.coreml import convert_module
+from modelport.emitters.routes import staged_source
 from modelport.errors import BadInputError
 from modelport.ir import IRModel
+from modelport.parsers.pytorch import load_module
+from modelport.runtimes.coreml import require_coremltools
 
 NAME = "torch.export → coremltools"
 AUTO = "first"  # the source module converts with its own ops; the generated code is the fallback
@@ -30,10 +34,6 @@ def refusal(ir: IRModel, options: EmitOptions) -> str | None:
 
 
 def emit(ir: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
-    from modelport.emitters.coreml import convert_module
-    from modelport.emitters.routes import staged_source
-    from modelport.parsers.pytorch import load_module
-    from modelport.runtimes.coreml import require_coremltools
 
     reason = refusal(ir, options)
     if reason:

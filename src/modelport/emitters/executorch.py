@@ -33,11 +33,17 @@ from pathlib import Path
 
 import numpy as np
 
-from modelport.emitters import Artifact, EmitOptions
+from modelport.deps import require
+from modelport.emitters import Artifact, EmitOptions, pytorch_code
+from modelport.emitters.executorch_kernel_fallback import Program, Screen, screen, xnnpack_configs
 from modelport.emitters.executorch_options import ExecuTorchOptions
+from modelport.emitters.fixed_dims import cut, dims_entry, export_dynamic_shapes, fixed_sizes, kept_bounds, reference_at
 from modelport.emitters.preflight import Preflight, opset_of
+from modelport.emitters.pytorch_code import module_from_ir
 from modelport.errors import BadInputError, UnsupportedError, one_line
 from modelport.ir import IRModel
+from modelport.optimize.calibration import load_calibration
+from modelport.run.quiet_call import captured_output
 
 NAME = "executorch"
 RUNTIME = "executorch"
@@ -63,14 +69,12 @@ def target_options(options: EmitOptions) -> ExecuTorchOptions:
 
 def require_executorch(purpose: str = "the ExecuTorch target"):
     """`executorch.exir`, or exit 5 naming the extra."""
-    from modelport.deps import require
 
     return require("executorch.exir", purpose=purpose)
 
 
 def preflight(ir: IRModel, options: EmitOptions) -> Preflight:
     """The generated-code route's: the ops modelport's PyTorch code generator cannot write."""
-    from modelport.emitters import pytorch_code
 
     target_options(options)
     code = pytorch_code.preflight(ir, options)
@@ -83,7 +87,6 @@ def preflight(ir: IRModel, options: EmitOptions) -> Preflight:
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     """The ONNX-side route: the IR's generated PyTorch module, lowered to ExecuTorch."""
-    from modelport.emitters.pytorch_code import module_from_ir
 
     target_options(options)
     require_executorch()
@@ -99,8 +102,6 @@ def lower(ir: IRModel, module, out_dir: Path, options: EmitOptions, converter: s
     import torch
 
     from modelport.deps import version_of
-    from modelport.emitters.fixed_dims import dims_entry, export_dynamic_shapes, fixed_sizes, kept_bounds, reference_at
-    from modelport.run.quiet_call import captured_output
 
     opts = target_options(options)
     require_executorch()
@@ -154,7 +155,6 @@ def _screen(ir: IRModel, program, lowered, reference, options: EmitOptions, name
     with the ops kept out of XNNPACK when its kernels broke it, or lowered again from `source`
     (module, args, dynamic shapes) with shifted normalisation (`norm_fallback`) when its norms did.
     fp32 programs only."""
-    from modelport.emitters.executorch_kernel_fallback import Program, Screen, screen
 
     first = Program(*lowered)
     backend = target_options(options).backend
@@ -240,8 +240,6 @@ def _at_sample(ir: IRModel, reference, sizes: dict[str, int]) -> dict[str, int]:
 def _calibration(ir: IRModel, options: EmitOptions, reference, sizes: dict[str, int]) -> list[dict[str, np.ndarray]]:
     """Calibration feed sets at the fixed sizes: `--calibration` data (split along a dynamic leading
     dim into batches of the fixed size, other dynamic dims cut), else the reference's sample sets."""
-    from modelport.emitters.fixed_dims import cut
-    from modelport.optimize.calibration import load_calibration
 
     if not options.calibration:
         return [reference.inputs] + [x.inputs for x in reference.extra]
@@ -295,7 +293,6 @@ def _lower(program, backend: str, in_names: list[str], out_names: list[str], dim
     if backend == "xnnpack":
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
-        from modelport.emitters.executorch_kernel_fallback import xnnpack_configs
 
         partitioner = [XnnpackPartitioner(configs=xnnpack_configs(keep_out)) if keep_out else XnnpackPartitioner()]
     try:

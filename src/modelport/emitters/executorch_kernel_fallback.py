@@ -46,8 +46,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from modelport.emitters import norm_fallback
+from modelport.emitters.norm_fallback import constant_frames
+from modelport.emitters.norm_shift import normalisations
 from modelport.errors import ValidationError, one_line
 from modelport.ir import IRModel, Reference
+from modelport.runtimes.executorch import ExecuTorchRunner
+from modelport.validation import tolerance_for
 
 MAX_LOWERINGS = 8  # lowerings after the portable one, while narrowing the ops kept out
 HOP = "ExecuTorch program (kernel screen, in process)"
@@ -102,7 +107,6 @@ def fallback_candidates(delegated_ops: list[str]) -> list[str]:
 def judge(program: Program, reference: Reference, tolerance, work: Path, label: str):
     """The program run by ExecuTorch's runtime in this process on every sample set: a ParityResult,
     or the runtime's error in one line (a program that does not load or run does not hold)."""
-    from modelport.runtimes.executorch import ExecuTorchRunner
     from modelport.validation import check
 
     if program.program is None:
@@ -139,7 +143,6 @@ def screen(first: Program, relower: Callable[[tuple[str, ...] | None], Program] 
     `relower(None)` lowers with nothing delegated; None: nothing is delegated to search among),
     else the program `rewrite()` lowers with shifted normalisation when that one holds (None: no
     norm to shift). Exit 4 when it gives NaN/Inf the reference lacks and no fallback repairs it."""
-    from modelport.validation import tolerance_for
 
     tolerance = tolerance_for(precision, source=ir.provenance.get("source_precision"))
     with tempfile.TemporaryDirectory(prefix="modelport-executorch-screen-") as tmp:
@@ -173,8 +176,6 @@ def screen(first: Program, relower: Callable[[tuple[str, ...] | None], Program] 
 def _norms_only(first: Program, rewrite, reference: Reference, ir: IRModel, tolerance, work: Path) -> Screen:
     """A program with nothing delegated to search among: judged on the constant-frame sets where the
     IR has a norm, and lowered again with shifted normalisation when it misses there."""
-    from modelport.emitters.norm_fallback import constant_frames
-    from modelport.emitters.norm_shift import normalisations
 
     frames = constant_frames(reference)
     if rewrite is None or frames is None or (ir.model is not None and not normalisations(ir.model)):
@@ -189,7 +190,6 @@ def _shifted(first: Program, seen, rewrite, reference: Reference, tolerance, wor
              missed: Reference | None = None) -> Screen | None:
     """The program lowered again with shifted normalisation, when it holds on every set; None when
     there is no norm to shift or it misses too (the try is recorded in `tries`)."""
-    from modelport.emitters import norm_fallback
 
     program = rewrite() if rewrite is not None else None
     if program is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from modelport.registry import choice
 from modelport.targets import TargetOptions, option
 
 BACKENDS = ("xnnpack", "portable")
@@ -21,6 +22,5 @@ class ExecuTorchOptions(TargetOptions):
                                                                        "(XNNPACK where it takes the ops, or the portable kernels alone).")
 
     def __post_init__(self):
-        from modelport.registry import choice
 
         object.__setattr__(self, "backend", choice(self.backend or "xnnpack", BACKENDS, "ExecuTorch backend"))

@@ -13,7 +13,10 @@ import tempfile
 from pathlib import Path
 
 from modelport.emitters import Artifact, EmitOptions
+from modelport.emitters.executorch import lower, require_executorch, target_options
+from modelport.emitters.routes import staged_source
 from modelport.ir import IRModel
+from modelport.parsers.pytorch import load_module
 
 NAME = "torch.export → ExecuTorch"
 AUTO = "first"
@@ -22,7 +25,6 @@ SOURCE_ONLY = False
 
 
 def refusal(ir: IRModel, options: EmitOptions) -> str | None:
-    from modelport.emitters.executorch import target_options
 
     target_options(options)  # int8 on portable is exit 2 here, before any work
     if ir.reference is None:
@@ -31,9 +33,6 @@ def refusal(ir: IRModel, options: EmitOptions) -> str | None:
 
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
-    from modelport.emitters.executorch import lower, require_executorch
-    from modelport.emitters.routes import staged_source
-    from modelport.parsers.pytorch import load_module
 
     require_executorch()
     with tempfile.TemporaryDirectory(prefix="modelport-executorch-") as tmp:

@@ -14,9 +14,11 @@ from dataclasses import replace
 
 import numpy as np
 
+from modelport.dims import input_dims
 from modelport.errors import UnsupportedError, one_line
 from modelport.ir import IRModel, Reference
 from modelport.reference.sample_sets import nudge
+from modelport.runtimes.torch import TorchRunner
 
 
 def kept_bounds(ir: IRModel) -> dict:
@@ -27,7 +29,6 @@ def kept_bounds(ir: IRModel) -> dict:
 
 def dims_entry(ir: IRModel, sizes: dict[str, int], kept: dict) -> dict:
     """An artifact's `dims`: per input, each symbolic dim kept with its bounds or fixed at its size."""
-    from modelport.dims import input_dims
 
     return input_dims(ir.inputs, kept, sizes)
 
@@ -99,7 +100,6 @@ def reference_at(ir: IRModel, module, sizes: dict[str, int], converter: str, run
     """The reference at `sizes`: the IR's own when its inputs have those sizes, else its inputs cut
     to them and the source run on the cut inputs: the source `module`, or `run_source(feeds) -> outputs`
     when given (the IR's ONNX in ONNX Runtime, for a module generated from it)."""
-    from modelport.runtimes.torch import TorchRunner
 
     ref = ir.reference
     source = run_source or TorchRunner(module, input_names=[s.name for s in ir.inputs], output_names=[s.name for s in ir.outputs],

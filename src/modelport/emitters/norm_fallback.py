@@ -32,8 +32,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from modelport.artifact import Artifact
+from modelport.emitters.norm_shift import normalisations, shift
 from modelport.errors import ModelportError, one_line
 from modelport.ir import IRModel, Reference
+from modelport.reference.sample_sets import STRUCTURED_KINDS, SWEEP_KINDS
+from modelport.runtimes import get_runner
+from modelport.validation import tolerance_for
 
 REWRITE = "shifted normalisation"
 WHAT = "each LayerNorm/GroupNorm/InstanceNorm fed x - x₀ (its group's first element): exact zeros on a constant frame"
@@ -48,7 +52,6 @@ Rebuild = Callable[[Path], tuple[Artifact | None, list[str]]]
 def constant_frames(reference: Reference | None) -> Reference | None:
     """The reference's constant-frame sets (structured and sweep kinds) as a reference of their own,
     or None when it has none."""
-    from modelport.reference.sample_sets import STRUCTURED_KINDS, SWEEP_KINDS
 
     if reference is None:
         return None
@@ -63,7 +66,6 @@ def constant_frames(reference: Reference | None) -> Reference | None:
 def judge(artifact: Artifact, reference: Reference, tolerance):
     """The artifact run by its runner in this process, with the options its validation uses: a
     ParityResult, or the runtime's error in one line (an artifact that does not run does not hold)."""
-    from modelport.runtimes import get_runner
     from modelport.validation import check
 
     try:
@@ -100,7 +102,6 @@ def missed_on(result, reference: Reference) -> list[str]:
 
 
 def tolerance_of(ir: IRModel, precision: str):
-    from modelport.validation import tolerance_for
 
     return tolerance_for(precision, source=ir.provenance.get("source_precision"))
 
@@ -128,7 +129,6 @@ def warning(fallback: dict, seen, what: str) -> str:
 def screened(ir: IRModel, plain: Artifact, rebuild: Rebuild, *, what: str = "file") -> Artifact:
     """`plain`, or the artifact `rebuild` converts from the shifted form when `plain` misses the
     reference on constant frames and that one holds (the module docstring)."""
-    from modelport.emitters.norm_shift import normalisations
 
     reference = plain.reference or ir.reference
     frames = constant_frames(reference)
@@ -162,7 +162,6 @@ def screened(ir: IRModel, plain: Artifact, rebuild: Rebuild, *, what: str = "fil
 def screened_ir(ir: IRModel, emit: Callable[[IRModel, Path], Artifact], out_dir: Path, *, what: str = "file") -> Artifact:
     """`screened` for an emitter that converts the ONNX IR (`emit(ir, folder)`): the fallback
     converts the IR with its norms shifted (`norm_shift.shift`)."""
-    from modelport.emitters.norm_shift import shift
 
     def rebuild(folder: Path):
         rewritten = shift(ir)

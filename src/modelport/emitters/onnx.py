@@ -16,6 +16,10 @@ from pathlib import Path
 from modelport.emitters import Artifact, EmitOptions
 from modelport.emitters.preflight import Preflight, opset_of
 from modelport.ir import IRModel
+from modelport.onnxfile.contract_stamp import stamped_contract
+from modelport.onnxfile.external_data_files import attach_external
+from modelport.onnxfile.onnx_io import save_onnx
+from modelport.onnxfile.tensor_sizes import tensor_bytes
 
 NAME = "onnx"
 RUNTIME = "onnxruntime"
@@ -24,7 +28,6 @@ DECODER_EXTERNAL_BYTES = 256 << 20
 
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
-    from modelport.onnxfile.contract_stamp import stamped_contract
 
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "model.onnx"
@@ -44,9 +47,6 @@ def write_model(ir: IRModel, path: Path) -> list[Path]:
     the graph otherwise."""
     import onnx
 
-    from modelport.onnxfile.external_data_files import attach_external
-    from modelport.onnxfile.onnx_io import save_onnx
-    from modelport.onnxfile.tensor_sizes import tensor_bytes
 
     model, stored = ir.model, ir.stored
     external = tensor_bytes(model) >= DECODER_EXTERNAL_BYTES if ir.provenance.get("decoder") else None

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from modelport.emitters.onnx_tf_common import ONNX_DTYPES, OPS
 from modelport.emitters.op_registry import OpRegistry
 from modelport.errors import UnsupportedError, one_line
 from modelport.ir import IRModel
@@ -32,8 +33,6 @@ def ops() -> OpRegistry:
     """The lowering's registry (`onnx_tf_common.OPS`: ONNX op type and opset range -> its TensorFlow
     form), with every op loaded (`onnx_tf_ops.py`: tensor and shape ops; `onnx_tf_math.py`: math,
     normalisation and window ops; each registers when imported)."""
-    from modelport.emitters import onnx_tf_math, onnx_tf_ops  # noqa: F401
-    from modelport.emitters.onnx_tf_common import OPS
 
     return OPS
 
@@ -83,7 +82,6 @@ def lowered_model(tf, ir: IRModel, input_perms: dict[str, list[int]] | None = No
     source's) and returning the list of outputs. Raises UnsupportedError naming the ops it lacks."""
     from onnx import numpy_helper
 
-    from modelport.emitters.onnx_tf_common import ONNX_DTYPES
 
     table = ops()
     model = ir.model

@@ -32,11 +32,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from modelport.emitters import Artifact, EmitOptions
+from modelport.emitters.norm_fallback import screened_ir
 from modelport.emitters.openvino_options import OpenVINOOptions
 from modelport.emitters.preflight import Preflight, node_name, opset_of
 from modelport.errors import one_line
 from modelport.ir import IRModel
+from modelport.onnxfile.onnx_io import save_onnx
+from modelport.optimize.calibration import load_calibration
 from modelport.optimize.openvino_precision import build, save
+from modelport.optimize.quantize import calibration_reference
+from modelport.runtimes.openvino import require_openvino
 
 NAME = "openvino"
 RUNTIME = "openvino"
@@ -49,14 +54,11 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     """The IR OpenVINO's ONNX front end reads; converted again with shifted normalisation when the
     CPU plugin's kernels (the MVN a LayerNormalization becomes, at f32) miss the reference on
     constant frames (`norm_fallback`)."""
-    from modelport.emitters.norm_fallback import screened_ir
 
     return screened_ir(model, lambda ir, folder: _emit(ir, folder, options), out_dir, what="IR")
 
 
 def _emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
-    from modelport.optimize.calibration import load_calibration
-    from modelport.runtimes.openvino import require_openvino
 
     ov = require_openvino("the OpenVINO target")
     precision = options.precision
@@ -70,7 +72,6 @@ def _emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     files = save(ov_model, path, compress_to_fp16=precision == "fp16")
     reference = None
     if calibration:
-        from modelport.optimize.quantize import calibration_reference
 
         reference = calibration_reference(model, calibration)  # judged in distribution, as the ONNX INT8 models are
     return Artifact(
@@ -85,8 +86,6 @@ def preflight(ir: IRModel, options: EmitOptions | None = None) -> Preflight:
     """Every node OpenVINO's ONNX front end cannot convert (converted partially: the leftovers stay framework nodes)."""
     import tempfile
 
-    from modelport.onnxfile.onnx_io import save_onnx
-    from modelport.runtimes.openvino import require_openvino
 
     ov = require_openvino("the OpenVINO target")
     pre = Preflight(NAME, RUNTIME, ov.__version__, opset_of(ir.model), None, nodes=len(ir.model.graph.node))

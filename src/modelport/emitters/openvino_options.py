@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from modelport.registry import choice
 from modelport.targets import TargetOptions, option
 
 INT8_MODES = ("static", "weights")
@@ -26,6 +27,5 @@ class OpenVINOOptions(TargetOptions):
     budget: object = option(None, run="budget")  # validation.Tolerance
 
     def __post_init__(self):
-        from modelport.registry import choice
 
         object.__setattr__(self, "int8_mode", choice(self.int8_mode, INT8_MODES, "OpenVINO INT8 mode"))

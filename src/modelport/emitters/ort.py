@@ -12,9 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from modelport.emitters import Artifact, EmitOptions
+from modelport.emitters.ort_canonical import LayoutError, write_canonical
 from modelport.emitters.preflight import Preflight, fit_opset, node_name, opset_of
 from modelport.errors import BadInputError, one_line
 from modelport.ir import IRModel
+from modelport.onnxfile.ir_version_fit import max_onnxruntime_ir_version
 
 NAME = "ort"
 RUNTIME = "onnxruntime"
@@ -30,7 +32,6 @@ def save_ort(model, path: Path) -> str:
     """
     import onnxruntime as ort
 
-    from modelport.emitters.ort_canonical import LayoutError, write_canonical
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
@@ -114,7 +115,6 @@ def check(ir: IRModel) -> tuple[IRModel, Preflight]:
     import onnx
     import onnxruntime
 
-    from modelport.onnxfile.ir_version_fit import max_onnxruntime_ir_version
 
     hi = onnx.defs.onnx_opset_version()
     pre = Preflight("ort", "onnxruntime", onnxruntime.__version__, opset_of(ir.model), (7, hi))

@@ -21,8 +21,10 @@ import shutil
 from pathlib import Path
 
 from modelport.emitters import Artifact, EmitOptions
+from modelport.emitters.onnx import write_model
 from modelport.emitters.preflight import Preflight, opset_of
 from modelport.ir import IRModel
+from modelport.onnxfile.onnx_io import save_onnx
 
 NAME = "ort-genai"
 RUNTIME = "onnxruntime-genai"
@@ -77,7 +79,6 @@ def write_folder(model, decoder: dict, source_folder: str | Path | None, out_dir
     """The ort-genai folder for an ONNX decoder model (a ModelProto); returns the files written.
     `external`: the weights in model.onnx.data (None: only past onnx_io's size threshold).
     `base_dir`: the folder of `model`'s own data file, when it refers to one (onnx_io.save_onnx)."""
-    from modelport.onnxfile.onnx_io import save_onnx
 
     out_dir.mkdir(parents=True, exist_ok=True)
     files = save_onnx(model, out_dir / "model.onnx", external=external, base_dir=base_dir)
@@ -103,7 +104,6 @@ def write_config(model, decoder: dict, source_folder: str | Path | None, out_dir
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     """The folder, its model written as the ONNX target writes a decoder's (emitters/onnx.py)."""
-    from modelport.emitters.onnx import write_model
 
     folder = out_dir / "ort-genai"
     folder.mkdir(parents=True, exist_ok=True)

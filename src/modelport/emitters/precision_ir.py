@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from modelport.errors import BadInputError, ValidationError, one_line
+from modelport.errors import BadInputError, MissingDependencyError, ModelportError, ValidationError, one_line
 from modelport.ir import IRModel
+from modelport.optimize import quantize
+from modelport.optimize.calibration import load_calibration
+from modelport.optimize.precision import to_fp16
 
 
 def at_precision(ir: IRModel, precision: str, *, calibration=None) -> IRModel:
@@ -13,14 +16,11 @@ def at_precision(ir: IRModel, precision: str, *, calibration=None) -> IRModel:
     if precision == "fp32" or ir.provenance.get("precision") == precision:
         return ir
     if precision == "fp16":
-        from modelport.optimize.precision import to_fp16
 
         return _delivered("fp16", lambda: to_fp16(ir, keep_io_types=True))
     if precision == "int8":
-        from modelport.optimize import quantize
 
         if calibration:
-            from modelport.optimize.calibration import load_calibration
 
             data = load_calibration(calibration, ir)
             return _delivered("int8", lambda: quantize.quantize_static(ir, data))
@@ -32,7 +32,6 @@ def _delivered(precision: str, convert) -> IRModel:
     """A converter that fails on the model (the quantiser's "Expected … to be an initializer", an
     FP16 graph onnxruntime rejects) means the precision cannot be delivered: a validation failure
     (exit 4) that a precision fallback may accept, as the same failure of an optimisation pass is."""
-    from modelport.errors import MissingDependencyError, ModelportError
 
     try:
         return convert()

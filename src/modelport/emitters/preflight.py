@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from modelport.emitters import get_emitter
 from modelport.errors import UnsupportedError, one_line
 from modelport.ir import IRModel
 
@@ -95,7 +96,6 @@ def node_name(node, i: int) -> str:
 def check_targets(ir: IRModel, targets: list[str], options, path=None) -> list[Preflight]:
     """The preflight of every target, all run before anything is emitted. One refusing target
     raises its own error; several raise one error naming, per target, the ops and their counts."""
-    from modelport.emitters import get_emitter
 
     found = [get_emitter(t).preflight(ir, options) for t in targets]
     refused = [p for p in found if not p.ok]

@@ -17,8 +17,12 @@ import tempfile
 from pathlib import Path
 
 from modelport.emitters import Artifact, EmitOptions
+from modelport.emitters.onnx_tf import converter_name
 from modelport.emitters.preflight import Preflight
+from modelport.emitters.tf_model import build, save_contract_model
+from modelport.frameworks.tensorflow import import_tf
 from modelport.ir import IRModel
+from modelport.run.quiet_call import captured_output
 
 NAME = "savedmodel"
 RUNTIME = "savedmodel"
@@ -48,10 +52,6 @@ def artifact(path: Path, converter: str, inputs: list[str], outputs: list[str], 
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.deps import version_of
-    from modelport.emitters.onnx_tf import converter_name
-    from modelport.emitters.tf_model import build, save_contract_model
-    from modelport.frameworks.tensorflow import import_tf
-    from modelport.run.quiet_call import captured_output
 
     preflight(model).raise_if_unsupported()
     tf = import_tf("writing a SavedModel")

@@ -16,8 +16,12 @@ import tempfile
 from pathlib import Path
 
 from modelport.emitters import Artifact, EmitOptions
+from modelport.emitters.tf_model import stable_saved_model
+from modelport.emitters.tflite_tf import contract_saver, ports, source_function
 from modelport.errors import BadInputError
+from modelport.frameworks.tensorflow import import_tf
 from modelport.ir import IRModel
+from modelport.run.quiet_call import captured_output
 
 NAME = "Keras export / tf.saved_model.save"
 AUTO = "first"
@@ -50,10 +54,6 @@ def _keras_export(tf, model, call, inputs, outputs, dest: Path) -> None:
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.deps import version_of
     from modelport.emitters.savedmodel import FOLDER, SIGNATURE, artifact
-    from modelport.emitters.tf_model import stable_saved_model
-    from modelport.emitters.tflite_tf import contract_saver, ports, source_function
-    from modelport.frameworks.tensorflow import import_tf
-    from modelport.run.quiet_call import captured_output
 
     reason = refusal(model, options)
     if reason:

@@ -19,11 +19,17 @@ import json
 import shutil
 from pathlib import Path
 
-from modelport.emitters import Artifact, EmitOptions
+from modelport.emitters import Artifact, EmitOptions, trt_plan, trt_support
+from modelport.emitters.precision_ir import at_precision
 from modelport.emitters.preflight import Preflight, fit_opset, opset_of
 from modelport.emitters.tensorrt_options import TensorRTOptions
 from modelport.errors import MissingDependencyError
 from modelport.ir import IRModel
+from modelport.onnxfile.contract_stamp import stamped_contract
+from modelport.onnxfile.onnx_io import save_onnx
+from modelport.run.quiet_call import captured_output
+from modelport.runtimes import trt_build_script
+from modelport.runtimes.trt_build_script import build, gpu_info
 
 NAME = "tensorrt"
 RUNTIME = "tensorrt"
@@ -46,7 +52,6 @@ def build_environment() -> str | None:
 
     if importlib.util.find_spec("tensorrt") is None:
         return "the 'tensorrt' Python package is not installed"
-    from modelport.runtimes.trt_build_script import gpu_info
 
     if not gpu_info():
         return "no CUDA GPU is visible"
@@ -54,16 +59,11 @@ def build_environment() -> str | None:
 
 
 def write_plan(ir: IRModel, folder: Path, plan, check) -> list[Path]:
-    from modelport.onnxfile.contract_stamp import stamped_contract
-    from modelport.emitters import trt_plan
-    from modelport.onnxfile.onnx_io import save_onnx
-    from modelport.runtimes import trt_build_script
 
     folder.mkdir(parents=True, exist_ok=True)
     with stamped_contract(ir):
         files = save_onnx(ir.model, folder / plan.onnx)
     if plan.onnx_fp16:
-        from modelport.emitters.precision_ir import at_precision
 
         files += save_onnx(at_precision(ir, "fp16").model, folder / plan.onnx_fp16)
     (folder / "plan.json").write_text(json.dumps(plan.to_dict(), indent=2) + "\n")
@@ -79,7 +79,6 @@ def write_plan(ir: IRModel, folder: Path, plan, check) -> list[Path]:
 
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
-    from modelport.emitters import trt_plan
 
     opts = options.target or TensorRTOptions()
     plan_only = opts.plan_only
@@ -104,8 +103,6 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
         return Artifact(target=NAME, runtime=RUNTIME, path=folder, files=files, precision=options.precision,
                         details=details, runner=None,
                         not_validated="--plan-only: the build plan is written and no engine was built, so nothing ran")
-    from modelport.run.quiet_call import captured_output
-    from modelport.runtimes.trt_build_script import build
 
     with captured_output(folder.parent / ".trt-build.log", "TensorRT builder"):
         engine = build(folder, log=lambda *_: None)
@@ -123,7 +120,6 @@ def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
 def parser_check(ir: IRModel) -> tuple[IRModel, Preflight, object]:
     """The IR with its opset in TensorRT's range, the findings, and the parser matrix's node-by-node check."""
     from modelport.deps import version_of
-    from modelport.emitters import trt_support
 
     pre = Preflight("tensorrt", "TensorRT ONNX parser", version_of("tensorrt") or f"matrix {trt_support.TABLE_VERSION}",
                     opset_of(ir.model), trt_support.OPSET_RANGE)

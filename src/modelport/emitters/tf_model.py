@@ -21,9 +21,15 @@ from pathlib import Path
 
 import numpy as np
 
+from modelport.deps import require
+from modelport.emitters.onnx_tf import lowered_model
 from modelport.emitters.tflite_options import LAYOUTS
 from modelport.errors import BadInputError, ModelportError, UnsupportedError, one_line
+from modelport.frameworks.tensorflow import import_tf
 from modelport.ir import IRModel, Reference
+from modelport.reference.samples import make_inputs
+from modelport.run.quiet_call import captured_output, converter_error
+from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 
 CHANNELS_LAST = ("NHWC", "NWC", "NDHWC")
 LAST_NAMES = {3: "NWC", 4: "NHWC", 5: "NDHWC"}
@@ -83,8 +89,6 @@ def input_layouts(ir: IRModel, layout: str) -> tuple[list[str], list[str], dict[
 def onnx2tf_model(ir: IRModel, work: Path, keep_first, keep_last, log: Path):
     """onnx2tf's TensorFlow (tf_keras) model of the IR. onnx2tf gets the graph in memory (it
     simplifies and saves back a file it is handed); nothing is saved."""
-    from modelport.deps import require
-    from modelport.run.quiet_call import captured_output, converter_error
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     with captured_output(log, "onnx2tf"):
@@ -206,8 +210,6 @@ def probe(ir: IRModel) -> Reference:
     """Inputs and outputs to place onnx2tf's outputs by: the IR's references, else onnxruntime's."""
     if ir.reference is not None:
         return ir.reference
-    from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
-    from modelport.reference.samples import make_inputs
 
     feeds = make_inputs(ir.inputs)
     return Reference(feeds, OnnxRuntimeRunner(ir.model).run(feeds))
@@ -222,7 +224,6 @@ def plan_ports(ir: IRModel, keras_model, changes: dict[str, list[int]], describe
     the source computes it, or channels-last); where both fit (square dims) the numbers decide.
     `who` names the converter: any other than onnx2tf keeps the source's layouts.
     """
-    from modelport.run.quiet_call import captured_output
 
     inputs = []
     if len(keras_model.inputs) != len(ir.inputs) or len(keras_model.outputs) != len(ir.outputs):
@@ -473,9 +474,6 @@ def _lowered(ir: IRModel, changes: dict[str, list[int]], described: dict[str, st
              failed: UnsupportedError) -> tuple[object, list[Port], list[Port]] | UnsupportedError:
     """modelport's lowering of `ir` behind the same ports, when onnx2tf failed with `failed`; or
     why the lowering cannot either."""
-    from modelport.emitters.onnx_tf import lowered_model
-    from modelport.frameworks.tensorflow import import_tf
-    from modelport.run.quiet_call import captured_output
 
     tf = import_tf("lowering ONNX to TensorFlow")
     try:

@@ -23,9 +23,13 @@ import dataclasses
 import tempfile
 from pathlib import Path
 
-from modelport.emitters import Artifact, EmitOptions
+from modelport.emitters import Artifact, EmitOptions, savedmodel
 from modelport.emitters.preflight import Preflight
+from modelport.emitters.tfjs_graph import convert_saved_model
+from modelport.frameworks.tensorflow import import_tf
 from modelport.ir import IRModel
+from modelport.run.quiet_call import captured_output
+from modelport.runtimes.tfjs import require_tfjs
 
 NAME = "tfjs"
 RUNTIME = "tfjs"
@@ -37,7 +41,6 @@ FOLDER = "tfjs"
 
 def preflight(ir: IRModel, options: EmitOptions | None = None) -> Preflight:
     from modelport.emitters.tflite import check
-    from modelport.runtimes.tfjs import require_tfjs
 
     require_tfjs("validating the tfjs target")  # exit 5 before any work: its artifact is proven in Node.js
     pre = check(ir)[1]
@@ -63,9 +66,6 @@ def dims_metadata(ir: IRModel) -> dict:
 def write(saved: Artifact, out_dir: Path, precision: str, converter: str, metadata: dict | None = None) -> Artifact:
     """The graph model of a SavedModel artifact (written in a temporary folder), in `out_dir/tfjs`;
     `metadata` joins model.json's `userDefinedMetadata.modelport`."""
-    from modelport.emitters.tfjs_graph import convert_saved_model
-    from modelport.frameworks.tensorflow import import_tf
-    from modelport.run.quiet_call import captured_output
 
     tf = import_tf("writing a TF.js graph model")
     dest = out_dir / FOLDER
@@ -83,7 +83,6 @@ def write(saved: Artifact, out_dir: Path, precision: str, converter: str, metada
 
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
-    from modelport.emitters import savedmodel
 
     precision = options.precision
     preflight(model).raise_if_unsupported()

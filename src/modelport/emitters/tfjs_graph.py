@@ -36,7 +36,9 @@ from pathlib import Path
 
 import numpy as np
 
+from modelport.emitters.tfjs_ops import SUPPORTED_OPS, TFJS_VERSION
 from modelport.errors import BadInputError, UnsupportedError, one_line
+from modelport.version import __version__
 
 FORMAT = "graph-model"
 SHARD_BYTES = 4 * 1024 * 1024
@@ -126,7 +128,6 @@ def rewrite_for_tfjs(tf, graph_def) -> dict[str, int]:
 
 def unsupported_ops(graph_def) -> dict[str, list[str]]:
     """op -> the nodes (graph and functions) whose op TF.js cannot run."""
-    from modelport.emitters.tfjs_ops import SUPPORTED_OPS
 
     found: dict[str, list[str]] = {}
     for n in graph_def.node:
@@ -204,7 +205,6 @@ def convert_saved_model(tf, saved_model: Path, out_dir: Path, precision: str = "
     """Write `out_dir/model.json` and its shards from `saved_model`'s `signature`; the details for the report."""
     from google.protobuf import json_format
 
-    from modelport.emitters.tfjs_ops import TFJS_VERSION
 
     _loaded, frozen, in_keys, out_keys = frozen_signature(tf, saved_model, signature)
     sig = signature_def(tf, frozen, in_keys, out_keys)
@@ -214,7 +214,6 @@ def convert_saved_model(tf, saved_model: Path, out_dir: Path, precision: str = "
     entries, blobs = extract_weights(tf, graph_def, precision)
     out_dir.mkdir(parents=True, exist_ok=True)
     shards = write_shards(blobs, out_dir)
-    from modelport.version import __version__
 
     model_json = {  # protobuf maps (node attrs, signature keys) in a fixed order: reruns write the same bytes
         "format": FORMAT,

@@ -8,8 +8,10 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from modelport.emitters import Artifact, EmitOptions
+from modelport.emitters import Artifact, EmitOptions, savedmodel_tf
+from modelport.emitters.tfjs import dims_metadata, saved_model_options, write
 from modelport.ir import IRModel
+from modelport.runtimes.tfjs import require_tfjs
 
 NAME = "Keras export / tf.saved_model.save -> TF.js graph model"
 AUTO = "first"
@@ -18,15 +20,12 @@ SOURCE_ONLY = False
 
 
 def refusal(ir: IRModel, options: EmitOptions) -> str | None:
-    from modelport.runtimes.tfjs import require_tfjs
 
     require_tfjs("validating the tfjs target")  # exit 5 before any work: its artifact is proven in Node.js
     return None
 
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
-    from modelport.emitters import savedmodel_tf
-    from modelport.emitters.tfjs import dims_metadata, saved_model_options, write
     precision = options.precision
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="modelport-tfjs-native-") as tmp:

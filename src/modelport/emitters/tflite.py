@@ -44,13 +44,18 @@ from pathlib import Path
 
 import numpy as np
 
+from modelport.deps import require
 from modelport.emitters import Artifact, EmitOptions
+from modelport.emitters.norm_fallback import screened_ir
 from modelport.emitters.onnx_tf import converter_name
 from modelport.emitters.preflight import Preflight, node_name, opset_of
 from modelport.emitters.tf_model import Port, build, input_layouts, save_contract_model
 from modelport.emitters.tflite_options import TFLiteOptions
 from modelport.errors import BadInputError, UnsupportedError, one_line
 from modelport.ir import IRModel, Reference
+from modelport.optimize.calibration import load_calibration as load_feeds
+from modelport.run.quiet_call import captured_output
+from modelport.runtimes.tflite import load_interpreter
 
 NAME = "tflite"
 RUNTIME = "tflite"
@@ -64,7 +69,6 @@ SIGNATURE = "serving_default"
 
 def load_calibration(path: str | Path, ir: IRModel) -> dict[str, np.ndarray]:
     """Calibration inputs stacked along axis 0 per input (an .npz keyed by input name, or images)."""
-    from modelport.optimize.calibration import load_calibration as load_feeds
 
     feeds = load_feeds(path, ir)
     return {s.name: np.concatenate([f[s.name] for f in feeds], axis=0).astype(np.float32) for s in ir.inputs}
@@ -78,7 +82,6 @@ def _to_tflite(keras_model, inputs: list[Port], outputs: list[Port], mode: str, 
     same, but on a failure silently write a file without a signature). `save(tf, dest)` writes it
     (default: onnx2tf's `keras_model` behind the contract, `tf_model.save_contract_model`).
     """
-    from modelport.run.quiet_call import captured_output
 
     with captured_output(log, "TFLite converter"):
         import tensorflow as tf
@@ -196,14 +199,12 @@ def _reference_in_layout(ir: IRModel, inputs: list[Port], outputs: list[Port]) -
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     """The file onnx2tf and TensorFlow's converter write; converted again with shifted normalisation
     when LiteRT's kernels miss the reference on constant frames (`norm_fallback`)."""
-    from modelport.emitters.norm_fallback import screened_ir
 
     return screened_ir(model, lambda ir, folder: _emit(ir, folder, options), out_dir)
 
 
 def _emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.deps import version_of
-    from modelport.runtimes.tflite import load_interpreter
 
     opts = options.target or TFLiteOptions()
     layout, io_dtype = opts.layout, opts.io_dtype
@@ -252,7 +253,6 @@ def onnx2tf_ops() -> set[str]:
     """The ONNX ops onnx2tf has a converter for, read from its package without importing it."""
     spec = importlib.util.find_spec("onnx2tf")
     if spec is None or not spec.submodule_search_locations:
-        from modelport.deps import require
 
         require("onnx2tf", purpose="converting to TFLite")
     folder = Path(list(spec.submodule_search_locations)[0]) / "ops"

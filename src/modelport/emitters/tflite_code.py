@@ -20,9 +20,12 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from modelport.emitters import Artifact, EmitOptions
+from modelport.emitters import Artifact, EmitOptions, pytorch_code, tflite_torch
+from modelport.emitters.pytorch_code import module_from_ir
+from modelport.emitters.tflite_torch import convert_module
 from modelport.errors import BadInputError
 from modelport.ir import IRModel
+from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 
 NAME = "PyTorch code + litert-torch"
 AUTO = "fallback"  # onnx2tf first: it keeps dynamic dims and quantises; this route fixes them
@@ -31,7 +34,6 @@ SOURCE_ONLY = False
 
 
 def refusal(ir: IRModel, options: EmitOptions) -> str | None:
-    from modelport.emitters import pytorch_code, tflite_torch
 
     reason = tflite_torch.refusal(ir, options)
     if reason:
@@ -45,9 +47,6 @@ def refusal(ir: IRModel, options: EmitOptions) -> str | None:
 
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
-    from modelport.emitters.pytorch_code import module_from_ir
-    from modelport.emitters.tflite_torch import convert_module
-    from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 
     reason = refusal(model, options)
     if reason:

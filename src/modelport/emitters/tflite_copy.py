@@ -30,9 +30,16 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from modelport.deps import require
 from modelport.emitters import Artifact, EmitOptions
+from modelport.emitters.routes import staged_source
+from modelport.emitters.tflite import SIGNATURE, TFLiteOptions, _check_ops, quantization
 from modelport.errors import BadInputError, UnsupportedError, one_line
 from modelport.ir import IRModel
+from modelport.parsers.tf_common import spec_to_dict
+from modelport.run.quiet_call import captured_output
+from modelport.runtimes.isolated import CONVERT_TIMEOUT_S, call_in_child, timeout_for
+from modelport.runtimes.tflite import load_interpreter
 
 NAME = "TFLite re-emission"
 AUTO = "first"  # the source's own graph: nothing is converted
@@ -42,7 +49,6 @@ QUANTIZER = "ai-edge-quantizer"
 
 
 def refusal(ir: IRModel, options: EmitOptions) -> str | None:
-    from modelport.emitters.tflite import TFLiteOptions
 
     opts = options.target or TFLiteOptions()
     if opts.layout != "source":
@@ -56,10 +62,6 @@ def refusal(ir: IRModel, options: EmitOptions) -> str | None:
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.deps import version_of
-    from modelport.emitters.routes import staged_source
-    from modelport.emitters.tflite import SIGNATURE, quantization
-    from modelport.parsers.tf_common import spec_to_dict
-    from modelport.runtimes.isolated import CONVERT_TIMEOUT_S, call_in_child, timeout_for
 
     reason = refusal(model, options)
     if reason:
@@ -107,8 +109,6 @@ def reemit_in_child(work: Path, request: dict) -> dict:
     `work/model.tflite`; returns what the report says about it."""
     import numpy as np
 
-    from modelport.emitters.tflite import SIGNATURE, _check_ops
-    from modelport.runtimes.tflite import load_interpreter
 
     path = Path(request["path"])
     try:
@@ -175,8 +175,6 @@ def _name_io(data: bytes, in_index: list[int], in_names: list[str], out_index: l
 
 def _quantise(data: bytes, precision: str, work: Path) -> tuple[bytes, list[str]]:
     """ai-edge-quantizer on the float model: fp16 weights (float casting) or int8 dynamic range."""
-    from modelport.deps import require
-    from modelport.run.quiet_call import captured_output
 
     with captured_output(work / "quantizer.log", QUANTIZER):
         require("ai_edge_quantizer", purpose="re-quantising a TFLite model")

@@ -20,6 +20,7 @@ import numpy as np
 from modelport.emitters.fixed_dims import kept_bounds
 from modelport.errors import UnsupportedError
 from modelport.ir import IRModel
+from modelport.reference.samples import make_inputs
 
 MAX_SIGNATURES = 16
 
@@ -65,7 +66,6 @@ def signature_key(at: dict[str, int]) -> str:
 
 def trace_inputs(ir: IRModel, at: dict[str, int]) -> dict[str, np.ndarray]:
     """Sample inputs at `at`'s sizes (each input's value range kept: token ids stay ids)."""
-    from modelport.reference.samples import make_inputs
 
     return make_inputs(ir.inputs, {**ir.sample_dims, **at}, seed=sum(at.values()))
 

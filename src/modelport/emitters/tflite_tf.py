@@ -21,9 +21,16 @@ import tempfile
 from pathlib import Path
 
 from modelport.emitters import Artifact, EmitOptions
-from modelport.emitters.tf_model import Port
-from modelport.errors import UnsupportedError
+from modelport.emitters.routes import staged_source
+from modelport.emitters.tf_model import Port, stable_saved_model
+from modelport.emitters.tflite import SIGNATURE, TFLiteOptions, _check_ops, _name_io, _to_tflite, load_calibration, quantization
+from modelport.errors import BadInputError, UnsupportedError
+from modelport.frameworks.savedmodel import folder_of
+from modelport.frameworks.tensorflow import import_tf, stdout_to_stderr
 from modelport.ir import IRModel
+from modelport.parsers.tf_common import rename_outputs
+from modelport.run.quiet_call import captured_output
+from modelport.runtimes.tflite import load_interpreter
 
 NAME = "TFLiteConverter"
 AUTO = "first"
@@ -33,7 +40,6 @@ CHANNELS_FIRST = ("NCHW", "NCW", "NCDHW")
 
 
 def refusal(ir: IRModel, options: EmitOptions) -> str | None:
-    from modelport.emitters.tflite import TFLiteOptions
 
     opts = options.target or TFLiteOptions()
     first = [s.name for s in ir.inputs + ir.outputs if s.layout in CHANNELS_FIRST]
@@ -53,10 +59,7 @@ def ports(ir: IRModel) -> tuple[list[Port], list[Port]]:
 
 def keras_function(tf, ir: IRModel, work: Path):
     """(the Keras model, call(*inputs) -> {output name: tensor}) for the IR's Keras source."""
-    from modelport.emitters.routes import staged_source
-    from modelport.frameworks.tensorflow import stdout_to_stderr
     from modelport.parsers.keras import load, output_names
-    from modelport.parsers.tf_common import rename_outputs
 
     source, spec = staged_source(ir, work)
     with stdout_to_stderr():
@@ -80,10 +83,7 @@ def keras_function(tf, ir: IRModel, work: Path):
 
 def savedmodel_function(tf, ir: IRModel, work: Path):
     """(the loaded SavedModel, call(*inputs) -> {output name: tensor}) for the IR's signature."""
-    from modelport.emitters.routes import staged_source
-    from modelport.frameworks.savedmodel import folder_of
     from modelport.frameworks.savedmodel import load as load_savedmodel
-    from modelport.parsers.tf_common import rename_outputs
 
     source, spec = staged_source(ir, work)
     loaded = load_savedmodel(folder_of(Path(source)))
@@ -135,7 +135,6 @@ def contract_saver(holder, call, inputs: list[Port], outputs: list[Port], *, by_
     saved as a SavedModel whose one signature is `signature`. A fresh module holds that function
     and what it uses (`serving_state`), nothing else of the source."""
     def save(tf, dest: Path) -> None:
-        from modelport.emitters.tf_model import stable_saved_model
 
         def serve(*xs):
             got = call(*xs)
@@ -158,19 +157,6 @@ def contract_saver(holder, call, inputs: list[Port], outputs: list[Port], *, by_
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
     from modelport.deps import version_of
-    from modelport.emitters.tflite import (
-        SIGNATURE,
-        TFLiteOptions,
-        _check_ops,
-        _name_io,
-        _to_tflite,
-        load_calibration,
-        quantization,
-    )
-    from modelport.errors import BadInputError
-    from modelport.frameworks.tensorflow import import_tf
-    from modelport.run.quiet_call import captured_output
-    from modelport.runtimes.tflite import load_interpreter
 
     reason = refusal(model, options)
     if reason:

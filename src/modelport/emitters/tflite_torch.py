@@ -28,10 +28,16 @@ from pathlib import Path
 
 from modelport.emitters import Artifact, EmitOptions
 from modelport.emitters.fixed_dims import dims_entry, fixed_sizes, reference_at
+from modelport.emitters.norm_fallback import screened
+from modelport.emitters.routes import staged_source
 from modelport.emitters.tf_model import Port
+from modelport.emitters.tflite import SIGNATURE, TFLiteOptions, _check_ops, _name_io
 from modelport.emitters.tflite_sizes import convert_sizes, signature_key, signature_sizes, sized_dims
-from modelport.errors import BadInputError, UnsupportedError, one_line
+from modelport.errors import BadInputError, MissingDependencyError, UnsupportedError, one_line
 from modelport.ir import IRModel
+from modelport.parsers.pytorch import load_module
+from modelport.run.quiet_call import captured_output
+from modelport.runtimes.tflite import load_interpreter
 
 NAME = "litert-torch"
 AUTO = "fallback"  # measured: the ONNX route keeps dynamic dims; this one fixes them, and serves transformers
@@ -41,7 +47,6 @@ INSTALL = "pip install --no-deps litert-torch==0.10.0 with the packages of the M
 
 
 def refusal(ir: IRModel, options: EmitOptions) -> str | None:
-    from modelport.emitters.tflite import TFLiteOptions
 
     opts = options.target or TFLiteOptions()
     if opts.layout != "source":
@@ -55,7 +60,6 @@ def require_litert():
     """litert_torch, or exit 5 naming how to install it."""
     import importlib
 
-    from modelport.errors import MissingDependencyError
 
     try:
         return importlib.import_module("litert_torch")
@@ -83,12 +87,10 @@ def _output_keys(data: bytes, outputs: list[Port]) -> list[Port]:
 
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
-    from modelport.emitters.routes import staged_source
 
     reason = refusal(model, options)
     if reason:
         raise BadInputError(f"{NAME} cannot convert to tflite: {reason}")
-    from modelport.parsers.pytorch import load_module
 
     with tempfile.TemporaryDirectory(prefix="modelport-litert-") as tmp:
         source, spec = staged_source(model, Path(tmp))
@@ -105,7 +107,6 @@ def convert_module(model: IRModel, module, out_dir: Path, *, order: list[str] | 
     (default: the module itself, the source). `how` goes into the report's converter. Converted
     again with shifted normalisation when LiteRT's kernels miss the reference on constant frames
     (`norm_fallback`; the file's reference stays the source's)."""
-    from modelport.emitters.norm_fallback import screened
 
     def convert(m, folder: Path) -> Artifact:
         return _convert(model, m, folder, order=order, outputs_order=outputs_order, run_source=run_source, how=how)
@@ -123,9 +124,6 @@ def convert_module(model: IRModel, module, out_dir: Path, *, order: list[str] | 
 def _convert(model: IRModel, module, out_dir: Path, *, order: list[str] | None, outputs_order: list[str] | None,
              run_source, how: str) -> Artifact:
     from modelport.deps import version_of
-    from modelport.emitters.tflite import SIGNATURE, _check_ops, _name_io
-    from modelport.run.quiet_call import captured_output
-    from modelport.runtimes.tflite import load_interpreter
 
     specs = {s.name: s for s in model.inputs + model.outputs}
     in_specs = [specs[n] for n in order] if order else list(model.inputs)

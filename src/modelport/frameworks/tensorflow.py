@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 
+from modelport.deps import require
 from modelport.errors import one_line
 
 
@@ -41,7 +42,6 @@ def stdout_to_stderr():
 
 def import_tf(purpose: str = "TensorFlow sources"):
     """TensorFlow, imported quietly (exit 5 with the install hint when it is missing)."""
-    from modelport.deps import require
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     with stdout_to_stderr():

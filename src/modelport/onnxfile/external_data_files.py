@@ -13,6 +13,7 @@ from pathlib import Path
 
 from modelport.onnxfile.proto_pieces import copy_fields, write_streamed
 from modelport.onnxfile.tensor_sizes import raw_nbytes
+from modelport.run.progress import tick
 
 EXTERNAL_MIN_BYTES = 1024  # initializers at least this large go to the data file (onnx's own size_threshold)
 EXTERNAL_ALIGN = 4096  # each tensor starts on a page boundary of the data file
@@ -32,7 +33,6 @@ def write_external(model, path: Path, data_name: str, *, base_dir: Path | None =
     skeleton = onnx.ModelProto()
     copy_fields(model, skeleton, skip=("graph",))
     copy_fields(model.graph, skeleton.graph, skip=("initializer",))
-    from modelport.run.progress import tick
 
     total = len(model.graph.initializer)
     with open(path.parent / data_name, "wb") as data:
@@ -155,7 +155,6 @@ def attach_external(model, base_dir: str | Path) -> None:
     import onnx
     import onnx.external_data_helper as edh
 
-    from modelport.run.progress import tick
 
     total = len(model.graph.initializer)
     for index, tensor in enumerate(model.graph.initializer):

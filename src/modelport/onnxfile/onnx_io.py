@@ -17,9 +17,9 @@ from pathlib import Path
 from modelport.errors import BadInputError
 from modelport.onnxfile.external_data_checks import check_external_data
 from modelport.onnxfile.external_data_files import write_external
-from modelport.run.file_checks import check_model_file
 from modelport.onnxfile.proto_pieces import read_skeleton, write_streamed
 from modelport.onnxfile.tensor_sizes import protobuf_limit, tensor_bytes
+from modelport.run.file_checks import check_model_file
 
 # Above this many bytes of tensor data a model is saved with its weights in a side file.
 EXTERNAL_DATA_THRESHOLD = 1 << 30

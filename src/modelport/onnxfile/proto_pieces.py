@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 from modelport.onnxfile.tensor_sizes import raw_nbytes
+from modelport.run.progress import tick
 
 
 def read_skeleton(path: str | Path):
@@ -110,7 +111,6 @@ def write_streamed(model, path: Path) -> None:
     the graph's fields in field-number order, each initializer serialised on its own. Serialising the
     whole model at once holds its size in memory once more, and the upb runtime's growing output
     buffer up to twice that again (a 390 MB model measured +1.2 GB while `onnx.save_model` ran)."""
-    from modelport.run.progress import tick
 
     pieces = _Pieces(model)
     graph = model.graph

@@ -46,6 +46,8 @@ from collections.abc import Callable
 from onnxscript.rewriter import _fusion_utils, pattern
 from onnxscript.rewriter.ort_fusions import mha, mha_bias
 
+from modelport.optimize.exact_rules import exact_default_rules
+
 
 def _same_dim(a, b) -> bool:
     if isinstance(a, int) or isinstance(b, int):
@@ -126,7 +128,6 @@ def fuse_transformer(model, *, skip_layer_norm: bool = True) -> dict[str, int]:
 
     onnxscript's optimizer runs with exact no-op rules: its own drop an epsilon such as a
     decomposed LayerNorm's 1e-12 as if it were `+ 0` (optimize/exact_rules.py)."""
-    from modelport.optimize.exact_rules import exact_default_rules
 
     with exact_default_rules():
         return _fuse_transformer(model, skip_layer_norm=skip_layer_norm)

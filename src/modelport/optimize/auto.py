@@ -41,6 +41,13 @@ from dataclasses import replace
 
 from modelport.errors import BadInputError, MissingDependencyError, ModelportError, ValidationError
 from modelport.ir import IRModel
+from modelport.optimize import openvino_precision as ove
+from modelport.optimize.calibration import load_calibration, sample_calibration
+from modelport.optimize.model_tools import model_size, node_count
+from modelport.optimize.pipeline import budgeted, optimize_ir, run_passes
+from modelport.optimize.quantize import StaticQuantizationPass, calibration_reference
+from modelport.runtimes import openvino as ovr
+from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 from modelport.runtimes.timing import Subject, measure, median_ms, stats
 from modelport.validation import Tolerance, check, tolerance_for
 
@@ -55,7 +62,6 @@ LOAD_TOGETHER_BYTES = 2 << 30
 
 def latency_ms(model, feeds, *, runs: int = 20, warmup: int = WARMUP) -> float:
     """Median wall time of one onnxruntime CPU run, in milliseconds (bench's timing engine)."""
-    from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 
     runner = OnnxRuntimeRunner(model)
     return median_ms(lambda: runner.run(feeds), runs=runs, warmup=warmup)
@@ -132,7 +138,6 @@ def build_candidates(ir: IRModel, opts, *, tolerance=None, on_pass=None) -> tupl
     precision, ir, rows, runner(threads), reference, size, nodes, extra}, and {variant, runtime,
     reason} for each that could not be built. `tolerance` is the FP32 passes' (`opts.budget` holds
     the precision passes)."""
-    from modelport.optimize.pipeline import budgeted
 
     if opts.budget is not None:
         tolerance = budgeted(tolerance, opts.budget)
@@ -147,9 +152,6 @@ def build_candidates(ir: IRModel, opts, *, tolerance=None, on_pass=None) -> tupl
 
 
 def _onnxruntime_candidates(ir: IRModel, opts, tolerance, on_pass, not_built: list[dict]) -> list[dict]:
-    from modelport.optimize.model_tools import model_size, node_count
-    from modelport.optimize.pipeline import optimize_ir
-    from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 
     plans = [("raw", "none", "fp32"), ("fp32-extended", "extended", "fp32"), ("fp32-all", "all", "fp32")]
     variants: dict[str, tuple[IRModel, list[dict]]] = {}
@@ -193,9 +195,6 @@ def _static_int8(ir: IRModel, base: IRModel, opts, on_pass):
     value_info dropped by the quantiser's preparation, and on the benchmark's GPT-like export the
     pre-processed model quantised to the same 479 nodes.
     """
-    from modelport.optimize.calibration import load_calibration, sample_calibration
-    from modelport.optimize.pipeline import run_passes
-    from modelport.optimize.quantize import StaticQuantizationPass
 
     if ir.reference is None:
         return "no reference inputs to calibrate on"
@@ -224,8 +223,6 @@ def _openvino_candidates(ir: IRModel, opts, on_pass, not_built: list[dict]) -> l
     import tempfile
     from pathlib import Path
 
-    from modelport.optimize import openvino_precision as ove
-    from modelport.runtimes import openvino as ovr
 
     plans = [("openvino-fp32", "fp32", None)]
     if ovr.supports("bf16"):
@@ -235,7 +232,6 @@ def _openvino_candidates(ir: IRModel, opts, on_pass, not_built: list[dict]) -> l
     plans.append(("openvino-int8-weights", "int8", "weights"))
     calibration = None
     if opts.calibration:
-        from modelport.optimize.calibration import load_calibration
 
         calibration = load_calibration(opts.calibration, ir)
         plans.append(("openvino-int8-static", "int8", "static"))
@@ -255,7 +251,6 @@ def _openvino_candidates(ir: IRModel, opts, on_pass, not_built: list[dict]) -> l
             size = sum(f.stat().st_size for f in files)
         reference = None
         if mode == "static":
-            from modelport.optimize.quantize import calibration_reference
 
             reference = calibration_reference(ir, calibration)
         run_at = details["inference_precision"]

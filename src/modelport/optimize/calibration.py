@@ -27,8 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-from modelport.errors import BadInputError
+from modelport.deps import require
+from modelport.errors import BadInputError, UnsafeInputError
 from modelport.ir import IRModel
+from modelport.reference.samples import bind_dims, make_inputs
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp"}
 FLOAT_DTYPES = {"float16", "bfloat16", "float32", "float64"}
@@ -54,7 +56,6 @@ def sample_calibration(ir: IRModel, count: int = SAMPLE_SETS) -> list[dict[str, 
     reference and its second set do not use), at the reference's shapes. An input the reference
     holds constant (a value pinned with `--value`, a mask of ones) keeps the reference's array: a
     random value there could be one the model cannot take."""
-    from modelport.reference.samples import bind_dims, make_inputs
 
     ref = ir.reference.inputs if ir.reference is not None else {}
     dims = bind_dims(ir.inputs, ref, ir.sample_dims)
@@ -148,8 +149,6 @@ def image_files(folder: Path) -> list[Path]:
 
 
 def _images(folder: Path, ir: IRModel) -> list[dict[str, np.ndarray]]:
-    from modelport.deps import require
-    from modelport.errors import UnsafeInputError
 
     image_mod = require("PIL.Image", purpose="image calibration data")
     spec, layout, batch, channels, h, w = _image_geometry(folder, ir)

@@ -6,13 +6,13 @@ exactly 0 or 1 (optimize/exact_rules.py: onnxscript's own versions also drop an 
 
 from __future__ import annotations
 
+from modelport.optimize import exact_rules
 from modelport.optimize.onnx_ir_pass import OnnxIRPass, apply_rules
 
 
 def rules():
     from onnxscript.rewriter.rules import common as r
 
-    from modelport.optimize import exact_rules
 
     return [r.no_op_cast_rule, r.cast_cast_rule, r.no_op_transpose_rule, r.transpose_transpose_rule,
             r.reshape_reshape_rule, r.no_op_expand_rule, r.unsqueeze_unsqueeze_rule,

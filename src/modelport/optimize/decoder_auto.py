@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from modelport.errors import BadInputError, MissingDependencyError, ModelportError, one_line
+from modelport.onnxfile.onnx_io import save_onnx
+from modelport.validation.generation import fixed_prompts, generate_onnx, onnx_session
 
 # timer(variant row, run) -> {"prefill_ms": float, "decode_tok_s": float}; `run()` generates once and returns those, measured
 DecoderTimer = Callable[[dict, Callable[[], dict]], dict]
@@ -120,8 +122,6 @@ def select(variants: list[Variant], judge: Judge, *, pad: int, vocab_size: int, 
            options: DecoderAutoOptions = DecoderAutoOptions(), on_stage=None) -> dict:
     """Judge and time every built variant; returns the selection: `chosen` (a name, or None when
     none passes), `variants` (one row each, in order, `chosen` marked) and the timing set-up."""
-    from modelport.onnxfile.onnx_io import save_onnx
-    from modelport.validation.generation import fixed_prompts, onnx_session
 
     prompt_tokens, steps = bench_lengths(options, context_length)
     (prompt,) = fixed_prompts(vocab_size, lengths=(prompt_tokens,), avoid=(pad,))
@@ -185,7 +185,6 @@ def time_sessions(sessions: dict, prompt: list[int], steps: int, pad: int, optio
                   on_stage=None) -> dict[str, dict]:
     """{name: {"prefill_ms", "decode_tok_s"}}: medians over `options.rounds` rounds, the sessions
     interleaved within each round, after `options.warmup` untimed rounds."""
-    from modelport.validation.generation import generate_onnx
 
     def runner(session):
         def run() -> dict:

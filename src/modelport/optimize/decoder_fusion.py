@@ -26,6 +26,9 @@ from collections import Counter
 from pathlib import Path
 
 from modelport.deps import require
+from modelport.optimize.exact_rules import exact_default_rules
+from modelport.optimize.gqa_fusion import fuse_group_query_attention
+from modelport.optimize.weight_store import WeightStore, drop_unused_initializers, forget_onnxscript_matches
 
 FUSED_OPS = ("SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization", "MultiHeadAttention",
              "GroupQueryAttention", "RotaryEmbedding")
@@ -51,10 +54,8 @@ def fuse_decoder(model, *, context_length: int | None = None, group_query_attent
     import onnx_ir
     from onnxscript.rewriter.ort_fusions import optimize_for_ort
 
-    from modelport.optimize.weight_store import WeightStore
 
     logging.getLogger("onnxscript").setLevel(logging.ERROR)
-    from modelport.optimize.exact_rules import exact_default_rules
 
     store = WeightStore(base_dir)
     names = [t.name for t in model.graph.initializer]  # onnx-ir renames through the wrapped protos: put back below
@@ -67,7 +68,6 @@ def fuse_decoder(model, *, context_length: int | None = None, group_query_attent
     store.detach(fused)
     out = onnx_ir.to_proto(fused)
     del fused, graph
-    from modelport.optimize.weight_store import forget_onnxscript_matches
 
     forget_onnxscript_matches()  # the rules' matchers hold the graph just rewritten, and `model`'s weights with it
     for tensor, name in zip(model.graph.initializer, names, strict=True):
@@ -75,7 +75,6 @@ def fuse_decoder(model, *, context_length: int | None = None, group_query_attent
     rules = {k: v for k, v in stats.items() if v}
     gqa = None
     if group_query_attention:
-        from modelport.optimize.gqa_fusion import fuse_group_query_attention
 
         out, gqa = fuse_group_query_attention(out, context_length=context_length or DEFAULT_CONTEXT, store=store)
         if gqa["fused"]:
@@ -153,7 +152,6 @@ def pack_sibling_matmuls(model, *, store=None) -> int:
         nodes.extend(replace.get(id(n), [] if id(n) in drop else [n]))
     del graph.node[:]
     graph.node.extend(nodes)
-    from modelport.optimize.weight_store import drop_unused_initializers
 
     drop_unused_initializers(graph, {i for n in graph.node for i in n.input})
     return packed

@@ -44,6 +44,7 @@ from __future__ import annotations
 import numpy as np
 
 from modelport.optimize.gqa_matching import MS, Graph, NoMatch, ancestors, attr, match_layer, packed_slices, projection
+from modelport.optimize.weight_store import drop_unused_initializers
 
 BIAS_MIN = float(np.finfo(np.float32).min)  # transformers' own masked-out value: finite, so padded rows stay NaN-free
 
@@ -125,7 +126,6 @@ def _dce(graph) -> None:
     keep.reverse()
     del graph.node[:]
     graph.node.extend(keep)
-    from modelport.optimize.weight_store import drop_unused_initializers
 
     drop_unused_initializers(graph, live)
 

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from modelport.errors import BadInputError
+from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 from modelport.validation import Tolerance, check
 
 MIN_GAIN = 0.01  # a unit that removes less than this part of the current error is not kept in float
@@ -164,7 +165,6 @@ class _Search:
 
     def error(self, model, runner=None) -> float:
         """E of `model`. The first model measured is the first INT8 model: its errors are the scale (E = 1)."""
-        from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 
         runner = runner or OnnxRuntimeRunner(model)
         e = output_errors(self.missed, runner.run_many([s.inputs for s in self.missed]))
@@ -207,7 +207,6 @@ class _Search:
 
     def verify(self, excluded: list[str]):
         """(model, parity on every set, E) with `excluded` in float; None where the quantiser refuses it."""
-        from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 
         key = frozenset(excluded)
         if self.spare is not None and self.spare[0] == key:

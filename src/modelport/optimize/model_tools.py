@@ -13,14 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from modelport.ir import IRModel
-from modelport.onnxfile.tensor_sizes import is_large
+from modelport.onnxfile.onnx_io import save_onnx
+from modelport.onnxfile.proto_pieces import serialized_size
+from modelport.onnxfile.tensor_sizes import is_large, stored_bytes, tensor_bytes
 
 
 def model_size(model) -> int:
     """Bytes the model takes on disk (graph + tensors), without serialising it; the weights of a
     model whose initializers refer to files count at their length there."""
-    from modelport.onnxfile.proto_pieces import serialized_size
-    from modelport.onnxfile.tensor_sizes import stored_bytes, tensor_bytes
 
     if is_large(model):
         return tensor_bytes(model)
@@ -70,7 +70,6 @@ def drop_value_info(model) -> None:
 def temp_model_file(model, name: str = "model.onnx", *, base_dir: Path | None = None) -> Iterator[Path]:
     """The model written to a temporary folder (external data when large, or when its weights are
     read from files in `base_dir`); removed afterwards."""
-    from modelport.onnxfile.onnx_io import save_onnx
 
     with tempfile.TemporaryDirectory(prefix="modelport-opt-") as d:
         path = Path(d) / name

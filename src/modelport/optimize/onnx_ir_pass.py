@@ -13,8 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from modelport.deps import require
 from modelport.ir import IRModel
 from modelport.optimize import Pass, PassResult
+from modelport.optimize.model_tools import from_onnx_ir, to_onnx_ir, with_model
+from modelport.optimize.weight_store import forget_onnxscript_matches
 
 
 class OnnxIRPass(Pass):
@@ -24,8 +27,6 @@ class OnnxIRPass(Pass):
         raise NotImplementedError
 
     def apply(self, ir: IRModel) -> PassResult:
-        from modelport.deps import require
-        from modelport.optimize.model_tools import from_onnx_ir, to_onnx_ir, with_model
 
         require("onnx_ir", purpose=f"the '{self.name}' pass")
         model = to_onnx_ir(ir.model)
@@ -52,7 +53,6 @@ def _let_go(tensors) -> None:
     """Close the files onnx-ir mapped to read these stored tensors (their pages count in this
     process's memory while mapped; those a pass took out of the graph too), and let go of the graphs
     onnxscript's matchers still hold."""
-    from modelport.optimize.weight_store import forget_onnxscript_matches
 
     for tensor in tensors:
         tensor.release()

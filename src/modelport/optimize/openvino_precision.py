@@ -22,8 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
+from modelport.deps import require
 from modelport.errors import BadInputError, ValidationError, one_line
 from modelport.ir import IRModel
+from modelport.run.quiet_call import silenced_output
+from modelport.runtimes import openvino as ovr
+from modelport.runtimes.openvino import OpenVINORunner, no_telemetry, require_openvino
 from modelport.targets import TARGETS
 
 PRECISIONS = TARGETS["openvino"].precisions  # its descriptor's (modelport.targets)
@@ -31,7 +35,6 @@ PRECISIONS = TARGETS["openvino"].precisions  # its descriptor's (modelport.targe
 
 def to_openvino(ir: IRModel):
     """The OpenVINO model of the IR, with the contract's tensor names on its ports and the contract in its rt_info."""
-    from modelport.runtimes import openvino as ovr
 
     model = ovr.from_onnx(ir.model)
     for ports, specs in ((model.inputs, ir.inputs), (model.outputs, ir.outputs)):
@@ -46,7 +49,6 @@ def to_openvino(ir: IRModel):
 
 def inference_precision(precision: str) -> str:
     """The inference precision an artifact of `precision` runs at on this CPU."""
-    from modelport.runtimes import openvino as ovr
 
     if precision == "bf16":
         ovr.require_precision("bf16")
@@ -59,7 +61,6 @@ def inference_precision(precision: str) -> str:
 def build(ir: IRModel, precision: str, *, calibration: list[dict] | None = None, int8_mode: str | None = None,
           budget=None) -> tuple[object, dict]:
     """(OpenVINO model at `precision`, details). The weights are compressed to FP16 only when saved."""
-    from modelport.runtimes import openvino as ovr
 
     if precision not in PRECISIONS:
         raise BadInputError(f"OpenVINO precision '{precision}' is not one of {', '.join(PRECISIONS)}")
@@ -78,9 +79,6 @@ def build(ir: IRModel, precision: str, *, calibration: list[dict] | None = None,
 
 def quantize(model, mode: str, calibration: list[dict] | None, *, budget=None) -> tuple[object, dict]:
     """INT8 through NNCF: static quantisation (with accuracy control under a budget) or INT8 weights."""
-    from modelport.deps import require
-    from modelport.run.quiet_call import silenced_output
-    from modelport.runtimes.openvino import no_telemetry
 
     no_telemetry()
     nncf = require("nncf", purpose="INT8 quantisation for OpenVINO")
@@ -136,7 +134,6 @@ def accuracy_metric(model, items: list[dict], budget) -> tuple[object, float]:
     once, in f32): with `cosine>=c` it is the worst cosine similarity (FP32 scores 1, so the drop
     allowed is 1 - c); with `max_abs<=x` it is minus the largest absolute error (drop allowed x).
     """
-    from modelport.runtimes.openvino import OpenVINORunner
 
     fp32 = OpenVINORunner(model.clone(), precision="fp32")
     refs = [fp32.run(item) for item in items]
@@ -163,7 +160,6 @@ def accuracy_metric(model, items: list[dict], budget) -> tuple[object, float]:
 
 
 def save(model, path: Path, *, compress_to_fp16: bool) -> list[Path]:
-    from modelport.runtimes.openvino import require_openvino
 
     ov = require_openvino("writing OpenVINO IR")
     stable_names(model)

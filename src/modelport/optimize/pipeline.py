@@ -21,8 +21,19 @@ from typing import Any
 
 from modelport.errors import BadInputError, MissingDependencyError, ModelportError, PassError, ValidationError, one_line
 from modelport.ir import IRModel
-from modelport.optimize import Pass, get_pass, parse_pass_list, passes_for_level
+from modelport.onnxfile.proto_pieces import serialized_size
+from modelport.onnxfile.tensor_sizes import iter_tensors, protobuf_limit, raw_nbytes, tensor_bytes
+from modelport.onnxfile.weightless_copy import check_weightless, weightless
+from modelport.optimize import LEVEL_NAMES, PRECISIONS, Pass, get_pass, parse_pass_list, passes_for_level
+from modelport.optimize.calibration import load_calibration
 from modelport.optimize.dequantize import before_float_passes
+from modelport.optimize.model_tools import model_size, node_count, sort_nodes
+from modelport.optimize.quantize import CALIBRATION_METHODS
+from modelport.registry import choice
+from modelport.run import memory
+from modelport.run.memory import give_back
+from modelport.runtimes import check_runtimes
+from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 from modelport.validation import Tolerance, check, tolerance_for
 from modelport.validation.budget import BudgetKey, parse_clauses
 
@@ -40,8 +51,6 @@ def fingerprint(model, *, inline_limit: int = _INLINE_HASH_LIMIT) -> str:
     followed by each of those tensors' own hash, one tensor in memory at a time; the model is only read."""
     import hashlib
 
-    from modelport.onnxfile.tensor_sizes import raw_nbytes, tensor_bytes
-    from modelport.onnxfile.weightless_copy import weightless
 
     h = hashlib.sha256()
     if tensor_bytes(model) <= inline_limit:
@@ -79,8 +88,6 @@ def check_parity(ir: IRModel, tol: Tolerance, hop: str, *, model_file: Path | No
     """`ir` against its references in onnxruntime (every set, at every precision). A large model's weights wait in a file meanwhile,
     from which onnxruntime loads them (`IRModel.weights_parked`): the session and the ModelProto are
     not both held. `model_file`: `ir` written already, its weights beside it (a parked IR)."""
-    from modelport.run.memory import give_back
-    from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 
     with contextlib.nullcontext(model_file) if model_file is not None else ir.weights_parked() as parked:
         runner = OnnxRuntimeRunner(parked or ir.model)
@@ -101,12 +108,8 @@ def invalid_model(model, *, repair: bool = False) -> str | None:
     """
     import onnx
 
-    from modelport.onnxfile.proto_pieces import serialized_size
-    from modelport.onnxfile.tensor_sizes import iter_tensors, protobuf_limit, tensor_bytes
-    from modelport.onnxfile.weightless_copy import check_weightless
 
     if repair:
-        from modelport.optimize.model_tools import sort_nodes
 
         sort_nodes(model.graph)
     try:
@@ -167,8 +170,6 @@ def run_passes(ir: IRModel, passes: list[Pass], *, tolerance: Callable[[str], To
     the parity check's session. `release_input`: the caller will not use `ir`'s model again, so its
     weights are not read back unless it is the result (its model is then None).
     """
-    from modelport.run import memory
-    from modelport.optimize.model_tools import model_size, node_count
 
     if ir.reference is None:
         raise BadInputError("the model has no reference data to check optimisation passes against")
@@ -198,7 +199,6 @@ def run_passes(ir: IRModel, passes: list[Pass], *, tolerance: Callable[[str], To
 def _run_pass(p: Pass, ir: IRModel, row: PassRow, rows: list[PassRow], tolerance, strict: bool, parking: _Parking,
               t0: float, window) -> IRModel:
     """One pass of `run_passes` through the gate, its outcome in `row`; returns the IR that goes on."""
-    from modelport.optimize.model_tools import model_size, node_count
 
     nb, sb = row.nodes_before, row.size_before
     before = fingerprint(ir.model)
@@ -286,7 +286,6 @@ class _Parking:
     def ready(self, ir: IRModel, p: Pass) -> IRModel:
         """`ir` as `p` takes it: parked for a pass that reads stored weights (when large), in memory for any other."""
         from modelport.ir import PARK_BYTES
-        from modelport.onnxfile.tensor_sizes import tensor_bytes
 
         if ir.stored is not None and (not p.reads_stored or not self._ours(ir)):
             ir.attach_stored()  # weights stored elsewhere (a parse's files) are read in, then parked here
@@ -350,9 +349,6 @@ class OptimizeOptions:
     threads: int | None = None  # auto: intra-op threads the candidates are timed with (None: each runtime's default)
 
     def __post_init__(self):
-        from modelport.optimize import LEVEL_NAMES, PRECISIONS
-        from modelport.optimize.quantize import CALIBRATION_METHODS
-        from modelport.registry import choice
 
         def put(name, value):
             object.__setattr__(self, name, value)
@@ -373,7 +369,6 @@ class OptimizeOptions:
         if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1):
             raise BadInputError(f"threads must be a positive whole number, not {self.threads!r}")
         if self.runtimes is not None:
-            from modelport.runtimes import check_runtimes
 
             put("runtimes", check_runtimes(self.runtimes))
 
@@ -426,7 +421,6 @@ def optimize_ir(ir: IRModel, opts: OptimizeOptions, *, tolerance: Callable[[str]
     if opts.precision == "int8" and (opts.int8_mode == "static") and not opts.calibration:
         raise BadInputError("static INT8 quantisation needs calibration data", hint="pass --calibration DATA.npz or an image folder")
     if any(p.name == "int8-static" for p in passes):
-        from modelport.optimize.calibration import load_calibration
 
         passes = build_passes(opts, calibration=load_calibration(opts.calibration, ir))
     passes = before_float_passes(passes, ir.model)

@@ -13,9 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from modelport.deps import require
 from modelport.ir import IRModel
 from modelport.optimize import Pass, PassResult
+from modelport.optimize.model_tools import name_nodes, with_model
+from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 from modelport.validation import Tolerance, check, tolerance_for
+from modelport.validation.localize import first_divergence, magnitudes
 
 FP16_MAX = 65504.0
 
@@ -36,7 +40,6 @@ class Fp16Info:
 def _convert(model, *, keep_io_types: bool, node_block_list: list[str], op_block_list: list[str] | None):
     import onnx
 
-    from modelport.deps import require
 
     float16 = require("onnxruntime.transformers.float16", purpose="FP16 conversion")
     m = onnx.ModelProto()
@@ -114,7 +117,6 @@ def overflow_nodes(model, feeds, *, headroom: float = 2.0, batch: int = 32) -> l
     """Nodes producing or consuming a float value with |x| * headroom > 65504 on `feeds`."""
     import numpy as np
 
-    from modelport.validation.localize import magnitudes
 
     mags = magnitudes(model, feeds, batch=batch)
     for name, arr in feeds.items():
@@ -131,9 +133,6 @@ def convert_fp16(ir: IRModel, *, keep_io_types: bool = True, op_block_list: list
     """(FP16 IRModel, what was kept in FP32). Without reference data, no automatic block-listing."""
     import onnx
 
-    from modelport.optimize.model_tools import name_nodes, with_model
-    from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
-    from modelport.validation.localize import first_divergence
 
     tol = tol or tolerance_for("fp16")
     base = onnx.ModelProto()

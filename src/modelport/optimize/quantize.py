@@ -21,9 +21,16 @@ from pathlib import Path
 
 import numpy as np
 
+from modelport.deps import require
 from modelport.errors import BadInputError, one_line
-from modelport.ir import IRModel
+from modelport.ir import IRModel, Reference
+from modelport.onnxfile.external_data_files import attach_external
+from modelport.onnxfile.weightless_copy import weightless
 from modelport.optimize import Pass, PassResult
+from modelport.optimize.int8_fallback import hold_parity
+from modelport.optimize.model_tools import drop_value_info, name_nodes, opset_of, with_model
+from modelport.reference.sample_sets import NOT_FOR_INT8, STRUCTURED_KINDS, SWEEP_KINDS
+from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 from modelport.validation import Tolerance, check, tolerance_for
 
 CALIBRATION_METHODS = ("minmax", "entropy", "percentile", "distribution")
@@ -50,7 +57,6 @@ class Int8Info:
 def _prepared(model):
     import onnx
 
-    from modelport.optimize.model_tools import drop_value_info, name_nodes
 
     m = onnx.ModelProto()
     m.CopyFrom(model)
@@ -110,7 +116,6 @@ def _infer_in_place(model):
     import onnx
     from onnxruntime.quantization.quant_utils import add_infer_metadata
 
-    from modelport.onnxfile.weightless_copy import weightless
 
     inferred = onnx.shape_inference.infer_shapes(weightless(model)[0])
     for part in ("value_info", "input", "output"):
@@ -143,7 +148,6 @@ def _weights_after_calibration(opset: int | None):
     saves again before calibrating (that needs the weights)."""
     import importlib
 
-    from modelport.onnxfile.external_data_files import attach_external
 
     # the package's `quantize` attribute is its function of that name, not the module
     ort_quantize = importlib.import_module("onnxruntime.quantization.quantize")
@@ -178,7 +182,6 @@ def _weights_after_calibration(opset: int | None):
 
 
 def _dynamic(model, *, exclude: list[str], per_channel: bool, weights_dir: Path | None = None):
-    from modelport.deps import require
 
     q = require("onnxruntime.quantization", purpose="INT8 quantisation")
 
@@ -210,8 +213,6 @@ def _static(model, feeds: list[dict], *, exclude: list[str], per_channel: bool, 
     onnxruntime's `quantize_static` takes a `calibration_cache_path`."""
     import inspect
 
-    from modelport.deps import require
-    from modelport.optimize.model_tools import opset_of
 
     q = require("onnxruntime.quantization", purpose="INT8 quantisation")
     methods = {"minmax": q.CalibrationMethod.MinMax, "entropy": q.CalibrationMethod.Entropy,
@@ -242,9 +243,6 @@ def quantize_model(ir: IRModel, *, mode: str = "dynamic", calibration: list[dict
     in float until it holds (`int8_fallback.hold_parity`, at most `max_rounds` nodes or groups
     checked and `max_trials` quantiser runs); `exclude` names nodes to keep in float from the start.
     """
-    from modelport.optimize.int8_fallback import hold_parity
-    from modelport.optimize.model_tools import with_model
-    from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 
     if mode not in ("dynamic", "static"):
         raise BadInputError(f"unknown INT8 mode '{mode}': dynamic or static")
@@ -260,7 +258,6 @@ def quantize_model(ir: IRModel, *, mode: str = "dynamic", calibration: list[dict
         info.calibration = {"samples": len(calibration), "method": method}
     asked = list(exclude or [])
     tol = tol or tolerance_for("int8")
-    from modelport.reference.sample_sets import NOT_FOR_INT8, SWEEP_KINDS
 
     ref = ir.reference
     if mode == "static" and ref is not None and check_on_calibration:
@@ -325,9 +322,6 @@ def calibration_reference(ir: IRModel, calibration: list[dict]):
     constant, the ends of the input range: silence, a black or white frame) are kept beside it:
     real inputs the calibration data must cover, or the calibrated model fails on them.
     """
-    from modelport.ir import Reference
-    from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
-    from modelport.reference.sample_sets import STRUCTURED_KINDS
 
     dynamic_batch = all(s.shape and not isinstance(s.shape[0], int) for s in ir.inputs)
     samples = calibration[:CHECK_SAMPLES] if dynamic_batch else calibration[:1]

@@ -10,9 +10,13 @@ MAX_BYTES is passed over too, the row saying why.
 
 from __future__ import annotations
 
+from modelport.deps import require
 from modelport.errors import one_line
 from modelport.ir import IRModel
+from modelport.onnxfile.external_data_files import attach_external
+from modelport.onnxfile.tensor_sizes import tensor_bytes
 from modelport.optimize import Pass, PassResult
+from modelport.run.progress import doing
 
 MAX_BYTES = 512 << 20  # tensor data from which the pass is skipped (see the module docstring)
 
@@ -23,12 +27,10 @@ class OnnxSimPass(Pass):
     reads_stored = True  # it decides from the sizes alone; the copy it simplifies reads the weights in
 
     def apply(self, ir: IRModel) -> PassResult:
-        from modelport.deps import require
         from modelport.optimize.model_tools import drop_value_info, is_large, with_model
 
         if is_large(ir.model):
             return PassResult(ir, False, {"skipped": "model over the protobuf limit; onnxsim needs one protobuf"})
-        from modelport.onnxfile.tensor_sizes import tensor_bytes
 
         size = tensor_bytes(ir.model)
         if size >= MAX_BYTES:
@@ -40,11 +42,9 @@ class OnnxSimPass(Pass):
         m = onnx.ModelProto()
         m.CopyFrom(ir.model)
         if ir.stored is not None:
-            from modelport.onnxfile.external_data_files import attach_external
 
             attach_external(m, ir.stored)
         drop_value_info(m)
-        from modelport.run.progress import doing
 
         try:
             with doing("onnxsim"):

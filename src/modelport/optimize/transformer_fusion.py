@@ -11,6 +11,7 @@ domain `com.microsoft`): it belongs in the `all` level, which targets onnxruntim
 
 from __future__ import annotations
 
+from modelport.optimize.cpu_kernels import prefer_cpu_kernels
 from modelport.optimize.onnx_ir_pass import OnnxIRPass
 
 
@@ -35,7 +36,6 @@ class TransformerFusionPass(OnnxIRPass):
         before = _op_counts(model)
         counts = fuse_transformer(model, skip_layer_norm=self.skip_layer_norm)
         if not self.skip_layer_norm:
-            from modelport.optimize.cpu_kernels import prefer_cpu_kernels
 
             counts.update(prefer_cpu_kernels(model))
         after = _op_counts(model)

@@ -21,6 +21,10 @@ from dataclasses import dataclass
 
 from modelport.deps import require
 from modelport.errors import BadInputError
+from modelport.onnxfile.external_data_files import DataFile
+from modelport.onnxfile.proto_pieces import copy_fields
+from modelport.optimize.weight_store import WeightStore
+from modelport.run.progress import tick
 
 BITS = {"int4": 4, "int8": 8}
 BLOCK_SIZES = (16, 32, 64, 128, 256)
@@ -183,10 +187,6 @@ def quantize_stored(model, base_dir, path, options: WeightOnlyOptions, *, tied: 
     require("onnxruntime", purpose="weight-only quantisation")
     from onnxruntime.capi._pybind_state import quantize_matmul_4bits, quantize_matmul_8bits
 
-    from modelport.onnxfile.external_data_files import DataFile
-    from modelport.optimize.weight_store import WeightStore
-    from modelport.run.progress import tick
-    from modelport.onnxfile.proto_pieces import copy_fields
 
     base_dir, path = Path(base_dir), Path(path)
     store = WeightStore(base_dir)

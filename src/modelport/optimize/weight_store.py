@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from modelport.run.progress import tick
+
 PLACEHOLDER = "modelport-detached:"  # the external-data location of a detached tensor (never a file)
 DETACH_BYTES = 1024  # initializers at least this large are detached (onnx's own external-data threshold)
 
@@ -85,7 +87,6 @@ class WeightStore:
         reference into this store (once each, tensor by tensor)."""
         import onnx
 
-        from modelport.run.progress import tick
 
         total = len(model.graph.initializer)
         for index, tensor in enumerate(model.graph.initializer):

@@ -48,9 +48,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from modelport.deps import target_distributions
 from modelport.errors import EXIT_VALIDATION, BadInputError, one_line
 from modelport.orchestration.batch_job import DEFAULT_TIMEOUT, STATE_DIR, Job, parse_size, run_job
+from modelport.orchestration.batch_ray import run_on_ray
 from modelport.run.names import check_path_name
+from modelport.validation.html_report import render_batch, write_html
+from modelport.version import __version__
+from modelport.zoo import ZOO_FILE
 
 SCHEMA = "modelport.batch/1"
 KEYS = {"name", "source", "to", "input", "optimize", "precision", "data", "value", "tolerances", "package", "args",
@@ -202,10 +207,8 @@ def _hash_file(h, path: Path) -> None:
 def tool_versions() -> dict[str, str]:
     from importlib import metadata
 
-    from modelport.version import __version__
 
     out = {"modelport": __version__, "python": sys.version.split()[0]}
-    from modelport.deps import target_distributions
 
     for dist in dict.fromkeys((*VERSIONED, *target_distributions())):
         with contextlib.suppress(metadata.PackageNotFoundError):
@@ -220,7 +223,6 @@ def job_key(job: Job, versions: dict[str, str]) -> str:
         h.update(path.encode() + b"\0")
         _hash_path(h, Path(path))
     if job.source.startswith("zoo:"):
-        from modelport.zoo import ZOO_FILE
 
         _hash_file(h, ZOO_FILE)
     return h.hexdigest()
@@ -325,7 +327,6 @@ def run_batch(manifest: str | Path, out: str | Path, options: BatchOptions | Non
     summary["counts"] = count(summary["models"])
     summary["exit_code"] = EXIT_VALIDATION if summary["counts"]["failed"] else 0
     _atomic_write(out / "summary.json", summary)
-    from modelport.validation.html_report import render_batch, write_html
 
     write_html(out / "report.html", render_batch(summary, out))
     return summary
@@ -348,7 +349,6 @@ def run_local(todo: list[tuple[Job, str]], out: Path, options: BatchOptions, rec
 
 
 def run_ray(todo, out, options, record) -> None:
-    from modelport.orchestration.batch_ray import run_on_ray
 
     run_on_ray(todo, out, options, record)
 

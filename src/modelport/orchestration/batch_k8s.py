@@ -31,9 +31,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from modelport.errors import BadInputError
+from modelport.errors import EXIT_VALIDATION, BadInputError, ModelportError
 from modelport.orchestration.batch import BatchOptions, load_manifest, run_batch
 from modelport.orchestration.batch_job import Job
+from modelport.packaging.kubernetes import check_name, k8s_name, write_yaml
+from modelport.packaging.quantities import check_quantity, parse_quantity
 
 MOUNT = PurePosixPath("/data")
 SOURCES = MOUNT / "src"  # the manifest's folder, copied onto the volume
@@ -67,7 +69,6 @@ class K8sJobOptions:
     keep_failed: bool = False
 
     def __post_init__(self):
-        from modelport.packaging.kubernetes import check_name
 
         check_image(self.image)
         if self.namespace is not None:
@@ -133,7 +134,6 @@ def resources_for(jobs: list[Job]) -> dict:
     limits.memory is the largest per-model `memory` plus room for the batch process that watches
     the child: the child is killed (status out-of-memory) before the kernel would kill the pod.
     """
-    from modelport.packaging.quantities import check_quantity
 
     requests: dict = {}
     limits: dict = {}
@@ -141,7 +141,6 @@ def resources_for(jobs: list[Job]) -> dict:
     if cpus:
         for c in cpus:
             check_quantity(c, "resources.cpus")
-        from modelport.packaging.quantities import parse_quantity
 
         requests["cpu"] = max(cpus, key=parse_quantity)
     memories = [j.memory for j in jobs if j.memory]
@@ -160,7 +159,6 @@ def job_documents(manifest: Path, pod_doc: dict, jobs: list[Job], options: K8sJo
     """The ConfigMap (manifest + index table) and the Indexed Job, as dictionaries."""
     import yaml
 
-    from modelport.packaging.kubernetes import k8s_name
 
     name = k8s_name(f"modelport-batch-{manifest.stem}")[:52].rstrip("-")  # room for the pods' index suffixes
     rows = index_rows(jobs, keep_failed=options.keep_failed)
@@ -207,7 +205,6 @@ def emit_k8s_job(manifest: str | Path, out: str | Path, options: K8sJobOptions) 
     """Write DIR/configmap.yaml, DIR/job.yaml and DIR/index.tsv for `manifest`; nothing runs. DIR must be new or empty."""
     import tempfile
 
-    from modelport.packaging.kubernetes import write_yaml
 
     manifest, out = Path(manifest), Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -242,7 +239,6 @@ def run_index(manifest: str | Path, out: str | Path, index: int, *, keep_failed:
 
 def main(argv: list[str] | None = None) -> int:
     """A pod's entry point: MANIFEST OUT [--keep-failed], the index from $JOB_COMPLETION_INDEX; exit 0 ok, 4 failed."""
-    from modelport.errors import EXIT_VALIDATION, ModelportError
 
     args = list(sys.argv[1:] if argv is None else argv)
     keep_failed = "--keep-failed" in args

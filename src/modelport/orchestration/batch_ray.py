@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from modelport.errors import BadInputError, MissingDependencyError, one_line
+from modelport.orchestration.batch_job import parse_size, run_job
 
 # Passed to every worker, so a worker imports the same modelport and behaves like the driver.
 FORWARDED_ENV = ("PYTHONPATH", "MODELPORT_DEBUG", "SOURCE_DATE_EPOCH", "HF_HUB_OFFLINE", "TF_CPP_MIN_LOG_LEVEL")
@@ -35,7 +36,6 @@ def _ray():
 
 def _remote_job(job, out: str, keep_failed: bool, token: str) -> dict:
     """Run on a worker: convert into OUT/<name> when OUT is shared, else into a private folder returned as a tar."""
-    from modelport.orchestration.batch_job import run_job
 
     out_path = Path(out)
     if (out_path / token).is_file():
@@ -71,7 +71,6 @@ def _unpack(entry: dict, out: Path) -> dict:
 
 
 def task_options(job) -> dict:
-    from modelport.orchestration.batch_job import parse_size
 
     res = job.resources or {}
     opts = {"num_cpus": float(res.get("cpus", 1)), "max_retries": 0}

@@ -23,9 +23,13 @@ from pathlib import Path
 
 import numpy as np
 
-from modelport.errors import BadInputError
+from modelport.errors import BadInputError, UnsafeInputError
 from modelport.ir import TensorSpec
+from modelport.reference.samples import load_data, make_inputs, parse_values
 from modelport.registry import from_targets
+from modelport.run.file_checks import check_model_file
+from modelport.runtimes import RUNNERS, runner_class, timing
+from modelport.version import __version__
 
 SCHEMA = "modelport.bench/1"
 
@@ -69,15 +73,12 @@ def pytorch_code_contract(folder: Path) -> tuple[Path, list[TensorSpec], list[st
 
 def open_artifact(path: str | Path, *, runtime: str | None = None, threads: int | None = None, trust: bool = False):
     """(runner, runtime name) for one artifact; `threads` sets the runtime's intra-op threads."""
-    from modelport.run.file_checks import check_model_file
-    from modelport.runtimes import RUNNERS
 
     path = check_model_file(path)
     kind = artifact_kind(path)
     name = RUNNERS.canonical(runtime or RUNTIME_FOR_KIND[kind])
     if kind == "pytorch_code":
         if not trust:
-            from modelport.errors import UnsafeInputError
 
             raise UnsafeInputError("running generated PyTorch code imports its model.py", path=path,
                                    hint="pass --trust if you trust the folder")
@@ -97,7 +98,6 @@ def batch_dim(specs: list[TensorSpec]) -> str | int | None:
 
 def feeds_for(specs: list[TensorSpec], batch: int | None, *, dims: dict, seed: int, given: dict, path) -> dict[str, np.ndarray]:
     """Inputs of `batch` samples: the given arrays (rows repeated or cut to the batch) and seeded random ones."""
-    from modelport.reference.samples import make_inputs
 
     dims = dict(dims)
     lead = batch_dim(specs)
@@ -125,8 +125,6 @@ def bench(artifacts: list[str | Path], *, runs: int | None = None, duration: flo
           data: str | Path | None = None, values: list[str] = (), dims: dict[str, int] | None = None, seed: int = 0,
           trust: bool = False, on_stage=None) -> dict:
     """Benchmark every artifact at every batch size; returns the result document described above."""
-    from modelport.reference.samples import load_data, parse_values
-    from modelport.runtimes import timing
 
     if not artifacts:
         raise BadInputError("no artifact to benchmark", hint="modelport bench model.onnx [model.tflite ...]")
@@ -175,10 +173,8 @@ def _versions(runtimes: set[str]) -> dict:
     import platform
     from importlib import metadata
 
-    from modelport.version import __version__
 
     out = {"modelport": __version__, "python": platform.python_version()}
-    from modelport.runtimes import runner_class
 
     for r in sorted(runtimes):
         dist = runner_class(r).distribution or r

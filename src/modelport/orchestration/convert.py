@@ -28,6 +28,8 @@ from pathlib import Path
 from modelport.errors import ModelportError
 from modelport.orchestration.jobs import Context, StageCallback, run_jobs
 from modelport.orchestration.options import ConvertOptions
+from modelport.orchestration.request import PIPELINES, decide
+from modelport.run.staging import staged_dir
 from modelport.validation.report import Run
 
 __all__ = ["ConvertOptions", "convert"]
@@ -40,8 +42,6 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
     Raises a ModelportError (with `.report` holding the failed run's report) on failure
     (`Run` ends the command).
     """
-    from modelport.orchestration.request import PIPELINES, decide
-    from modelport.run.staging import staged_dir
 
     options = options or ConvertOptions(**kwargs)
     with Run(options.command) as report:

@@ -18,7 +18,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from modelport.errors import ValidationError
-from modelport.optimize.weight_only import BITS, WeightOnlyOptions
+from modelport.onnxfile.external_data_files import attach_external
+from modelport.onnxfile.onnx_io import save_onnx
+from modelport.optimize import decoder_auto
+from modelport.optimize.decoder_fusion import fuse_decoder
+from modelport.optimize.weight_only import BITS, WeightOnlyOptions, quantize_stored, quantize_weight_only
+from modelport.parsers import hf_decoder_graph
+from modelport.validation import generation
 
 AUTO = "auto"
 # --precision auto (with --optimize auto): the precisions of AUTO_PRECISIONS compete, timed in onnxruntime
@@ -37,7 +43,6 @@ def fused(ir, run):
     written to a file of its own and not held while onnxruntime generates with it (`validate:fused`)."""
     import onnx
 
-    from modelport.validation import generation
 
     cfg, export, tol = run.cfg, run.export, run.tolerance()
     path = export.parent / "fused.onnx"  # beside the export: a written graph's fused form shares its data file
@@ -69,7 +74,6 @@ def fused_model(ir, cfg, path: Path, export: Path) -> dict:
     """Write the fused form of `ir` to `path` (with its weights in a data file beside it); returns the
     fusion's details. A written graph is written again from the folder; an exported one is fused by
     the passes, its weights read from `export`'s data file where `ir`'s model does not hold them."""
-    from modelport.parsers import hf_decoder_graph
 
     before = len(ir.model.graph.node)
     if ir.provenance.get("exporter") == hf_decoder_graph.EXPORTER:  # the fused graph over the export's own weights
@@ -77,8 +81,6 @@ def fused_model(ir, cfg, path: Path, export: Path) -> dict:
         _, details = hf_decoder_graph.write_decoder(ir.provenance["path"], cfg, path, fused=True, reuse=reuse,
                                                     opset=ir.provenance.get("opset"))
         return {"nodes_before": before, **details}
-    from modelport.onnxfile.onnx_io import save_onnx
-    from modelport.optimize.decoder_fusion import fuse_decoder
 
     model, details = fuse_decoder(ir.model, context_length=cfg.context_length, base_dir=export.parent)
     save_onnx(model, path, external=True)  # onnxruntime reads the weights from the file, not from a serialised copy
@@ -88,9 +90,6 @@ def fused_model(ir, cfg, path: Path, export: Path) -> dict:
 def auto_variant(ir, run):
     """`--optimize auto`: (the chosen variant's ModelProto, its precision, its name). One
     `optimize:auto` stage row holds the table every variant competed in; none passing is exit 4."""
-    from modelport.optimize import decoder_auto
-    from modelport.optimize.weight_only import quantize_weight_only
-    from modelport.validation import generation
 
     tg, cfg, tol = run.tg, run.cfg, run.tolerance()
     precisions = AUTO_PRECISIONS if run.precision == AUTO else (run.precision,)
@@ -121,7 +120,6 @@ def fuse(ir, cfg, export: Path):
     """(the fused ModelProto with its weights in memory, details) for `--optimize auto`."""
     import onnx
 
-    from modelport.onnxfile.external_data_files import attach_external
 
     path = export.parent / "auto-fused.onnx"
     details = fused_model(ir, cfg, path, export)
@@ -136,13 +134,11 @@ def quantized(ir, weights: Path | None, run):
     weights). From files, each weight is read, quantised and written before the next
     (`quantize_stored`); in memory the model is quantised in place and `ir` is not to be used after.
     fp16: the graph written again from the folder in float16, in the same form (fused or plain)."""
-    from modelport.optimize.weight_only import quantize_stored, quantize_weight_only
 
     cfg, scratch, report, precision = run.cfg, run.scratch, run.ctx.report, run.precision
     if precision == "fp32":
         return ir, weights, "fp32"
     if precision == "fp16":
-        from modelport.parsers import hf_decoder_graph
 
         fused = any(n.domain == hf_decoder_graph.MS for n in ir.model.graph.node)
         with run.ctx.step("precision:fp16") as row:

@@ -27,6 +27,13 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from modelport.deps import extra_of, target_distributions
+from modelport.emitters import EMITTERS
+from modelport.parsers import PARSER_NEEDS, PARSERS
+from modelport.runtimes import runner_class
+from modelport.targets import TARGETS, emitting
+from modelport.version import __version__
+
 # the converters and tools whose versions matter to a run (distribution names); every target's
 # runtime and what it needs are added from the descriptors (`deps.target_distributions`)
 PACKAGES = ("onnx", "onnxruntime", "onnxruntime-gpu", "onnxscript", "onnx-ir", "onnxsim", "onnxconverter-common", "torch",
@@ -99,13 +106,11 @@ def declared_extras() -> dict[str, list[str]]:
 
 def target_needs() -> dict[str, list[str]]:
     """`--to` target -> the top-level modules it needs, from the targets' descriptors."""
-    from modelport.targets import emitting
 
     return {t.name: list(t.needs) for t in emitting() if t.needs is not None}
 
 
 def _needs(table: dict[str, list[str]], names, *, gpu: bool = True) -> list[dict]:
-    from modelport.deps import extra_of
     from modelport.targets import TARGETS, load
 
     gpu_targets = {t.name for t in TARGETS.values() if t.gpu}
@@ -135,7 +140,6 @@ def _needs(table: dict[str, list[str]], names, *, gpu: bool = True) -> list[dict
 def _runs_elsewhere(target) -> str | None:
     """'… artifacts can be built here but not run: <the runner's reason>' for a target whose runner
     declares it cannot run here (runtimes/base.py: `cannot_run`), else None."""
-    from modelport.runtimes import runner_class
 
     if target is None or not target.runner:
         return None
@@ -174,7 +178,6 @@ def gpu_info() -> dict:
                     for line in out.splitlines() if line.strip()]
         except (OSError, subprocess.TimeoutExpired):
             gpus = []
-    from modelport.targets import TARGETS
 
     runtimes = {t.name: next((_version(d) for d in metadata.packages_distributions().get(t.runtime, [])), None)
                 if _findable(t.runtime) else None for t in TARGETS.values() if t.gpu}
@@ -193,10 +196,6 @@ def ort_providers() -> list[str] | None:
 
 
 def doctor() -> dict:
-    from modelport.deps import target_distributions
-    from modelport.emitters import EMITTERS
-    from modelport.parsers import PARSER_NEEDS, PARSERS
-    from modelport.version import __version__
 
     extras = []
     for name, reqs in declared_extras().items():

@@ -18,10 +18,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from modelport.dims import declared
+from modelport.emitters.routes import kind_of, native_for, refusal, source_kind
 from modelport.errors import BadInputError, ValidationError
 from modelport.ir import IRModel, SourceRef
+from modelport.onnxfile.onnx_io import EXTERNAL_DATA_THRESHOLD
+from modelport.optimize.pipeline import check_parity
+from modelport.optimize.weight_store import forget_onnxscript_matches
 from modelport.orchestration.jobs import Context, Job, plan_jobs
+from modelport.orchestration.optimize_stage import runs
+from modelport.orchestration.source import describe_source, parse_noting_attempts, resolve_source
+from modelport.packaging.reference_file import write_reference
+from modelport.parsers import huggingface, parse
 from modelport.resolve.precisions import FP32, Resolved
+from modelport.run import memory
+from modelport.run.memory import give_back
+from modelport.targets import get
 from modelport.validation import Tolerance, check_override_names, tolerance_for
 from modelport.validation.artifact import ArtifactCheck, Judging, validate_artifact
 
@@ -54,7 +66,6 @@ class ForwardRun:
     # --- the stages, in the order the pipeline calls them --------------------------------------
 
     def preflight(self) -> None:
-        from modelport.orchestration.source import resolve_source
 
         request = self.ctx.request
         self.src, self.spec, self.zoo_tol = resolve_source(request.source, request.options)
@@ -64,11 +75,6 @@ class ForwardRun:
         """{part: IR} ("" for a source converted as one model), each with its contract recorded."""
         import tempfile
 
-        from modelport.emitters.routes import kind_of
-        from modelport.optimize.weight_store import forget_onnxscript_matches
-        from modelport.orchestration.source import describe_source, parse_noting_attempts
-        from modelport.parsers import parse
-        from modelport.run.memory import give_back
 
         ctx, spec = self.ctx, self.spec
         report = ctx.report
@@ -88,7 +94,6 @@ class ForwardRun:
         self.source_precision = ir.provenance.get("source_precision")
         self.companions = ir.provenance.get("companion_files") or []
         self.reference = None if ir.parts else ir.reference  # written beside the artifacts (`finish`)
-        from modelport.dims import declared
 
         declared(ctx.request.options.dim_bounds, [s for p in parts.values() for s in p.inputs], path=spec.path)
         for pir in parts.values():
@@ -112,7 +117,6 @@ class ForwardRun:
 
     def prepare(self, part: str, ir: IRModel) -> list[Job]:
         """The part's IR checked against the source, optimised, and its jobs planned."""
-        from modelport.optimize.pipeline import check_parity
         from modelport.orchestration.optimize_stage import optimise
 
         ctx, options = self.ctx, self.ctx.request.options
@@ -130,7 +134,6 @@ class ForwardRun:
         with ctx.bounded("optimize"):  # the passes write their own rows
             prepared = optimise(ir, ctx, self.zoo_tol)
         if all(variant.model is not ir.model for variant in prepared.irs.values()):
-            from modelport.run.memory import give_back
 
             ir.model = None  # the IR before the passes: every target is emitted from what came out of them
             give_back()
@@ -140,7 +143,6 @@ class ForwardRun:
 
     def validate(self, job: Job, artifact, route) -> ArtifactCheck:
         """The artifact run by its runtime on the references, judged by its precision's tolerance."""
-        from modelport.targets import get
 
         if not (artifact.runner or artifact.not_validated):
             return ArtifactCheck()
@@ -166,7 +168,6 @@ class ForwardRun:
             names.append(Path(f).name)
         if names:
             self.ctx.report.set_files(names)
-        from modelport.packaging.reference_file import write_reference
 
         entry = write_reference(self.reference, stage)
         if entry:
@@ -191,10 +192,6 @@ def check_memory(src, ctx: Context) -> None:
     memory than is available, rather than be killed part way; the `preflight:memory` row records the
     figures. MODELPORT_AVAILABLE_MEMORY overrides the memory counted as available. Other sources:
     nothing to read the size from before loading them; no row."""
-    from modelport.onnxfile.onnx_io import EXTERNAL_DATA_THRESHOLD
-    from modelport.orchestration.optimize_stage import runs
-    from modelport.parsers import huggingface
-    from modelport.run import memory
 
     if not isinstance(src, (str, Path)) or not Path(src).is_dir() or not huggingface.sniff(Path(src)):
         return
@@ -230,7 +227,6 @@ def from_source_alone(ir: IRModel, ctx: Context) -> bool:
     """Whether every target can be had from the source itself, the ONNX IR unused: each has a
     native route from this source that reads only the source file (`SOURCE_ONLY`, the TFLite
     re-emission) and takes the run's options, and `--route onnx` was not asked."""
-    from modelport.emitters.routes import native_for, refusal, source_kind
 
     request = ctx.request
     if request.options.route == "onnx" or not request.targets:

@@ -12,21 +12,22 @@ from pathlib import Path
 
 from modelport.errors import BadInputError
 from modelport.ir import contract_from_onnx
+from modelport.onnxfile.contract_stamp import read_contract
+from modelport.onnxfile.external_data_checks import check_external_data
+from modelport.onnxfile.onnx_io import _parse
+from modelport.onnxfile.tensor_sizes import iter_tensors
 from modelport.parsers import INSPECTORS as PARSER_INSPECTORS
 from modelport.registry import from_targets
+from modelport.run.file_checks import check_model_file
 
 
 def inspect_onnx(path: Path) -> dict:
     import math
 
-    from modelport.onnxfile.external_data_checks import check_external_data
-    from modelport.onnxfile.onnx_io import _parse
-    from modelport.onnxfile.tensor_sizes import iter_tensors
 
     model = _parse(path)
     data_files = check_external_data(model, path.parent, path)
     inputs, outputs, _ = contract_from_onnx(model)
-    from modelport.onnxfile.contract_stamp import read_contract
 
     declared = (read_contract(model) or {}).get("dims") or {}  # a modelport-written file's declared bounds
     ops = Counter((f"{n.domain}::{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type) for n in model.graph.node)
@@ -59,7 +60,6 @@ register_inspector = INSPECTORS.register
 
 
 def inspect(path: str | Path) -> dict:
-    from modelport.run.file_checks import check_model_file
 
     p = check_model_file(path)
     name = INSPECTORS.name_for(p)

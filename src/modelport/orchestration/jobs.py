@@ -18,10 +18,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from modelport.emitters import EmitOptions
-from modelport.errors import ModelportError, ValidationError
+from modelport.emitters import EmitOptions, get_emitter
+from modelport.emitters.preflight import check_targets
+from modelport.emitters.routes import plan
+from modelport.errors import MissingDependencyError, ModelportError, StageError, UnsupportedError, ValidationError
 from modelport.ir import IRModel
 from modelport.resolve.precisions import Resolved
+from modelport.run.stage_limits import bounded
 from modelport.targets import TARGETS, TargetOptions
 from modelport.validation import Tolerance
 from modelport.validation.report import Report, run_stage
@@ -51,7 +54,6 @@ class Context:
     @contextlib.contextmanager
     def bounded(self, name: str):
         """A stage under this run's bounds, with no report row of its own (the optimisation passes write theirs)."""
-        from modelport.run.stage_limits import bounded
 
         with bounded(name, self.limits()):
             yield
@@ -136,9 +138,6 @@ def plan_routes(jobs: list[Job], route: str, drift: str | None = None) -> None:
     when the IR drifted from the source (`drift`), and the ONNX route's preflight for every target
     that starts with it: a refusal fails the run (all targets' refusals in one error) unless a native
     route can follow, which is then tried alone."""
-    from modelport.emitters import get_emitter
-    from modelport.emitters.preflight import check_targets
-    from modelport.emitters.routes import plan
 
     checked: dict[str, Job] = {}
     for job in jobs:
@@ -180,7 +179,6 @@ def run_jobs(jobs: list[Job], task, ctx: Context) -> None:
 def emit_by_routes(job: Job, task, ctx: Context) -> None:
     """Emit `job` by its first route; under `--route auto` a route that fails to convert or to
     validate gives way to the next one, and the report says why (`route_notes`, a warning)."""
-    from modelport.errors import MissingDependencyError, StageError, UnsupportedError
 
     notes = list(job.plan.notes)
     for i, route in enumerate(job.plan.routes):

@@ -37,6 +37,11 @@ import numpy as np
 
 from modelport.errors import BadInputError
 from modelport.ir import TensorSpec
+from modelport.orchestration.bench import SCHEMA, feeds_for
+from modelport.packaging.requests import V2_DATATYPES
+from modelport.reference.samples import load_data, parse_values
+from modelport.runtimes.timing import stats
+from modelport.serving.v2.client import PROTOCOLS
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 DEFAULT_REQUESTS = 100
@@ -73,7 +78,6 @@ def _metadata_specs(url: str, headers: dict, timeout: float) -> list[TensorSpec]
             meta = json.loads(r.read())
     except (urllib.error.URLError, OSError, ValueError) as e:
         raise BadInputError(f"cannot read the model metadata at {meta_url}: {e}", hint="pass the inputs with --input NAME:SHAPE[:DTYPE]") from None
-    from modelport.packaging.requests import V2_DATATYPES
 
     dtypes = {v: k for k, v in V2_DATATYPES.items()}
     specs = []
@@ -130,10 +134,6 @@ def load_test(url: str, *, specs: list[TensorSpec] | None = None, data=None, val
               seed: int = 0, batch: int | None = None, requests: int | None = None, duration: float | None = None,
               concurrency: int = 1, rate: float | None = None, headers: dict[str, str] | None = None,
               allow_remote: bool = False, timeout: float = 30.0, wire: str | None = None, grpc_address: str | None = None) -> dict:
-    from modelport.orchestration.bench import SCHEMA, feeds_for
-    from modelport.reference.samples import load_data, parse_values
-    from modelport.runtimes.timing import stats
-    from modelport.serving.v2.client import PROTOCOLS
 
     check_host(url, allow_remote)
     protocol = protocol_of(url)

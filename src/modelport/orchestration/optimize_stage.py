@@ -25,10 +25,14 @@ from __future__ import annotations
 import functools
 from dataclasses import replace
 
+from modelport.errors import ValidationError
 from modelport.ir import IRModel
+from modelport.optimize.auto import auto_select
 from modelport.optimize.dequantize import quantised
+from modelport.optimize.pipeline import OptimizeOptions, optimize_ir, parse_budget
 from modelport.orchestration.jobs import Prepared
 from modelport.resolve.precisions import FP32, Resolved
+from modelport.runtimes import CPU_RUNTIMES, default_runtimes
 from modelport.targets import TARGETS
 
 # what `--optimize auto` holds every variant to when no --accuracy-budget is given (printed, and
@@ -73,7 +77,6 @@ def with_auto_budget(opts):
     stated budget, DEFAULT_AUTO_BUDGET when the user gave none."""
     default = opts.level == "auto" and not opts.passes and opts.budget is None
     if default:
-        from modelport.optimize.pipeline import parse_budget
 
         opts = replace(opts, budget=parse_budget(DEFAULT_AUTO_BUDGET))
     return opts, default
@@ -88,7 +91,6 @@ def stated_budget(selection: dict, opts, asked, default: bool) -> dict:
 
 def optimise(ir: IRModel, ctx, zoo_tol=None) -> Prepared:
     """The stage on one part's IR (released: the caller goes on with what comes out)."""
-    from modelport.optimize.pipeline import OptimizeOptions
 
     request = ctx.request
     options = request.options
@@ -135,7 +137,6 @@ def _auto_stage(ir: IRModel, ctx, asked, zoo_tol) -> Prepared:
     OpenVINO winner its targets at the precision and with the options it won with; targets of the
     losing runtime are not written (the report's `optimize.targets` and a warning say so)."""
     from modelport.resolve.precisions import resolve
-    from modelport.runtimes import CPU_RUNTIMES, default_runtimes
     from modelport.targets import get, load
 
     request, options = ctx.request, ctx.request.options
@@ -190,9 +191,6 @@ def warn_kept_float(report, rows: list[dict]) -> None:
 def _run_recorded(ir, opts, *, ctx, zoo_tol, release_input: bool = True, select: dict | None = None) -> IRModel:
     """The passes of `opts` (`optimize_ir`, or `auto_select` when `select` is given: its selection
     goes there), their stage rows in the report also when they fail."""
-    from modelport.errors import ValidationError
-    from modelport.optimize.auto import auto_select
-    from modelport.optimize.pipeline import optimize_ir
 
     options = ctx.request.options
     run = auto_select if select is not None else functools.partial(optimize_ir, release_input=release_input)

@@ -8,10 +8,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from modelport.dims import as_dim_spec
+from modelport.emitters.routes import ROUTES
 from modelport.ir import TensorSpec
 from modelport.optimize.pipeline import OptimizeOptions
 from modelport.packaging import PackageOptions
+from modelport.parsers.huggingface import task_name
 from modelport.parsers.tf_common import TFSourceOptions
+from modelport.registry import choice
+from modelport.resolve.specs import parse_arch_args, parse_input_spec
 from modelport.validation import Tolerance, tolerance_for
 
 if TYPE_CHECKING:
@@ -77,11 +82,9 @@ class ConvertOptions:
 
     def __post_init__(self):
         # The Python API accepts the CLI's spec strings: inputs=["input:batch,3,224,224"].
-        from modelport.resolve.specs import parse_input_spec
 
         self.inputs = [parse_input_spec(s) if isinstance(s, str) else s for s in self.inputs]
         if not isinstance(self.arch_args, dict):
-            from modelport.resolve.specs import parse_arch_args
 
             self.arch_args = parse_arch_args(self.arch_args)
         if isinstance(self.targets, str):
@@ -90,18 +93,14 @@ class ConvertOptions:
         if isinstance(self.optimize, str):
             self.optimize = OptimizeOptions(level=self.optimize)
         if self.task is not None:
-            from modelport.parsers.huggingface import task_name
 
             self.task = task_name(self.task)
-        from modelport.emitters.routes import ROUTES
-        from modelport.registry import choice
 
         self.route = choice(self.route or "auto", ROUTES, "route")
 
     def _declare_dims(self) -> None:
         """`sample_dims` may hold the CLI's texts ("1..8", "128,256"): those move to `dim_bounds`, and
         every range or list gets its sample size (`dims.DimSpec.sample`) unless one is given."""
-        from modelport.dims import as_dim_spec
 
         bounds = {name: as_dim_spec(v) for name, v in self.dim_bounds.items()}
         for name, value in list(self.sample_dims.items()):

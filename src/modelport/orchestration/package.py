@@ -21,8 +21,9 @@ import tempfile
 from pathlib import Path
 
 from modelport.errors import BadInputError
-from modelport.packaging import Bundle, PackageOptions, get_packager, parse_systems
-from modelport.packaging.bundle import Artifacts, load_artifacts
+from modelport.packaging import Bundle, PackageOptions, get_packager, kserve, parse_systems, s3_repository
+from modelport.packaging.bundle import Artifacts, from_report, load_artifacts
+from modelport.run.staging import staged_dir
 from modelport.validation.report import Report, Run, run_stage
 
 # files above this size are hard-linked (not copied) when an existing repository is carried over
@@ -69,7 +70,6 @@ def write_bundles(artifacts: Artifacts, dest: Path, systems: list[str], options:
 
 def remote_output(output_dir: str | Path) -> str | None:
     """The s3:// URI `output_dir` names (None for a local folder); any other `scheme://` is exit 2."""
-    from modelport.packaging import s3_repository
     text = output_dir if isinstance(output_dir, str) else None
     scheme = s3_repository.uri_scheme(text)
     if scheme is None:
@@ -87,7 +87,6 @@ def remote_output(output_dir: str | Path) -> str | None:
 def _package_remote(artifacts: Artifacts, uri: str, names: list[str], options: PackageOptions, report: Report,
                     on_stage=None) -> dict:
     """Build the bundles in a temporary folder and upload it to `uri`; returns the report with `upload`."""
-    from modelport.packaging import kserve, s3_repository
     if options.add_version:
         raise BadInputError("--add-version needs a local output folder (an S3 repository is replaced whole, with --force)")
     if kserve.NAME in names and options.storage_uri is None:
@@ -113,7 +112,6 @@ def package(source, output_dir: str | Path, systems: str | list[str], options: P
     """Package `source` (a convert output folder or an .onnx file) for `systems`; returns the report.
 
     `output_dir` is a local folder or an `s3://bucket/prefix` URI (module docstring)."""
-    from modelport.run.staging import staged_dir
 
     options = options or PackageOptions(**kwargs)
     with Run("package") as report:
@@ -151,7 +149,6 @@ def package_converted(stage: Path, report: Report, systems: list[str], options: 
     The artifacts are the ones this run just wrote and validated, with the contract it recorded;
     its own PyTorch code may be imported to trace it (trust), as the run itself just did.
     """
-    from modelport.packaging.bundle import from_report
 
     artifacts = from_report(stage, report.data)  # read-only view
     opts = options or PackageOptions(trust=True)

@@ -16,11 +16,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from modelport.emitters import EmitOptions
 from modelport.errors import BadInputError
+from modelport.optimize.pipeline import parse_budget
 from modelport.orchestration.options import ConvertOptions
+from modelport.orchestration.source import source_inputs
+from modelport.orchestration.text_generation_options import TextGenerationOptions, refusals
+from modelport.packaging import parse_systems
+from modelport.parsers import hf_decoder
 from modelport.registry import Registry
 from modelport.resolve.precisions import Resolved, resolve
 from modelport.run.stage_limits import Limits
+from modelport.run.staging import check_output
+from modelport.runtimes import CPU_RUNTIMES
 from modelport.targets import TargetOptions
 from modelport.validation import Tolerance
 
@@ -56,7 +64,6 @@ class Request:
     def emit_options(self, target: str, precision: str, given: TargetOptions | None = None) -> EmitOptions:
         """What `target`'s emitter reads when its artifact is made at `precision`: the run's opset and
         calibration, and its own options (`given`, else `target_options`). The one place they are put together."""
-        from modelport.emitters import EmitOptions
 
         return EmitOptions(precision=precision, opset=self.options.opset, calibration=self.options.calibration,
                            target=given or self.target_options(target))
@@ -82,7 +89,6 @@ def pipeline_of(source, task: str | None) -> str:
         return TEXT_GENERATION if task == TEXT_GENERATION else FORWARD
     if not isinstance(source, (str, Path)) or str(source).startswith("zoo:"):
         return FORWARD
-    from modelport.parsers import hf_decoder
 
     return TEXT_GENERATION if hf_decoder.sniff(Path(source)) else FORWARD
 
@@ -92,21 +98,17 @@ def decide(source, output_dir, options: ConvertOptions) -> Request:
     targets or serving systems, a precision a target does not take, a task a target writes no
     model of, options the task's pipeline cannot deliver, a bad bound, or an output folder that
     must not be written."""
-    from modelport.orchestration.source import source_inputs
-    from modelport.run.staging import check_output
 
     pipeline = pipeline_of(source, options.task)
     task = TEXT_GENERATION if pipeline == TEXT_GENERATION else options.task
     precisions = resolve(options.targets, options.precision, task)
     packages = []
     if options.packages:
-        from modelport.packaging import parse_systems
         packages = parse_systems(options.packages)
     _refuse_misplaced_options(source, options)
     _refuse_samples_outside_bounds(options)
     budget = None
     if pipeline == FORWARD:
-        from modelport.optimize.pipeline import parse_budget
 
         _refuse_forward_optimize(options, list(precisions))
         budget = options.optimize.budget if options.optimize is not None else None
@@ -151,7 +153,6 @@ def _refuse_forward_optimize(options: ConvertOptions, targets: list[str]) -> Non
     if asked.runtimes and not auto:
         raise BadInputError("--runtimes names the runtimes --optimize auto compares", hint="add --optimize auto")
     if auto:
-        from modelport.runtimes import CPU_RUNTIMES
 
         allowed = {t for names in CPU_RUNTIMES.values() for t in names}
         others = [t for t in targets if t not in allowed]
@@ -162,7 +163,6 @@ def _refuse_forward_optimize(options: ConvertOptions, targets: list[str]) -> Non
 
 def _refuse_text_generation(source, options: ConvertOptions, precisions: dict[str, Resolved]) -> None:
     """The text-generation pipeline takes a folder, and only the options it can deliver."""
-    from modelport.orchestration.text_generation_options import TextGenerationOptions, refusals
 
     if not isinstance(source, (str, Path)) or str(source).startswith("zoo:"):
         raise BadInputError(f"--task text-generation converts a Hugging Face folder (config.json + safetensors), "

@@ -20,9 +20,21 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from modelport.deps import require
 from modelport.errors import BadInputError, ValidationError
-from modelport.ir import TensorSpec
-from modelport.serving.v2.model import batch_dynamic
+from modelport.ir import TensorSpec, contract_from_onnx
+from modelport.onnxfile.onnx_io import load_onnx
+from modelport.orchestration.bench import KINDS, open_artifact
+from modelport.packaging.bundle import report_path
+from modelport.packaging.reference_file import read_reference
+from modelport.packaging.s3_repository import is_s3, pull
+from modelport.run.file_checks import check_model_file
+from modelport.serving import ray_serve
+from modelport.serving.s3_mirror import Mirror, keep_in_step
+from modelport.serving.v2.model import ServedModel, batch_dynamic, local_model, timed
+from modelport.serving.v2.repository import CONTROLS, ROLLOUTS, Fixed, Repository, is_repository, wanted_versions
+from modelport.serving.v2.stats import Stats
+from modelport.targets import TARGETS
 
 log = logging.getLogger("modelport.serve")
 
@@ -55,10 +67,6 @@ def _read_report(folder: Path) -> dict:
 
 
 def _from_folder(folder: Path, report: dict, artifact: str | None, threads: int | None) -> Served:
-    from modelport.orchestration.bench import open_artifact
-    from modelport.packaging.bundle import report_path
-    from modelport.packaging.reference_file import read_reference
-    from modelport.targets import TARGETS
 
     contract = report.get("contract") or {}
     if not contract.get("inputs"):
@@ -86,7 +94,6 @@ def _from_folder(folder: Path, report: dict, artifact: str | None, threads: int 
 
 def _from_file(path: Path, threads: int | None, contract: dict | None = None) -> Served:
     """A model file: the contract's specs where given (a bundle's report.json), else its runner's."""
-    from modelport.orchestration.bench import open_artifact
 
     runner, runtime = open_artifact(path, threads=threads)
     if contract and contract.get("inputs") and contract.get("outputs"):
@@ -95,8 +102,6 @@ def _from_file(path: Path, threads: int | None, contract: dict | None = None) ->
     else:
         inputs, outputs = list(runner.input_specs()), runner.output_specs()
         if not outputs and path.suffix.lower() == ".onnx":  # onnxruntime does not describe outputs; the graph does
-            from modelport.ir import contract_from_onnx
-            from modelport.onnxfile.onnx_io import load_onnx
 
             outputs = contract_from_onnx(load_onnx(path, weights=False))[1]
     if not outputs:
@@ -115,7 +120,6 @@ def _from_bundle(folder: Path, report: dict, threads: int | None) -> Served:
     """A `package` bundle (a Triton or OVMS repository, ...): its first model file a runner opens
     (shallowest first), named as the repository names it (`<name>/<version>/model.onnx`), with the
     contract of the bundle's report.json where it has one."""
-    from modelport.orchestration.bench import KINDS
 
     found = sorted((p for p in folder.rglob("*") if KINDS.name_for(p) is not None), key=lambda p: (len(p.parts), str(p)))
     contract = report.get("contract") or {}
@@ -133,7 +137,6 @@ def _from_bundle(folder: Path, report: dict, threads: int | None) -> Served:
 
 
 def open_served(path: str | Path, *, artifact: str | None = None, threads: int | None = None) -> Served:
-    from modelport.run.file_checks import check_model_file
 
     p = Path(path)
     report = _read_report(p) if p.is_dir() else {}
@@ -178,8 +181,6 @@ def serve(path: str | Path, options, *, artifact: str | None = None, name: str |
     `scale`: `serving.ray_serve.Scale` (replicas on Ray Serve), None for runners in this host's processes."""
     import tempfile
 
-    from modelport.packaging.s3_repository import is_s3, pull
-    from modelport.serving.v2.repository import is_repository
 
     stop_mirror = None
     with tempfile.TemporaryDirectory(prefix="modelport-serve-") as tmp:
@@ -187,7 +188,6 @@ def serve(path: str | Path, options, *, artifact: str | None = None, name: str |
             uri, path = str(path), pull(str(path), Path(tmp) / "repository")
             # S3's changes reach the folder the scan (poll) or a load call (explicit) reads
             if options.model_control in ("poll", "explicit") and is_repository(path):
-                from modelport.serving.s3_mirror import Mirror, keep_in_step
 
                 stop_mirror = keep_in_step(Mirror(uri, path), options.poll_seconds)
         try:
@@ -199,7 +199,6 @@ def serve(path: str | Path, options, *, artifact: str | None = None, name: str |
 
 def require_server() -> None:
     """The serve extra's libraries, or exit 5 naming the install (before anything is opened)."""
-    from modelport.deps import require
 
     for module in ("uvicorn", "grpc", "orjson", "tritonclient.grpc"):
         require(module, purpose="modelport serve")
@@ -215,8 +214,6 @@ def repository_registry(root: Path, options, threads, stats, tag: dict | None = 
     once it passed its check here."""
     import itertools
 
-    from modelport.serving.v2.model import ServedModel, local_model, timed
-    from modelport.serving.v2.repository import Repository
 
     opened = itertools.count()
 
@@ -227,7 +224,6 @@ def repository_registry(root: Path, options, threads, stats, tag: dict | None = 
             log.warning("serve: %s version %s is not checked before it serves: %s", name, version, served.checked["reason"])
         batching = options.max_batch_size if options.max_batch_size > 1 and batch_dynamic(served.inputs) else 0
         if replicas is not None:  # checked here, answered there: a reload is a new model id, never a replica's stale copy
-            from modelport.serving import ray_serve
             served.runner = None
             call = timed(ray_serve.version_infer(replicas, f"{name}/{version}/{next(opened)}", str(served.path), served.runtime))
             model = ServedModel(name, served.inputs, served.outputs, call, stats, version=version, platform=served.runtime,
@@ -250,10 +246,7 @@ def _serve_repository(root: Path, options, threads, on_ready, scale) -> None:
     """A folder in Triton's layout: every model and the versions its policy keeps, in this process,
     or with `--workers N` in N workers that hand each other load and unload calls, or answered by
     Ray Serve replicas behind this process's repository."""
-    from modelport.serving import ray_serve
     from modelport.serving.v2 import server, workers
-    from modelport.serving.v2.repository import wanted_versions
-    from modelport.serving.v2.stats import Stats
 
     def said(index: list[dict]) -> str:
         return ", ".join(f"'{m['name']}' v{m['version']}" for m in index) or "no model ready"
@@ -282,12 +275,8 @@ def _serve_repository(root: Path, options, threads, on_ready, scale) -> None:
 
 
 def _serve(path, options, artifact, name, threads, scale, on_ready) -> None:
-    from modelport.serving import ray_serve
     require_server()
     from modelport.serving.v2 import server, workers
-    from modelport.serving.v2.model import ServedModel, local_model, timed
-    from modelport.serving.v2.repository import CONTROLS, ROLLOUTS, Fixed, is_repository
-    from modelport.serving.v2.stats import Stats
 
     if options.model_control not in CONTROLS:
         raise BadInputError(f"unknown --model-control '{options.model_control}'; known: {', '.join(CONTROLS)}")

@@ -12,15 +12,17 @@ import socket
 import sys
 from pathlib import Path
 
+from modelport.ir import TensorSpec
+from modelport.runtimes import RUNNERS
+from modelport.serving.v2.stats import PENDING, Layout, Stats
+
 
 def main(argv: list[str]) -> int:
     spec = json.loads(argv[0])
-    from modelport.ir import TensorSpec
     from modelport.serving.v2.model import local_model
     from modelport.serving.v2.peers import Peers
     from modelport.serving.v2.repository import Fixed
     from modelport.serving.v2.server import ServeOptions, run
-    from modelport.serving.v2.stats import PENDING, Layout, Stats
 
     options = ServeOptions(**spec["options"])
     stats = Stats(Layout(**spec["stats"]), worker=spec["index"])
@@ -40,7 +42,6 @@ def main(argv: list[str]) -> int:
         unix.listen(64)
         extra.append(unix)
     else:
-        from modelport.runtimes import RUNNERS
 
         runner = RUNNERS.load(spec["runtime"]).open(spec["path"], threads=spec["threads"])
         model = local_model(spec["name"], runner, [TensorSpec.from_dict(s) for s in spec["inputs"]],

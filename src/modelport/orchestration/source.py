@@ -8,6 +8,12 @@ from pathlib import Path
 
 from modelport.errors import BadInputError, ModelportError
 from modelport.ir import IRModel
+from modelport.onnxfile.onnx_io import external_files
+from modelport.parsers import COMPANIONS, SourceSpec, huggingface
+from modelport.parsers.contract import merge_specs
+from modelport.parsers.pytorch_export import ExportFailedError
+from modelport.reference.samples import load_data, parse_values
+from modelport.run.file_checks import check_model_file, companion_file, sha256_of
 from modelport.validation.report import Report
 
 
@@ -20,17 +26,14 @@ def source_inputs(source, options=None) -> list[Path]:
         return paths
     p = Path(source)
     paths.append(p)
-    from modelport.parsers import COMPANIONS
 
     if p.suffix.lower() in COMPANIONS and p.is_file():  # a network's weights beside it (or the network beside its weights)
-        from modelport.run.file_checks import companion_file
 
         try:
             paths.append(companion_file(p, COMPANIONS[p.suffix.lower()], what="companion"))
         except ModelportError:
             pass  # none, or several: the parser says so
     if p.suffix.lower() == ".onnx" and p.is_file():
-        from modelport.onnxfile.onnx_io import external_files
 
         try:
             paths += external_files(p)
@@ -41,8 +44,6 @@ def source_inputs(source, options=None) -> list[Path]:
 
 def resolve_source(source, options):
     """(source object or path, SourceSpec, zoo tolerance) for a path, 'zoo:NAME' or a Python object."""
-    from modelport.parsers import SourceSpec
-    from modelport.run.file_checks import check_model_file
 
     zoo_tol = None
     if isinstance(source, str) and source.startswith("zoo:"):
@@ -50,7 +51,6 @@ def resolve_source(source, options):
         spec = zoo.source_spec(source[4:])
         zoo_tol = zoo.get(source[4:]).tolerance
         if options.inputs:
-            from modelport.parsers.contract import merge_specs
 
             spec.inputs = merge_specs(spec.inputs, options.inputs)
         spec.sample_dims.update(options.sample_dims)
@@ -77,7 +77,6 @@ def resolve_source(source, options):
     spec.given = pinned_inputs(options.data, options.values)
     spec.options.update(options.tensorflow.spec_options())
     if options.task:
-        from modelport.parsers import huggingface
 
         if not (isinstance(source, Path) and huggingface.sniff(source)):
             raise BadInputError("--task applies to Hugging Face model folders (config.json + *.safetensors)",
@@ -88,7 +87,6 @@ def resolve_source(source, options):
 
 def pinned_inputs(data, values: list[str]) -> dict:
     """The user's sample inputs: the arrays of the `data` .npz, then each `--value NAME=V` (which wins)."""
-    from modelport.reference.samples import load_data, parse_values
 
     texts = [f"{k}={v}" for k, v in values.items()] if isinstance(values, dict) else list(values)
     return {**(load_data(data) if data else {}), **parse_values(texts)}
@@ -100,7 +98,6 @@ SOURCE_DETAILS = ("arch", "arch_args", "state_dict_key", "state_dict_prefix_remo
 
 
 def describe_source(source, ir: IRModel) -> dict:
-    from modelport.run.file_checks import sha256_of
 
     info = {"path": ir.provenance.get("path"), "framework": ir.provenance.get("framework"),
             "format": ir.provenance.get("format")}
@@ -113,7 +110,6 @@ def describe_source(source, ir: IRModel) -> dict:
 def parse_noting_attempts(parse, src, spec, parsed, report):
     """Parse; the export routes a PyTorch parse tried go in the parse stage row (`attempts`), and
     those that failed before one worked become warnings."""
-    from modelport.parsers.pytorch_export import ExportFailedError
 
     try:
         ir = parse(src, spec)

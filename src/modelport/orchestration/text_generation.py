@@ -45,11 +45,21 @@ import tempfile
 from pathlib import Path
 
 from modelport.errors import BadInputError
+from modelport.orchestration import decoder_variants as variants
 from modelport.orchestration.decoder_variants import AUTO
 from modelport.orchestration.jobs import Context, Job, Prepared, plan_jobs
 from modelport.orchestration.text_generation_options import TextGenerationOptions
+from modelport.parsers import hf_decoder, hf_decoder_graph
+from modelport.parsers.huggingface import check_safety, companion_files, parameter_count, read_config, sniff, weight_files
+from modelport.resolve.specs import SourceSpec
+from modelport.run import memory
+from modelport.run.memory import fmt_bytes
+from modelport.runtimes import runner_class
+from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
+from modelport.validation import generation, streamed_reference
 from modelport.validation.artifact import ArtifactCheck
 from modelport.validation.generation import GenerationBudget, parse_generation_budget
+from modelport.validation.streamed_reference import SUPPORTED, judge_streamed
 
 # The route's peak resident memory (process tree), estimated before any work from the checkpoint's
 # parameter count P: LIBRARIES + copies x 4P (the weights in fp32, as transformers holds them for
@@ -110,8 +120,6 @@ class TextGenerationRun:
         """Refusals that read the folder but do no work: an unsupported family, a folder --precision fp16
         does not cover, the folder's safety rules, not enough memory (the options were judged by
         `request.decide`)."""
-        from modelport.parsers import hf_decoder
-        from modelport.parsers.huggingface import check_safety, companion_files, read_config, sniff
 
         self.folder = folder = Path(self.ctx.request.source)  # a folder: request.decide refused anything else
         cfg = hf_decoder.read_decoder_config(folder)  # an unsupported family is named first
@@ -124,7 +132,6 @@ class TextGenerationRun:
     def check_fp16(self, cfg) -> None:
         """--precision fp16 is written from the folder (parsers/hf_decoder_graph.py): a folder the writer
         does not cover is exit 2 before any work, naming why."""
-        from modelport.parsers import hf_decoder_graph
 
         if self.precision != "fp16":
             return
@@ -140,8 +147,6 @@ class TextGenerationRun:
     def prepare(self, part: str, ir) -> list[Job]:
         """The export checked on one decode step, then fused, quantised or chosen (decoder_variants.py):
         the IR at its precision, its weights in a file; one job per target."""
-        from modelport.orchestration import decoder_variants as variants
-        from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
         from modelport.validation import check
 
         ctx = self.ctx
@@ -179,7 +184,6 @@ class TextGenerationRun:
         """An fp32 graph (the export, or its fused form) against the streamed reference on a prefill of
         each prompt (exit 4 when it misses the fp32 tolerance), when it fits in memory; else the row
         says it was skipped and why. Returns the GenerationResult, or None when skipped."""
-        from modelport.validation import streamed_reference
 
         with self.ctx.step(step) as row:
             if not self.fp32_fits:
@@ -198,8 +202,6 @@ class TextGenerationRun:
         its files; a runtime that generates by itself must agree with our loop on the same file.
         Streamed: the artifact's own greedy tokens judged against the streamed reference's logits at
         the same context (validation/streamed_reference.py)."""
-        from modelport.runtimes import runner_class
-        from modelport.validation import generation
 
         tg, cfg, precision, tol = self.tg, self.cfg, artifact.precision, self.tolerance()
         budget = self.budget(precision)
@@ -213,7 +215,6 @@ class TextGenerationRun:
                                                        atol=tol.atol, rtol=tol.rtol)
             else:
                 if self.streamed:
-                    from modelport.validation.streamed_reference import judge_streamed
 
                     result, ours = judge_streamed(model_file, self.folder, self.prompts, tg.new_tokens, cfg.safe_pad, hop=hop,
                                                   precision=precision, budget=budget, atol=tol.atol, rtol=tol.rtol,
@@ -290,10 +291,6 @@ def check_memory(folder: Path, run: TextGenerationRun) -> None:
     It also settles the reference: `--reference auto` streams (a folder written from its safetensors)
     from STREAM_FROM parameters on or when the fp32 model does not fit, else takes transformers' (the
     fp32 model in memory); `run.fp32_fits` says whether an fp32 graph can be checked at all."""
-    from modelport.parsers import hf_decoder, hf_decoder_graph
-    from modelport.parsers.huggingface import parameter_count, weight_files
-    from modelport.run import memory
-    from modelport.validation.streamed_reference import SUPPORTED
 
     choice = run.tg.reference
     with run.ctx.step("preflight:memory") as row:
@@ -344,7 +341,6 @@ def check_disk(folder: Path, run: TextGenerationRun, cfg, parameters: int, row) 
     disks (`disk_needed`), rather than fill the disk part way; the preflight row records the figures."""
     import shutil
 
-    from modelport.run.memory import fmt_bytes
 
     scratch_need, out_need = disk_needed(cfg, parameters, run)
     scratch_dir = Path(tempfile.gettempdir())
@@ -372,9 +368,6 @@ def export_and_reference(run: TextGenerationRun):
     IR's ModelProto comes back as the graph alone (its initializers refer to that file)."""
     import gc
 
-    from modelport.parsers import hf_decoder, hf_decoder_graph
-    from modelport.resolve.specs import SourceSpec
-    from modelport.validation import generation
 
     ctx, options, tg, folder = run.ctx, run.options, run.tg, run.folder
     report = ctx.report

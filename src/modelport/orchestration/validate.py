@@ -28,8 +28,22 @@ from pathlib import Path
 import numpy as np
 
 from modelport.errors import BadInputError, ValidationError
+from modelport.ir import Reference, TensorSpec
+from modelport.onnxfile.onnx_io import load_onnx
+from modelport.orchestration.bench import open_artifact
+from modelport.parsers import detect, parse
+from modelport.reference.input_roles import apply_roles, controls, guessed_inputs
+from modelport.reference.sample_sets import reference_samples
+from modelport.reference.samples import load_data, make_inputs, parse_values, run_reference
 from modelport.registry import from_targets
-from modelport.validation import Tolerance, compare, tolerance_for
+from modelport.resolve.specs import SourceSpec
+from modelport.run.file_checks import check_model_file
+from modelport.runtimes import RUNNERS, runner_class
+from modelport.validation import Tolerance, check_override_names, compare, tolerance_for
+from modelport.validation.artifact import check_contract
+from modelport.validation.compare import amplitude, conditioning, merge_samples, run_sets
+from modelport.validation.localize import localize_runners
+from modelport.validation.report import Run
 
 # what `validate` runs: kind -> "module:function" opening a user's file as a runner (with
 # `input_specs()` and `run(feeds)`); `suffixes` pick the kind by file name. Both come from the
@@ -46,7 +60,6 @@ def kind_of(path: Path) -> str:
     kind = KINDS.name_for(path)
     if kind is not None:
         return kind
-    from modelport.parsers import detect
 
     try:
         return "source:" + detect(path)
@@ -63,15 +76,12 @@ class _Side:
         self.path, self.kind, self.trust, self.inputs, self.dims, self.seed = path, kind, trust, inputs, dims, seed
         self.runner = None
         if kind == "pytorch_code":
-            from modelport.orchestration.bench import open_artifact
 
             self.runner = open_artifact(path, trust=trust)[0]
         elif not kind.startswith("source:"):
             self.runner = KINDS.load(kind)(path)
 
     def parse(self, given: dict):
-        from modelport.parsers import parse
-        from modelport.resolve.specs import SourceSpec
 
         spec = SourceSpec(path=self.path, framework=self.kind.split(":", 1)[1], inputs=list(self.inputs), trust=self.trust,
                           sample_dims=dict(self.dims), seed=self.seed, given=dict(given))
@@ -109,12 +119,6 @@ def validate_models(a: str | Path, b: str | Path, *, data: str | Path | None = N
     (`sample_sets.sample_sets`, `sampling` its options) where B is a runner; a source as B is parsed
     on the first set only. A side whose runtime cannot run here (a Core ML package off macOS) is
     checked without running (`check_without_running`); `strict` then fails the run (exit 4)."""
-    from modelport.ir import Reference
-    from modelport.reference.input_roles import guessed_inputs
-    from modelport.reference.sample_sets import reference_samples
-    from modelport.reference.samples import load_data, make_inputs, parse_values, run_reference
-    from modelport.run.file_checks import check_model_file
-    from modelport.validation.compare import amplitude, conditioning, merge_samples, run_sets
 
     def stage(name: str) -> None:
         if on_stage:
@@ -148,7 +152,6 @@ def validate_models(a: str | Path, b: str | Path, *, data: str | Path | None = N
     stage(f"run:{pb.name} ({kb})")
     outs_b = run_sets(sb.runner, [x.inputs for x in sets]) if sb.runner is not None else [dict(sb.parse(feeds).reference.outputs)]
     if not by_position:
-        from modelport.validation import check_override_names
 
         check_override_names(tol, list(out_a), path=pa)
     hop = f"{pa.name} ({ka}) vs {pb.name} ({kb})"
@@ -162,7 +165,6 @@ def validate_models(a: str | Path, b: str | Path, *, data: str | Path | None = N
         note = r.io_note()
         if note:
             side["io"] = note
-    from modelport.validation.report import Run
 
     with Run("validate") as report:  # modelport.report/1, with the two sides under `a` and `b`
         report.set_source({"path": str(pa), "framework": ka, "format": ka})
@@ -188,8 +190,6 @@ def _roles(path: Path, specs: list, given: dict) -> set[str]:
     inputs structured sample sets keep. Other kinds: none."""
     if path.suffix.lower() != ".onnx":
         return set()
-    from modelport.onnxfile.onnx_io import load_onnx
-    from modelport.reference.input_roles import apply_roles, controls
 
     return controls(apply_roles(specs, load_onnx(path, weights=False), given), specs)
 
@@ -202,10 +202,6 @@ def check_without_running(sa: _Side, sb: _Side, *, given: dict, seed: int, stric
     a mismatch is exit 4, and so is the unvalidated result under `strict`."""
     from types import SimpleNamespace
 
-    from modelport.ir import TensorSpec
-    from modelport.reference.samples import make_inputs
-    from modelport.validation.artifact import check_contract
-    from modelport.validation.report import Run
 
     idle, ref = (sa, sb) if sa.cannot_run() else (sb, sa)
     reason = idle.cannot_run()
@@ -251,8 +247,6 @@ def check_without_running(sa: _Side, sb: _Side, *, given: dict, seed: int, stric
 def localize_divergence(a: _Side, b: _Side, feeds: dict) -> dict:
     """The first tensor where B departs from A, when both sides' runners declare the `localize`
     ability (runtimes/base.py: onnxruntime for ONNX files, OpenVINO, in any pairing)."""
-    from modelport.runtimes import RUNNERS, runner_class
-    from modelport.validation.localize import localize_runners
 
     runners = [side.runner for side in (a, b)]
     if all(r is not None and r.capabilities.localize for r in runners):

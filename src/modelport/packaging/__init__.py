@@ -14,7 +14,10 @@ from types import ModuleType
 from typing import Any
 
 from modelport.errors import BadInputError
-from modelport.registry import PACKAGERS
+from modelport.packaging.quantities import check_quantity
+from modelport.registry import PACKAGERS, choice
+from modelport.run.names import check_path_name
+from modelport.run.staging import describe_files
 
 register_packager = PACKAGERS.register
 canonical = PACKAGERS.canonical
@@ -67,7 +70,6 @@ class PackageOptions:
     def __post_init__(self):
         import re
 
-        from modelport.registry import choice
 
         object.__setattr__(self, "device", choice(self.device, DEVICES, "device"))
         object.__setattr__(self, "server", choice(self.server, SERVERS, "server"))
@@ -84,7 +86,6 @@ class PackageOptions:
             raise BadInputError("--replicas fixes the scale and --min-replicas/--max-replicas ask for autoscaling: pick one")
         if self.autoscale_range[1] < self.autoscale_range[0]:
             raise BadInputError("--max-replicas is below --min-replicas")
-        from modelport.packaging.quantities import check_quantity
 
         check_quantity(self.cpu, "--cpu")
         check_quantity(self.memory, "--memory", whole_units=True)
@@ -93,7 +94,6 @@ class PackageOptions:
         if self.version is not None and self.version < 1:
             raise BadInputError("bad --version: versions start at 1")
         if self.model_name is not None:
-            from modelport.run.names import check_path_name
 
             check_path_name(self.model_name, "--name")
 
@@ -118,7 +118,6 @@ class Bundle:
     details: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self, root: Path | None = None) -> dict[str, Any]:
-        from modelport.run.staging import describe_files  # shutil, tempfile: not at CLI start-up
 
         return {"system": self.system, **describe_files(self.path, self.files, root), **self.details}
 

@@ -19,11 +19,17 @@ import numpy as np
 
 from modelport.errors import BadInputError, UnsafeInputError
 from modelport.ir import TensorSpec, contract_from_onnx
+from modelport.onnxfile.onnx_io import load_onnx, model_files
+from modelport.reference.samples import make_inputs
+from modelport.run.file_checks import check_model_file, sha256_of
+from modelport.run.names import check_path_name
+from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
+from modelport.runtimes.savedmodel import signature_specs
+from modelport.targets import TARGETS
 
 
 def target_kinds() -> dict[str, str]:
     """A report artifact's `target` (a name or alias of modelport.targets) -> the artifact kind packagers ask for."""
-    from modelport.targets import TARGETS
 
     out = {t.name: t.name for t in TARGETS.values()}
     for t in TARGETS.values():
@@ -34,7 +40,6 @@ def target_kinds() -> dict[str, str]:
 def conventional() -> dict[str, str]:
     """Artifact kind -> its conventional path in a convert output folder (the descriptors' `file`),
     for folders whose report lists fewer artifacts."""
-    from modelport.targets import TARGETS
 
     return {t.name: t.file for t in TARGETS.values() if t.file}
 
@@ -103,7 +108,6 @@ class Artifacts:
         info: dict[str, Any] = {"path": str(self.source), "framework": self.framework, "format": self.format,
                                 "artifacts": sorted(self.files)}
         if self.source.is_file():
-            from modelport.run.file_checks import sha256_of
 
             info.update(size=self.source.stat().st_size, sha256=sha256_of(self.source))
         return info
@@ -124,7 +128,6 @@ class Artifacts:
 
     def onnx_files(self) -> list[Path]:
         """model.onnx and its external-data files (checked to stay inside the folder)."""
-        from modelport.onnxfile.onnx_io import model_files
 
         return model_files(self.get("onnx", "this bundle"))
 
@@ -141,7 +144,6 @@ class Artifacts:
 
     def sample_inputs(self, batch: int = 1, seed: int = 0) -> dict[str, np.ndarray]:
         """Deterministic inputs with the batch axis at `batch` (for README requests and checks)."""
-        from modelport.reference.samples import make_inputs
 
         dims = dict(self.sample_dims)
         axis = self.batch_axis()
@@ -151,21 +153,18 @@ class Artifacts:
 
     def reference_outputs(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """The ONNX artifact's outputs on `feeds` (onnxruntime, CPU)."""
-        from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 
         return OnnxRuntimeRunner(self.get("onnx", "reference outputs")).run(feeds)
 
 
 def served_name(artifacts: Artifacts, options) -> str:
     """The model's name in the server (`--name`, else the artifacts' own): a folder and file name, so checked as one."""
-    from modelport.run.names import check_path_name
 
     return check_path_name(options.model_name or artifacts.name, "--name")
 
 
 def artifact_words(kind: str) -> str:
     """What an artifact kind is, in words (its descriptor's `artifact`; docs/serving.md has the full matrix)."""
-    from modelport.targets import TARGETS
 
     t = TARGETS.get(kind)
     return (t.artifact if t and t.artifact and kind != "onnx" else None) or kind
@@ -241,7 +240,6 @@ def from_report(root: Path, report: dict) -> Artifacts:
 
 
 def _load_onnx_file(path: Path) -> Artifacts:
-    from modelport.onnxfile.onnx_io import load_onnx
 
     # a modelport-written file carries layouts, preprocessing and value ranges the graph cannot
     inputs, outputs, sample_dims = contract_from_onnx(load_onnx(path, weights=False))
@@ -250,7 +248,6 @@ def _load_onnx_file(path: Path) -> Artifacts:
 
 
 def _load_saved_model(path: Path) -> Artifacts:
-    from modelport.runtimes.savedmodel import signature_specs
 
     inputs, outputs = signature_specs(path)
     return Artifacts(source=path, inputs=inputs, outputs=outputs, name=safe_name(path.name), files={"savedmodel": path},
@@ -259,7 +256,6 @@ def _load_saved_model(path: Path) -> Artifacts:
 
 def load_artifacts(source: str | Path) -> Artifacts:
     """Artifacts from a convert output folder, a bare .onnx file or a SavedModel folder."""
-    from modelport.run.file_checks import check_model_file
 
     path = check_model_file(source)
     if path.is_dir():

@@ -19,6 +19,8 @@ from pathlib import Path
 from modelport.errors import BadInputError
 from modelport.packaging import Bundle, PackageOptions
 from modelport.packaging.bundle import Artifacts, check_schema, load_schema, place_openvino_ir, served_name, unservable
+from modelport.packaging.docker import image_for
+from modelport.packaging.requests import v2_request, write_json_request
 
 NAME = "ovms"
 DESCRIPTION = "OpenVINO Model Server repository (<name>/<version>/model.xml + config.json), config checked against its schema"
@@ -102,7 +104,6 @@ def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bun
     files = _place(artifacts, kind, model_dir / str(version))
     config_path.write_text(json.dumps(doc, indent=2) + "\n")
     files.append(config_path)
-    from modelport.packaging.requests import v2_request, write_json_request
 
     request = write_json_request(out_dir / f"{name}.request.json", artifacts, v2_request)
     if request:
@@ -116,7 +117,6 @@ def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bun
 
 
 def _readme(name: str, version: int, kind: str, plugin: dict, request: Path | None) -> str:
-    from modelport.packaging.docker import image_for
 
     body = f"-d @{request.name}" if request else "-d '{\"inputs\": [...]}'  # KServe v2 JSON, one entry per input"
     what = "OpenVINO IR (`model.xml` + `model.bin`)" if kind == "openvino" else "ONNX"

@@ -18,6 +18,9 @@ import yaml
 
 from modelport.packaging import Bundle, PackageOptions
 from modelport.packaging.bundle import Artifacts, served_name, unservable
+from modelport.packaging.requests import v2_request, write_json_request
+from modelport.runtimes import RUNNERS
+from modelport.targets import TARGETS
 
 NAME = "ray-serve"
 RAY_VERSION = "2.60.0"
@@ -27,7 +30,6 @@ HTTP_PORT = 8000
 
 def _kind(artifacts: Artifacts) -> str:
     """The first artifact of the folder a modelport runner serves (the targets' order)."""
-    from modelport.targets import TARGETS
 
     for t in TARGETS.values():
         if t.runner and t.bench and t.suffixes and artifacts.has(t.name):
@@ -99,8 +101,6 @@ def ray_service(name: str, config: dict, options: PackageOptions) -> dict:
 
 
 def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bundle:
-    from modelport.runtimes import RUNNERS
-    from modelport.targets import TARGETS
 
     name = served_name(artifacts, options)
     kind = _kind(artifacts)
@@ -115,7 +115,6 @@ def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bun
         f"FROM {RAY_IMAGE}\n"
         f"RUN pip install --no-cache-dir \"modelport[serve]\" && pip install --no-cache-dir --no-deps kserve==0.21.0\n"
         f"COPY model/ /models/{name}/\n")
-    from modelport.packaging.requests import v2_request, write_json_request
 
     request = write_json_request(out_dir / f"{name}.request.json", artifacts, v2_request)
     readme = out_dir / "README.md"

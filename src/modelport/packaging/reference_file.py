@@ -11,6 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
+from modelport.errors import BadInputError
+from modelport.packaging.bundle import report_path
+
 FILE = "reference.npz"
 MAX_BYTES = 16 << 20
 
@@ -34,11 +37,9 @@ def write_reference(reference, folder: Path) -> dict | None:
 def read_reference(folder: Path, entry: dict | None) -> tuple[dict, dict] | None:
     """(inputs, outputs) of `folder/reference.npz` when the report names it and its sha256 matches;
     None when there is none; a changed file is exit 2 (`BadInputError`)."""
-    from modelport.errors import BadInputError
 
     if not entry:
         return None
-    from modelport.packaging.bundle import report_path
 
     path = report_path(Path(folder), str(entry.get("file", FILE)))  # refused when it leaves the folder (exit 3)
     if not path.is_file():

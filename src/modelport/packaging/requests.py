@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from modelport.errors import BadInputError
 from modelport.packaging.bundle import Artifacts
 
 # numpy dtype name -> KServe v2 / Triton datatype (Triton's config uses "TYPE_" + this)
@@ -18,7 +19,6 @@ MAX_SAMPLE_ELEMENTS = 1_000_000
 
 
 def v2_datatype(dtype: str) -> str:
-    from modelport.errors import BadInputError
 
     try:
         return V2_DATATYPES[dtype]

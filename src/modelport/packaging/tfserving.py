@@ -13,17 +13,23 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from modelport.deps import require
+from modelport.emitters.tf_model import build, save_contract_model
 from modelport.errors import BadInputError
-from modelport.runtimes.savedmodel import SIGNATURE, run_signature, signature_specs
+from modelport.ir import IRModel, Reference
+from modelport.onnxfile.onnx_io import load_onnx
 from modelport.packaging import Bundle, PackageOptions
-from modelport.packaging.bundle import Artifacts, served_name
+from modelport.packaging.bundle import Artifacts, served_name, unservable
+from modelport.packaging.docker import image_for
+from modelport.packaging.requests import named_request, write_json_request
+from modelport.run.quiet_call import captured_output
+from modelport.runtimes.savedmodel import SIGNATURE, run_signature, signature_specs
 
 NAME = "tfserving"
 DESCRIPTION = "TF Serving SavedModel repository (<name>/<version>/) + models.config, parity-checked"
 
 
 def _tf():
-    from modelport.deps import require
 
     return require("tensorflow", purpose="TF Serving bundles")
 
@@ -37,14 +43,9 @@ def export_saved_model(artifacts: Artifacts, dest: Path) -> Path:
         signature_specs(dest)
         return dest
     if not artifacts.has("onnx"):
-        from modelport.packaging.bundle import unservable
 
         raise unservable(artifacts, "TF Serving", "a SavedModel, or ONNX (converted to a SavedModel with onnx2tf)")
     tf = _tf()
-    from modelport.emitters.tf_model import build, save_contract_model
-    from modelport.ir import IRModel, Reference
-    from modelport.onnxfile.onnx_io import load_onnx
-    from modelport.run.quiet_call import captured_output
 
     onnx_path = artifacts.get("onnx", "a TF Serving bundle")
     feeds = artifacts.sample_inputs(batch=2)
@@ -83,7 +84,6 @@ def models_config(root: Path, mount: str = "/models") -> str:
 
 
 def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bundle:
-    from modelport.packaging.requests import named_request, write_json_request
 
     name = served_name(artifacts, options)
     model_dir = out_dir / name
@@ -109,7 +109,6 @@ def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bun
 
 
 def _readme(name: str, version: int, sample: Path | None) -> str:
-    from modelport.packaging.docker import image_for
 
     body = f"-d @{sample.name}" if sample else "-d '{\"inputs\": {...}}'"
     return f"""# TF Serving bundle: {name}

@@ -23,6 +23,10 @@ import numpy as np
 
 from modelport.errors import UnsafeInputError, ValidationError, one_line
 from modelport.packaging.bundle import Artifacts
+from modelport.packaging.torchserve import pytorch_files
+from modelport.reference.samples import make_inputs
+from modelport.runtimes.torch import flatten_outputs
+from modelport.runtimes.torch_source import load_generated
 from modelport.validation import Tolerance, compare
 
 TOLERANCE = Tolerance(1e-4, 1e-3, 0.9999)
@@ -44,7 +48,6 @@ def _shifted_dims(artifacts: Artifacts) -> dict[str, int]:
 def _run(module, artifacts: Artifacts, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     import torch
 
-    from modelport.runtimes.torch import flatten_outputs
 
     args = [torch.from_numpy(np.ascontiguousarray(feeds[s.name])) for s in artifacts.inputs]
     with torch.no_grad():
@@ -71,13 +74,11 @@ def write_torchscript(artifacts: Artifacts, dst: Path, *, trust: bool) -> dict:
     """Trace the emitted PyTorch code into `dst` (model.pt); returns the parity figures of the checks."""
     import torch
 
-    from modelport.runtimes.torch_source import load_generated
 
     folder = artifacts.get("pytorch", "a TorchScript model.pt")
     if not trust:
         raise UnsafeInputError("tracing the PyTorch code into TorchScript imports and runs its model.py", path=folder,
                                hint="pass --trust if the folder is your own 'modelport convert' output")
-    from modelport.packaging.torchserve import pytorch_files
 
     # importing model.py writes __pycache__ beside it: the code is imported from a copy inside the staging folder
     with tempfile.TemporaryDirectory(prefix=".torchscript-", dir=dst.parent) as tmp:
@@ -85,7 +86,6 @@ def write_torchscript(artifacts: Artifacts, dst: Path, *, trust: bool) -> dict:
             shutil.copyfile(src, Path(tmp) / name)
         eager = load_generated(tmp)
     trace_feeds = artifacts.sample_inputs(batch=2, seed=0)
-    from modelport.reference.samples import make_inputs
 
     other_feeds = make_inputs(artifacts.inputs, _shifted_dims(artifacts), seed=1)
     args = tuple(torch.from_numpy(np.ascontiguousarray(trace_feeds[s.name])) for s in artifacts.inputs)

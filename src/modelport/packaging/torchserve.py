@@ -18,8 +18,11 @@ import zipfile
 from pathlib import Path, PurePosixPath
 
 from modelport.errors import BadInputError, UnsafeInputError
+from modelport.onnxfile.onnx_io import load_onnx
 from modelport.packaging import Bundle, PackageOptions
 from modelport.packaging.bundle import Artifacts, served_name, unservable
+from modelport.packaging.requests import named_request, write_json_request
+from modelport.packaging.torchserve_pins import IMAGE_PYTHON, IMAGE_TORCH, ONNXRUNTIME_MAX_IR, ONNXRUNTIME_MAX_OPSET, pins
 
 NAME = "torchserve"
 DESCRIPTION = "TorchServe model archive (.mar) with a handler running the ONNX artifact or the emitted PyTorch code"
@@ -98,8 +101,6 @@ def pytorch_files(artifacts: Artifacts) -> dict[str, Path]:
 
 def check_image_onnxruntime(path: Path) -> None:
     """Refuse an ONNX model the image's onnxruntime (the pinned one) cannot load: newer IR or opset."""
-    from modelport.onnxfile.onnx_io import load_onnx
-    from modelport.packaging.torchserve_pins import ONNXRUNTIME_MAX_IR, ONNXRUNTIME_MAX_OPSET, pins
 
     model = load_onnx(path, weights=False)
     opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
@@ -127,7 +128,6 @@ def requirements(runtime: str = "onnxruntime", device: str = "cpu") -> str:
     Python 3.9, on which this machine's numpy or onnxruntime may not exist. For the torch
     handler, torch itself is TorchServe's (its images ship it), named in a comment.
     """
-    from modelport.packaging.torchserve_pins import IMAGE_PYTHON, IMAGE_TORCH, pins
 
     lines = [f"# for the handler on pytorch/torchserve:{ARCHIVER_VERSION} (Python {IMAGE_PYTHON})\n"]
     if runtime == "torch":
@@ -173,7 +173,6 @@ def key_command(folder: str = ".") -> str:
 def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bundle:
     import importlib.resources
 
-    from modelport.packaging.requests import named_request, write_json_request
 
     name = served_name(artifacts, options)
     version = str(options.version or 1)

@@ -21,9 +21,14 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from modelport.deps import require
 from modelport.errors import BadInputError
 from modelport.packaging import Bundle, PackageOptions
 from modelport.packaging.bundle import Artifacts, place_openvino_ir, served_name, unservable
+from modelport.packaging.docker import image_for
+from modelport.packaging.requests import v2_datatype, v2_request, write_json_request
+from modelport.packaging.tfserving import export_saved_model
+from modelport.packaging.torchscript import write_torchscript
 
 NAME = "triton"
 DESCRIPTION = "Triton model repository (config.pbtxt + versions), validated with Triton's config schema"
@@ -60,7 +65,6 @@ def plan_only(artifacts: Artifacts) -> Path | None:
 
 
 def _pb():
-    from modelport.deps import require
 
     return require("tritonclient.grpc.model_config_pb2", purpose="writing Triton model configs")
 
@@ -83,7 +87,6 @@ def _dims(shape: list, batched: bool) -> list[int]:
 
 def build_config(artifacts: Artifacts, options: PackageOptions, backend: str, name: str):
     """The ModelConfig message for `artifacts` served by `backend`."""
-    from modelport.packaging.requests import v2_datatype
 
     pb = _pb()
     if backend not in BACKENDS:
@@ -178,7 +181,6 @@ def _place_model(artifacts: Artifacts, backend: str, version_dir: Path, options:
     kind, _, filename = BACKENDS[backend]
     version_dir.mkdir(parents=True)
     if backend == "torchscript" and not artifacts.has("torchscript"):
-        from modelport.packaging.torchscript import write_torchscript
 
         details["torchscript"] = write_torchscript(artifacts, version_dir / filename, trust=options.trust)
         return [version_dir / filename]
@@ -201,7 +203,6 @@ def _place_model(artifacts: Artifacts, backend: str, version_dir: Path, options:
             out.append(dst)
         return out
     if backend == "savedmodel" and not artifacts.has("savedmodel"):
-        from modelport.packaging.tfserving import export_saved_model
 
         export_saved_model(artifacts, version_dir / filename)
         return [p for p in (version_dir / filename).rglob("*") if p.is_file()]
@@ -216,7 +217,6 @@ def _place_model(artifacts: Artifacts, backend: str, version_dir: Path, options:
 
 def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bundle:
     """Write (or add a version to) a model repository rooted at `out_dir`."""
-    from modelport.packaging.requests import v2_request, write_json_request
 
     backend = choose_backend(artifacts, options)
     name = served_name(artifacts, options)
@@ -261,7 +261,6 @@ def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bun
 
 def _readme(name: str, version: int, backend: str, config, request: Path | None, artifacts: Artifacts,
             details: dict) -> str:
-    from modelport.packaging.docker import image_for
 
     gpu = any(g.kind == 1 for g in config.instance_group)  # KIND_GPU
     image = image_for("triton", gpu)

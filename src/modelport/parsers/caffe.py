@@ -27,12 +27,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from modelport.errors import BadInputError, UnsafeInputError, one_line
-from modelport.run.file_checks import companion_file
 from modelport.ir import IRModel, Reference, TensorSpec
 from modelport.parsers.caffe_files import Blob, inference_layers, read_network, read_weights
 from modelport.parsers.caffe_graph import FixBatch, Graph, Layer
 from modelport.parsers.caffe_layers import BOTTOMS, CONVERTERS
 from modelport.parsers.caffe_ssd import FIXED_SIZES
+from modelport.parsers.contract import merge_specs
+from modelport.parsers.onnx import infer_and_check
+from modelport.reference.sample_sets import reference_samples
+from modelport.reference.samples import sample_reference
+from modelport.resolve.specs import positional_index
+from modelport.run.file_checks import companion_file
+from modelport.runtimes.opencv_dnn import OpenCVRunner, load_net
 
 NAME = "caffe"
 DESCRIPTION = "Caffe network (.prototxt) and weights (.caffemodel); reference from OpenCV DNN"
@@ -234,7 +240,6 @@ def translate(net, weights: dict[str, list[Blob]], given_shapes: dict[str, list]
 
 def user_shapes(net, user_specs: list[TensorSpec]) -> dict[str, list]:
     """The --input shapes by input name (a positional spec resolved to the net's inputs)."""
-    from modelport.resolve.specs import positional_index
 
     names = [n for n, _ in declared_inputs(net, inference_layers(net))]
     out = {}
@@ -249,11 +254,6 @@ def user_shapes(net, user_specs: list[TensorSpec]) -> dict[str, list]:
 
 
 def parse(source, spec) -> IRModel:
-    from modelport.parsers.contract import merge_specs
-    from modelport.parsers.onnx import infer_and_check
-    from modelport.runtimes.opencv_dnn import OpenCVRunner, load_net
-    from modelport.reference.sample_sets import reference_samples
-    from modelport.reference.samples import sample_reference
 
     path = Path(source)
     network, weights_path = locate(path, spec)

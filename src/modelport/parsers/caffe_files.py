@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from modelport.errors import BadInputError, UnsafeInputError
-from modelport.run.file_checks import check_model_file
 from modelport.onnxfile.proto_pieces import TruncatedVarint, read_varint
+from modelport.run.file_checks import check_model_file
 
 MAX_PROTOTXT = 16 << 20  # a network description; real ones are a few hundred KB
 MAX_CAFFEMODEL = (2 << 30) - 1  # protobuf's limit for one message

@@ -7,6 +7,7 @@ import numpy as np
 
 from modelport.errors import BadInputError
 from modelport.ir import TensorSpec, guess_layout
+from modelport.resolve.specs import positional_index
 
 
 def merge_specs(graph_specs: list[TensorSpec], user_specs: list[TensorSpec], *, what: str = "input",
@@ -17,7 +18,6 @@ def merge_specs(graph_specs: list[TensorSpec], user_specs: list[TensorSpec], *, 
     and dtypes bind, as in an ONNX or TensorFlow graph), a spec that contradicts a fixed dim or
     the dtype is an error naming that dim, before any runtime is handed data it would reject.
     """
-    from modelport.resolve.specs import positional_index
 
     by_name = {s.name: s for s in graph_specs}
     for u in user_specs:

@@ -25,10 +25,15 @@ from pathlib import Path
 
 import numpy as np
 
+from modelport.deps import require
 from modelport.errors import BadInputError, UnsafeInputError
-from modelport.run.file_checks import companion_file
 from modelport.ir import IRModel, Reference, TensorSpec
+from modelport.parsers.contract import merge_specs
 from modelport.parsers.darknet_layers import TRANSLATIONS, Blob, Graph, Section, activation, weights_needed
+from modelport.reference.sample_sets import reference_samples
+from modelport.reference.samples import sample_reference
+from modelport.run.file_checks import companion_file
+from modelport.runtimes.opencv_dnn import OpenCVRunner, load_net
 
 NAME = "darknet"
 DESCRIPTION = "Darknet / YOLO network (.cfg) and weights (.weights)"
@@ -228,11 +233,6 @@ def batched(run, outputs: list[tuple[str, Blob]]):
 
 
 def parse(source, spec) -> IRModel:
-    from modelport.deps import require
-    from modelport.parsers.contract import merge_specs
-    from modelport.runtimes.opencv_dnn import OpenCVRunner, load_net
-    from modelport.reference.sample_sets import reference_samples
-    from modelport.reference.samples import sample_reference
 
     path = Path(source)
     net_options, sections = read_cfg(path)

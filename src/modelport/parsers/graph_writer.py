@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from modelport.onnxfile.external_data_files import DataFile
+
 
 @dataclass
 class GraphWriter:
@@ -35,7 +37,6 @@ class GraphWriter:
             self.initializers.append(self.reuse[name])
             return name
         if self._file is None:
-            from modelport.onnxfile.external_data_files import DataFile
 
             self._file = DataFile(self.data)
         self.initializers.append(self._file.add(name, np.asarray(value() if callable(value) else value)))

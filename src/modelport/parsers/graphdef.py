@@ -13,9 +13,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from modelport.errors import BadInputError
-from modelport.run.file_checks import check_model_file
 from modelport.ir import IRModel
-from modelport.parsers.tf_common import import_tf, parse_proto, plain_name, stdout_to_stderr, tf_reason
+from modelport.parsers import tf_common
+from modelport.parsers.tf_common import graph_ops, import_tf, parse_isolated, parse_proto, plain_name, stdout_to_stderr, tf_reason
+from modelport.reference.sample_sets import reference_samples
+from modelport.reference.samples import make_inputs
+from modelport.run.file_checks import check_model_file
 
 NAME = "graphdef"
 DESCRIPTION = "frozen TensorFlow GraphDef (.pb) with --inputs/--outputs tensor names"
@@ -45,7 +48,6 @@ def placeholders(graph_def) -> list[str]:
 
 def parse(source, spec) -> IRModel:
     """Decode, screen, run and convert the GraphDef in one child process (see parse_isolated)."""
-    from modelport.parsers.tf_common import parse_isolated
 
     path = check_model_file(Path(source), kind="GraphDef")
     return parse_isolated(__name__, path, spec, path=path, what="the GraphDef conversion")
@@ -55,9 +57,6 @@ def parse_here(source, spec) -> IRModel:
     """The conversion itself, in this process: what the child of `parse` runs."""
     import numpy as np
 
-    from modelport.parsers import tf_common
-    from modelport.reference.sample_sets import reference_samples
-    from modelport.reference.samples import make_inputs
 
     path = Path(source)
     graph_def = read_graph_def(path)
@@ -121,7 +120,6 @@ def parse_here(source, spec) -> IRModel:
 
 def inspect(path: Path) -> dict:
     """Placeholders, op histogram and constant sizes of a GraphDef, without running it."""
-    from modelport.parsers.tf_common import graph_ops
 
     graph_def = read_graph_def(Path(path))
     inputs = []

@@ -31,6 +31,7 @@ from pathlib import Path
 from modelport.deps import require
 from modelport.errors import UnsupportedError, one_line
 from modelport.ir import IRModel, specs_from_onnx
+from modelport.optimize.weight_store import forget_onnxscript_matches
 from modelport.parsers.hf_decoder_config import DecoderConfig, read_decoder_config, sniff
 from modelport.parsers.hf_decoder_loading import load_model
 from modelport.parsers.hf_decoder_step import (
@@ -41,6 +42,7 @@ from modelport.parsers.hf_decoder_step import (
     sample_step,
     transformers_reference,
 )
+from modelport.run.progress import doing
 
 # what other packages call this module for; read_decoder_config and sniff live in
 # hf_decoder_config.py, load_model in hf_decoder_loading.py, transformers_reference in hf_decoder_step.py
@@ -75,7 +77,6 @@ def export_decoder(folder: str | Path, *, opset: int | None = None, model=None, 
     shapes = ({0: batch, 1: seq}, {0: batch, 1: total}, {0: batch, 1: seq}, tuple({0: batch, 2: past} for _ in cfg.past_names))
     for name in ("torch.onnx", "torch.export", "torch._dynamo", "torch.fx"):
         logging.getLogger(name).setLevel(logging.ERROR)
-    from modelport.run.progress import doing
 
     captured = io.StringIO()
     import warnings
@@ -90,7 +91,6 @@ def export_decoder(folder: str | Path, *, opset: int | None = None, model=None, 
         except Exception as e:
             raise UnsupportedError(f"{cfg.architecture} cannot be exported with a KV cache: {export_failure(e)}",
                                    path=folder) from None
-    from modelport.optimize.weight_store import forget_onnxscript_matches
 
     forget_onnxscript_matches()  # else a rewrite rule keeps the export's graph, and the torch parameters in it
     if save_to is None:

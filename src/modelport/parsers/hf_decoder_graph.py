@@ -44,11 +44,13 @@ from pathlib import Path
 
 import numpy as np
 
+from modelport.optimize.decoder_fusion import FUSED_OPS
 from modelport.parsers.graph_writer import GraphWriter
 from modelport.parsers.hf_decoder_builder import MS, Builder
 from modelport.parsers.hf_decoder_config import DecoderConfig, text_config
 from modelport.parsers.hf_decoder_rotary import rotary_tables
 from modelport.parsers.hf_decoder_weights import Weights, expected_shapes
+from modelport.run.progress import doing
 
 # what other packages read here; MS is hf_decoder_builder.py's
 __all__ = ["EXPORTER", "FAMILIES", "MS", "unsupported", "write_decoder"]
@@ -100,7 +102,6 @@ def write_decoder(folder: str | Path, cfg: DecoderConfig, path: Path, *, fused: 
 
     import onnx
 
-    from modelport.run.progress import doing
 
     folder = Path(folder)
     text = text_config(folder)
@@ -128,7 +129,6 @@ def write_decoder(folder: str | Path, cfg: DecoderConfig, path: Path, *, fused: 
     onnx.save_model(model, str(path))
     from collections import Counter
 
-    from modelport.optimize.decoder_fusion import FUSED_OPS
 
     ops = Counter(n.op_type for n in model.graph.node)
     details = {"writer": EXPORTER, "nodes": len(model.graph.node), "fused": {op: ops[op] for op in FUSED_OPS if ops[op]},

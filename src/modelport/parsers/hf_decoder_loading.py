@@ -13,6 +13,8 @@ from pathlib import Path
 from modelport.deps import require
 from modelport.errors import BadInputError, one_line
 from modelport.parsers.hf_decoder_config import read_decoder_config
+from modelport.parsers.hf_folder import weight_files
+from modelport.parsers.hf_loading import offline, weights_problem
 
 
 def load_model(folder: str | Path):
@@ -27,7 +29,6 @@ def load_model(folder: str | Path):
         logging.getLogger(name).setLevel(logging.ERROR)
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
-    from modelport.parsers.hf_loading import offline, weights_problem
 
     with offline(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         try:
@@ -58,8 +59,6 @@ def load_model_per_tensor(folder: str | Path):
     transformers = require("transformers", purpose="Hugging Face text-generation sources")
     from safetensors import safe_open
 
-    from modelport.parsers.hf_folder import weight_files
-    from modelport.parsers.hf_loading import offline
 
     transformers.logging.set_verbosity_error()
     with offline(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):

@@ -12,6 +12,8 @@ from modelport.deps import require
 from modelport.ir import Reference
 from modelport.parsers.hf_decoder_config import DecoderConfig, read_decoder_config
 from modelport.parsers.hf_decoder_loading import load_model, load_model_per_tensor
+from modelport.runtimes.isolated import CONVERT_TIMEOUT_S, call_in_child, read_arrays, timeout_for, write_arrays
+from modelport.validation.generation import Generation, generate_transformers
 
 SAMPLE_PAST = 3  # the reference step: a decode with a cache of this length (left-padded batch of 2)
 SAMPLE_SEQUENCE = 2
@@ -83,8 +85,6 @@ def transformers_reference(folder: Path, cfg: DecoderConfig, *, seed: int, promp
     in a child process: the fp32 model lives and dies there, so none of its memory stays with the
     caller (freed tensors of that size are not all given back to the system by the allocator).
     `per_tensor`: loaded by `load_model_per_tensor` (a checkpoint the decoder writer checked)."""
-    from modelport.runtimes.isolated import CONVERT_TIMEOUT_S, call_in_child, read_arrays, timeout_for
-    from modelport.validation.generation import Generation
 
     def collect(work: Path, response: dict):
         step, gen = read_arrays(work, "step"), read_arrays(work, "generation")
@@ -102,8 +102,6 @@ def transformers_reference(folder: Path, cfg: DecoderConfig, *, seed: int, promp
 
 def _reference_child(work: Path, request: dict) -> dict:
     """The child's side of `transformers_reference`."""
-    from modelport.runtimes.isolated import write_arrays
-    from modelport.validation.generation import generate_transformers
 
     folder = Path(request["folder"])
     cfg = read_decoder_config(folder)

@@ -12,6 +12,9 @@ import numpy as np
 
 from modelport.errors import BadInputError
 from modelport.parsers.hf_decoder_config import DecoderConfig, text_config
+from modelport.parsers.hf_folder import weight_files
+from modelport.parsers.hf_loading import weights_problem
+from modelport.parsers.pytorch_files import check_safetensors_header
 
 
 def expected_shapes(folder: Path, cfg: DecoderConfig) -> dict[str, list[int]]:
@@ -53,9 +56,6 @@ class Weights:
     def __init__(self, folder: Path, expected: dict[str, list[int]]):
         import struct
 
-        from modelport.parsers.hf_folder import weight_files
-        from modelport.parsers.hf_loading import weights_problem
-        from modelport.parsers.pytorch_files import check_safetensors_header
 
         self._where: dict[str, tuple[Path, str, list[int], int, int]] = {}
         for f in weight_files(folder)[0]:

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 from modelport.errors import BadInputError, UnsafeInputError, one_line
+from modelport.parsers.pytorch_files import check_safetensors_header
 
 # Files copied next to the artifacts: what a tokenizer, processor or generation loop reads back.
 COMPANION_FILES = (
@@ -67,7 +68,6 @@ def check_safety(folder: Path, config: dict, *, trust: bool) -> bool:
                                path=folder, hint="pass --trust if you trust it")
     safe, pickled = weight_files(folder)
     if safe:
-        from modelport.parsers.pytorch_files import check_safetensors_header
 
         for f in safe:
             check_safetensors_header(f)
@@ -86,7 +86,6 @@ def companion_files(folder: Path) -> list[Path]:
 
 def parameter_count(files: list[Path]) -> int:
     """The number of parameters in safetensors `files`, read from their headers (nothing is loaded)."""
-    from modelport.parsers.pytorch_files import check_safetensors_header
 
     params = 0
     for f in files:

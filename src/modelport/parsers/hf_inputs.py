@@ -10,6 +10,7 @@ from pathlib import Path
 
 from modelport.errors import BadInputError
 from modelport.ir import TensorSpec
+from modelport.parsers.contract import merge_specs
 
 SAMPLE_SEQUENCE = 8  # tokens per sample (within max_position_embeddings)
 SAMPLE_AUDIO = 16000  # raw audio samples per sample (one second at 16 kHz)
@@ -79,6 +80,5 @@ def apply_user_specs(specs: list[TensorSpec], user: list[TensorSpec]) -> list[Te
     """`--input` overrides by name (shape, dtype, range), as for other sources."""
     if not user:
         return specs
-    from modelport.parsers.contract import merge_specs
 
     return merge_specs(specs, user)

@@ -37,10 +37,12 @@ from pathlib import Path
 
 from modelport.errors import BadInputError
 from modelport.ir import IRModel, TensorSpec
+from modelport.parsers import pytorch
 from modelport.parsers.hf_folder import check_safety, companion_files, parameter_count, read_config, weight_files
 from modelport.parsers.hf_inputs import SAMPLE_SEQUENCE, apply_user_specs, input_specs
 from modelport.parsers.hf_loading import load_model, offline
 from modelport.parsers.hf_tasks import TASKS, Task, infer_task, modality_of, task_name, transformers_class
+from modelport.resolve.specs import SourceSpec
 
 # orchestration imports check_safety, companion_files, parameter_count, read_config, weight_files and task_name
 # from this module, besides the parser's own sniff, parse and inspect
@@ -97,8 +99,6 @@ def export_part(module, specs: list[TensorSpec], output_names: list[str], sample
                 given: dict | None = None) -> IRModel:
     """One model through the PyTorch parser (eager references, torch.onnx with its fallbacks);
     `given`: the user's pinned sample inputs for this model (default: all of them)."""
-    from modelport.parsers import pytorch
-    from modelport.resolve.specs import SourceSpec
 
     spec = ctx.spec
     sub = SourceSpec(path=ctx.folder, inputs=specs, output_names=list(output_names), trust=spec.trust, opset=spec.opset,

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from modelport.deps import require
 from modelport.errors import BadInputError, UnsafeInputError
-from modelport.run.file_checks import check_model_file
 from modelport.ir import IRModel
-from modelport.parsers import keras_safety
+from modelport.parsers import keras_safety, tf_common
 from modelport.parsers.tf_common import import_tf, stdout_to_stderr, tf_reason
+from modelport.reference.sample_sets import reference_samples
+from modelport.reference.samples import make_inputs
+from modelport.run.file_checks import check_model_file
 
 NAME = "keras"
 DESCRIPTION = "Keras model (.keras archive, .h5) or a keras.Model object"
@@ -44,7 +47,6 @@ def load(source, spec):
     keras_safety.screen(path, trust=spec.trust)
     keras_safety.check_keras_version()
     import_tf()
-    from modelport.deps import require
 
     keras = require("keras", purpose="Keras sources")
     if path.suffix.lower() == ".json":
@@ -200,9 +202,6 @@ def output_names(model, outputs) -> list[str]:
 def parse(source, spec) -> IRModel:
     import numpy as np
 
-    from modelport.parsers import tf_common
-    from modelport.reference.sample_sets import reference_samples
-    from modelport.reference.samples import make_inputs
 
     model, how = load(source, spec)
     tf = import_tf()

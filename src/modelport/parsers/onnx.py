@@ -10,7 +10,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from modelport.errors import BadInputError, one_line
-from modelport.ir import IRModel, Reference, contract_from_onnx
+from modelport.ir import IRModel, Reference, contract_from_onnx, specs_from_onnx
+from modelport.onnxfile.ir_version_fit import fit_ir_version
+from modelport.onnxfile.onnx_io import load_onnx
+from modelport.onnxfile.weightless_copy import check_skeleton, weightless
+from modelport.parsers.contract import follow_produced, merge_specs
+from modelport.reference.input_roles import apply_roles, controls, guessed_inputs
+from modelport.reference.sample_sets import reference_samples
+from modelport.reference.samples import sample_reference
+from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 
 NAME = "onnx"
 DESCRIPTION = "ONNX model (.onnx, external data allowed)"
@@ -43,7 +51,6 @@ def infer_and_check(model, path=None):
     (it checks that each tensor's bytes are there, not what they are)."""
     import onnx
 
-    from modelport.onnxfile.weightless_copy import check_skeleton, weightless
 
     skeleton, size = weightless(model)
     try:
@@ -81,8 +88,6 @@ def inferred_output_shapes(model, names: list[str]) -> dict[str, list]:
     `<output>_dim<i>`. Empty where inference fails."""
     import onnx
 
-    from modelport.ir import specs_from_onnx
-    from modelport.onnxfile.weightless_copy import weightless
 
     skeleton, _ = weightless(model)
     for v in skeleton.graph.output:
@@ -150,13 +155,6 @@ def metadata_dims(model, inputs) -> tuple[dict[str, int], str]:
 
 
 def parse(source, spec) -> IRModel:
-    from modelport.reference.input_roles import apply_roles, controls, guessed_inputs
-    from modelport.onnxfile.ir_version_fit import fit_ir_version
-    from modelport.onnxfile.onnx_io import load_onnx
-    from modelport.parsers.contract import follow_produced, merge_specs
-    from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
-    from modelport.reference.sample_sets import reference_samples
-    from modelport.reference.samples import sample_reference
 
     path = Path(source)
     model = load_onnx(path)

@@ -26,7 +26,9 @@ from pathlib import Path
 from modelport.errors import BadInputError, UnsafeInputError
 from modelport.ir import IRModel
 from modelport.onnxfile.proto_pieces import read_varint
-from modelport.runtimes.isolated import CONVERT_TIMEOUT_S, call_in_child, timeout_for
+from modelport.parsers.tf_common import spec_to_dict
+from modelport.run.file_checks import check_model_file, companion_file
+from modelport.runtimes.isolated import CONVERT_TIMEOUT_S, RUN_TIMEOUT_S, call_in_child, timeout_for
 
 NAME = "paddle"
 DESCRIPTION = "PaddlePaddle inference model (inference.json or .pdmodel + .pdiparams), run in a child process"
@@ -76,7 +78,6 @@ def refuse_checkpoint(path: Path) -> None:
 def locate_weights(model: Path, spec) -> Path:
     """The `.pdiparams` file of a program: `-iw` (spec.options["weights"]), else beside it with the
     same stem, else the only `.pdiparams` file in its folder. A pickled checkpoint is refused."""
-    from modelport.run.file_checks import companion_file
 
     weights = companion_file(model, WEIGHTS_SUFFIX, what="Paddle weights (.pdiparams)", given=spec.options.get("weights"),
                              hint="pass the weights file with -iw WEIGHTS.pdiparams")
@@ -183,13 +184,11 @@ def check_params(path: Path, params: list[tuple[str, list[int] | None]]) -> int:
 
 
 def _request(model: Path, weights: Path, spec) -> dict:
-    from modelport.parsers.tf_common import spec_to_dict
 
     return {"model": str(model.resolve()), "weights": str(weights.resolve()), "spec": spec_to_dict(spec)}
 
 
 def parse(source, spec) -> IRModel:
-    from modelport.run.file_checks import check_model_file
 
     path = check_model_file(source, kind="Paddle program")
     if path.suffix.lower() not in (".json", ".pdmodel"):
@@ -208,7 +207,6 @@ def parse(source, spec) -> IRModel:
 def inspect(path: Path) -> dict:
     """The program's inputs, outputs and op histogram (and the ops paddle2onnx lacks), read in a
     child process without the weights."""
-    from modelport.runtimes.isolated import RUN_TIMEOUT_S
 
     return call_in_child("modelport.parsers.paddle_child:inspect_in_child", {"model": str(Path(path).resolve())}, path=path,
                          timeout=timeout_for(RUN_TIMEOUT_S), what=WHAT, unexpected=BadInputError)

@@ -334,12 +334,12 @@ def inspect_in_child(work: Path, request: dict) -> dict:
 
 def convert_in_child(work: Path, request: dict) -> dict:
     """Read, screen, reference, export and assemble the IR into `work/ir` (see the module docstring)."""
-    from modelport.reference.input_roles import guessed_inputs
     from modelport.ir import specs_from_onnx
     from modelport.onnxfile.ir_version_fit import fit_ir_version
     from modelport.parsers.contract import follow_produced, merge_specs
     from modelport.parsers.onnx import convert_opset, infer_and_check
     from modelport.parsers.tf_common import rename_outputs, rename_values, set_dims, spec_from_dict
+    from modelport.reference.input_roles import guessed_inputs
     from modelport.reference.sample_sets import reference_samples
     from modelport.reference.samples import sample_reference
 

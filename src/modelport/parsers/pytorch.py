@@ -25,10 +25,22 @@ from pathlib import Path
 
 from modelport.deps import require
 from modelport.errors import BadInputError, ModelportError, UnsafeInputError, one_line
-from modelport.run.file_checks import check_model_file
 from modelport.ir import IRModel, Reference, TensorSpec, guess_layout, specs_from_onnx
+from modelport.onnxfile.external_data_files import attach_external
+from modelport.parsers.contract import merge_specs
+from modelport.parsers.onnx import convert_opset, infer_and_check
+from modelport.parsers.pytorch_checkpoints import find_state_dict, load_into
+from modelport.parsers.pytorch_containers import register_unknown_containers
+from modelport.parsers.pytorch_devices import archive_devices, cpu_archive, move_constants_to_cpu
+from modelport.parsers.pytorch_export import export_model, positional_program
 from modelport.parsers.pytorch_files import check_torch_version, file_format, read_checkpoint
 from modelport.parsers.pytorch_signature import exported_outputs, exported_program_specs, output_names_of
+from modelport.reference.input_roles import apply_roles, controls, guessed_inputs
+from modelport.reference.sample_sets import reference_samples
+from modelport.reference.samples import make_inputs, run_reference
+from modelport.resolve.specs import ARCH_ARGS_EXAMPLE, arch_args_text, check_arch_args, positional_index
+from modelport.run.file_checks import check_model_file
+from modelport.runtimes.torch import TorchRunner, flatten_outputs
 
 NAME = "pytorch"
 DESCRIPTION = "PyTorch: .pt2 ExportedProgram, TorchScript, pickled nn.Module, state dict (.pt/.pth/.safetensors) + --arch"
@@ -59,7 +71,6 @@ def build_arch(arch: str, *, trust: bool, args: dict | None = None):
         raise UnsafeInputError(f"--arch '{arch}' imports and runs code", hint="pass --trust if you trust it")
     import importlib
 
-    from modelport.resolve.specs import ARCH_ARGS_EXAMPLE, arch_args_text, check_arch_args
 
     mod, _, cls = arch.partition(":")
     try:
@@ -77,7 +88,6 @@ def build_arch(arch: str, *, trust: bool, args: dict | None = None):
 
 def arch_parameters(arch: str, module) -> list[str]:
     """The constructor parameters `--arch-args` may set for `arch` (for an error's hint)."""
-    from modelport.resolve.specs import check_arch_args
 
     if arch.startswith("zoo:"):
         from modelport import zoo
@@ -91,8 +101,6 @@ def load_exported(path: Path):
     program names the devices the file had."""
     import tempfile
 
-    from modelport.parsers.pytorch_containers import register_unknown_containers
-    from modelport.parsers.pytorch_devices import archive_devices, cpu_archive
 
     register_unknown_containers(path)
     devices = sorted(d for d in archive_devices(path) if d != "cpu")
@@ -133,7 +141,6 @@ def load_module(source, spec):
     if fmt == "exported_program":
         ep = load_exported(path)
         carried = exported_program_specs(ep)
-        from modelport.parsers.pytorch_export import positional_program
 
         try:
             module = positional_program(ep)
@@ -145,7 +152,6 @@ def load_module(source, spec):
     if fmt == "torchscript":
         if not spec.trust:
             raise UnsafeInputError("TorchScript runs code from the file", path=path, hint="pass --trust if you trust it")
-        from modelport.parsers.pytorch_devices import move_constants_to_cpu
 
         module = torch.jit.load(str(path), map_location="cpu").eval()
         module.saved_on = sorted(set(move_constants_to_cpu(module)))
@@ -164,7 +170,6 @@ def load_module(source, spec):
         raise BadInputError("a state dict needs an architecture", path=path, hint="pass --arch zoo:NAME or --arch package.module:Class")
     if not spec.arch:
         raise BadInputError("a state dict needs an architecture", path=path, hint="pass --arch zoo:NAME or --arch package.module:Class")
-    from modelport.parsers.pytorch_checkpoints import find_state_dict, load_into
 
     try:
         checkpoint, trusted = read_checkpoint(path, trust=spec.trust)
@@ -194,12 +199,6 @@ def parse(source, spec) -> IRModel:
     import numpy as np
     torch = _torch()
 
-    from modelport.reference.input_roles import apply_roles, controls, guessed_inputs
-    from modelport.parsers.onnx import convert_opset, infer_and_check
-    from modelport.parsers.pytorch_export import export_model
-    from modelport.runtimes.torch import TorchRunner, flatten_outputs
-    from modelport.reference.sample_sets import reference_samples
-    from modelport.reference.samples import make_inputs, run_reference
 
     module, how, carried = load_module(source, spec)
     own_shapes = [(c.dtype, list(c.shape)) for c in carried[0]] if carried is not None else None
@@ -241,7 +240,6 @@ def parse(source, spec) -> IRModel:
         s.shape = [fixed.get(d, d) if isinstance(d, str) else d for d in s.shape]
     if spec.opset:
         if stored is not None:  # the version converter is given the whole model
-            from modelport.onnxfile.external_data_files import attach_external
 
             attach_external(model, stored)
             stored = None
@@ -294,7 +292,6 @@ def _input_specs(source, spec, carried=None) -> tuple[list[TensorSpec], dict[str
             )
         return base, ranges
     if not base:
-        from modelport.resolve.specs import positional_index
 
         for s in spec.inputs:
             index = positional_index(s.name)
@@ -305,8 +302,6 @@ def _input_specs(source, spec, carried=None) -> tuple[list[TensorSpec], dict[str
                                     f"(or {s.name}:scalar:int64 for a 0-d one)")
             s.layout = s.layout or guess_layout(s.shape)
         return spec.inputs, ranges
-    from modelport.parsers.contract import merge_specs
-    from modelport.resolve.specs import positional_index
 
     given = [s.name for s in spec.inputs]
     if carried is not None and len(given) == len(base) and not any(
@@ -341,7 +336,6 @@ def inspect(path: Path) -> dict:
     if fmt == "torchscript":
         info["note"] = "TorchScript: contents not inspected without --trust (loading runs code)"
         return info
-    from modelport.parsers.pytorch_checkpoints import find_state_dict
 
     found = find_state_dict(read_checkpoint(path)[0], path)
     state = found.state

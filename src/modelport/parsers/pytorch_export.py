@@ -30,7 +30,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from modelport.deps import require
 from modelport.errors import BadInputError, one_line
+from modelport.run.progress import tick
+from modelport.run.quiet_call import captured_output
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +207,6 @@ def _graphs(graph):
 
 
 def _torch():
-    from modelport.deps import require
 
     return require("torch", purpose="PyTorch sources")
 
@@ -216,7 +218,6 @@ def _quietly(route: str, run):
     import tempfile
     from pathlib import Path
 
-    from modelport.run.quiet_call import captured_output
 
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
     logging.getLogger("torch.export").setLevel(logging.ERROR)
@@ -264,7 +265,6 @@ def _proto_of(prog, weights_dir, where):
     import onnx
     import onnx_ir
 
-    from modelport.run.progress import tick
 
     folder = Path(tempfile.mkdtemp(prefix="export-", dir=weights_dir))
     path = folder / "model.onnx"

@@ -17,7 +17,10 @@ from modelport.errors import BadInputError
 from modelport.frameworks.savedmodel import folder_of, load  # noqa: F401  (the parser's own names for them)
 from modelport.frameworks.tensorflow import import_tf, stdout_to_stderr, tf_reason
 from modelport.ir import IRModel
-from modelport.parsers.tf_common import parse_proto
+from modelport.parsers import get_parser, tf_common
+from modelport.parsers.tf_common import parse_isolated, parse_proto
+from modelport.reference.sample_sets import reference_samples
+from modelport.reference.samples import make_inputs
 
 NAME = "savedmodel"
 DESCRIPTION = "TensorFlow SavedModel folder (saved_model.pb inside); --signature picks the function"
@@ -68,7 +71,6 @@ def choose_signature(available: list[str], wanted: str | None, path=None) -> str
 
 def _other_tf_format(source, spec) -> IRModel:
     """`--from tensorflow` (MMdnn's spelling) on a .pb, .keras/.h5 or .tflite file."""
-    from modelport.parsers import get_parser
 
     for name in ("graphdef", "keras", "tflite"):
         parser = get_parser(name)
@@ -79,7 +81,6 @@ def _other_tf_format(source, spec) -> IRModel:
 
 def parse(source, spec) -> IRModel:
     """Decode, load, screen, run and convert the SavedModel in one child process (see parse_isolated)."""
-    from modelport.parsers.tf_common import parse_isolated
 
     if not sniff(Path(source)):
         return _other_tf_format(source, spec)
@@ -91,9 +92,6 @@ def parse_here(source, spec) -> IRModel:
     """The conversion itself, in this process: what the child of `parse` runs."""
     import numpy as np
 
-    from modelport.parsers import tf_common
-    from modelport.reference.sample_sets import reference_samples
-    from modelport.reference.samples import make_inputs
 
     folder = folder_of(Path(source))
     proto = read_proto(folder)

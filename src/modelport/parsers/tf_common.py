@@ -16,9 +16,16 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from modelport.errors import BadInputError, UnsafeInputError, UnsupportedError
+from modelport.deps import require
+from modelport.errors import BadInputError, ModelportError, UnsafeInputError, UnsupportedError
 from modelport.frameworks.tensorflow import import_tf, stdout_to_stderr, tf_reason  # noqa: F401  (parsers import them from here)
 from modelport.ir import IRModel, Reference, TensorSpec, guess_layout, specs_from_onnx
+from modelport.onnxfile.ir_version_fit import fit_ir_version
+from modelport.parsers import SourceSpec
+from modelport.parsers.contract import merge_specs
+from modelport.parsers.onnx import convert_opset, infer_and_check
+from modelport.run.progress import doing
+from modelport.runtimes.isolated import CONVERT_TIMEOUT_S, call_in_child, timeout_for
 
 
 @dataclass(frozen=True)
@@ -52,7 +59,6 @@ LAYOUT_BY_RANK = {4: "NHWC", 5: "NDHWC", 2: "NC"}
 
 
 def import_tf2onnx():
-    from modelport.deps import require
 
     with stdout_to_stderr():
         tf2onnx = require("tf2onnx", purpose="converting TensorFlow models to ONNX")
@@ -179,7 +185,6 @@ def graphdef_to_onnx(graph_def, in_names: list[str], out_names: list[str], renam
     """tf2onnx on a frozen GraphDef; ops tf2onnx cannot convert are listed in one error."""
     import_tf()
     tf2onnx = import_tf2onnx()
-    from modelport.run.progress import doing
 
     try:
         with stdout_to_stderr(), doing("tf2onnx"), optimizers_collecting():
@@ -327,7 +332,6 @@ def merge_inputs(graph_specs: list[TensorSpec], spec, path=None) -> list[TensorS
 
     User specs may name an input by its original or its new name, or by position.
     """
-    from modelport.parsers.contract import merge_specs
 
     new_names = spec.options.get("input_names")
     renamed: dict[str, str] = {}
@@ -363,8 +367,6 @@ def build_ir(model, inputs: list[TensorSpec], output_tf_shapes: dict[str, list] 
     """Shape inference + checker, symbolic dims on the graph, and the IRModel with references."""
     import numpy as np
 
-    from modelport.onnxfile.ir_version_fit import fit_ir_version
-    from modelport.parsers.onnx import convert_opset, infer_and_check
 
     fit_ir_version(model)
     set_dims(model.graph.input, inputs)
@@ -413,7 +415,6 @@ def spec_to_dict(spec) -> dict:
 def spec_from_dict(d: dict):
     import numpy as np
 
-    from modelport.parsers import SourceSpec
 
     return SourceSpec(
         path=Path(d["path"]) if d.get("path") else None, framework=d.get("framework"),
@@ -446,8 +447,6 @@ def parse_isolated(module: str, source, spec, *, path: Path, what: str) -> IRMod
     come back with their class and exit code. One child per conversion; the parent never imports
     TensorFlow for it.
     """
-    from modelport.errors import ModelportError
-    from modelport.runtimes.isolated import CONVERT_TIMEOUT_S, call_in_child, timeout_for
 
     request = {"module": module, "source": str(Path(source).resolve()), "spec": spec_to_dict(spec)}
 

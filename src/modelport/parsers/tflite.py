@@ -15,10 +15,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from modelport.errors import BadInputError, one_line
+from modelport.errors import BadInputError, UnsupportedError, one_line
 from modelport.ir import IRModel, TensorSpec
-from modelport.runtimes.isolated import CONVERT_TIMEOUT_S, RUN_TIMEOUT_S, call_in_child, run_isolated, timeout_for
-from modelport.runtimes.tflite import IDENTIFIER, check_header
+from modelport.parsers import SourceSpec, tf_common, tflite_ops
+from modelport.parsers.tf_common import merge_inputs, spec_from_dict, spec_from_tf, spec_to_dict
+from modelport.reference.sample_sets import reference_samples
+from modelport.reference.samples import make_inputs, run_reference
+from modelport.runtimes.isolated import (
+    CONVERT_TIMEOUT_S,
+    RUN_TIMEOUT_S,
+    call_in_child,
+    read_arrays,
+    run_isolated,
+    timeout_for,
+    write_arrays,
+)
+from modelport.runtimes.tflite import IDENTIFIER, TFLiteRunner, check_header, load_interpreter, tflite_name
 
 __all__ = ["check_header", "inspect", "parse", "probe", "run_isolated", "sniff"]
 
@@ -38,14 +50,12 @@ def sniff(path: Path) -> bool:
 
 
 def _request(path: Path, spec, *, convert: bool) -> dict:
-    from modelport.parsers.tf_common import spec_to_dict
 
     return {"path": str(Path(path).resolve()), "spec": spec_to_dict(spec), "convert": convert}
 
 
 def probe(path: Path, spec, *, timeout: float | None = None) -> dict:
     """Input contract, names, op histogram and the reference run, computed in the child."""
-    from modelport.runtimes.isolated import read_arrays
 
     def collect(work: Path, response: dict) -> dict:
         response["sample"] = read_arrays(work, "sample")
@@ -59,7 +69,6 @@ def probe(path: Path, spec, *, timeout: float | None = None) -> dict:
 
 def _names(interp, details, wanted_signature: str | None, kind: str) -> list[str]:
     """Signature keys for the tensors when a signature covers them, else cleaned tensor names."""
-    from modelport.runtimes.tflite import tflite_name
 
     try:
         full = interp._get_full_signature_list() or {}
@@ -153,10 +162,6 @@ def _probe_here(path: Path, spec):
     """The probe, run inside the child: returns (response, interpreter-side arrays)."""
     import numpy as np
 
-    from modelport.parsers.tf_common import merge_inputs, spec_from_tf
-    from modelport.runtimes.tflite import TFLiteRunner, load_interpreter
-    from modelport.reference.sample_sets import reference_samples
-    from modelport.reference.samples import make_inputs, run_reference
 
     interp = load_interpreter(path)
     ins, outs = interp.get_input_details(), interp.get_output_details()
@@ -191,8 +196,6 @@ def _probe_here(path: Path, spec):
 
 def probe_in_child(work: Path, request: dict) -> dict:
     """Child side of `probe` and `parse`: every read of the flatbuffer happens here."""
-    from modelport.parsers.tf_common import spec_from_dict
-    from modelport.runtimes.isolated import write_arrays
 
     path = Path(request["path"])
     spec = spec_from_dict(request["spec"])
@@ -216,8 +219,6 @@ def _convert_here(path: Path, spec, probed: dict, sample: dict, reference: dict,
     import warnings
 
     from modelport.deps import version_of
-    from modelport.errors import UnsupportedError
-    from modelport.parsers import tf_common, tflite_ops
 
     specs = [TensorSpec.from_dict(d) for d in probed["inputs"]]
     names = tf_common.rename_outputs(probed["outputs"], spec, path)
@@ -277,7 +278,6 @@ def parse(source, spec) -> IRModel:
 
 def inspect(path: Path) -> dict:
     """Inputs, outputs, signatures and op histogram, read in the crash-isolated child."""
-    from modelport.parsers import SourceSpec
 
     path = Path(path)
     check_header(path)

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from modelport.reference.samples import MASK as MASK_NAME
+
 # ops that pass their first input's values on unchanged (moved, sliced, repeated, relabelled)
 MOVES = {"Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Transpose", "Expand", "Tile", "Slice",
          "Concat", "Split", "Gather", "CastLike", "Cast"}
@@ -226,7 +228,6 @@ def guessed_inputs(specs, given=None) -> list[str]:
     with no declared range (`apply_roles` declares what the graph shows), no mask name
     (`samples.MASK`) and no pinned value. A hop that fails on random data may fail on values they
     never take: the error names them with `--value`/`--data`."""
-    from modelport.reference.samples import MASK as MASK_NAME
 
     return [s.name for s in specs if (s.dtype == "bool" or (_integer(s) and s.dtype not in ("uint8", "int8")))
             and not s.value_range and s.name not in (given or {}) and MASK_NAME not in s.name.lower()]

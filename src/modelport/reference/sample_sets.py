@@ -56,7 +56,7 @@ from collections.abc import Callable
 import numpy as np
 
 from modelport.errors import one_line
-from modelport.ir import TensorSpec
+from modelport.ir import Sample, TensorSpec
 from modelport.reference.samples import make_inputs, numpy_dtype, output_varies
 
 RANDOM_KINDS = ("random-2", "random-small")
@@ -235,7 +235,6 @@ def reference_samples(run: Callable[[dict[str, np.ndarray]], dict], specs: list[
     out because the source failed on them): `run` is the source framework's own run. A structured
     or sweep set also keeps the source's outputs one ulp away (`Sample.nudged`, the conditioning
     measure; None where nothing moves or that run failed)."""
-    from modelport.ir import Sample
 
     varies: dict[str, bool | None] = dict.fromkeys(first_outputs)
     extra, skipped = [], []

@@ -26,6 +26,7 @@ import numpy as np
 
 from modelport.errors import BadInputError, ModelportError, one_line
 from modelport.ir import TensorSpec
+from modelport.run.file_checks import check_model_file
 
 DATA_HINT = "pin it with --value NAME=V (a scalar broadcast to the input) or --data inputs.npz (arrays keyed by input name)"
 COMMON_SIZES = (32, 64, 224, 640)  # sizes networks with strided paths accept (multiples of 32; 224, 640: common image sizes)
@@ -41,7 +42,6 @@ MASK = "attention_mask"
 
 def load_data(path) -> dict[str, np.ndarray]:
     """The named arrays of an .npz (`--data`), loaded without pickle."""
-    from modelport.run.file_checks import check_model_file
 
     p = check_model_file(path, kind="input data file")
     try:

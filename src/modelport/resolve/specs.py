@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from modelport.dims import parse_dims as parse_dim_specs
 from modelport.errors import BadInputError
 from modelport.ir import LAYOUTS, Preprocess, TensorSpec
 
@@ -166,7 +167,6 @@ def apply_options(
 def parse_dims(values: list[str]) -> dict[str, int]:
     """`--dim NAME=VALUE`: the size symbolic dims take in sample data (a range or a list of sizes:
     the size inside it that `dims.DimSpec.sample` picks; `dims.parse_dims` keeps the bounds)."""
-    from modelport.dims import parse_dims as parse_dim_specs
 
     return {name: spec.sample for name, spec in parse_dim_specs(values).items()}
 

@@ -22,6 +22,8 @@ import re
 import threading
 import time
 
+from modelport.errors import BadInputError
+
 INTERVAL = 0.1  # seconds between samples of the process tree
 AVAILABLE_ENV = "MODELPORT_AVAILABLE_MEMORY"
 
@@ -182,7 +184,6 @@ def available() -> int | None:
     overrides; None when it cannot be read)."""
     given = os.environ.get(AVAILABLE_ENV)
     if given:
-        from modelport.errors import BadInputError
 
         try:
             return parse_size(given)
@@ -208,7 +209,6 @@ def refuse_if_short(need: int, free: int | None, *, why: str, path) -> None:
     """A run estimated to need `need` bytes at its peak, with `free` available (None: unknown), is
     refused before any work (exit 2, naming both and `why`) rather than killed part way."""
     if free is not None and need > free:
-        from modelport.errors import BadInputError
 
         raise BadInputError(f"converting needs about {fmt_bytes(need)} of memory ({why}) and {fmt_bytes(free)} is available",
                             path=path, hint=f"free memory, or set {AVAILABLE_ENV}=<bytes> to run anyway, at the risk of being killed")

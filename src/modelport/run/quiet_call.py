@@ -19,6 +19,8 @@ import re
 import sys
 from pathlib import Path
 
+from modelport.run.progress import doing
+
 MAX_LOG_LINES = 200  # kept per stage in the report (the last ones)
 MAX_LINE = 1000  # characters kept of one line
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -97,7 +99,6 @@ def _both_streams_into(fileno: int):
 def captured_output(log_path: Path, tool: str | None = None):
     """Both descriptors into `log_path` for the block; the live display names `tool` (else the log's
     stem). The lines the block added go to the enclosing `collecting_logs`, if any."""
-    from modelport.run.progress import doing
 
     log_path.parent.mkdir(parents=True, exist_ok=True)
     start = log_path.stat().st_size if log_path.exists() else 0

@@ -33,6 +33,9 @@ import time
 from dataclasses import dataclass
 
 from modelport.errors import BadInputError
+from modelport.run import memory as mem
+from modelport.run.memory import available, fmt_bytes, tree_rss
+from modelport.run.staging import OPEN_STAGES
 
 DEFAULT_SECONDS = 3600.0
 MEMORY_MARGIN = 1 << 30  # left to the kernel (page tables, the page cache it needs) and the user's other programs
@@ -59,7 +62,6 @@ class Limits:
     def of(cls, seconds: float | str | None = None, memory: int | str | None = None) -> Limits:
         """The bounds asked for (flags, else the environment), else the defaults: DEFAULT_SECONDS,
         and memory from the machine at each stage's start."""
-        from modelport.run import memory as mem
         seconds = seconds if seconds is not None else os.environ.get(TIME_ENV)
         memory = memory if memory is not None else os.environ.get(MEMORY_ENV)
         try:
@@ -78,7 +80,6 @@ class Limits:
     def memory_at_start(self) -> tuple[int | None, str]:
         """(the memory bound of a stage beginning now, what it is): the one asked for, else what the
         machine has available less MEMORY_MARGIN (None: unknown, unbounded)."""
-        from modelport.run.memory import available, fmt_bytes
 
         if self.memory is not None:
             return self.memory, f"its bound of {fmt_bytes(self.memory)}"
@@ -137,7 +138,6 @@ class _Watch(threading.Thread):
         self._done.set()
 
     def run(self) -> None:
-        from modelport.run.memory import fmt_bytes, tree_rss
 
         start, base = time.monotonic(), tree_rss() or 0
         bound, what_bound = self.limits.memory_at_start()
@@ -171,7 +171,6 @@ def _stop_hard(line: str) -> None:
     staging folders removed, one line on stderr, exit 2."""
     import shutil
 
-    from modelport.run.staging import OPEN_STAGES
 
     try:
         import psutil

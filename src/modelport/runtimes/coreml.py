@@ -29,9 +29,13 @@ from pathlib import Path
 
 import numpy as np
 
+from modelport.deps import require
 from modelport.errors import BadInputError, ValidationError, one_line
 from modelport.ir import TensorSpec
+from modelport.run.quiet_call import captured_output
+from modelport.run.staging import describe_files
 from modelport.runtimes.base import Runner
+from modelport.runtimes.isolated import IsolatedRunner, absent_to_find_spec
 
 RUNTIME = "coreml"
 # the user-defined metadata keys modelport writes into the packages it emits
@@ -103,15 +107,12 @@ def require_coremltools(purpose: str = "Core ML"):
     import logging
     import warnings
 
-    from modelport.deps import require
 
     logging.getLogger("coremltools").setLevel(logging.ERROR)
     if sys.modules.get("coremltools") is not None:
         return sys.modules["coremltools"]
     import tempfile
 
-    from modelport.run.quiet_call import captured_output
-    from modelport.runtimes.isolated import absent_to_find_spec
 
     unneeded = _Unneeded()
     sys.meta_path.insert(0, unneeded)
@@ -302,7 +303,6 @@ class CoreMLRunner(Runner):
 
 def open_mlpackage(path: str | Path):
     """A user's Core ML package as a runner (`validate`): read in a clean child process with coremltools alone."""
-    from modelport.runtimes.isolated import IsolatedRunner
 
     runner = IsolatedRunner(RUNTIME, check_package(Path(path)), clean=True)
     runner.describe()  # an unreadable package is exit 2 here, before anything runs
@@ -311,7 +311,6 @@ def open_mlpackage(path: str | Path):
 
 def inspect_mlpackage(path: str | Path) -> dict:
     """What `inspect` shows for a Core ML package: I/O, spec version, model type, precision, ops, size."""
-    from modelport.run.staging import describe_files
 
     path = check_package(Path(path))
     spec = load_spec(path)

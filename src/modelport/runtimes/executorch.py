@@ -18,9 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
+from modelport.deps import require
 from modelport.errors import BadInputError, one_line
 from modelport.ir import TensorSpec
+from modelport.run.file_checks import check_model_file
 from modelport.runtimes.base import Runner
+from modelport.runtimes.isolated import IsolatedRunner
 
 IDENTIFIER = b"ET"  # bytes 4..6 of a .pte flatbuffer ("ET12", ...)
 METHOD = "forward"
@@ -33,14 +36,12 @@ SCALAR_TYPES = {0: "uint8", 1: "int8", 2: "int16", 3: "int32", 4: "int64", 5: "f
 
 def require_runtime():
     """`executorch.runtime`, or exit 5 naming the extra."""
-    from modelport.deps import require
 
     return require("executorch.runtime", purpose="running ExecuTorch programs")
 
 
 def check_header(path: Path) -> None:
     """The cheap checks: size and the flatbuffer identifier ('ET' and two digits at bytes 4..8)."""
-    from modelport.run.file_checks import check_model_file
 
     path = check_model_file(path, kind="ExecuTorch program")
     with open(path, "rb") as f:
@@ -51,7 +52,6 @@ def check_header(path: Path) -> None:
 
 def open_pte(path: str | Path, **options):
     """A user's `.pte`: its identifier checked here, then described and run in a child process."""
-    from modelport.runtimes.isolated import IsolatedRunner
 
     check_header(Path(path))
     return IsolatedRunner("executorch", path, **options)

@@ -39,8 +39,10 @@ from pathlib import Path
 import numpy as np
 
 from modelport import errors
+from modelport.deps import QUIET_ENV, runtime_defaults_env
 from modelport.errors import BadInputError, ModelportError, ValidationError, one_line
 from modelport.ir import TensorSpec
+from modelport.runtimes import RUNNERS, runner_class
 from modelport.runtimes.base import Runner
 
 RUN_TIMEOUT_S = 120.0  # loading and running one model on one batch
@@ -76,7 +78,6 @@ def run_isolated(code: str, args: list[str], *, path, timeout: float = RUN_TIMEO
     """Run `python -c code args` in a child; a signal death or timeout becomes BadInputError (a
     ValidationError for an artifact modelport wrote: `ours`). `clean`: with the runtime's own
     defaults (`deps.numeric_env_defaults`), not modelport's quiet settings."""
-    from modelport.deps import QUIET_ENV, runtime_defaults_env
 
     env = dict(os.environ)
     if not env.get("MODELPORT_DEBUG"):
@@ -239,7 +240,6 @@ def absent_to_find_spec(names):
 def blocked_for(runtime: str) -> list[str]:
     """The frameworks a clean child validating a `runtime` artifact blocks: all but those a user of
     its artifacts has (its runner class's `frameworks()`)."""
-    from modelport.runtimes import runner_class
 
     allowed = set(runner_class(runtime).frameworks())
     return [m for m in FRAMEWORKS if m not in allowed]
@@ -279,7 +279,6 @@ class IsolatedRunner(Runner):
 
     def __init__(self, runner: str, model, *, timeout: float | None = None, clean: bool = False, ours: bool = False,
                  **options):
-        from modelport.runtimes import runner_class
 
         self.inner = runner
         self._inner_class = runner_class(runner)
@@ -294,7 +293,6 @@ class IsolatedRunner(Runner):
         self._described: dict | None = None
 
     def _call(self, *, describe: bool = False, feeds: dict | None = None, sets: list[dict] | None = None):
-        from modelport.runtimes import RUNNERS
 
         request = {"runner": RUNNERS[RUNNERS.canonical(self.inner)], "model": str(self.path.resolve()), "options": self.options,
                    "describe": describe, "run": feeds is not None, "sets": len(sets or ())}

@@ -23,6 +23,9 @@ import numpy as np
 
 from modelport.errors import BadInputError, one_line
 from modelport.ir import TensorSpec, contract_from_onnx
+from modelport.onnxfile.ir_version_fit import fit_ir_version
+from modelport.onnxfile.onnx_io import load_onnx, save_onnx
+from modelport.onnxfile.tensor_sizes import protobuf_limit, tensor_bytes
 from modelport.runtimes.base import Capabilities, Runner
 
 # onnxruntime's type strings -> numpy dtype names (an ORT-format file's inputs)
@@ -73,8 +76,6 @@ class OnnxRuntimeRunner(Runner):
         if self.path:
             source = str(model)
         else:
-            from modelport.onnxfile.onnx_io import save_onnx
-            from modelport.onnxfile.tensor_sizes import protobuf_limit, tensor_bytes
 
             # a large model is handed over as a file with external data: serialised, it would be held
             # once more as bytes and once more by onnxruntime's parse of them (a 0.9 GB encoder's
@@ -102,7 +103,6 @@ class OnnxRuntimeRunner(Runner):
         file keeps (value ranges of token ids), or from the session for an ORT-format file."""
         model = self.model
         if model is None and self.path.suffix.lower() == ".onnx":
-            from modelport.onnxfile.onnx_io import load_onnx
 
             model = load_onnx(self.path, weights=False)
         if model is not None:
@@ -120,8 +120,6 @@ class OnnxRuntimeRunner(Runner):
 
     def _graph(self):
         if self.model is None:
-            from modelport.onnxfile.ir_version_fit import fit_ir_version
-            from modelport.onnxfile.onnx_io import load_onnx
 
             self.model = load_onnx(self.path)
             fit_ir_version(self.model)
@@ -140,8 +138,6 @@ class OnnxRuntimeRunner(Runner):
 def open_onnx_file(path: str | Path, **options) -> OnnxRuntimeRunner:
     """A user's `.onnx` file: loaded with its external data checked, its IR version lowered to what
     this onnxruntime reads, then run like any ONNX model."""
-    from modelport.onnxfile.ir_version_fit import fit_ir_version
-    from modelport.onnxfile.onnx_io import load_onnx
 
     model = load_onnx(path)
     fit_ir_version(model)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from modelport.deps import require
+from modelport.errors import MissingDependencyError
 from modelport.ir import TensorSpec
 from modelport.runtimes.base import Runner
 
@@ -22,12 +24,10 @@ READERS = {"caffe": "readNetFromCaffe", "darknet": "readNetFromDarknet"}
 def load_net(kind: str, network: Path, weights: Path):
     """An OpenCV DNN net of `kind` ('caffe' or 'darknet') from its network file and its weights,
     on OpenCV's CPU backend at fp32."""
-    from modelport.deps import require
 
     cv2 = require("cv2", purpose=f"{kind.capitalize()} sources (OpenCV DNN is their reference runtime)")
     reader = getattr(cv2.dnn, READERS[kind], None)
     if reader is None:  # OpenCV 5 has neither reader
-        from modelport.errors import MissingDependencyError
 
         raise MissingDependencyError(f"OpenCV {cv2.__version__} has no {READERS[kind]} (5.0 dropped it)",
                                      hint='pip install "modelport[opencv]" (opencv-python-headless 4.14)')

@@ -26,8 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-from modelport.errors import BadInputError, MissingDependencyError, one_line
+from modelport.deps import require
+from modelport.errors import BadInputError, MissingDependencyError, UnsafeInputError, one_line
 from modelport.ir import TensorSpec
+from modelport.onnxfile.onnx_io import load_onnx, save_onnx
 from modelport.runtimes.base import Capabilities, Runner
 
 # modelport precision -> OpenVINO element type name of INFERENCE_PRECISION_HINT
@@ -56,7 +58,6 @@ def no_telemetry() -> None:
 
 
 def require_openvino(purpose: str = "OpenVINO"):
-    from modelport.deps import require
 
     no_telemetry()
     return require("openvino", purpose=purpose)
@@ -146,11 +147,9 @@ def read_ir(path: str | Path):
         if not weights.is_file():
             raise BadInputError(f"the IR's weights file {weights.name} is missing beside it", path=path)
         if weights.is_symlink():
-            from modelport.errors import UnsafeInputError
 
             raise UnsafeInputError(f"the IR's weights file {weights.name} is a symbolic link", path=path)
     elif path.suffix.lower() == ".onnx":
-        from modelport.onnxfile.onnx_io import load_onnx
 
         load_onnx(path, weights=False)  # external data checked to stay inside the folder
     try:
@@ -172,7 +171,6 @@ def from_onnx(model):
     """
     import tempfile
 
-    from modelport.onnxfile.onnx_io import save_onnx
 
     with tempfile.TemporaryDirectory(prefix="modelport-ov-") as tmp:
         path = Path(tmp) / "model.onnx"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from modelport.deps import require
 from modelport.ir import TensorSpec
 from modelport.runtimes.base import Capabilities, Runner
 
@@ -33,7 +34,6 @@ class OrtGenAIRunner(Runner):
         """(tokens, logits, producer): greedy generation by onnxruntime-genai's own search, one prompt
         at a time, with the logits it chose each token from. A row that stops early at an
         end-of-sequence token is marked -1 after it (those positions are not compared)."""
-        from modelport.deps import require
 
         og = require("onnxruntime_genai", purpose="--to ort-genai validation")
         model = og.Model(str(self.path))

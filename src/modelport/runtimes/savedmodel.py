@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from modelport.deps import require
 from modelport.errors import BadInputError, one_line
 from modelport.ir import TensorSpec
 from modelport.runtimes.base import Runner
@@ -15,7 +16,6 @@ SIGNATURE = "serving_default"
 
 
 def _tf():
-    from modelport.deps import require
 
     return require("tensorflow", purpose="running a SavedModel")
 

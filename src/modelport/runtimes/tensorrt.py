@@ -11,13 +11,14 @@ from pathlib import Path
 
 import numpy as np
 
+from modelport.deps import require
 from modelport.errors import BadInputError, MissingDependencyError
 from modelport.ir import TensorSpec
 from modelport.runtimes.base import Capabilities, Runner
+from modelport.runtimes.trt_build_script import ensure_engine
 
 
 def _require_gpu():
-    from modelport.deps import require
 
     trt = require("tensorrt", purpose="running TensorRT engines")
     torch = require("torch", purpose="CUDA buffers for TensorRT")
@@ -58,7 +59,6 @@ class TensorRTRunner(Runner):
         self.path = Path(model)
         folder = self.path.parent / "tensorrt"
         if rebuild and (folder / "plan.json").exists():
-            from modelport.runtimes.trt_build_script import ensure_engine
 
             ensure_engine(folder, log=lambda *_: None)
         self.logger = trt.Logger(trt.Logger.ERROR)

@@ -28,16 +28,19 @@ from pathlib import Path
 
 import numpy as np
 
+from modelport.deps import require
 from modelport.errors import BadInputError, one_line
 from modelport.ir import TensorSpec
+from modelport.run.file_checks import check_model_file
+from modelport.run.quiet_call import silenced_output
 from modelport.runtimes.base import Runner
+from modelport.runtimes.isolated import IsolatedRunner
 
 IDENTIFIER = b"TFL3"
 
 
 def load_interpreter(path: str | Path, threads: int | None = None, *, delegates: bool = True):
     """The LiteRT interpreter for `path`; `delegates=False` leaves out the default delegate (XNNPack)."""
-    from modelport.deps import require
 
     try:
         module = require("ai_edge_litert.interpreter", purpose="running TFLite models")
@@ -54,7 +57,6 @@ def load_interpreter(path: str | Path, threads: int | None = None, *, delegates:
 
 def check_header(path: Path) -> None:
     """The cheap checks: size and the 'TFL3' file identifier at bytes 4..8."""
-    from modelport.run.file_checks import check_model_file
 
     path = check_model_file(path, kind="TFLite model")
     with open(path, "rb") as f:
@@ -67,7 +69,6 @@ def open_untrusted(path: str | Path, **options):
     """A user's `.tflite`: its identifier checked here, then described and run in a child process with
     a timeout, so a flatbuffer that crashes the interpreter ends the run with exit 2 naming the signal.
     Feeds in the contract's layout are fitted to the file's (`fit_layout`)."""
-    from modelport.runtimes.isolated import IsolatedRunner
 
     check_header(Path(path))
     return IsolatedRunner("tflite", path, fit_layout=True, **options)
@@ -157,7 +158,6 @@ class TFLiteRunner(Runner):
         self.fit_layout = fit_layout
 
     def _load(self) -> None:
-        from modelport.run.quiet_call import silenced_output
 
         self.interpreter = load_interpreter(self.path, self.threads, delegates=self.delegates)
         with silenced_output():  # the first allocation logs the XNNPACK delegate at INFO level on stderr

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from modelport.run.memory import own_peak
+
 DEFAULT_RUNS = 50
 DEFAULT_WARMUP = 5
 
@@ -122,7 +124,6 @@ def rss_bytes() -> int | None:
 
 def peak_rss_bytes() -> int | None:
     """The highest resident memory this process has had (`memory.own_peak`), or None where unknown."""
-    from modelport.run.memory import own_peak
 
     return own_peak() or None
 

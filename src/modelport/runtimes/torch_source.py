@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from modelport.deps import require
 from modelport.errors import BadInputError
 from modelport.ir import TensorSpec
 from modelport.runtimes.torch import TorchRunner
@@ -34,7 +35,6 @@ def import_generated(folder: str | Path):
 
 def load_generated(folder: str | Path):
     """`Model()` from the folder's model.py with the weights of its model.safetensors, in eval mode."""
-    from modelport.deps import require
 
     require("torch", purpose="running generated PyTorch code")
     require("safetensors")

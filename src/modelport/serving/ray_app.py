@@ -20,14 +20,16 @@ from pathlib import Path
 
 from ray import serve
 
+from modelport.deps import require
+from modelport.errors import MissingDependencyError
+from modelport.serving.ray_serve import NUM_CPUS, Replica, replica_infer
+
 KSERVE_INSTALL = 'pip install "modelport[serve]", then pip install --no-deps kserve==0.21.0 (make setup does both)'
 
 
 def require_kserve():
     """KServe's Python server, or exit 5 naming how to install it (it is installed without its
     dependencies: it declares psutil<6 and pandas<3, which would downgrade both under the rest)."""
-    from modelport.deps import require
-    from modelport.errors import MissingDependencyError
 
     try:
         return require("kserve", purpose="the Ray Serve bundle's ingress")
@@ -79,7 +81,6 @@ def _app():
 class V2Ingress:
     def __init__(self, replica, name: str, contract: dict, max_batch_size: int = 0, max_queue_delay_ms: float = 2.0):
         from modelport.ir import TensorSpec
-        from modelport.serving.ray_serve import replica_infer
         from modelport.serving.v2.model import Batcher, timed
 
         infer = replica_infer(replica)
@@ -147,7 +148,6 @@ def make_model(name: str, infer, inputs, outputs, batching):
 
 def build(args: dict):
     """The application of a bundle's Serve config (module docstring)."""
-    from modelport.serving.ray_serve import NUM_CPUS, Replica
 
     model = Path(args["model"])
     if not model.is_absolute():

@@ -21,7 +21,9 @@ import uuid
 from pathlib import Path
 
 from modelport.errors import BadInputError
+from modelport.packaging.s3_repository import is_s3, shown, uri_scheme
 from modelport.run.names import check_path_name
+from modelport.serving import s3_mirror
 
 HISTORY = ".modelport-history"
 
@@ -135,12 +137,10 @@ def listing(repo: Path) -> dict:
 def on_repository(repo: str, change, *, edits: bool = True, create: bool = False) -> dict:
     """`change(folder)` on the repository REPO: a local folder, or an `s3://bucket/prefix` pulled,
     changed and uploaded back (`serving/s3_mirror.edit`); `create`: made when absent."""
-    from modelport.packaging.s3_repository import is_s3, shown, uri_scheme
 
     if uri_scheme(repo) not in (None, "s3"):
         raise BadInputError(f"{shown(repo)}: a repository is a local folder or s3://bucket/prefix")
     if is_s3(repo):
-        from modelport.serving import s3_mirror
         return s3_mirror.edit(repo, change, create=create) if edits else s3_mirror.read(repo, change)
     if create:
         Path(repo).mkdir(parents=True, exist_ok=True)

@@ -30,6 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from modelport.errors import BadInputError
+from modelport.packaging import s3_repository as s3r
+from modelport.packaging.s3_repository import local_files
 
 log = logging.getLogger("modelport.serve")
 
@@ -38,14 +40,12 @@ class Mirror:
     """The local folder `dest`, pulled from `uri`; `refresh()` brings it in step (see the module docstring)."""
 
     def __init__(self, uri: str, dest: Path):
-        from modelport.packaging.s3_repository import local_files
 
         self.uri, self.dest = uri, Path(dest)
         self.known = {f["path"]: f["sha256"] for f in local_files(self.dest)}
 
     def refresh(self) -> int:
         """Bring the folder in step with the manifest; returns how many files changed (0: none, or no manifest)."""
-        from modelport.packaging import s3_repository as s3r
 
         bucket, prefix = s3r.parse_uri(self.uri)
         s3 = s3r.client()
@@ -120,7 +120,6 @@ def keep_in_step(mirror: Mirror, every_s: float) -> Callable[[], None]:
 def edit(uri: str, change: Callable[[Path], dict], *, create: bool = False) -> dict:
     """`change(folder)` applied to the repository at `uri` (pulled, changed, uploaded back); with
     `create`, a prefix with no manifest starts empty (`repo add` of a first model)."""
-    from modelport.packaging import s3_repository as s3r
 
     with tempfile.TemporaryDirectory(prefix="modelport-repo-") as tmp:
         local = Path(tmp) / "repository"
@@ -137,7 +136,6 @@ def edit(uri: str, change: Callable[[Path], dict], *, create: bool = False) -> d
 
 def read(uri: str, look: Callable[[Path], dict]) -> dict:
     """`look(folder)` on a pulled copy of the repository at `uri`."""
-    from modelport.packaging import s3_repository as s3r
 
     with tempfile.TemporaryDirectory(prefix="modelport-repo-") as tmp:
         return look(s3r.pull(uri, Path(tmp) / "repository"))

@@ -24,9 +24,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from modelport.dims import input_dims
 from modelport.errors import ValidationError
 from modelport.ir import IRModel, TensorSpec
+from modelport.reference.sample_sets import NOT_FOR_INT8, SWEEP_KINDS
+from modelport.runtimes import get_runner, runner_class
+from modelport.runtimes.isolated import IsolatedRunner
 from modelport.validation.compare import ParityResult, check
+from modelport.validation.dim_sizes import check_sizes, kept_dims, other_layout
 from modelport.validation.tolerance import Tolerance
 
 FIXED_DIMS_FIX = "declare others with --dim NAME=N or --input NAME:SHAPE"
@@ -68,8 +73,6 @@ def artifact_runner(artifact, **options):
     `in_process` (TensorRT, where the GPU is) in this one. `options` replace the artifact's. The
     runtime failing on the artifact, hanging or crashing is the artifact failing its check (exit 4,
     the runtime's message in one line, all of it in the report: runtimes/isolated.py)."""
-    from modelport.runtimes import get_runner, runner_class
-    from modelport.runtimes.isolated import IsolatedRunner
 
     options = {**artifact.runner_options, **options}
     if runner_class(artifact.runner).capabilities.in_process:
@@ -80,7 +83,6 @@ def artifact_runner(artifact, **options):
 def validate_artifact(artifact, ir: IRModel, judging: Judging) -> ArtifactCheck:
     """Validate `artifact` against `ir`'s contract and references (the emitter's own reference where
     it judged the artifact on other data), as `judging` says."""
-    from modelport.runtimes import runner_class
 
     reason = artifact.not_validated or (runner_class(artifact.runner).cannot_run() if artifact.runner else None)
     if reason:
@@ -126,7 +128,6 @@ def _not_for_int8(ir: IRModel) -> tuple[str, ...]:
     resolution by design; and where the target's converter quantised it, which calibrates (on
     --calibration or the sample inputs), the calibration says which values are real, not the sweep.
     An IR quantised by the optimisation stage carries the sets it was judged on already."""
-    from modelport.reference.sample_sets import NOT_FOR_INT8, SWEEP_KINDS
 
     return NOT_FOR_INT8 if ir.provenance.get("precision") == "int8" else (*NOT_FOR_INT8, *SWEEP_KINDS)
 
@@ -134,7 +135,6 @@ def _not_for_int8(ir: IRModel) -> tuple[str, ...]:
 def _at_sizes(result: ArtifactCheck, runner, artifact, ir: IRModel, parked, judging: Judging):
     """The artifact at the sizes of the declared dims it keeps dynamic (`dim_sizes.py`): rows in its
     entry (`sizes`, and `sizes_capped` where memory capped the largest); the failure, or None."""
-    from modelport.validation.dim_sizes import check_sizes, kept_dims, other_layout
 
     kept = kept_dims(artifact, ir)
     if not kept or ir.reference is None:
@@ -148,7 +148,6 @@ def _at_sizes(result: ArtifactCheck, runner, artifact, ir: IRModel, parked, judg
     seed = getattr(getattr(ir.source, "spec", None), "seed", 0) or 0
     rows, note, failure = check_sizes(runner, ir, parked or ir.model, kept, judging.tolerance, judging.hop, seed=seed)
     if "dims" not in artifact.details:  # a target that keeps every dim as the IR has it
-        from modelport.dims import input_dims
 
         result.entry["dims"] = input_dims(ir.inputs, kept, {})
     result.entry["sizes"] = rows

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from modelport.errors import ValidationError
+from modelport.reference.sample_sets import SWEEP_KINDS
 from modelport.validation.tolerance import KEYS, Tolerance, finite_or_none
 
 # sample_sets.STRUCTURED_KINDS + sample_sets.SWEEP_KINDS
@@ -137,7 +138,6 @@ def amplitude(sample) -> float:
     data's terms cancel: measured on mediapipe's selfie segmenter fed constant frames from 15.9 to
     114, TFLite and onnxruntime differ by 1.5-2.4e-4 x the magnitude on a few sigmoid outputs
     (cosine 1.000000), twice what atol x the magnitude allowed."""
-    from modelport.reference.sample_sets import SWEEP_KINDS
 
     if getattr(sample, "kind", None) not in SWEEP_KINDS:
         return 1.0

@@ -20,6 +20,8 @@ import math
 import numpy as np
 
 from modelport.errors import ValidationError
+from modelport.reference.samples import make_inputs
+from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 from modelport.validation.compare import compare
 from modelport.validation.tolerance import finite_or_none
 
@@ -102,7 +104,6 @@ def points(ir, kept: dict, cap: int = MEMORY_CAP) -> tuple[list[dict[str, int]],
 
 
 def _feeds(ir, at: dict[str, int], seed: int) -> dict[str, np.ndarray]:
-    from modelport.reference.samples import make_inputs
 
     given = getattr(getattr(ir.source, "spec", None), "given", None) or {}
     sized = {s.name for s in ir.inputs if any(isinstance(d, str) and d in at for d in s.shape)}
@@ -114,7 +115,6 @@ def check_sizes(runner, ir, model, kept: dict, tolerance, hop: str, *, seed: int
     """(rows for the report, the note of a cap, the ValidationError of the first miss or None):
     `runner` (the artifact's) at each point of `points`, against `model` (the IR's ONNX, or the file
     its weights are parked in) run in onnxruntime."""
-    from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 
     at_points, note = points(ir, kept)
     source = OnnxRuntimeRunner(model)

@@ -22,7 +22,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from modelport.deps import missing_dependency
 from modelport.errors import EXIT_UNEXPECTED, ModelportError, StageError
+from modelport.run import memory
+from modelport.run.quiet_call import MAX_LOG_LINES, collecting_logs
+from modelport.version import __version__
 
 SCHEMA = "modelport.report/1"
 SCHEMA_FILE = Path(__file__).with_name("report.schema.json")  # the published JSON Schema of SCHEMA
@@ -34,7 +38,6 @@ def tool_versions() -> dict[str, str]:
     import sys
 
     from modelport.deps import target_modules, version_of
-    from modelport.version import __version__
 
     out = {"modelport": __version__, "python": platform.python_version()}
     for mod in dict.fromkeys((*VERSIONED, *target_modules())):
@@ -78,8 +81,6 @@ class Report:
         """A timed stage row; the yielded `StageRow` adds details to it (`row.note(nodes=12)`). When
         the stage fails, what the libraries it called printed (captured by `quiet_call`, kept off
         the terminal) is its `log`."""
-        from modelport.run import memory
-        from modelport.run.quiet_call import MAX_LOG_LINES, collecting_logs
 
         entry = {"name": name, **details}
         t = time.perf_counter()
@@ -282,7 +283,6 @@ class Run:
         if not isinstance(exc, Exception):  # KeyboardInterrupt, SystemExit
             return False
         if not isinstance(exc, ModelportError):
-            from modelport.deps import missing_dependency
 
             missing = missing_dependency(exc)
             if missing is None:

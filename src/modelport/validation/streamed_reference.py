@@ -47,8 +47,8 @@ from pathlib import Path
 
 import numpy as np
 
-from modelport.run import progress as _progress
 from modelport.errors import BadInputError, UnsupportedError
+from modelport.run import progress as _progress
 from modelport.validation.generation import (
     Generation,
     GenerationBudget,

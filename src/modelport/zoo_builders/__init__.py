@@ -9,6 +9,9 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
+from modelport.errors import BadInputError
+from modelport.run.staging import staged_dir
+
 SAVERS = {"pytorch": "modelport.zoo_builders.pytorch"}
 SAVERS["keras"] = "modelport.zoo_builders.keras"
 
@@ -17,8 +20,6 @@ def save_source(name: str, output: Path, *, force: bool = False) -> dict:
     """Build zoo model `name` and save it into `output`, with a report.json that marks the folder
     as modelport's (so `--force` may replace it later) and lists the files."""
     from modelport import zoo
-    from modelport.errors import BadInputError
-    from modelport.run.staging import staged_dir
     from modelport.validation.report import Run
 
     entry = zoo.get(name)

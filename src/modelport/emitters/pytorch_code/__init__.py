@@ -10,10 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from modelport.deps import require
 from modelport.emitters import Artifact, EmitOptions
 from modelport.emitters.preflight import Preflight, opset_of
+from modelport.emitters.pytorch_code.generator import GenerationFailed, Generator, render
 from modelport.errors import UnsupportedError
 from modelport.ir import IRModel
+from modelport.runtimes.torch_source import load_generated
+from modelport.version import __version__
 
 NAME = "pytorch"
 RUNTIME = "torch"
@@ -46,7 +50,6 @@ FAILED_HINT = "a converter exists, but not for this configuration of the node; s
 
 def preflight(ir: IRModel, options: EmitOptions | None = None) -> Preflight:
     """Every node (subgraphs included) the converter families have no converter for."""
-    from modelport.emitters.pytorch_code.generator import Generator
 
     gen = Generator(ir.model)
     pre = Preflight(NAME, "PyTorch code generator", None, opset_of(ir.model), None, nodes=len(ir.model.graph.node), hint=HINT)
@@ -58,7 +61,6 @@ def preflight(ir: IRModel, options: EmitOptions | None = None) -> Preflight:
 
 def generate_source(onnx_model, *, title: str = "Model", source: str = "an ONNX model"):
     """(source text, state dict of numpy arrays, forward argument names). Raises UnsupportedError."""
-    from modelport.emitters.pytorch_code.generator import GenerationFailed, Generator, render
 
     try:
         mod = Generator(onnx_model).run()
@@ -74,8 +76,6 @@ def _fmt(specs) -> str:
 
 
 def emit(model: IRModel, out_dir: Path, options: EmitOptions) -> Artifact:
-    from modelport.deps import require
-    from modelport.version import __version__
 
     require("safetensors", purpose="writing the PyTorch weights")
     from safetensors.numpy import save_file
@@ -110,8 +110,6 @@ def module_from_ir(ir: IRModel, work: Path):
     folder the caller owns) and imported from there: how routes that need a PyTorch module
     (ExecuTorch, Core ML, litert-torch) take an ONNX-side source. Exit 2 naming the ops the
     generator cannot write."""
-    from modelport.deps import require
-    from modelport.runtimes.torch_source import load_generated
 
     require("safetensors", purpose="writing the generated PyTorch weights")
     from safetensors.numpy import save_file

@@ -15,6 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from modelport.emitters.pytorch_code import generate_source
+from modelport.errors import UnsupportedError
+
 
 @dataclass
 class Case:
@@ -91,8 +94,6 @@ def load_source(text: str, name: str = "modelport_conformance_case"):
 def run_case(case: Case) -> Outcome:
     import torch
 
-    from modelport.emitters.pytorch_code import generate_source
-    from modelport.errors import UnsupportedError
 
     if not all(isinstance(a, np.ndarray) for a in case.inputs + case.outputs):
         return Outcome(case.name, case.op, False, "unsupported", "sequence/optional/map values")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from modelport.emitters.pytorch_code.codegen import Value, identifier
+from modelport.emitters.pytorch_code.generator import BodyGenerator
 from modelport.emitters.pytorch_code.registry import CONVERTERS
 
 
@@ -28,7 +29,6 @@ def _true_const(n, i: int) -> bool:
 
 @CONVERTERS.register("Loop")
 def loop(n):
-    from modelport.emitters.pytorch_code.generator import BodyGenerator
 
     body = n.graphs["body"]
     carried_count = len(n.inputs) - 2
@@ -118,7 +118,6 @@ def _const_true_output(graph, name: str) -> bool:
 
 @CONVERTERS.register("If")
 def if_(n):
-    from modelport.emitters.pytorch_code.generator import BodyGenerator
 
     cond = n.const(0)
     arms = {}

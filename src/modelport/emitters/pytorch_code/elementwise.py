@@ -6,7 +6,7 @@ so reshapes built from it remain dynamic.
 
 from __future__ import annotations
 
-from modelport.emitters.pytorch_code.codegen import torch_dtype
+from modelport.emitters.pytorch_code.codegen import ONNX_DTYPES, torch_dtype
 from modelport.emitters.pytorch_code.registry import CONVERTERS
 
 BINARY = {"Add": "+", "Sub": "-", "Mul": "*"}
@@ -188,7 +188,6 @@ def clip_attrs(n):
 
 @CONVERTERS.register("Cast")
 def cast(n):
-    from modelport.emitters.pytorch_code.codegen import ONNX_DTYPES
 
     to = n.attr("to")
     if to not in ONNX_DTYPES:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from modelport.emitters.pytorch_code.codegen import literal, torch_dtype
+from modelport.emitters.pytorch_code.codegen import ONNX_DTYPES, Value, literal, torch_dtype
 from modelport.emitters.pytorch_code.registry import CONVERTERS
 
 
@@ -378,7 +378,6 @@ def trilu(n):
 
 @CONVERTERS.register("EyeLike")
 def eye_like(n):
-    from modelport.emitters.pytorch_code.codegen import ONNX_DTYPES, Value
 
     s = n.static_shape(0)
     if s is None:

@@ -36,6 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
+from modelport.packaging.triton import parse_config
+from modelport.run.memory import fmt_bytes, give_back, tree_rss
 from modelport.serving.v2.codec import RequestError
 from modelport.serving.v2.model import ServedModel
 
@@ -77,7 +79,6 @@ def wanted_versions(model_dir: Path) -> list[tuple[str, Path]]:
     found = sorted((int(v.name), v) for v in model_dir.iterdir() if v.is_dir() and v.name.isdigit())
     config = model_dir / "config.pbtxt"
     if config.is_file():
-        from modelport.packaging.triton import parse_config
 
         policy = parse_config(config.read_text()).version_policy
         kind = policy.WhichOneof("policy_choice")
@@ -307,7 +308,6 @@ class Repository:
     async def _make_room(self, entry: Entry, path: Path) -> None:
         """Unload the least recently used models until this version's allowance fits under the
         bound (the process tree's RSS); a version that cannot fit even then is a 503 naming both."""
-        from modelport.run.memory import fmt_bytes, give_back, tree_rss
 
         files = path.rglob("*") if path.is_dir() else [path]
         need = int(LOAD_FACTOR * sum(p.stat().st_size for p in files if p.is_file()))

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from modelport.serving.v2.grpc import Servicer
 from modelport.serving.v2.grpc import server as grpc_server
 from modelport.serving.v2.http import App
+from modelport.version import __version__
 
 log = logging.getLogger("modelport.serve")
 EXTENSIONS = ["model_repository", "statistics", "binary_tensor_data", "metrics"]
@@ -39,7 +40,6 @@ class ServeOptions:
 
 
 def metadata() -> dict:
-    from modelport.version import __version__
 
     return {"name": "modelport", "version": __version__, "extensions": EXTENSIONS}
 

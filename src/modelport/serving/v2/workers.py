@@ -26,6 +26,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from modelport.errors import ModelportError
 from modelport.serving.v2.server import ServeOptions, listening_socket, serve_logging
 from modelport.serving.v2.stats import Layout
 
@@ -121,7 +122,6 @@ class Supervisor:
         if self.stopping:
             return
         code = self.procs[index].poll()
-        from modelport.errors import ModelportError
 
         raise ModelportError(f"serve: worker {index} did not start (exit {code}); its error is above")
 
