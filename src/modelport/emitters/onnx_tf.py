@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from modelport.emitters import onnx_tf_math, onnx_tf_ops  # noqa: F401 (each registers its ops into OPS when imported)
 from modelport.emitters.onnx_tf_common import ONNX_DTYPES, OPS
 from modelport.emitters.op_registry import OpRegistry
 from modelport.errors import UnsupportedError, one_line
