@@ -173,7 +173,9 @@ CONVERT_PIPELINE = ("orchestration/options.py", "orchestration/request.py", "orc
                     "orchestration/optimize_stage.py", "orchestration/text_generation.py",
                     "orchestration/text_generation_options.py", "orchestration/decoder_variants.py")
 DECIDED = {"orchestration/request.py": None,  # decide() and its helpers
-           "orchestration/text_generation_options.py": {"refusals"}}  # called by decide() alone
+           # refusals: called by decide() alone; __post_init__: the options class checks its own fields'
+           # values when it is built, before decide, as every stage's options class does
+           "orchestration/text_generation_options.py": {"refusals", "__post_init__"}}
 NEEDS_THE_MODEL = {
     ("orchestration/source.py", "resolve_source"): "--task on a source that is no Hugging Face folder: reads the folder",
     ("orchestration/forward.py", "parse"): "--package on a source whose parse gave several models (known only from the parse)",

@@ -149,7 +149,7 @@ def test_the_ir_before_the_passes_is_let_go_once_they_are_done(tmp_path, monkeyp
     ({"runtimes": ("onnxruntime",)}, "--runtimes names the runtimes --optimize auto compares"),
     ({"optimize": "auto", "targets": ["onnx", "tflite"]}, "--optimize auto picks an onnxruntime variant or an OpenVINO one; it cannot feed tflite"),
     ({"sample_dims": {"batch": 9}, "dim_bounds": {"batch": "1..4"}}, "batch=9 is outside the sizes declared for it"),
-    ({"task": "text-generation", "new_tokens": 0}, "bad --new-tokens 0: at least 1"),
+    ({"task": "text-generation", "optimize": "auto", "reference": "streamed"}, "--optimize auto judges its variants against the transformers"),
     ({"task": "text-generation", "precision": "fp16", "optimize": "auto"}, "--optimize auto times its variants on the CPU"),
 ])
 def test_refusals_that_need_no_model_are_made_by_decide_before_anything_is_read(tiny_onnx, tmp_path, kwargs, message):
@@ -164,8 +164,8 @@ def test_refusals_that_need_no_model_are_made_by_decide_before_anything_is_read(
     level, runtimes = kwargs.pop("optimize", None), kwargs.pop("runtimes", None)
     if level is not None or runtimes is not None:
         kwargs["optimize"] = OptimizeOptions(level=level, runtimes=runtimes)
-    if "new_tokens" in kwargs:
-        kwargs["text_generation"] = TextGenerationOptions(new_tokens=kwargs.pop("new_tokens"))
+    if "reference" in kwargs:
+        kwargs["text_generation"] = TextGenerationOptions(reference=kwargs.pop("reference"))
     source = tmp_path / "no-such-folder" if kwargs.get("task") == "text-generation" else tiny_onnx
     with pytest.raises(BadInputError, match=re.escape(message)):
         decide(source, tmp_path / "out", modelport.ConvertOptions(**kwargs))

@@ -31,16 +31,20 @@ class TextGenerationOptions:
     auto: DecoderAutoOptions = DecoderAutoOptions()
     reference: str = "auto"  # transformers, streamed, or auto: streamed from STREAM_FROM parameters or when the fp32 model does not fit
 
+    def __post_init__(self):
+        """Each field's own value, checked where it is declared (as every stage's options class does)."""
+        if self.new_tokens < 1:
+            raise BadInputError(f"bad --new-tokens {self.new_tokens}: at least 1")
+        if self.reference not in REFERENCES:
+            raise BadInputError(f"unknown --reference '{self.reference}'; known: {', '.join(REFERENCES)}")
+        WeightOnlyOptions(bits=4, block_size=self.block_size, symmetric=self.symmetric)
+        parse_generation_budget(self.budget)
+
 
 def refusals(tg: TextGenerationOptions, level: str | None, precision: str, runtimes, accuracy_budget: str | None) -> None:
-    """Exit 2 for what this pipeline cannot deliver: its own options, the optimisation level, the
-    runtimes and the budget (`precision`: the one every target is written at)."""
-    if tg.new_tokens < 1:
-        raise BadInputError(f"bad --new-tokens {tg.new_tokens}: at least 1")
-    if tg.reference not in REFERENCES:
-        raise BadInputError(f"unknown --reference '{tg.reference}'; known: {', '.join(REFERENCES)}")
-    WeightOnlyOptions(bits=4, block_size=tg.block_size, symmetric=tg.symmetric)
-    parse_generation_budget(tg.budget)
+    """Exit 2 for what this pipeline cannot deliver with the run's other options: the optimisation
+    level, the precision, the reference, the runtimes and the run's budget (`precision`: the one every
+    target is written at)."""
     if level not in LEVELS:
         raise BadInputError(f"--task text-generation takes --optimize none, all or auto; not {level}")
     if precision == AUTO and level != "auto":
