@@ -177,8 +177,11 @@ def test_a_load_or_unload_taken_by_one_worker_reaches_both(tmp_path):
         _matmul_file(repo / name / "1" / "model.onnx", 4, 3, 0)
     s = Server(repo, "--workers", "2", "--model-control", "explicit", log=tmp_path / "repo-workers.log")
     try:
-        s.wait_ready(120)
-        assert _ready_in_each_worker(s, "b") == [200, 200]
+        s.wait_ready(120)  # one worker answers; the other may still be opening its private socket
+        deadline = time.monotonic() + 60
+        while (got := _answered(lambda: _ready_in_each_worker(s, "b"))) != [200, 200] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert got == [200, 200]
         status, text = _post(s.http, "/v2/repository/models/b/unload", b"")
         assert status == 200, text
         assert _ready_in_each_worker(s, "b") == [400, 400]  # no worker still serves it
