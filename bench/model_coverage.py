@@ -442,10 +442,15 @@ def markdown(rows: list[dict], route_names: list[str], seconds: float | None, co
         star = "*" if m in quick else ""
         lines.append(f"| {m}{star} | " + " | ".join(_cell(by[(m, r)], mixed) if (m, r) in by else "–" for r in route_names) + " |")
     failures = [r for r in rows if r["exit"] != 0]
-    lines += ["", "## Failures", "", "| model | route | exit | cause |", "| --- | --- | --- | --- |"]
+    kinds = [classify(r)[0] for r in failures]
+    lines += ["", "## Failures", "",
+              f"Each failure is classified (`LIMITS` in bench/model_coverage.py): {kinds.count('real limit')} real limits,"
+              f" {kinds.count('false refusal')} false refusals, {kinds.count('unclassified')} unclassified.", "",
+              "| model | route | exit | class | cause |", "| --- | --- | --- | --- | --- |"]
     for r in failures:
         cause = r["cause"].replace("|", "\\|")
-        lines.append(f"| {r['model']} | {r['route']} | {r['exit']} | {cause} |")
+        kind, why = classify(r)
+        lines.append(f"| {r['model']} | {r['route']} | {r['exit']} | {kind}{': ' + why if why else ''} | {cause} |")
     causes: dict[str, int] = {}
     for r in failures:
         key = f"exit {r['exit']}: {_cause_class(r['cause'])}"
@@ -454,6 +459,39 @@ def markdown(rows: list[dict], route_names: list[str], seconds: float | None, co
     for key, n in sorted(causes.items(), key=lambda kv: -kv[1]):
         lines.append(f"| {n} | {key.replace('|', chr(92) + '|')} |")
     return "\n".join(lines) + "\n"
+
+
+# Every failure of the table, classified: (a regular expression on its cause, "real limit" or "false
+# refusal", what limits it). A failure no entry matches is "unclassified" until one says what it is;
+# tests/test_coverage_corpus.py fails on an unclassified failure or a false refusal in docs/coverage.json.
+LIMITS = [
+    (r"the TorchScript exporter failed \(a TorchScript module has no other route", "real limit",
+     "a TorchScript file: torch.export takes no ScriptModule, and the TorchScript exporter stops at the model's own ops"),
+    (r"onnx2tf could not convert the model: .*tf\.squeeze.*modelport's ONNX lowering could not either", "real limit",
+     "onnx2tf's squeeze fails on the graph's If branches, and modelport's ONNX lowering has no If"),
+    (r"fixes the dynamic dims at .* and the source does not run on inputs", "real limit",
+     "the route fixes the dynamic dims, and the source itself does not run at the sizes they are fixed to"),
+    (r"artifact's input '[^']+' has the shape \[1\]; the contract's is \[\]", "real limit",
+     "the converter makes a rank-0 input rank 1; the contract check refuses the changed rank"),
+    (r"TF\.js cannot run the model: Error in conv2d: depth of input \(\d+\) must match input depth for filter", "real limit",
+     "a grouped convolution: TF.js's conv2d takes none"),
+    (r"needs ops outside the TFLite builtins: \['Flex", "real limit",
+     "the TFLite model needs TF's Flex (Select TF ops) delegate, which the LiteRT interpreter lacks"),
+    (r"GuardOnDataDependentSymNode", "real limit",
+     "torch.export cannot guard on a shape the model computes from tensor values (a data-dependent guard)"),
+    (r"^no result within \d+s$", "real limit",
+     "the conversion takes longer than the table's limit per run (a decoder through litert-torch)"),
+    (r"stage '[^']+' took .* past its bound of", "false refusal",
+     "the stage's memory bound refused a model the machine holds"),
+]
+
+
+def classify(row: dict) -> tuple[str, str]:
+    """(class, why) of a failed row: `LIMITS`' first matching entry, else ("unclassified", "")."""
+    for pattern, kind, why in LIMITS:
+        if re.search(pattern, row.get("cause") or ""):
+            return kind, why
+    return "unclassified", ""
 
 
 def _cause_class(cause: str) -> str:

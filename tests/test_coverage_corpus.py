@@ -62,3 +62,22 @@ def check_outcome(model: str, route: str, corpus: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize(("model", "route"), [(m.name, r) for m in QUICK for r in ROUTES if r not in EDGE])
 def test_quick_set_outcome_is_the_recorded_one(model, route, corpus, tmp_path):
     check_outcome(model, route, corpus, tmp_path)
+
+
+def test_every_failure_in_the_table_is_a_classified_real_limit():
+    """No failure of docs/coverage.json is unclassified or a false refusal (`LIMITS` says what limits each)."""
+    kinds = {(r["model"], r["route"]): coverage.classify(r)[0] for r in RECORDED["rows"] if r["exit"] != 0}
+    assert {k: v for k, v in kinds.items() if v != "real limit"} == {}
+
+
+def test_the_table_leaves_no_cell_out():
+    """Every model of the corpus on every route has a row: no `–` in docs/coverage.md."""
+    assert [(m.name, r) for m in coverage.CORPUS for r in RECORDED["routes"] if (m.name, r) not in EXPECTED] == []
+
+
+def test_a_failure_is_classified_by_its_cause():
+    assert coverage.classify({"cause": "model.json: TF.js cannot run the model: Error in conv2d: depth of input (8) must match "
+                                       "input depth for filter 1."})[0] == "real limit"
+    assert coverage.classify({"cause": "stage 'parse' took 6.5 GB more memory (this process and its children), past its bound of 6.4 GB"})[0] \
+        == "false refusal"
+    assert coverage.classify({"cause": "something new"}) == ("unclassified", "")
