@@ -157,6 +157,22 @@ class Artifacts:
         return OnnxRuntimeRunner(self.get("onnx", "reference outputs")).run(feeds)
 
 
+def versions(model_dir: Path) -> list[int]:
+    """The version folders of a model in a repository (Triton's and OVMS's layout), in order."""
+    return sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()) if model_dir.is_dir() else []
+
+
+def new_version(model_dir: Path, name: str, asked: int | None) -> tuple[int, list[int]]:
+    """(the version a bundle adds to `model_dir`: `asked`, else one past the last; the versions already
+    there); exit 2 when it exists."""
+    existing = versions(model_dir)
+    version = asked or ((existing[-1] + 1) if existing else 1)
+    if (model_dir / str(version)).exists():
+        raise BadInputError(f"version {version} of '{name}' already exists in the repository", path=model_dir / str(version),
+                            hint="pick another --version, or --force without --add-version to replace the repository")
+    return version, existing
+
+
 def served_name(artifacts: Artifacts, options) -> str:
     """The model's name in the server (`--name`, else the artifacts' own): a folder and file name, so checked as one."""
 

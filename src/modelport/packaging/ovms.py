@@ -18,7 +18,15 @@ from pathlib import Path
 
 from modelport.errors import BadInputError
 from modelport.packaging import Bundle, PackageOptions
-from modelport.packaging.bundle import Artifacts, check_schema, load_schema, place_openvino_ir, served_name, unservable
+from modelport.packaging.bundle import (
+    Artifacts,
+    check_schema,
+    load_schema,
+    new_version,
+    place_openvino_ir,
+    served_name,
+    unservable,
+)
 from modelport.packaging.docker import image_for
 from modelport.packaging.requests import v2_request, write_json_request
 
@@ -67,9 +75,6 @@ def _place(artifacts: Artifacts, kind: str, version_dir: Path) -> list[Path]:
     return out
 
 
-def _versions(model_dir: Path) -> list[int]:
-    return sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()) if model_dir.is_dir() else []
-
 
 def config_doc(name: str, plugin: dict, existing: dict | None = None) -> dict:
     """config.json: the existing one's other models kept, this model's entry (re)written."""
@@ -85,11 +90,7 @@ def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bun
     kind = model_kind(artifacts)
     name = served_name(artifacts, options)
     model_dir = out_dir / name
-    existing = _versions(model_dir)
-    version = options.version or ((existing[-1] + 1) if existing else 1)
-    if (model_dir / str(version)).exists():
-        raise BadInputError(f"version {version} of '{name}' already exists in the repository", path=model_dir / str(version),
-                            hint="pick another --version, or --force without --add-version to replace the repository")
+    version, existing = new_version(model_dir, name, options.version)
     config_path = out_dir / "config.json"
     old = None
     if config_path.is_file():

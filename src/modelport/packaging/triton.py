@@ -24,7 +24,7 @@ from pathlib import Path
 from modelport.deps import require
 from modelport.errors import BadInputError
 from modelport.packaging import Bundle, PackageOptions
-from modelport.packaging.bundle import Artifacts, place_openvino_ir, served_name, unservable
+from modelport.packaging.bundle import Artifacts, new_version, place_openvino_ir, served_name, unservable
 from modelport.packaging.docker import image_for
 from modelport.packaging.requests import v2_datatype, v2_request, write_json_request
 from modelport.packaging.tfserving import export_saved_model
@@ -172,9 +172,6 @@ def parse_config(text: str):
         raise BadInputError(f"not a valid Triton model config: {e}") from None
 
 
-def _existing_versions(model_dir: Path) -> list[int]:
-    return sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()) if model_dir.is_dir() else []
-
 
 def _place_model(artifacts: Artifacts, backend: str, version_dir: Path, options: PackageOptions,
                  details: dict) -> list[Path]:
@@ -221,11 +218,7 @@ def package(artifacts: Artifacts, out_dir: Path, options: PackageOptions) -> Bun
     backend = choose_backend(artifacts, options)
     name = served_name(artifacts, options)
     model_dir = out_dir / name
-    existing = _existing_versions(model_dir)
-    version = options.version or ((existing[-1] + 1) if existing else 1)
-    if (model_dir / str(version)).exists():
-        raise BadInputError(f"version {version} of '{name}' already exists in the repository", path=model_dir / str(version),
-                            hint="pick another --version, or --force without --add-version to replace the repository")
+    version, existing = new_version(model_dir, name, options.version)
     config = build_config(artifacts, options, backend, name)
     old_config = model_dir / "config.pbtxt"
     if existing and old_config.is_file():

@@ -21,15 +21,13 @@ import uuid
 from pathlib import Path
 
 from modelport.errors import BadInputError
+from modelport.packaging.bundle import versions
 from modelport.packaging.s3_repository import is_s3, shown, uri_scheme
 from modelport.run.names import check_path_name
 from modelport.serving import s3_mirror
 
 HISTORY = ".modelport-history"
 
-
-def _versions(model_dir: Path) -> list[int]:
-    return sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()) if model_dir.is_dir() else []
 
 
 def _config(model_dir: Path, name: str):
@@ -80,7 +78,7 @@ def add(repo: Path, name: str, source: Path, version: int | None = None) -> dict
     model_dir = _model_dir(repo, name, exists=False)
     if not source.exists():
         raise BadInputError("no such file or folder", path=source)
-    have = _versions(model_dir)
+    have = versions(model_dir)
     number = version if version is not None else (have[-1] + 1 if have else 1)
     if number < 1:
         raise BadInputError(f"bad --version {number}: versions start at 1")
@@ -100,13 +98,13 @@ def add(repo: Path, name: str, source: Path, version: int | None = None) -> dict
         shutil.rmtree(staging, ignore_errors=True)
     served = served_before or [number]  # the first version serves; a later one waits for promote
     _pin(model_dir, name, served)
-    return {"model": name, "version": number, "serving": served, "versions": _versions(model_dir)}
+    return {"model": name, "version": number, "serving": served, "versions": versions(model_dir)}
 
 
 def promote(repo: Path, name: str, version: int) -> dict:
     model_dir = _model_dir(repo, name)
-    if version not in _versions(model_dir):
-        raise BadInputError(f"'{name}' has no version {version}; it has {_versions(model_dir)}", path=model_dir)
+    if version not in versions(model_dir):
+        raise BadInputError(f"'{name}' has no version {version}; it has {versions(model_dir)}", path=model_dir)
     before = serving(model_dir)
     _pin(model_dir, name, [version])
     if before and before != [version]:
@@ -117,7 +115,7 @@ def promote(repo: Path, name: str, version: int) -> dict:
 def rollback(repo: Path, name: str) -> dict:
     model_dir = _model_dir(repo, name)
     history = _history(model_dir)
-    while history and not set(history[-1]) <= set(_versions(model_dir)):
+    while history and not set(history[-1]) <= set(versions(model_dir)):
         history.pop()  # a version deleted since: not one to go back to
     if not history:
         raise BadInputError(f"'{name}' has no earlier version to roll back to (promote has not moved it)", path=model_dir)
@@ -130,7 +128,7 @@ def rollback(repo: Path, name: str) -> dict:
 def listing(repo: Path) -> dict:
     if not repo.is_dir():
         raise BadInputError("not a repository folder", path=repo)
-    return {"models": [{"name": d.name, "versions": _versions(d), "serving": serving(d)}
+    return {"models": [{"name": d.name, "versions": versions(d), "serving": serving(d)}
                        for d in sorted(repo.iterdir()) if d.is_dir() and not d.name.startswith(".")]}
 
 
