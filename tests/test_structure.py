@@ -178,7 +178,7 @@ DECIDED = {"orchestration/request.py": None,  # decide() and its helpers
            "orchestration/text_generation_options.py": {"refusals", "__post_init__"}}
 NEEDS_THE_MODEL = {
     ("orchestration/source.py", "resolve_source"): "--task on a source that is no Hugging Face folder: reads the folder",
-    ("orchestration/forward.py", "parse"): "--package on a source whose parse gave several models (known only from the parse)",
+    ("orchestration/forward.py", "_parse"): "--package on a source whose parse gave several models (known only from the parse)",
     ("orchestration/text_generation.py", "check_fp16"): "a folder the fp16 writer does not cover: reads config.json",
     ("orchestration/text_generation.py", "check_memory"): "--reference streamed on a folder it cannot read",
     ("orchestration/text_generation.py", "check_disk"): "the disk a folder's conversion needs",
@@ -221,7 +221,9 @@ def test_the_refusal_check_finds_one_outside_decide(tmp_path):
 
 
 # The plan's types: what decide() and the planners hand the emit chain
-PLAN_TYPES = {"orchestration/request.py": ("Request",), "orchestration/jobs.py": ("Job", "Prepared", "Context"),
+PLAN_TYPES = {"orchestration/request.py": ("Request",),
+              "orchestration/jobs.py": ("Job", "Prepared", "Context", "JobResult", "Fallback", "StageResult", "Parsed", "Planned"),
+              "validation/report.py": ("Findings", "ContractEntry", "Sides"),
               "emitters/__init__.py": ("EmitOptions",)}
 
 
@@ -270,6 +272,54 @@ def test_route_plans_are_changed_by_one_planner():
                 if target:
                     changed.append(f"{p.relative_to(SRC)}:{fn.name}")
     assert set(changed) == {"orchestration/jobs.py:plan_routes"}, sorted(set(changed))
+
+
+# The report is written from what the stages return: `Report.record(Findings)` (and the pipeline's
+# `recorded(report, StageResult)`), and the optimisation passes' own stage rows; nothing else
+# writes into it, and no stage writes into it while it runs.
+REPORT_WRITE_SITES = 15
+REPORT_METHODS = {"data", "finished", "stage", "stage_names", "add_stage_rows", "record", "finish", "to_dict", "to_json",
+                  "write", "write_failed"}
+
+
+def report_write_sites(root: Path = SRC) -> list[str]:
+    """'file:line' of each call that writes into a report: a Report method (`x.record(...)`,
+    `x.add_stage_rows(...)`) or the pipeline's `recorded(...)`, outside validation/report.py."""
+    sites = []
+    for p in sorted(root.rglob("*.py")):
+        rel = str(p.relative_to(root))
+        if rel == "validation/report.py":
+            continue
+        for node in ast.walk(ast.parse(p.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            if isinstance(f, ast.Attribute) and f.attr in ("record", "add_stage_rows") or isinstance(f, ast.Name) and f.id == "recorded":
+                sites.append(f"{rel}:{node.lineno}")
+    return sites
+
+
+def test_the_report_is_written_from_what_the_stages_return():
+    sites = report_write_sites()
+    assert len(sites) <= REPORT_WRITE_SITES, sites
+    from modelport.validation.report import Report
+
+    assert {m for m in vars(Report) if not m.startswith("_")} == REPORT_METHODS  # no section setter comes back
+
+
+def test_the_write_site_count_finds_a_write(tmp_path):
+    (tmp_path / "w.py").write_text("def f(report, found, record):\n    report.record(found)\n    record(1, 2)\n"
+                                   "    recorded(report, found)\n    report.add_stage_rows([])\n")
+    assert report_write_sites(tmp_path) == ["w.py:2", "w.py:4", "w.py:5"]
+
+
+def test_no_attempt_is_taken_back_from_the_report():
+    """A route or a precision given up leaves nothing to take back: each job returns its result and the
+    run records the one it keeps (orchestration/jobs.py), so the report has no discard or settle."""
+    from modelport.validation.report import Report
+
+    assert not [m for m in vars(Report) if "attempt" in m]
+    assert _calls("discard_attempt") == [] and _calls("settle_attempt") == []
 
 
 # The frameworks a module imports inside the function that needs them, so that importing modelport

@@ -7,7 +7,7 @@ import json
 import jsonschema
 import pytest
 
-from modelport.validation.report import SCHEMA_FILE
+from modelport.validation.report import SCHEMA_FILE, Findings
 
 SCHEMA = json.loads(SCHEMA_FILE.read_text())
 
@@ -169,7 +169,7 @@ def test_report_data_is_a_read_only_view():
     report = Report("convert")
     with pytest.raises(TypeError):
         report.data["source"] = {}
-    report.set_source({"path": "m.onnx"})
+    report.record(Findings(source={"path": "m.onnx"}))
     copy = report.to_dict()
     copy["source"]["path"] = "other"
     assert report.data["source"] == {"path": "m.onnx"}
@@ -201,7 +201,7 @@ def test_an_inner_run_ends_first_and_its_report_is_kept(validator):
     with pytest.raises(ValidationError) as e:
         with outer:
             with Run("convert") as inner:
-                inner.warn("seen by the inner run only")
+                inner.record(Findings(warnings=["seen by the inner run only"]))
                 raise ValidationError("parity failed")
     assert e.value.report["warnings"] == ["seen by the inner run only"] and outer.document is e.value.report
     validator.validate(e.value.report)
@@ -229,5 +229,5 @@ def test_run_finishes_a_successful_report():
 
     run = Run("zoo build")
     with run as report:
-        report.set_files(["model.pt2"])
+        report.record(Findings(files=["model.pt2"]))
     assert run.document["status"] == "ok" and run.document["exit_code"] == 0 and run.document["files"] == ["model.pt2"]

@@ -11,10 +11,12 @@
     report     report.json (and report.html), packages for serving systems
 
 The task is an object made per run from `request.PIPELINES` (orchestration/forward.py,
-orchestration/text_generation.py) with `preflight()`, `parse() -> {part: IR}`,
-`prepare(part, ir) -> [Job]`, `validate(job, artifact, route) -> ArtifactCheck`,
-`tolerance(resolved)` and `finish(stage)`; it is a context manager that owns the run's scratch
-space. Everything is written into a staging folder beside OUT_DIR and renamed into place at the
+orchestration/text_generation.py) with `preflight()`, `parse() -> Parsed` ({part: IR}),
+`prepare(part, ir) -> Planned` (its jobs), `validate(job, artifact, route) -> ArtifactCheck`,
+`tolerance(resolved)` and `finish(stage) -> StageResult`; it is a context manager that owns the run's
+scratch space. Each stage returns what it found (orchestration/jobs.py: `StageResult`, each job's
+`JobResult`) and the report is written from those results alone (`recorded`), so an attempt given up
+(another route, an fp32 retry) leaves nothing in it. Everything is written into a staging folder beside OUT_DIR and renamed into place at the
 end, so a failed run (bad input, parity failure, crash) leaves no output. A requested precision
 is delivered within tolerance or the run fails (exit 4), unless the user allowed a fallback:
 then the artifact is FP32 and the report and the terminal say so (`requested_precision`,
@@ -26,7 +28,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from modelport.errors import ModelportError
-from modelport.orchestration.jobs import Context, StageCallback, run_jobs
+from modelport.orchestration.jobs import Context, StageCallback, recorded, run_jobs
 from modelport.orchestration.options import ConvertOptions
 from modelport.orchestration.request import PIPELINES, decide
 from modelport.run.staging import staged_dir
@@ -49,16 +51,18 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
         ctx = Context(request, report, on_stage)
         with PIPELINES.load(request.pipeline)(ctx) as task:
             task.preflight()
-            jobs = [job for part, ir in task.parse().items() for job in task.prepare(part, ir)]
+            parts = recorded(report, task.parse()).parts
+            jobs = [job for part, ir in parts.items() for job in recorded(report, task.prepare(part, ir)).jobs]
             with staged_dir(request.out, request.inputs, force=options.force, keep_failed=options.keep_failed) as stage:
                 ctx.stage = stage
                 try:
-                    run_jobs(jobs, task, ctx)
-                    task.finish(stage)
+                    recorded(report, run_jobs(jobs, task, ctx))
+                    recorded(report, task.finish(stage))
                     if request.packages:
                         from modelport.orchestration.package import package_converted
 
-                        package_converted(stage, report, request.packages, options.package, on_stage=on_stage)
+                        bundles = package_converted(stage, report, request.packages, options.package, on_stage=on_stage)
+                        report.record(bundles)
                     report.write(stage)
                 except ModelportError as e:
                     if options.keep_failed:  # OUT.failed/report.json: the run as far as it got, and why it failed

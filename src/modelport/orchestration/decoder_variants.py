@@ -25,6 +25,7 @@ from modelport.optimize.decoder_fusion import fuse_decoder
 from modelport.optimize.weight_only import BITS, WeightOnlyOptions, quantize_stored, quantize_weight_only
 from modelport.parsers import hf_decoder_graph
 from modelport.validation import generation
+from modelport.validation.report import Findings
 
 AUTO = "auto"
 # --precision auto (with --optimize auto): the precisions of AUTO_PRECISIONS compete, timed in onnxruntime
@@ -34,7 +35,7 @@ AUTO = "auto"
 AUTO_PRECISIONS = ("fp32", "int8", "int4")
 
 
-def fused(ir, run):
+def fused(ir, run, found: Findings):
     """(IR, the folder of its weights' data file): the IR with onnxruntime's decoder fusions, kept only when it still generates the reference's
     tokens with logits within the fp32 tolerance (else the unfused IR, and the row says why;
     under --strict the run fails). A written graph (parsers/hf_decoder_graph.py) is written again
@@ -65,7 +66,7 @@ def fused(ir, run):
         row.note(reason=result.reason)
         if run.options.strict:
             raise ValidationError(f"decoder fusion breaks generation: {result.reason} (--strict)")
-        run.ctx.report.warn(f"decoder fusion rolled back: {result.reason}")
+        found.warn(f"decoder fusion rolled back: {result.reason}")
         return ir, export.parent
     return ir.clone(onnx.load(str(path), load_external_data=False)), path.parent
 
@@ -128,14 +129,14 @@ def fuse(ir, cfg, export: Path):
     return model, details
 
 
-def quantized(ir, weights: Path | None, run):
+def quantized(ir, weights: Path | None, run, found: Findings):
     """(the IR at the requested precision, the folder of its weights' data file or None when the model
     holds them, precision). `weights`: the folder of `ir`'s data file (None: the model holds its
     weights). From files, each weight is read, quantised and written before the next
     (`quantize_stored`); in memory the model is quantised in place and `ir` is not to be used after.
     fp16: the graph written again from the folder in float16, in the same form (fused or plain)."""
 
-    cfg, scratch, report, precision = run.cfg, run.scratch, run.ctx.report, run.precision
+    cfg, scratch, precision = run.cfg, run.scratch, run.precision
     if precision == "fp32":
         return ir, weights, "fp32"
     if precision == "fp16":
@@ -149,8 +150,8 @@ def quantized(ir, weights: Path | None, run):
             row.note(nodes_before=len(ir.model.graph.node), nodes=len(model.graph.node), form="fused" if fused else "plain",
                      **{k: details[k] for k in ("dtype", "clamped") if k in details})
             if details.get("clamped"):
-                report.warn(f"{sum(details['clamped'].values())} weight values beyond float16's range clamped to ±65504 "
-                            f"({', '.join(list(details['clamped'])[:3])})")
+                found.warn(f"{sum(details['clamped'].values())} weight values beyond float16's range clamped to ±65504 "
+                           f"({', '.join(list(details['clamped'])[:3])})")
         ir.model = None
         return ir.clone(model), path.parent, "fp16"
     tg = run.tg

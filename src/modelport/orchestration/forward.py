@@ -25,7 +25,7 @@ from modelport.ir import IRModel, SourceRef
 from modelport.onnxfile.onnx_io import EXTERNAL_DATA_THRESHOLD
 from modelport.optimize.pipeline import check_parity
 from modelport.optimize.weight_store import forget_onnxscript_matches
-from modelport.orchestration.jobs import Context, Job, plan_jobs
+from modelport.orchestration.jobs import Context, Job, Parsed, Planned, StageResult, gathering, plan_jobs
 from modelport.orchestration.optimize_stage import runs
 from modelport.orchestration.source import describe_source, parse_noting_attempts, resolve_source
 from modelport.packaging.reference_file import write_reference
@@ -36,6 +36,7 @@ from modelport.run.memory import give_back
 from modelport.targets import get
 from modelport.validation import Tolerance, check_override_names, tolerance_for
 from modelport.validation.artifact import ArtifactCheck, Judging, validate_artifact
+from modelport.validation.report import ContractEntry, Findings
 
 # The forward pipeline's peak resident memory (process tree) for a Hugging Face folder, estimated
 # before any work from the fp32 size W of its safetensors' parameters: LIBRARIES + copies x W.
@@ -71,18 +72,22 @@ class ForwardRun:
         self.src, self.spec, self.zoo_tol = resolve_source(request.source, request.options)
         check_memory(self.src, self.ctx)
 
-    def parse(self) -> dict[str, IRModel]:
-        """{part: IR} ("" for a source converted as one model), each with its contract recorded."""
+    def parse(self) -> Parsed:
+        """{part: IR} ("" for a source converted as one model), with the source and each part's contract."""
+        result = Parsed()
+        with gathering(result) as found:
+            result.parts = self._parse(found)
+        return result
+
+    def _parse(self, found: Findings) -> dict[str, IRModel]:
         import tempfile
 
-
         ctx, spec = self.ctx, self.spec
-        report = ctx.report
         with ctx.step("parse") as parsed, tempfile.TemporaryDirectory(prefix="modelport-export-") as exported:
             # an exporter writes the weights to files here and the IR comes back as its graph: the
             # weights are read in below, once the source model is gone, not held beside it
             spec.weights_dir = Path(exported)
-            ir = parse_noting_attempts(parse, self.src, spec, parsed, report)
+            ir = parse_noting_attempts(parse, self.src, spec, parsed, found)
             spec.weights_dir = None
             forget_onnxscript_matches()  # the export's graph, whose tensors are the torch model's parameters
             give_back()  # what the source framework and its exporter freed: not kept beside the IR
@@ -100,41 +105,42 @@ class ForwardRun:
             pir.source = self.source_ref
             symbolic = {d for s in pir.inputs for d in s.shape if isinstance(d, str)}
             pir.dim_bounds = {d: b for d, b in ctx.request.options.dim_bounds.items() if d in symbolic}
-        report.set_source(describe_source(self.src, ir))
-        for part, pir in parts.items():
-            given = list(spec.given)
-            if part:
-                report.add_part(part, pir.contract(), reference_varies=pir.provenance.get("reference_varies"), given=given)
-            else:
-                report.set_contract(pir.contract(), reference_varies=pir.provenance.get("reference_varies"), given=given)
+        found.source = describe_source(self.src, ir)
+        found.contracts = [ContractEntry(pir.contract(), pir.provenance.get("reference_varies"), tuple(spec.given), part)
+                           for part, pir in parts.items()]
         if ir.parts and ctx.request.packages:
             raise BadInputError(f"--package takes one model; this source gives {len(parts)} ({', '.join(parts)})", path=spec.path)
         check_override_names(tol := self.tolerance(None), [o.name for p in parts.values() for o in p.outputs], path=spec.path)
         if tol.basis:  # the references carry the error of the source's own precision
-            report.warn(f"the IR and every artifact are judged against the source's outputs with {tol.basis} "
-                        f"(min cosine {tol.min_cosine:g}, atol {tol.atol:g}, rtol {tol.rtol:g})")
+            found.warn(f"the IR and every artifact are judged against the source's outputs with {tol.basis} "
+                       f"(min cosine {tol.min_cosine:g}, atol {tol.atol:g}, rtol {tol.rtol:g})")
         return parts
 
-    def prepare(self, part: str, ir: IRModel) -> list[Job]:
+    def prepare(self, part: str, ir: IRModel) -> Planned:
         """The part's IR checked against the source, optimised, and its jobs planned."""
+        result = Planned()
+        with gathering(result) as found:
+            result.jobs = self._prepare(part, ir, found)
+        return result
+
+    def _prepare(self, part: str, ir: IRModel, found: Findings) -> list[Job]:
         from modelport.orchestration.optimize_stage import optimise
 
         ctx, options = self.ctx, self.ctx.request.options
         label, suffix = (f"{part}: ", f":{part}") if part else ("", "")
-        check_reference_varies(ir, ctx.report, strict=options.strict, path=self.spec.path)
+        check_reference_varies(ir, found, strict=options.strict, path=self.spec.path)
         with ctx.step(f"validate:ir{suffix}"):  # a large model is loaded from a file its weights wait in
             export_parity = check_parity(ir, self.tolerance(None), f"{label}{self.framework}→onnx (IR)")
-        ctx.report.add_parity(export_parity)
+        found.parity.append(export_parity.to_dict())
         drift = None  # the IR is not the source: only routes that read the source alone may go on
         if not export_parity.ok and from_source_alone(ir, ctx):
             drift = f"the ONNX IR fails parity with the source ({export_parity.summary()})"
-            ctx.report.warn(f"{label}{drift}; every target is emitted from the source itself")
+            found.warn(f"{label}{drift}; every target is emitted from the source itself")
         else:
             export_parity.raise_if_failed(path=self.spec.path)
         with ctx.bounded("optimize"):  # the passes write their own rows
-            prepared = optimise(ir, ctx, self.zoo_tol)
+            prepared = optimise(ir, ctx, self.zoo_tol, found)
         if all(variant.model is not ir.model for variant in prepared.irs.values()):
-
             ir.model = None  # the IR before the passes: every target is emitted from what came out of them
             give_back()
         for variant in prepared.irs.values():
@@ -157,7 +163,7 @@ class ForwardRun:
                 row.note(ran=False)
         return check
 
-    def finish(self, stage: Path) -> None:
+    def finish(self, stage: Path) -> StageResult:
         """The source's tokenizer/preprocessor files next to the artifacts, and the reference's first
         sample set (`reference.npz`: what `modelport serve` checks the artifact's answers against)."""
         import shutil
@@ -166,12 +172,7 @@ class ForwardRun:
         for f in self.companions:
             shutil.copyfile(f, stage / Path(f).name)
             names.append(Path(f).name)
-        if names:
-            self.ctx.report.set_files(names)
-
-        entry = write_reference(self.reference, stage)
-        if entry:
-            self.ctx.report.set_reference(entry)
+        return StageResult(Findings(files=names or None, reference=write_reference(self.reference, stage) or None))
 
     def tolerance(self, resolved: Resolved | None, budget: Tolerance | None = None) -> Tolerance:
         """The tolerance an artifact of `resolved`'s precision is judged with: its precision's defaults,
@@ -209,7 +210,7 @@ def check_memory(src, ctx: Context) -> None:
                            path=src)
 
 
-def check_reference_varies(ir: IRModel, report, *, strict: bool, path=None) -> None:
+def check_reference_varies(ir: IRModel, found: Findings, *, strict: bool, path=None) -> None:
     """Warn about the source outputs that did not change between two sample sets (the contract
     records `reference_varies` per output), and fail under `strict`: parity against them proves nothing."""
     varies = ir.provenance.get("reference_varies") or {}
@@ -220,7 +221,7 @@ def check_reference_varies(ir: IRModel, report, *, strict: bool, path=None) -> N
             "parity against them proves nothing about the conversion")
     if strict:
         raise ValidationError(text + " (--strict)", path=path)
-    report.warn(text)
+    found.warn(text)
 
 
 def from_source_alone(ir: IRModel, ctx: Context) -> bool:

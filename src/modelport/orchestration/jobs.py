@@ -27,7 +27,8 @@ from modelport.resolve.precisions import Resolved
 from modelport.run.stage_limits import bounded
 from modelport.targets import TARGETS, TargetOptions
 from modelport.validation import Tolerance
-from modelport.validation.report import Report, run_stage
+from modelport.validation.artifact import ArtifactCheck
+from modelport.validation.report import Findings, Report, entry_of, run_stage
 
 if TYPE_CHECKING:
     from modelport.emitters.routes import Plan
@@ -111,6 +112,47 @@ class Job:
         return f":{self.part}" if self.part else ""
 
 
+@dataclass
+class StageResult:
+    """What a stage of the pipeline returns: what it found for the report, and the error it ended with
+    (`recorded` writes the findings into the report, then raises it)."""
+
+    found: Findings = field(default_factory=Findings)
+    error: ModelportError | None = None
+
+
+@dataclass
+class Parsed(StageResult):
+    """The parse stage's result: {part: IR} ("" for a source converted as one model)."""
+
+    parts: dict[str, IRModel] = field(default_factory=dict)
+
+
+@dataclass
+class Planned(StageResult):
+    """A part's prepared jobs."""
+
+    jobs: list[Job] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def gathering(result: StageResult):
+    """A stage's body, given the findings it adds to (`result.found`): a ModelportError it raises
+    becomes `result.error`, so that what it found before stays in the report."""
+    try:
+        yield result.found
+    except ModelportError as e:
+        result.error = e
+
+
+def recorded(report: Report, result: StageResult):
+    """`result`'s findings written into the report; its error raised after; `result` returned."""
+    report.record(result.found)
+    if result.error is not None:
+        raise result.error
+    return result
+
+
 def plan_jobs(ctx: Context, part: str, prepared: Prepared, tolerance: Callable[[Resolved], Tolerance],
               drift: str | None = None) -> list[Job]:
     """The jobs of one part: each target of `prepared`, taking `prepared.irs[its precision]` where
@@ -160,23 +202,66 @@ def plan_routes(jobs: list[Job], route: str, drift: str | None = None) -> None:
         check_targets(ir, names, replace(first, target=None))
 
 
-def run_jobs(jobs: list[Job], task, ctx: Context) -> None:
-    """Every job, each target's failure recorded while the others go on; then exit with all of them."""
-    failures = {}
-    for job in jobs:
-        try:
-            emit_by_routes(job, task, ctx)
-        except ModelportError as e:
-            if len(jobs) == 1:
-                raise
-            failures[job.name] = e
-            ctx.report.add_target_failure(job.name, e.to_dict())
-    if failures:
-        raise ValidationError(f"{len(failures)} of {len(jobs)} targets failed: "
-                              + "; ".join(f"{t}: {e.message}" for t, e in failures.items()))
+@dataclass(frozen=True)
+class Fallback:
+    """A precision asked for and not delivered: the artifact is fp32 (the user allowed it)."""
+
+    requested: str
+    reason: str
 
 
-def emit_by_routes(job: Job, task, ctx: Context) -> None:
+@dataclass(frozen=True)
+class JobResult:
+    """What one job delivered: its artifact's report entry (None when none was written), the precision
+    the artifact has and the fallback that led to it, what its validation found, the warnings for the
+    user, and the error it ended with (None: it is good). A route or precision tried and given up
+    leaves no result behind: only the one returned is recorded."""
+
+    name: str
+    entry: dict | None = None
+    precision: str | None = None
+    fallback: Fallback | None = None
+    check: ArtifactCheck | None = None
+    warnings: tuple[str, ...] = ()
+    error: ModelportError | None = None
+
+    def findings(self, *, listed: bool) -> Findings:
+        """Its report sections; `listed`: its failure is named among the targets that failed (several jobs)."""
+        found = Findings(warnings=list(self.warnings))
+        if self.entry is not None:
+            entry = dict(self.entry)
+            if self.fallback is not None:
+                entry["precision_fallback"] = {"requested": self.fallback.requested, "reason": self.fallback.reason}
+            found.artifacts.append(entry)
+        if self.check is not None and self.check.parity is not None:
+            found.parity.append(entry_of(self.check.parity))
+        if self.check is not None and self.check.generation is not None:
+            found.generation.append(entry_of(self.check.generation))
+        if self.error is not None and listed:
+            found.target_failures.append({"target": self.name, **self.error.to_dict()})
+        return found
+
+
+def run_jobs(jobs: list[Job], task, ctx: Context) -> StageResult:
+    """Every job, each target's failure kept while the others go on: what they found, and the error the
+    run ends with (the one job's, or one naming every target that failed)."""
+    results = [emit_by_routes(job, task, ctx) for job in jobs]
+    found = Findings()
+    for r in results:
+        found.add(r.findings(listed=len(jobs) > 1))
+    failures = [r for r in results if r.error is not None]
+    if not failures:
+        return StageResult(found)
+    if len(jobs) == 1:
+        return StageResult(found, failures[0].error)
+    return StageResult(found, ValidationError(f"{len(failures)} of {len(jobs)} targets failed: "
+                                  + "; ".join(f"{r.name}: {r.error.message}" for r in failures)))
+
+
+RETRIED = (UnsupportedError, ValidationError, MissingDependencyError, StageError)  # another route may do better
+
+
+def emit_by_routes(job: Job, task, ctx: Context) -> JobResult:
     """Emit `job` by its first route; under `--route auto` a route that fails to convert or to
     validate gives way to the next one, and the report says why (`route_notes`, a warning)."""
 
@@ -184,62 +269,59 @@ def emit_by_routes(job: Job, task, ctx: Context) -> None:
     for i, route in enumerate(job.plan.routes):
         last = i == len(job.plan.routes) - 1
         said = {"route": route.name, "route_asked": job.plan.asked, "route_converter": route.converter, "route_notes": list(notes)}
-        try:
-            attempt(replace(job, extra={**job.extra, **said}), route, task, ctx, retry=not last)
+        result = attempt(replace(job, extra={**job.extra, **said}), route, task, ctx)
+        e = result.error
+        if e is None:
             if i:
-                ctx.report.warn(f"{job.target}: {notes[-1]}; the artifact came by the {route.name} route")
-            return
-        except (UnsupportedError, ValidationError, MissingDependencyError, StageError) as e:
-            if last:
-                if notes:
-                    raise e.with_reason(f"{e.reason} (after: {'; '.join(notes)})") from e
-                raise
-            notes.append(f"{route.name} route ({route.converter}) failed: {e.reason}" + (f" ({e.hint})" if e.hint else ""))
+                return replace(result, warnings=(*result.warnings, f"{job.target}: {notes[-1]}; the artifact came by the {route.name} route"))
+            return result
+        if not isinstance(e, RETRIED):
+            return result
+        if last:
+            return replace(result, error=e.with_reason(f"{e.reason} (after: {'; '.join(notes)})")) if notes else result
+        notes.append(f"{route.name} route ({route.converter}) failed: {e.reason}" + (f" ({e.hint})" if e.hint else ""))
+    raise AssertionError("a job has at least one route")
 
 
-def attempt(job: Job, route, task, ctx: Context, *, retry: bool) -> None:
+def attempt(job: Job, route, task, ctx: Context) -> JobResult:
     """Emit and validate one job by one route. When its precision cannot be delivered within
-    tolerance and the user allowed a fallback, it is emitted again in FP32 and the report says so.
-    With `retry` (another route follows) a failed attempt's report entries are dropped."""
-    report = ctx.report
-    try:
-        try:
-            emit_once(job, route, task, ctx)
-        except ValidationError as e:
-            precision = job.options.precision
-            if precision in ("fp32", None) or not ctx.request.options.allow_precision_fallback:
-                if precision not in ("fp32", None) and "--allow-precision-fallback" not in e.reason:
-                    raise e.with_reason(f"--precision {precision} cannot be delivered for {job.target}: {e.reason} "
-                                        "(--allow-precision-fallback accepts an FP32 artifact instead)") from e
-                raise
-            report.discard_attempt(job.target)  # the failed attempt's entries, replaced below
-            fp32 = replace(job, options=replace(job.options, precision="fp32"),
-                           tolerance=task.tolerance(replace(job.resolved, precision="fp32", judged_as="fp32")))
-            emit_once(fp32, route, task, ctx)
-            report.set_precision_fallback(job.resolved.precision, e.reason)
-            report.warn(f"{job.target}: --precision {job.resolved.precision} could not be delivered ({e.reason}); the artifact is fp32")
-    except ModelportError:
-        if retry:
-            report.discard_attempt(job.target)
-        raise
-    finally:
-        report.settle_attempt(job.target)
+    tolerance and the user allowed a fallback, it is emitted again in FP32 and its result says so."""
+    result = emit_once(job, route, task, ctx)
+    e = result.error
+    if not isinstance(e, ValidationError):
+        return result
+    precision = job.options.precision
+    if precision in ("fp32", None) or not ctx.request.options.allow_precision_fallback:
+        if precision not in ("fp32", None) and "--allow-precision-fallback" not in e.reason:
+            return replace(result, error=e.with_reason(f"--precision {precision} cannot be delivered for {job.target}: {e.reason} "
+                                                       "(--allow-precision-fallback accepts an FP32 artifact instead)"))
+        return result
+    fp32 = replace(job, options=replace(job.options, precision="fp32"),
+                   tolerance=task.tolerance(replace(job.resolved, precision="fp32", judged_as="fp32")))
+    retried = emit_once(fp32, route, task, ctx)
+    if retried.error is not None:
+        return retried
+    warning = f"{job.target}: --precision {job.resolved.precision} could not be delivered ({e.reason}); the artifact is fp32"
+    return replace(retried, fallback=Fallback(job.resolved.precision, e.reason), warnings=(*retried.warnings, warning))
 
 
-def emit_once(job: Job, route, task, ctx: Context) -> None:
-    """Write the artifact into the staging folder (OUT/<part>/ for a part), record it, have the task
-    validate it, and record what the validation found; a failed validation is raised after."""
+def emit_once(job: Job, route, task, ctx: Context) -> JobResult:
+    """Write the artifact into the staging folder (OUT/<part>/ for a part), have the task validate
+    it, and return what that found; a conversion or a validation that fails is the result's error."""
     folder = ctx.stage / job.part if job.part else ctx.stage
     folder.mkdir(exist_ok=True)
-    with ctx.step(f"emit:{job.target}{job.suffix}") as emitted:
-        emitted.note(route=route.name)
-        try:
-            artifact = route.emitter.emit(job.ir, folder, job.options)
-        except ModelportError as e:  # a converter's page of internals: one line here, all of it in report.json
-            short = e.shortened()
-            if short is e:
-                raise
-            raise short from e
+    try:
+        with ctx.step(f"emit:{job.target}{job.suffix}") as emitted:
+            emitted.note(route=route.name)
+            try:
+                artifact = route.emitter.emit(job.ir, folder, job.options)
+            except ModelportError as e:  # a converter's page of internals: one line here, all of it in report.json
+                short = e.shortened()
+                if short is e:
+                    raise
+                raise short from e
+    except ModelportError as e:
+        return JobResult(job.name, error=e)
     entry = artifact.to_dict(ctx.stage)
     if job.part:
         entry["part"] = job.part
@@ -247,13 +329,11 @@ def emit_once(job: Job, route, task, ctx: Context) -> None:
     entry["requested_precision"] = job.resolved.precision
     if job.fallback_reason and artifact.precision != job.resolved.precision:
         entry["precision_fallback"] = {"requested": job.resolved.precision, "reason": job.fallback_reason}
-    ctx.report.add_artifact(entry, attempt=job.target)
-    check = task.validate(job, artifact, route)
+    try:
+        check = task.validate(job, artifact, route)
+    except ModelportError as e:
+        return JobResult(job.name, entry, artifact.precision, error=e)
     entry.update(check.entry)
-    if check.parity is not None:
-        ctx.report.add_parity(check.parity, attempt=job.target)
-    if check.generation is not None:
-        ctx.report.add_generation(check.generation)
-    check.raise_if_failed()
-    for text in [*artifact.warnings, *check.warnings]:
-        ctx.report.warn(text)
+    if check.failure is not None:
+        return JobResult(job.name, entry, artifact.precision, check=check, error=check.failure)
+    return JobResult(job.name, entry, artifact.precision, check=check, warnings=(*artifact.warnings, *check.warnings))

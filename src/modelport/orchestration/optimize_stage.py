@@ -34,6 +34,7 @@ from modelport.orchestration.jobs import Prepared
 from modelport.resolve.precisions import FP32, Resolved
 from modelport.runtimes import CPU_RUNTIMES, default_runtimes
 from modelport.targets import TARGETS
+from modelport.validation.report import Findings
 
 # what `--optimize auto` holds every variant to when no --accuracy-budget is given (printed, and
 # recorded in the report's `optimize.budget` with `budget_default: true`)
@@ -89,9 +90,11 @@ def stated_budget(selection: dict, opts, asked, default: bool) -> dict:
     return {**selection, "budget": DEFAULT_AUTO_BUDGET if default else asked_budget_text(asked), "budget_default": default}
 
 
-def optimise(ir: IRModel, ctx, zoo_tol=None) -> Prepared:
-    """The stage on one part's IR (released: the caller goes on with what comes out)."""
+def optimise(ir: IRModel, ctx, zoo_tol=None, found: Findings | None = None) -> Prepared:
+    """The stage on one part's IR (released: the caller goes on with what comes out); what it finds
+    for the report (warnings, the auto selection) goes in `found`."""
 
+    found = Findings() if found is None else found
     request = ctx.request
     options = request.options
     asked = replace(options.optimize or OptimizeOptions(level=None), budget=request.budget)
@@ -99,7 +102,7 @@ def optimise(ir: IRModel, ctx, zoo_tol=None) -> Prepared:
     if not runs(request) and not floats:
         return Prepared({FP32: ir}, dict(request.precisions))
     if asked.level == "auto" and not asked.passes:
-        return _auto_stage(ir, ctx, asked, zoo_tol)
+        return _auto_stage(ir, ctx, asked, zoo_tol, found)
     # the run's own options apply to this stage too; without a level or passes only the precision passes run
     base = replace(asked, level=asked.level or (None if asked.passes else "none"), calibration=options.calibration,
                    strict=options.strict, allow_fallback=options.allow_precision_fallback)
@@ -107,7 +110,7 @@ def optimise(ir: IRModel, ctx, zoo_tol=None) -> Prepared:
     precisions = [p for p in needed(request.precisions) if p != FP32]
     takes_fp32 = any(r.stage != "optimize" or r.precision == FP32 for r in request.precisions.values())
     out = Prepared({}, dict(request.precisions), budget=base.budget)
-    run = functools.partial(_run_recorded, ctx=ctx, zoo_tol=zoo_tol)
+    run = functools.partial(_run_recorded, ctx=ctx, zoo_tol=zoo_tol, found=found)
     if len(precisions) == 1 and not takes_fp32:  # one precision, every target at it: the passes in one go
         out.irs[precisions[0]] = run(ir, replace(base, precision=precisions[0]), release_input=True)
     else:
@@ -125,13 +128,13 @@ def optimise(ir: IRModel, ctx, zoo_tol=None) -> Prepared:
         delivered = variant.provenance.get("precision", FP32)
         if fallback and delivered != fallback["requested"]:
             out.fallback[p] = fallback["reason"]
-            ctx.report.warn(f"--precision {fallback['requested']} could not be delivered ({fallback['reason']}); "
-                            f"the model is {delivered}")
+            found.warn(f"--precision {fallback['requested']} could not be delivered ({fallback['reason']}); "
+                           f"the model is {delivered}")
     out.irs.setdefault(FP32, next(iter(out.irs.values())))
     return out
 
 
-def _auto_stage(ir: IRModel, ctx, asked, zoo_tol) -> Prepared:
+def _auto_stage(ir: IRModel, ctx, asked, zoo_tol, found: Findings) -> Prepared:
     """`--optimize auto`: candidates of every runtime asked for compete; the winner's runtime decides
     what is written. An onnxruntime winner feeds its targets (`onnx` when none was asked), an
     OpenVINO winner its targets at the precision and with the options it won with; targets of the
@@ -145,14 +148,14 @@ def _auto_stage(ir: IRModel, ctx, asked, zoo_tol) -> Prepared:
                    allow_fallback=options.allow_precision_fallback, runtimes=runtimes)
     opts, default_budget = with_auto_budget(opts)
     selection: dict = {}
-    out = _run_recorded(ir, opts, ctx=ctx, zoo_tol=zoo_tol, select=selection)
+    out = _run_recorded(ir, opts, ctx=ctx, zoo_tol=zoo_tol, found=found, select=selection)
     runtime = selection["runtime"]
     kept = [t for t in request.targets if t in CPU_RUNTIMES[runtime]] or [CPU_RUNTIMES[runtime][0]]
     dropped = [t for t in request.targets if t not in kept]
     selection["targets"] = kept
-    ctx.report.set_optimize(stated_budget(selection, opts, asked, default_budget))
+    found.optimize = stated_budget(selection, opts, asked, default_budget)
     if dropped:
-        ctx.report.warn(f"--optimize auto chose {selection['chosen']} ({runtime}): {', '.join(dropped)} not written")
+        found.warn(f"--optimize auto chose {selection['chosen']} ({runtime}): {', '.join(dropped)} not written")
     precision = out.provenance.get("precision", FP32) if runtime == "onnxruntime" else selection["precision"]
     # the winner's precision for its targets: the optimisation stage applied it (onnxruntime) or their converter does
     chosen = {t: replace(r, precision=precision, asked=False, judged_as=precision) for t, r in resolve(kept, FP32).items()}
@@ -162,16 +165,16 @@ def _auto_stage(ir: IRModel, ctx, asked, zoo_tol) -> Prepared:
                     target_options=target_options)
 
 
-def warn_round_limits(report, rows: list[dict]) -> None:
+def warn_round_limits(found: Findings, rows: list[dict]) -> None:
     """A warning for each pass whose rewrite rules still matched when its round limit stopped it."""
     for row in rows:
         limit = (row.get("details") or {}).get("round_limit_reached")
         if limit:
-            report.warn(f"pass '{row['pass']}' still rewrote the model in its last round: it stopped at its round limit "
+            found.warn(f"pass '{row['pass']}' still rewrote the model in its last round: it stopped at its round limit "
                         f"({limit}), short of a fixed point")
 
 
-def warn_kept_float(report, rows: list[dict]) -> None:
+def warn_kept_float(found: Findings, rows: list[dict]) -> None:
     """A warning for each applied INT8 pass that kept nodes in float to hold parity, naming them."""
     for row in rows:
         details = row.get("details") or {}
@@ -184,27 +187,29 @@ def warn_kept_float(report, rows: list[dict]) -> None:
         of = f" of {fallback['quantised']} quantised" if fallback.get("quantised") else ""
         nodes = ", ".join(f"{k['node']} ({k['op']}, {k['error']:.0%} of the error)" for k in kept[:10])
         more = f" (+{len(kept) - 10} more)" if len(kept) > 10 else ""
-        report.warn(f"pass '{row['pass']}': INT8 missed its tolerance{where}; {len(kept)}{of} node{'s' if len(kept) != 1 or of else ''} "
+        found.warn(f"pass '{row['pass']}': INT8 missed its tolerance{where}; {len(kept)}{of} node{'s' if len(kept) != 1 or of else ''} "
                     f"kept in float to hold it: {nodes}{more}")
 
 
-def _run_recorded(ir, opts, *, ctx, zoo_tol, release_input: bool = True, select: dict | None = None) -> IRModel:
+def _run_recorded(ir, opts, *, ctx, zoo_tol, found: Findings, release_input: bool = True, select: dict | None = None) -> IRModel:
     """The passes of `opts` (`optimize_ir`, or `auto_select` when `select` is given: its selection
-    goes there), their stage rows in the report also when they fail."""
+    goes there), their stage rows in the report also when they fail; what they found goes in `found`."""
 
     options = ctx.request.options
     run = auto_select if select is not None else functools.partial(optimize_ir, release_input=release_input)
     try:
         out, rows, selection = run(ir, opts, on_pass=ctx.on_stage,
                                    tolerance=lambda p: options.tolerance(p, zoo_tol, source=ir.provenance.get("source_precision")))
+        failed = None
     except ValidationError as e:
-        ctx.report.add_stage_rows(e.rows)
-        raise
-    ctx.report.add_stage_rows(rows)
-    warn_round_limits(ctx.report, rows)
-    warn_kept_float(ctx.report, rows)
+        rows, failed = e.rows, e
+    ctx.report.add_stage_rows(rows)  # the passes' rows, as they ran, also when one failed
+    if failed is not None:
+        raise failed
+    warn_round_limits(found, rows)
+    warn_kept_float(found, rows)
     if select is not None:
         select.update(selection)
     elif selection:
-        ctx.report.set_optimize(stated_budget(selection, opts, opts, False))
+        found.optimize = stated_budget(selection, opts, opts, False)
     return out

@@ -24,7 +24,7 @@ from modelport.errors import BadInputError
 from modelport.packaging import Bundle, PackageOptions, get_packager, kserve, parse_systems, s3_repository
 from modelport.packaging.bundle import Artifacts, from_report, load_artifacts
 from modelport.run.staging import staged_dir
-from modelport.validation.report import Report, Run, run_stage
+from modelport.validation.report import ContractEntry, Findings, Report, Run, run_stage
 
 # files above this size are hard-linked (not copied) when an existing repository is carried over
 _LINK_ABOVE = 1 << 20
@@ -97,7 +97,7 @@ def _package_remote(artifacts: Artifacts, uri: str, names: list[str], options: P
         stage.mkdir()
         bundles = write_bundles(artifacts, stage, names, options, subfolders=len(names) > 1, report=report,
                                 on_stage=on_stage)
-        report.set_bundles([b.to_dict(stage) for b in bundles])
+        report.record(Findings(bundles=[b.to_dict(stage) for b in bundles]))
         report.write(stage)  # report.json travels with the bundle; the upload row is in the returned report only
         if on_stage:
             on_stage("upload")
@@ -123,8 +123,7 @@ def package(source, output_dir: str | Path, systems: str | list[str], options: P
         with report.stage("load") as entry:
             artifacts = load_artifacts(source)
             entry.note(artifacts=sorted(artifacts.files))
-        report.set_source(artifacts.source_info())
-        report.set_contract(artifacts.contract())
+        report.record(Findings(source=artifacts.source_info(), contracts=[ContractEntry(artifacts.contract())]))
         if remote:
             return _package_remote(artifacts, remote, names, options, report, on_stage)
         adding = options.add_version and out.exists()
@@ -137,13 +136,13 @@ def package(source, output_dir: str | Path, systems: str | list[str], options: P
                 _carry_over(out, stage)
             bundles = write_bundles(artifacts, stage, names, options, subfolders=len(names) > 1, report=report,
                                     on_stage=on_stage)
-            report.set_bundles([b.to_dict(stage) for b in bundles])
+            report.record(Findings(bundles=[b.to_dict(stage) for b in bundles]))
             report.write(stage)
     return report.to_dict()
 
 
 def package_converted(stage: Path, report: Report, systems: list[str], options: PackageOptions | None = None, *,
-                      on_stage=None) -> list[Bundle]:
+                      on_stage=None) -> Findings:
     """The convert pipeline's last step: bundles for `systems` in `stage/packages/<system>/`.
 
     The artifacts are the ones this run just wrote and validated, with the contract it recorded;
@@ -154,5 +153,4 @@ def package_converted(stage: Path, report: Report, systems: list[str], options: 
     opts = options or PackageOptions(trust=True)
     bundles = write_bundles(artifacts, stage / "packages", parse_systems(systems), opts, subfolders=True, report=report,
                             on_stage=on_stage)
-    report.set_bundles([b.to_dict(stage) for b in bundles])
-    return bundles
+    return Findings(bundles=[b.to_dict(stage) for b in bundles])

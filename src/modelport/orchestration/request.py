@@ -31,6 +31,7 @@ from modelport.run.staging import check_output
 from modelport.runtimes import CPU_RUNTIMES
 from modelport.targets import TargetOptions
 from modelport.validation import Tolerance
+from modelport.validation.generation import GenerationBudget
 
 if TYPE_CHECKING:
     from modelport.emitters import EmitOptions
@@ -55,6 +56,7 @@ class Request:
     packages: list[str]
     inputs: list[Path]  # the paths no output may overwrite
     budget: Tolerance | None = None  # the forward pipeline's accuracy budget from --accuracy-budget, or None
+    generation_budget: GenerationBudget | None = None  # the text-generation pipeline's, from its --budget or --accuracy-budget
     limits: Limits = field(default_factory=Limits)  # each stage's time and memory bounds (stage_limits.py)
 
     @property
@@ -107,7 +109,7 @@ def decide(source, output_dir, options: ConvertOptions) -> Request:
         packages = parse_systems(options.packages)
     _refuse_misplaced_options(source, options)
     _refuse_samples_outside_bounds(options)
-    budget = None
+    budget = generation_budget = None
     if pipeline == FORWARD:
 
         _refuse_forward_optimize(options, list(precisions))
@@ -115,12 +117,12 @@ def decide(source, output_dir, options: ConvertOptions) -> Request:
         if budget is None and options.accuracy_budget:
             budget = parse_budget(options.accuracy_budget)
     else:
-        _refuse_text_generation(source, options, precisions)
+        generation_budget = _refuse_text_generation(source, options, precisions)
     limits = Limits.of(options.stage_timeout, options.stage_memory)
     out = Path(output_dir)
     inputs = source_inputs(source, options)
     check_output(out, inputs, force=options.force)
-    return Request(source, out, options, pipeline, precisions, packages, inputs, budget, limits)
+    return Request(source, out, options, pipeline, precisions, packages, inputs, budget, generation_budget, limits)
 
 
 def _refuse_misplaced_options(source, options: ConvertOptions) -> None:
@@ -161,12 +163,13 @@ def _refuse_forward_optimize(options: ConvertOptions, targets: list[str]) -> Non
                                 hint="use a named level (e.g. --optimize all) with those targets, or convert to onnx/ort/openvino only")
 
 
-def _refuse_text_generation(source, options: ConvertOptions, precisions: dict[str, Resolved]) -> None:
-    """The text-generation pipeline takes a folder, and only the options it can deliver."""
+def _refuse_text_generation(source, options: ConvertOptions, precisions: dict[str, Resolved]) -> GenerationBudget | None:
+    """The text-generation pipeline takes a folder, and only the options it can deliver; returns its
+    generation budget (parsed here, once)."""
 
     if not isinstance(source, (str, Path)) or str(source).startswith("zoo:"):
         raise BadInputError(f"--task text-generation converts a Hugging Face folder (config.json + safetensors), "
                             f"not {type(source).__name__ if not isinstance(source, str) else source}")
     precision = next(iter(precisions.values())).precision  # a given one applies to all, defaults agree
     runtimes = options.optimize.runtimes if options.optimize is not None else None
-    refusals(options.text_generation or TextGenerationOptions(), options.level, precision, runtimes, options.accuracy_budget)
+    return refusals(options.text_generation or TextGenerationOptions(), options.level, precision, runtimes, options.accuracy_budget)

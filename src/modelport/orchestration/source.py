@@ -14,7 +14,7 @@ from modelport.parsers.contract import merge_specs
 from modelport.parsers.pytorch_export import ExportFailedError
 from modelport.reference.samples import load_data, parse_values
 from modelport.run.file_checks import check_model_file, companion_file, sha256_of
-from modelport.validation.report import Report
+from modelport.validation.report import Findings
 
 
 def source_inputs(source, options=None) -> list[Path]:
@@ -107,7 +107,7 @@ def describe_source(source, ir: IRModel) -> dict:
     return info
 
 
-def parse_noting_attempts(parse, src, spec, parsed, report):
+def parse_noting_attempts(parse, src, spec, parsed, found: Findings):
     """Parse; the export routes a PyTorch parse tried go in the parse stage row (`attempts`), and
     those that failed before one worked become warnings."""
 
@@ -117,27 +117,15 @@ def parse_noting_attempts(parse, src, spec, parsed, report):
         parsed.note(attempts=[a.to_dict() for a in e.attempts])
         raise
     if ir.provenance.get("saved_on"):
-        report.warn(f"the file was saved on {', '.join(ir.provenance['saved_on'])}: read and converted on the CPU")
+        found.warn(f"the file was saved on {', '.join(ir.provenance['saved_on'])}: read and converted on the CPU")
     for text in ir.provenance.get("warnings") or []:  # what the parser chose for the user (a checkpoint entry, sample sizes)
-        report.warn(text)
+        found.warn(text)
     attempts = ir.provenance.get("export_attempts")
     if attempts:
         parsed.note(attempts=attempts)
         for a in attempts:
             if not a["ok"]:
-                report.warn(f"export route {a['route']} failed: {a['reason']}")
+                found.warn(f"export route {a['route']} failed: {a['reason']}")
         if ir.provenance.get("fixed_dims"):
-            report.warn(f"export route {attempts[-1]['route']} fixed dynamic dims to their sample sizes: {ir.provenance['fixed_dims']}")
+            found.warn(f"export route {attempts[-1]['route']} fixed dynamic dims to their sample sizes: {ir.provenance['fixed_dims']}")
     return ir
-
-
-def copy_companion_files(ir: IRModel, stage: Path, report: Report) -> None:
-    """The source's tokenizer/preprocessor files (`companion_files` in its provenance) next to the artifacts."""
-    import shutil
-
-    names = []
-    for f in ir.provenance.get("companion_files") or []:
-        shutil.copyfile(f, stage / Path(f).name)
-        names.append(Path(f).name)
-    if names:
-        report.set_files(names)

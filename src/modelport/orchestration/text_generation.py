@@ -47,7 +47,7 @@ from pathlib import Path
 from modelport.errors import BadInputError
 from modelport.orchestration import decoder_variants as variants
 from modelport.orchestration.decoder_variants import AUTO
-from modelport.orchestration.jobs import Context, Job, Prepared, plan_jobs
+from modelport.orchestration.jobs import Context, Job, Parsed, Planned, Prepared, StageResult, gathering, plan_jobs
 from modelport.orchestration.text_generation_options import TextGenerationOptions
 from modelport.parsers import hf_decoder, hf_decoder_graph
 from modelport.parsers.huggingface import check_safety, companion_files, parameter_count, read_config, sniff, weight_files
@@ -58,7 +58,8 @@ from modelport.runtimes import runner_class
 from modelport.runtimes.onnxruntime import OnnxRuntimeRunner
 from modelport.validation import generation, streamed_reference
 from modelport.validation.artifact import ArtifactCheck
-from modelport.validation.generation import GenerationBudget, parse_generation_budget
+from modelport.validation.generation import GenerationBudget
+from modelport.validation.report import ContractEntry, Findings
 from modelport.validation.streamed_reference import SUPPORTED, judge_streamed
 
 # The route's peak resident memory (process tree), estimated before any work from the checkpoint's
@@ -97,7 +98,6 @@ class TextGenerationRun:
         self.ctx = ctx
         self.options = ctx.request.options
         self.tg = self.options.text_generation or TextGenerationOptions()
-        self.budget_text = self.tg.budget or self.options.accuracy_budget
         self.precision = next(iter(ctx.request.precisions.values())).precision  # a given one applies to all, defaults agree
         self.cfg = self.ref = self.prompts = self.export = None
         self.streamed = False  # the reference: streamed from the safetensors (True) or transformers in memory (check_memory decides)
@@ -122,7 +122,7 @@ class TextGenerationRun:
         `request.decide`)."""
 
         self.folder = folder = Path(self.ctx.request.source)  # a folder: request.decide refused anything else
-        cfg = hf_decoder.read_decoder_config(folder)  # an unsupported family is named first
+        self.cfg = cfg = hf_decoder.read_decoder_config(folder)  # read once for the run; an unsupported family is named first
         self.check_fp16(cfg)
         if sniff(folder):  # the Hugging Face folder rules: remote code, pickled weights, links leading outside
             check_safety(folder, read_config(folder), trust=self.options.trust)
@@ -140,13 +140,22 @@ class TextGenerationRun:
             raise BadInputError(f"--precision fp16 is written for {', '.join(hf_decoder_graph.FAMILIES)} decoders; this one "
                                 f"has {why}", path=self.folder, hint="--precision fp32, int8 or int4 export it with dynamo")
 
-    def parse(self) -> dict:
+    def parse(self) -> Parsed:
         """The export with a KV cache and the reference generation (see `export_and_reference`)."""
-        return {"": export_and_reference(self)}
+        result = Parsed()
+        with gathering(result) as found:
+            result.parts = {"": export_and_reference(self, found)}
+        return result
 
-    def prepare(self, part: str, ir) -> list[Job]:
+    def prepare(self, part: str, ir) -> Planned:
         """The export checked on one decode step, then fused, quantised or chosen (decoder_variants.py):
         the IR at its precision, its weights in a file; one job per target."""
+        result = Planned()
+        with gathering(result) as found:
+            result.jobs = self._prepare(part, ir, found)
+        return result
+
+    def _prepare(self, part: str, ir, found: Findings) -> list[Job]:
         from modelport.validation import check
 
         ctx = self.ctx
@@ -156,7 +165,7 @@ class TextGenerationRun:
         else:
             with ctx.step("validate:ir"):
                 parity = check(OnnxRuntimeRunner(self.export), ir.reference, self.tolerance(), "transformers→onnx (IR, one decode step)")
-            ctx.report.add_parity(parity)
+            found.parity.append(parity.to_dict())
             parity.raise_if_failed(path=self.folder)
         variant = None
         if self.options.level == "auto":
@@ -167,8 +176,8 @@ class TextGenerationRun:
             chosen.mkdir()
             ir.park(chosen, "model.onnx")
         else:  # the model stays a graph whose weights are in files, read one tensor at a time from here on
-            ir, weights = variants.fused(ir, self) if self.options.level == "all" else (ir, self.export.parent)
-            ir, weights, precision = variants.quantized(ir, weights, self)
+            ir, weights = variants.fused(ir, self, found) if self.options.level == "all" else (ir, self.export.parent)
+            ir, weights, precision = variants.quantized(ir, weights, self, found)
             ir.stored = weights
         ir.provenance["precision"] = precision
         jobs = plan_jobs(ctx, part, Prepared({"fp32": ir, self.precision: ir}, ctx.request.precisions), lambda r: self.tolerance())
@@ -238,8 +247,9 @@ class TextGenerationRun:
             check.failure = e
         return check
 
-    def finish(self, stage: Path) -> None:
+    def finish(self, stage: Path) -> StageResult:
         """Nothing beside the artifacts: the ort-genai folder carries the tokenizer."""
+        return StageResult()
 
     def tolerance(self, resolved=None):
         """Logits are compared at the fp32 tolerance; quantised artifacts by their generation budget."""
@@ -248,7 +258,7 @@ class TextGenerationRun:
     def budget(self, precision: str) -> GenerationBudget | None:
         """The generation budget of `precision`: the user's, else DEFAULT_QUANT_BUDGET for a quantised
         one; None for fp32 without a budget (identical tokens, logits within tolerance)."""
-        given = parse_generation_budget(self.budget_text)
+        given = self.ctx.request.generation_budget  # parsed by request.decide
         if given is not None:
             return given
         return None if precision == "fp32" else DEFAULT_QUANT_BUDGET
@@ -295,7 +305,7 @@ def check_memory(folder: Path, run: TextGenerationRun) -> None:
     choice = run.tg.reference
     with run.ctx.step("preflight:memory") as row:
         parameters = parameter_count(weight_files(folder)[0])
-        cfg = hf_decoder.read_decoder_config(folder)
+        cfg = run.cfg
         written = hf_decoder_graph.unsupported(folder, cfg, run.options.opset) is None
         can_stream = written and cfg.architecture in SUPPORTED and run.options.level != "auto"
         full, free = estimate_peak(parameters, run, written=written), memory.available()
@@ -358,7 +368,7 @@ def check_disk(folder: Path, run: TextGenerationRun, cfg, parameters: int, row) 
                                 hint="free disk space, or set TMPDIR (the scratch folder) and -o on a larger disk")
 
 
-def export_and_reference(run: TextGenerationRun):
+def export_and_reference(run: TextGenerationRun, found: Findings):
     """The IR, with the run's decoder config, reference generation, prompts and the export's file set.
 
     Memory: the transformers model (in fp32) is the largest thing held while it lives, so everything
@@ -370,12 +380,11 @@ def export_and_reference(run: TextGenerationRun):
 
 
     ctx, options, tg, folder = run.ctx, run.options, run.tg, run.folder
-    report = ctx.report
     spec = SourceSpec(path=folder, opset=options.opset, seed=options.seed)
     export = run.scratch / "export" / "model.onnx"
     export.parent.mkdir(parents=True, exist_ok=True)
     with ctx.step("parse") as parsed:
-        cfg = hf_decoder.read_decoder_config(folder)
+        cfg = run.cfg  # read by preflight
         why = hf_decoder_graph.unsupported(folder, cfg, options.opset)
         if why is None:  # written from the config and the safetensors: no model loaded, nothing traced
             graph, _ = hf_decoder_graph.write_decoder(folder, cfg, export, opset=options.opset)
@@ -386,10 +395,10 @@ def export_and_reference(run: TextGenerationRun):
             ir = hf_decoder.parse_loaded(folder, spec, model, cfg, save_to=export)
             parsed.note(writer_skipped=why)
         parsed.note(nodes=len(ir.model.graph.node), exporter=ir.provenance.get("exporter"), family=cfg.family)
-    report.set_source({k: ir.provenance.get(k) for k in ("path", "framework", "format")})
-    report.set_contract(ir.contract())
+    found.source = {k: ir.provenance.get(k) for k in ("path", "framework", "format")}
+    found.contracts.append(ContractEntry(ir.contract()))
     if cfg.context_capped_from:
-        report.warn(f"context limited to {cfg.context_length} of {cfg.context_capped_from} tokens: past "
+        found.warn(f"context limited to {cfg.context_length} of {cfg.context_capped_from} tokens: past "
                     f"{cfg.context_length} longrope switches to its long factors and transformers re-encodes the whole "
                     "cache, which a KV-cache graph cannot (the ort-genai folder stops there)")
     prompts = generation.fixed_prompts(cfg.vocab_size, seed=options.seed, avoid=(cfg.safe_pad,))
@@ -407,6 +416,6 @@ def export_and_reference(run: TextGenerationRun):
                 ref = generation.generate_transformers(model, prompts, tg.new_tokens, cfg.safe_pad)
     del model
     gc.collect()  # the transformers model: released before onnxruntime loads the export
-    run.cfg, run.ref, run.prompts, run.export = cfg, ref, prompts, export
+    run.ref, run.prompts, run.export = ref, prompts, export
     ir.stored = export.parent  # the graph's weights are in the export's data file
     return ir

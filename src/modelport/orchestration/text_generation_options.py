@@ -12,7 +12,7 @@ from modelport.errors import BadInputError
 from modelport.optimize.decoder_auto import DecoderAutoOptions
 from modelport.optimize.weight_only import WeightOnlyOptions
 from modelport.orchestration.decoder_variants import AUTO, AUTO_PRECISIONS
-from modelport.validation.generation import DEFAULT_NEW_TOKENS, parse_generation_budget
+from modelport.validation.generation import DEFAULT_NEW_TOKENS, GenerationBudget, parse_generation_budget
 
 REFERENCES = ("auto", "transformers", "streamed")
 LEVELS = (None, "none", "all", "auto")
@@ -41,10 +41,11 @@ class TextGenerationOptions:
         parse_generation_budget(self.budget)
 
 
-def refusals(tg: TextGenerationOptions, level: str | None, precision: str, runtimes, accuracy_budget: str | None) -> None:
+def refusals(tg: TextGenerationOptions, level: str | None, precision: str, runtimes,
+             accuracy_budget: str | None) -> GenerationBudget | None:
     """Exit 2 for what this pipeline cannot deliver with the run's other options: the optimisation
     level, the precision, the reference, the runtimes and the run's budget (`precision`: the one every
-    target is written at)."""
+    target is written at); returns the run's generation budget (None: none was given)."""
     if level not in LEVELS:
         raise BadInputError(f"--task text-generation takes --optimize none, all or auto; not {level}")
     if precision == AUTO and level != "auto":
@@ -58,4 +59,4 @@ def refusals(tg: TextGenerationOptions, level: str | None, precision: str, runti
                             hint="--reference auto or transformers, or --optimize all")
     if runtimes and tuple(runtimes) != ("onnxruntime",):
         raise BadInputError(f"--task text-generation --optimize auto times onnxruntime variants; not --runtimes {','.join(runtimes)}")
-    parse_generation_budget(tg.budget or accuracy_budget)
+    return parse_generation_budget(tg.budget or accuracy_budget)

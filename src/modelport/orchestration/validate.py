@@ -43,7 +43,7 @@ from modelport.validation import Tolerance, check_override_names, compare, toler
 from modelport.validation.artifact import check_contract
 from modelport.validation.compare import amplitude, conditioning, merge_samples, run_sets
 from modelport.validation.localize import localize_runners
-from modelport.validation.report import Run
+from modelport.validation.report import Findings, Run, Sides
 
 # what `validate` runs: kind -> "module:function" opening a user's file as a runner (with
 # `input_specs()` and `run(feeds)`); `suffixes` pick the kind by file name. Both come from the
@@ -167,14 +167,13 @@ def validate_models(a: str | Path, b: str | Path, *, data: str | Path | None = N
             side["io"] = note
 
     with Run("validate") as report:  # modelport.report/1, with the two sides under `a` and `b`
-        report.set_source({"path": str(pa), "framework": ka, "format": ka})
-        report.set_sides(side_a, side_b, {k: list(v.shape) for k, v in feeds.items()})
-        report.add_parity(parity)
         where = {}
         if localize:
             stage("localize")
             where = localize_divergence(sa, sb, feeds) if not parity.ok else {"node": None, "note": "outputs match"}
-            report.set_localize(where)
+        report.record(Findings(source={"path": str(pa), "framework": ka, "format": ka}, parity=[parity.to_dict()],
+                               sides=Sides(side_a, side_b, {k: list(v.shape) for k, v in feeds.items()}),
+                               localize=where if localize else None))
         if not parity.ok:
             named = not by_position and any(o.name == "*" for o in parity.outputs)
             reason = f"models differ: {parity.summary()}"
@@ -233,14 +232,14 @@ def check_without_running(sa: _Side, sb: _Side, *, given: dict, seed: int, stric
         side_idle = {"path": str(idle.path), "kind": idle.kind, "validated": False, "not_validated": reason, "contract_check": checked}
         side_ref = {"path": str(ref.path), "kind": ref.kind}
         a, b = (side_idle, side_ref) if idle is sa else (side_ref, side_idle)
-        report.set_source({"path": str(sa.path), "framework": sa.kind, "format": sa.kind})
-        report.set_sides(a, b, {k: list(v.shape) for k, v in feeds.items()})
         text = (f"{idle.path.name} is not validated here: {reason}; its inputs and outputs match {ref.path.name}'s "
                 "(names, dtypes, shapes), nothing was run")
+        report.record(Findings(source={"path": str(sa.path), "framework": sa.kind, "format": sa.kind},
+                               sides=Sides(a, b, {k: list(v.shape) for k, v in feeds.items()}),
+                               warnings=[] if strict else [text]))
         if strict:
             raise ValidationError(f"{text} (--strict: the models must be compared)", path=idle.path,
                                   hint="validate it where its runtime runs")
-        report.warn(text)
     return report.to_dict()
 
 

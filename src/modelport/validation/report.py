@@ -18,6 +18,7 @@ import json
 import platform
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -48,18 +49,76 @@ def tool_versions() -> dict[str, str]:
     return out
 
 
+@dataclass(frozen=True)
+class ContractEntry:
+    """The I/O contract of the model (`part` "") or of one part of a source converted into several
+    (`OUT/<part>/`, under `parts`); `reference_varies` marks each named output whose source reference
+    changed (or not) between two sample sets, `given` names the inputs whose samples the user chose."""
+
+    contract: dict
+    reference_varies: dict[str, bool] | None = None
+    given: tuple[str, ...] = ()
+    part: str = ""
+
+
+@dataclass(frozen=True)
+class Sides:
+    """`validate`'s two models (`a`, `b`) and the input shapes both ran on."""
+
+    a: dict
+    b: dict
+    inputs: dict[str, list[int]]
+
+
+@dataclass
+class Findings:
+    """What a stage of a run found for its report, returned by the stage (in its typed result) and
+    written by `Report.record`: each field is one section of the document (docs/reports.md)."""
+
+    source: dict | None = None  # the source file: path, framework, format, size, sha256, how it was read
+    contracts: list[ContractEntry] = field(default_factory=list)
+    optimize: dict | None = None  # the table --optimize auto chose from, or a selection's budget
+    parity: list[dict] = field(default_factory=list)  # each hop's comparison (ParityResult.to_dict())
+    artifacts: list[dict] = field(default_factory=list)  # each artifact's entry
+    generation: list[dict] = field(default_factory=list)  # artifacts judged by generation (GenerationResult.to_dict())
+    target_failures: list[dict] = field(default_factory=list)  # targets that failed while the others went on
+    warnings: list[str] = field(default_factory=list)  # what the user must see although the run succeeds
+    files: list[str] | None = None  # files written beside the artifacts (a zoo build's, the source's tokenizer)
+    reference: dict | None = None  # the reference sample written beside the artifacts
+    bundles: list[dict] | None = None  # the serving bundles written
+    sides: Sides | None = None
+    localize: dict | None = None  # where `validate --localize` found the outputs part
+
+    def warn(self, text: str) -> None:
+        self.warnings.append(text)
+
+    def add(self, other: Findings) -> Findings:
+        """`other`'s findings after these (its sections win where both have one); returns self."""
+        for f in fields(self):
+            mine, theirs = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(mine, list):
+                mine.extend(theirs)
+            elif theirs is not None:
+                setattr(self, f.name, theirs)
+        return self
+
+
+def entry_of(result) -> dict:
+    """A comparison's or a generation's report entry (a ParityResult, a GenerationResult; a dict as it is)."""
+    return result if isinstance(result, dict) else result.to_dict()
+
+
 class Report:
     """The run record of one command, built through its methods; `data` is a read-only view.
 
-    Code outside this module never writes into the document: each section has its method (source,
-    contract, stage rows, artifacts, parity, warnings, optimisation table, bundles, validate's
-    sides), so the schema lives in one place. `to_dict()` is a copy for callers to keep.
+    Code outside this module never writes into the document: the stages return what they found
+    (`Findings`, in their typed results) and the command records it (`record`), so the schema lives
+    in one place; `stage()` times the stage rows as they run. `to_dict()` is a copy for callers to keep.
     """
 
     def __init__(self, command: str):
         self.command = command
         self._t0 = time.perf_counter()
-        self._attempts: dict[str, list[tuple[str, int]]] = {}  # target -> (section, id(entry)) of a retriable attempt
         self._data: dict[str, Any] = {
             "schema": SCHEMA, "command": command, "status": "running", "exit_code": None,
             "error": None, "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "seconds": None,
@@ -107,90 +166,34 @@ class Report:
         """Rows a stage produced itself (the optimisation passes): dicts or objects with `to_dict()`."""
         self._data["stages"].extend(r if isinstance(r, dict) else r.to_dict() for r in rows)
 
-    # --- sections -------------------------------------------------------------------------------
+    # --- what the stages found ---------------------------------------------------------------
 
-    def set_source(self, info: dict) -> None:
-        self._data["source"] = dict(info)
-
-    def set_contract(self, contract: dict, *, reference_varies: dict[str, bool] | None = None,
-                     given: list[str] | None = None) -> None:
-        """The I/O contract; `reference_varies` marks each named output whose source reference changed
-        (or not) between two sample sets; `given` names the inputs whose samples the user chose."""
-        self._data["contract"] = _contract(contract, reference_varies, given)
-
-    def add_part(self, name: str, contract: dict, *, reference_varies: dict[str, bool] | None = None,
-                 given: list[str] | None = None) -> None:
-        """One model of a source converted into several (`OUT/<name>/`: a seq2seq encoder and decoder):
-        its contract, recorded as `set_contract` records a single model's, under `parts`."""
-        given = [g for g in given or [] if g in {i["name"] for i in contract.get("inputs") or []}]
-        self._data.setdefault("parts", []).append({"name": name, "path": name,
-                                                   "contract": _contract(contract, reference_varies, given)})
-
-    def set_optimize(self, selection: dict) -> None:
-        """The table `--optimize auto` chose from."""
-        self._data["optimize"] = selection
-
-    def set_bundles(self, bundles: list[dict]) -> None:
-        self._data["bundles"] = list(bundles)
-
-    def set_files(self, files: list[str]) -> None:
-        """The files a `zoo build` wrote, or those `convert` copied from the source (a tokenizer), relative to the output."""
-        self._data["files"] = list(files)
-
-    def set_reference(self, entry: dict) -> None:
-        """The reference sample written beside the artifacts (`serving.reference_file`)."""
-        self._data["reference"] = dict(entry)
-
-    def set_sides(self, a: dict, b: dict, inputs: dict[str, list[int]]) -> None:
-        """`validate`'s two models (`a`, `b`) and the input shapes both ran on."""
-        self._data.update(a=a, b=b, inputs=inputs)
-
-    def set_localize(self, where: dict) -> None:
-        self._data["localize"] = where
-
-    def add_parity(self, result, *, attempt: str | None = None) -> None:
-        """A hop's comparison (a ParityResult or its dict); `attempt` tags it as part of a retriable attempt."""
-        entry = result if isinstance(result, dict) else result.to_dict()
-        self._data["parity"].append(entry)
-        self._tag(attempt, "parity", entry)
-
-    def add_generation(self, result) -> None:
-        """An artifact's validation by generation (a GenerationResult or its dict)."""
-        entry = result if isinstance(result, dict) else result.to_dict()
-        self._data.setdefault("generation", []).append(entry)
-
-    def warn(self, text: str) -> None:
-        """A finding the user must see although the run succeeds (printed on stderr by the CLI)."""
-        self._data["warnings"].append(text)
-
-    def add_artifact(self, artifact: dict, *, attempt: str | None = None) -> None:
-        self._data["artifacts"].append(artifact)
-        self._tag(attempt, "artifacts", artifact)
-
-    def add_target_failure(self, target: str, error: dict) -> None:
-        """A target that failed while the others went on (convert --to a,b,c reports every target)."""
-        self._data.setdefault("target_failures", []).append({"target": target, **error})
-
-    def set_precision_fallback(self, requested: str, reason: str) -> None:
-        """The last artifact was delivered in FP32 although `requested` was asked for."""
-        self._data["artifacts"][-1]["precision_fallback"] = {"requested": requested, "reason": reason}
-
-    # --- attempts: an emit that may be retried (precision fallback) -----------------------------
-
-    def _tag(self, attempt: str | None, section: str, entry: dict) -> None:
-        if attempt is not None:
-            self._attempts.setdefault(attempt, []).append((section, id(entry)))
-
-    def discard_attempt(self, attempt: str) -> None:
-        """Drop the artifact and parity entries of a failed attempt (replaced by the retry's)."""
-        tagged = self._attempts.pop(attempt, [])
-        for section in ("artifacts", "parity"):
-            ids = {i for s, i in tagged if s == section}
-            self._data[section][:] = [e for e in self._data[section] if id(e) not in ids]
-
-    def settle_attempt(self, attempt: str) -> None:
-        """The attempt's entries stay: forget the tags."""
-        self._attempts.pop(attempt, None)
+    def record(self, found: Findings) -> None:
+        """Write what a stage found into the document: the one place its sections are written
+        (stage rows aside, which `stage()` times as they run)."""
+        d = self._data
+        if found.source is not None:
+            d["source"] = dict(found.source)
+        for c in found.contracts:
+            if c.part:
+                names = {i["name"] for i in c.contract.get("inputs") or []}
+                d.setdefault("parts", []).append({"name": c.part, "path": c.part, "contract": _contract(
+                    c.contract, c.reference_varies, [g for g in c.given if g in names])})
+            else:
+                d["contract"] = _contract(c.contract, c.reference_varies, list(c.given))
+        if found.optimize is not None:
+            d["optimize"] = found.optimize
+        d["parity"].extend(found.parity)
+        d["artifacts"].extend(found.artifacts)
+        for key in ("generation", "target_failures"):
+            if getattr(found, key):
+                d.setdefault(key, []).extend(getattr(found, key))
+        d["warnings"].extend(found.warnings)
+        for key in ("files", "reference", "bundles", "localize"):
+            if getattr(found, key) is not None:
+                d[key] = copy.copy(getattr(found, key))
+        if found.sides is not None:
+            d.update(a=found.sides.a, b=found.sides.b, inputs=found.sides.inputs)
 
     # --- the end of the run ---------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ def save_source(name: str, output: Path, *, force: bool = False) -> dict:
     """Build zoo model `name` and save it into `output`, with a report.json that marks the folder
     as modelport's (so `--force` may replace it later) and lists the files."""
     from modelport import zoo
-    from modelport.validation.report import Run
+    from modelport.validation.report import Findings, Run
 
     entry = zoo.get(name)
     if entry.framework not in SAVERS:
@@ -32,8 +32,8 @@ def save_source(name: str, output: Path, *, force: bool = False) -> dict:
         with staged_dir(output, force=force) as stage:
             with report.stage("save"):
                 files, hint = saver.save(model, entry, stage)
-            report.set_source({"path": f"zoo:{name}", "framework": entry.framework, "format": None})
-            report.set_files(sorted(str(Path(f).relative_to(stage)) for f in files))
+            report.record(Findings(source={"path": f"zoo:{name}", "framework": entry.framework, "format": None},
+                                   files=sorted(str(Path(f).relative_to(stage)) for f in files)))
             report.write(stage)
     files = [str(output / Path(f).relative_to(stage)) for f in files]
     return {"name": name, "framework": entry.framework, "files": files,
