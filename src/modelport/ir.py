@@ -16,7 +16,7 @@ import copy
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -218,12 +218,64 @@ class SourceRef:
     spec: Any
 
 
+class Provenance(TypedDict, total=False):
+    """`IRModel.provenance`: how the IR was made, as the parsers and the optimisation stage record it
+    (saved in ir.json; the report's `source` repeats some keys, `orchestration/source.py` SOURCE_DETAILS).
+    A plain dict at run time; each key is written by the code named in its comment."""
+
+    # every parser
+    framework: str  # the source's framework: the parser's name (onnx, pytorch, keras, tensorflow, tflite, caffe, darknet, paddle, huggingface; transformers for a written decoder)
+    format: str  # the source's format in words ("onnx", "savedmodel", "graphdef", "darknet cfg + weights", …)
+    path: str  # the source file or folder (or 'zoo:NAME', or the class name of an in-memory model)
+    opset: int | None  # the default-domain ONNX opset of the IR's graph (emitters/preflight.py: the one it was converted to)
+    reference_varies: dict[str, bool | None]  # output -> whether the source's reference changed between two sample inputs (None: not decided)
+    samples_skipped: list[str] | None  # "kind: reason" of each extra sample set the source itself failed on
+    warnings: list[str]  # what the parser chose for the user (a checkpoint entry, sample sizes, a quantised source): the convert stage warns with them
+    # how the ONNX graph was made or read
+    exporter: str  # the exporter that wrote the ONNX graph (a torch.onnx route, "tf2onnx X", "paddle2onnx X", the decoder writer)
+    producer: str  # the ONNX file's producer name and version (onnx), "darknet"
+    ir_version_note: str | None  # what lowering the file's ONNX IR version to onnxruntime's did (onnxfile/ir_version_fit.py), None: unchanged
+    # PyTorch (parsers/pytorch.py)
+    exporter_fallback_reason: str | None  # why the first export route failed, when a later one worked
+    export_attempts: list[dict[str, Any]]  # each export route tried: route, ok, reason, seconds (the parse stage row's `attempts`)
+    fixed_dims: dict[str, int] | None  # dynamic dims the export route could only trace at their sample size: dim -> size
+    saved_on: list[str] | None  # the devices the file was saved on (read and converted on the CPU)
+    arch: str  # --arch: the architecture a state dict was loaded into
+    arch_args: dict[str, Any]  # --arch-args: the keyword arguments its constructor was given
+    state_dict_key: str  # the checkpoint entry the weights were read from ('a' or 'a.b')
+    state_dict_prefix_removed: str  # the prefix removed from the checkpoint's keys (module. from DataParallel)
+    state_dict_prefix_added: str  # the prefix added to the checkpoint's keys (the one --arch holds the network under)
+    state_dict_keys_left_out: list[str]  # the checkpoint's keys outside the one prefix that was taken
+    # framework-specific
+    weights: str  # the weights file read beside the graph (darknet .weights, caffemodel, Paddle params)
+    weights_version: str  # darknet: the weights file's major.minor.revision
+    seen: int  # darknet: the images the network saw in training, from the weights header
+    layers: int  # darknet: the cfg's sections; caffe: the net's inference layers
+    net: str | None  # caffe: the net's name in the prototxt
+    model_name: str | None  # keras: the model's name
+    tensorflow: str  # the TensorFlow version that read the source (keras, savedmodel, graphdef, tflite)
+    paddle: str  # the Paddle version that ran the source
+    signature: str  # savedmodel: the signature converted
+    signatures: list[str]  # savedmodel, tflite: every signature the file holds
+    source_precision: str  # the precision the source computes at where not fp32 (tflite: int8-dynamic-range)
+    # Hugging Face (parsers/huggingface.py, parsers/hf_decoder.py)
+    task: str  # the task the folder was exported for
+    architecture: str  # the config's first architecture class
+    companion_files: list[str]  # the tokenizer/preprocessor files the convert stage copies next to the artifacts
+    decoder: dict[str, Any]  # a KV-cache decoder's configuration (parsers/hf_decoder_config.py DecoderConfig.to_dict)
+    # the optimisation stage (optimize/, orchestration/text_generation.py)
+    precision: str  # the precision the IR's weights were converted to (fp16, int8, a text-generation variant's)
+    fp16: dict[str, Any]  # the FP16 conversion: nodes kept in fp32, overflow, rounds, parity (optimize/precision.py)
+    int8: dict[str, Any]  # the INT8 quantisation: mode, nodes kept in float, calibration, parity (optimize/quantize.py)
+    precision_fallback: dict[str, str]  # {requested, reason}: the precision asked that could not hold parity, delivered fp32
+
+
 @dataclass
 class IRModel:
     model: Any  # onnx.ModelProto
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
-    provenance: dict[str, Any] = field(default_factory=dict)
+    provenance: Provenance = field(default_factory=Provenance)
     reference: Reference | None = None
     sample_dims: dict[str, int] = field(default_factory=dict)
     # the dims declared a range or a list of sizes (`--dim batch=1..8`): {name: dims.DimSpec}
