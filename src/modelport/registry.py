@@ -79,6 +79,18 @@ class Registry(Mapping[str, str]):
             raise BadInputError(f"unknown {self.kind} '{name}'; known: {', '.join(sorted(self._entries))}")
         return key
 
+    def names(self, text: str | Iterable[str], *, hint: str | None = None) -> list[str]:
+        """'a,b' (or a list of such) -> canonical names, in order, without repeats; an unknown name or
+        none at all is a BadInputError (`hint` says where names are given)."""
+        items = text.split(",") if isinstance(text, str) else [p for t in text for p in t.split(",")]
+        out: list[str] = []
+        for item in items:
+            if item.strip() and (name := self.canonical(item)) not in out:
+                out.append(name)
+        if not out:
+            raise BadInputError(f"no {self.kind} given", hint=f"{hint + '; ' if hint else ''}known: {', '.join(self)}")
+        return out
+
     def load(self, name: str) -> Any:
         """The module (or module attribute) registered under `name` or one of its aliases."""
         module, _, attr = self._entries[self.canonical(name)].partition(":")

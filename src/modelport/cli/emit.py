@@ -37,11 +37,11 @@ def register(app: typer.Typer) -> None:
                 targets=[choice(t, EMITTERS, "target") for t in split_list(to)], framework="onnx",
                 inputs=[parse_input_spec(t) for t in shared["inputs"]], **flags.parity_kwargs(shared),
                 precision=choice(precision, all_precisions(), "precision"), calibration=shared["calibration"],
-                strict=shared["strict"], **flags.limit_kwargs(shared), allow_precision_fallback=shared["allow_fallback"], force=shared["force"], command="emit",
+                strict=shared["strict"], **flags.limit_kwargs(shared), allow_precision_fallback=shared["allow_fallback"], force=shared["force"],
                 **flags.target_kwargs(shared),
             )
             with stage_status(shared["quiet"] or shared["json_out"]) as on_stage:
-                return convert(model, output, options, on_stage=on_stage)
+                return convert(model, output, options, command="emit", on_stage=on_stage)
 
         from modelport.cli.render import render_report
 

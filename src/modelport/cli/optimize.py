@@ -127,9 +127,9 @@ def register(app: typer.Typer) -> None:
                 targets=["onnx"], **flags.parity_kwargs(shared), optimize=stage, force=shared["force"],
                 inputs=apply_options([parse_input_spec(t) for t in shared["inputs"]], **flags.preprocessing_kwargs(shared)),
                 precision=choice(precision, flags.PRECISIONS, "precision"), calibration=shared["calibration"],
-                strict=shared["strict"], **flags.limit_kwargs(shared), allow_precision_fallback=shared["allow_fallback"], command="optimize",
+                strict=shared["strict"], **flags.limit_kwargs(shared), allow_precision_fallback=shared["allow_fallback"],
             )
             with stage_status(shared["quiet"] or shared["json_out"]) as on_stage:
-                return convert(model, output, options, on_stage=on_stage)
+                return convert(model, output, options, command="optimize", on_stage=on_stage)
 
         run(body, command="optimize", json_out=shared["json_out"], quiet=shared["quiet"], junit=shared["junit"], render=lambda r: render_optimize(r, output))

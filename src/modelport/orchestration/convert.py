@@ -37,16 +37,16 @@ from modelport.validation.report import Run
 __all__ = ["ConvertOptions", "convert"]
 
 
-def convert(source, output_dir: str | Path, options: ConvertOptions | None = None, *, on_stage: StageCallback | None = None,
-            **kwargs) -> dict:
+def convert(source, output_dir: str | Path, options: ConvertOptions | None = None, *, command: str = "convert",
+            on_stage: StageCallback | None = None, **kwargs) -> dict:
     """Convert `source` (a path, 'zoo:NAME' or an nn.Module) into OUT_DIR; returns the report.
 
-    Raises a ModelportError (with `.report` holding the failed run's report) on failure
+    `command`: the report's command name (`optimize` and `emit` run this pipeline too). Raises a ModelportError (with `.report` holding the failed run's report) on failure
     (`Run` ends the command).
     """
 
     options = options or ConvertOptions(**kwargs)
-    with Run(options.command) as report:
+    with Run(command) as report:
         request = decide(source, output_dir, options)
         ctx = Context(request, report, on_stage)
         with PIPELINES.load(request.pipeline)(ctx) as task:
@@ -61,7 +61,7 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
                     if request.packages:
                         from modelport.orchestration.package import package_converted
 
-                        bundles = package_converted(stage, report, request.packages, options.package, on_stage=on_stage)
+                        bundles = package_converted(stage, report, request.packages, request.options.package, on_stage=on_stage)
                         report.record(bundles)
                     report.write(stage)
                 except ModelportError as e:

@@ -12,7 +12,7 @@ from modelport.dims import as_dim_spec
 from modelport.emitters.routes import ROUTES
 from modelport.ir import TensorSpec
 from modelport.optimize.pipeline import OptimizeOptions
-from modelport.packaging import PackageOptions
+from modelport.packaging import PACKAGERS, PackageOptions
 from modelport.parsers.huggingface import task_name
 from modelport.parsers.tf_common import TFSourceOptions
 from modelport.registry import choice
@@ -78,7 +78,6 @@ class ConvertOptions:
     text_generation: TextGenerationOptions | None = None  # the text-generation task's options (None: the defaults)
     packages: list[str] = field(default_factory=list)  # serving systems to package for (OUT/packages/<system>/)
     package: PackageOptions = field(default_factory=lambda: PackageOptions(trust=True))  # may trace the code it emitted
-    command: str = "convert"  # the report's command name
 
     def __post_init__(self):
         # The Python API accepts the CLI's spec strings: inputs=["input:batch,3,224,224"].
@@ -97,6 +96,7 @@ class ConvertOptions:
             self.task = task_name(self.task)
 
         self.route = choice(self.route or "auto", ROUTES, "route")
+        self.packages = PACKAGERS.names(self.packages, hint="pass --for") if self.packages else []
 
     def _declare_dims(self) -> None:
         """`sample_dims` may hold the CLI's texts ("1..8", "128,256"): those move to `dim_bounds`, and

@@ -151,6 +151,6 @@ def package_converted(stage: Path, report: Report, systems: list[str], options: 
 
     artifacts = from_report(stage, report.data)  # read-only view
     opts = options or PackageOptions(trust=True)
-    bundles = write_bundles(artifacts, stage / "packages", parse_systems(systems), opts, subfolders=True, report=report,
+    bundles = write_bundles(artifacts, stage / "packages", systems, opts, subfolders=True, report=report,
                             on_stage=on_stage)
     return Findings(bundles=[b.to_dict(stage) for b in bundles])

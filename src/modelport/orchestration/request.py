@@ -22,7 +22,6 @@ from modelport.optimize.pipeline import parse_budget
 from modelport.orchestration.options import ConvertOptions
 from modelport.orchestration.source import source_inputs
 from modelport.orchestration.text_generation_options import TextGenerationOptions, refusals
-from modelport.packaging import parse_systems
 from modelport.parsers import hf_decoder
 from modelport.registry import Registry
 from modelport.resolve.precisions import Resolved, resolve
@@ -97,35 +96,37 @@ def pipeline_of(source, task: str | None) -> str:
 
 def decide(source, output_dir, options: ConvertOptions) -> Request:
     """The Request for converting `source` into `output_dir`: exit 2 before any work for unknown
-    targets or serving systems, a precision a target does not take, a task a target writes no
+    targets (the serving systems are named by ConvertOptions itself), a precision a target does not take, a task a target writes no
     model of, options the task's pipeline cannot deliver, a bad bound, or an output folder that
     must not be written."""
 
+    # the checks that read the options alone first, then those that look up the registries below
     pipeline = pipeline_of(source, options.task)
-    task = TEXT_GENERATION if pipeline == TEXT_GENERATION else options.task
-    precisions = resolve(options.targets, options.precision, task)
-    packages = []
-    if options.packages:
-        packages = parse_systems(options.packages)
-    _refuse_misplaced_options(source, options)
+    _refuse_misplaced_options(source, options, pipeline)
     _refuse_samples_outside_bounds(options)
+    inputs = source_inputs(source, options)
     budget = generation_budget = None
-    if pipeline == FORWARD:
-
-        _refuse_forward_optimize(options, list(precisions))
+    if pipeline == TEXT_GENERATION:
+        generation_budget = _refuse_text_generation(source, options)
+    else:
         budget = options.optimize.budget if options.optimize is not None else None
         if budget is None and options.accuracy_budget:
             budget = parse_budget(options.accuracy_budget)
-    else:
-        generation_budget = _refuse_text_generation(source, options, precisions)
+    precisions = resolve(options.targets, options.precision, TEXT_GENERATION if pipeline == TEXT_GENERATION else options.task)
+    if pipeline == FORWARD and auto_optimize(options.optimize):
+        others = [t for t in precisions if t not in AUTO_FEEDS]
+        if others:
+            raise BadInputError(f"--optimize auto picks an onnxruntime variant or an OpenVINO one; it cannot feed {', '.join(others)}",
+                                hint="use a named level (e.g. --optimize all) with those targets, or convert to onnx/ort/openvino only")
     limits = Limits.of(options.stage_timeout, options.stage_memory)
     out = Path(output_dir)
-    inputs = source_inputs(source, options)
     check_output(out, inputs, force=options.force)
-    return Request(source, out, options, pipeline, precisions, packages, inputs, budget, generation_budget, limits)
+    return Request(source, out, options, pipeline, precisions, list(options.packages), inputs, budget, generation_budget, limits)
 
 
-def _refuse_misplaced_options(source, options: ConvertOptions) -> None:
+def _refuse_misplaced_options(source, options: ConvertOptions, pipeline: str) -> None:
+    """Options given where they do nothing: --arch-args/--state-dict-key without --arch, the run's
+    fields on its OptimizeOptions, and (forward pipeline) --runtimes without --optimize auto."""
     zoo_source = isinstance(source, str) and source.startswith("zoo:")
     if options.arch_args and not (options.arch or zoo_source):
         raise BadInputError("--arch-args are keyword arguments for the --arch constructor; pass --arch too")
@@ -135,6 +136,8 @@ def _refuse_misplaced_options(source, options: ConvertOptions) -> None:
     if o is not None and (o.precision != "fp32" or o.calibration or o.strict or o.allow_fallback):
         raise BadInputError("set precision, calibration, strict and allow_precision_fallback on ConvertOptions, "
                             "not on its OptimizeOptions: they apply to every stage of the run")
+    if o is not None and o.runtimes and not auto_optimize(o) and pipeline == FORWARD:
+        raise BadInputError("--runtimes names the runtimes --optimize auto compares", hint="add --optimize auto")
 
 
 def _refuse_samples_outside_bounds(options: ConvertOptions) -> None:
@@ -145,31 +148,21 @@ def _refuse_samples_outside_bounds(options: ConvertOptions) -> None:
                                 hint="sample inside the declared sizes, or leave the sample size to the bounds")
 
 
-def _refuse_forward_optimize(options: ConvertOptions, targets: list[str]) -> None:
-    """`--runtimes` only with `--optimize auto`, and `auto` only for targets an onnxruntime or OpenVINO
-    winner can feed (orchestration/optimize_stage.py runs it)."""
-    asked = options.optimize
-    if asked is None:
-        return
-    auto = asked.level == "auto" and not asked.passes
-    if asked.runtimes and not auto:
-        raise BadInputError("--runtimes names the runtimes --optimize auto compares", hint="add --optimize auto")
-    if auto:
-
-        allowed = {t for names in CPU_RUNTIMES.values() for t in names}
-        others = [t for t in targets if t not in allowed]
-        if others:
-            raise BadInputError(f"--optimize auto picks an onnxruntime variant or an OpenVINO one; it cannot feed {', '.join(others)}",
-                                hint="use a named level (e.g. --optimize all) with those targets, or convert to onnx/ort/openvino only")
+AUTO_FEEDS = {t for names in CPU_RUNTIMES.values() for t in names}  # the targets an --optimize auto winner can feed
 
 
-def _refuse_text_generation(source, options: ConvertOptions, precisions: dict[str, Resolved]) -> GenerationBudget | None:
+def auto_optimize(asked) -> bool:
+    """Whether the optimisation options ask for `--optimize auto` (a level, no passes named)."""
+    return asked is not None and asked.level == "auto" and not asked.passes
+
+
+def _refuse_text_generation(source, options: ConvertOptions) -> GenerationBudget | None:
     """The text-generation pipeline takes a folder, and only the options it can deliver; returns its
     generation budget (parsed here, once)."""
 
     if not isinstance(source, (str, Path)) or str(source).startswith("zoo:"):
         raise BadInputError(f"--task text-generation converts a Hugging Face folder (config.json + safetensors), "
                             f"not {type(source).__name__ if not isinstance(source, str) else source}")
-    precision = next(iter(precisions.values())).precision  # a given one applies to all, defaults agree
+    precision = options.precision or "fp32"  # a given one applies to all; every text-generation target's default is fp32
     runtimes = options.optimize.runtimes if options.optimize is not None else None
     return refusals(options.text_generation or TextGenerationOptions(), options.level, precision, runtimes, options.accuracy_budget)

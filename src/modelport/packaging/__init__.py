@@ -128,13 +128,4 @@ def get_packager(name: str) -> ModuleType:
 
 def parse_systems(text: str | list[str]) -> list[str]:
     """'triton,torchserve' (or a list) -> canonical names, in order, without repeats."""
-    items = text.split(",") if isinstance(text, str) else [p for t in text for p in t.split(",")]
-    out: list[str] = []
-    for item in items:
-        if item.strip():
-            name = canonical(item)
-            if name not in out:
-                out.append(name)
-    if not out:
-        raise BadInputError("no serving system given", hint=f"pass --for; known: {', '.join(PACKAGERS)}")
-    return out
+    return PACKAGERS.names(text, hint="pass --for")
