@@ -109,7 +109,7 @@ def entry_of(result) -> dict:
 
 
 class Report:
-    """The run record of one command, built through its methods; `data` is a read-only view.
+    """The run record of one command, written by `record` from what the stages return; `data` is a read-only view.
 
     Code outside this module never writes into the document: the stages return what they found
     (`Findings`, in their typed results) and the command records it (`record`), so the schema lives
