@@ -356,3 +356,38 @@ def local_imports() -> tuple[int, int, list[str]]:
 def test_imports_stand_at_the_top_of_the_file_apart_from_the_named_frameworks():
     lines, n, found = local_imports()
     assert n * 1000 / lines <= LOCAL_IMPORTS_PER_KLOC, f"{n} function-local imports in {lines} lines; e.g. {found[:10]}"
+
+
+TASKS = {"orchestration/forward.py": "ForwardRun", "orchestration/text_generation.py": "TextGenerationRun"}
+
+
+def attributes_set_mid_run(root: Path = SRC) -> list[str]:
+    """'Class.attr' for each attribute a pipeline task's method sets that its __init__ does not
+    declare: a task's state is declared when it is made, not gained part way through a run."""
+    found = []
+    for rel, name in TASKS.items():
+        cls = next(n for n in ast.walk(ast.parse((root / rel).read_text())) if isinstance(n, ast.ClassDef) and n.name == name)
+        declared, later = set(), set()
+        for fn in cls.body:
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            for node in ast.walk(fn):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+                for t in targets:
+                    for e in ast.walk(t):
+                        if isinstance(e, ast.Attribute) and isinstance(e.value, ast.Name) and e.value.id == "self":
+                            (declared if fn.name == "__init__" else later).add(e.attr)
+        found += [f"{name}.{a}" for a in sorted(later - declared)]
+    return found
+
+
+def test_a_pipeline_task_declares_its_state_when_it_is_made():
+    assert attributes_set_mid_run() == []
+
+
+def test_the_mid_run_attribute_check_finds_one(tmp_path):
+    (tmp_path / "orchestration").mkdir()
+    for rel in TASKS:
+        (tmp_path / rel).write_text((SRC / rel).read_text().replace("    def __exit__(self, *exc) -> bool:\n",
+                                                                     "    def __exit__(self, *exc) -> bool:\n        self.late = 1\n", 1))
+    assert attributes_set_mid_run(tmp_path) == ["ForwardRun.late", "TextGenerationRun.late"]

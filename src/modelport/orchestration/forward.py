@@ -57,6 +57,8 @@ class ForwardRun:
         self.source_ref: SourceRef | None = None
         self.framework = "source"
         self.source_precision: str | None = None  # what the source computes at where not fp32 (the parser says)
+        self.companions: list[str] = []  # the source's tokenizer/preprocessor files, copied beside the artifacts (`finish`)
+        self.reference = None  # the reference's sample sets, written beside the artifacts (`finish`)
 
     def __enter__(self):
         return self

@@ -103,6 +103,8 @@ class TextGenerationRun:
         self.streamed = False  # the reference: streamed from the safetensors (True) or transformers in memory (check_memory decides)
         self.fp32_fits = True  # whether an fp32 graph of the model can run in onnxruntime here (the IR and fusion checks)
         self.streamed_cache: dict = {}  # the last streamed logits: the IR and the fused graph share the prompts' pass
+        self.folder = Path(ctx.request.source)  # a folder: request.decide refused anything else
+        self.scratch: Path | None = None  # the run's scratch folder, while the run is open
         self._scratch = None
 
     def __enter__(self):
@@ -121,7 +123,7 @@ class TextGenerationRun:
         does not cover, the folder's safety rules, not enough memory (the options were judged by
         `request.decide`)."""
 
-        self.folder = folder = Path(self.ctx.request.source)  # a folder: request.decide refused anything else
+        folder = self.folder
         self.cfg = cfg = hf_decoder.read_decoder_config(folder)  # read once for the run; an unsupported family is named first
         self.check_fp16(cfg)
         if sniff(folder):  # the Hugging Face folder rules: remote code, pickled weights, links leading outside
