@@ -50,13 +50,14 @@ def test_capped_pass_row_and_report_warning(relu_ir):
     """The row's details carry the cap, and the optimisation stage turns it into a report warning."""
     from modelport.optimize.pipeline import run_passes
     from modelport.orchestration.optimize_stage import warn_round_limits
-    from modelport.validation.report import Report
+    from modelport.validation.report import Findings, Report
 
     result = OneRoundPass().apply(relu_ir)
     assert isinstance(result, PassResult) and result.details["round_limit_reached"] == 1
     _, rows = run_passes(relu_ir, [OneRoundPass()])
     assert rows[0].status == "applied" and rows[0].details["round_limit_reached"] == 1
-    report = Report("optimize")
-    warn_round_limits(report, [r.to_dict() for r in rows])
+    found, report = Findings(), Report("optimize")
+    warn_round_limits(found, [r.to_dict() for r in rows])
+    report.record(found)
     assert report.data["warnings"] == ["pass 'relu-one-round' still rewrote the model in its last round: it stopped at its round "
                                        "limit (1), short of a fixed point"]
