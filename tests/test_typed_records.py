@@ -23,6 +23,7 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from modelport.artifact import ArtifactDetails
@@ -424,5 +425,4 @@ def test_the_schema_publishes_every_source_detail():
 
 
 def test_the_schema_is_valid():
-    jsonschema = pytest.importorskip("jsonschema")
     jsonschema.Draft202012Validator.check_schema(_schema())
