@@ -15,9 +15,9 @@ orchestration/text_generation.py) with `preflight()`, `parse() -> Parsed` ({part
 `prepare(part, ir) -> Planned` (its jobs), `validate(job, artifact, route) -> ArtifactCheck`,
 `tolerance(resolved)` and `finish(stage) -> StageResult`; it is a context manager that owns the run's
 scratch space. Each stage returns what it found (orchestration/jobs.py: `StageResult`, each job's
-`JobResult`) and the report is written from those results alone (`recorded`), so an attempt given up
-(another route, an fp32 retry) leaves nothing in it. Everything is written into a staging folder beside OUT_DIR and renamed into place at the
-end, so a failed run (bad input, parity failure, crash) leaves no output. A requested precision
+`JobResult`) and the report is written from those results alone (`recorded`), so an attempt given
+up (another route, an fp32 retry) leaves nothing in it. Everything is written into a staging
+folder beside OUT_DIR and renamed into place at the end, so a failed run (bad input, parity failure, crash) leaves no output. A requested precision
 is delivered within tolerance or the run fails (exit 4), unless the user allowed a fallback:
 then the artifact is FP32 and the report and the terminal say so (`requested_precision`,
 `precision_fallback`, `warnings`).
@@ -41,8 +41,8 @@ def convert(source, output_dir: str | Path, options: ConvertOptions | None = Non
             on_stage: StageCallback | None = None, **kwargs) -> dict:
     """Convert `source` (a path, 'zoo:NAME' or an nn.Module) into OUT_DIR; returns the report.
 
-    `command`: the report's command name (`optimize` and `emit` run this pipeline too). Raises a ModelportError (with `.report` holding the failed run's report) on failure
-    (`Run` ends the command).
+    `command`: the report's command name (`optimize` and `emit` run this pipeline too). Raises a
+    ModelportError (with `.report` holding the failed run's report) on failure (`Run` ends the command).
     """
 
     options = options or ConvertOptions(**kwargs)

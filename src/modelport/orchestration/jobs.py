@@ -212,14 +212,13 @@ class Fallback:
 
 @dataclass(frozen=True)
 class JobResult:
-    """What one job delivered: its artifact's report entry (None when none was written), the precision
-    the artifact has and the fallback that led to it, what its validation found, the warnings for the
-    user, and the error it ended with (None: it is good). A route or precision tried and given up
-    leaves no result behind: only the one returned is recorded."""
+    """What one job delivered: its artifact's report entry (None when none was written; its `precision`
+    is the one the artifact has), the fallback that led to an fp32 artifact, what its validation found,
+    the warnings for the user, and the error it ended with (None: it is good). A route or precision
+    tried and given up leaves no result behind: only the one returned is recorded."""
 
     name: str
     entry: dict | None = None
-    precision: str | None = None
     fallback: Fallback | None = None
     check: ArtifactCheck | None = None
     warnings: tuple[str, ...] = ()
@@ -327,13 +326,14 @@ def emit_once(job: Job, route, task, ctx: Context) -> JobResult:
         entry["part"] = job.part
     entry.update({k: v for k, v in job.extra.items() if v or k != "route_notes"})
     entry["requested_precision"] = job.resolved.precision
-    if job.fallback_reason and artifact.precision != job.resolved.precision:
-        entry["precision_fallback"] = {"requested": job.resolved.precision, "reason": job.fallback_reason}
+    # the optimisation stage delivered fp32 instead of the precision asked
+    fallback = Fallback(job.resolved.precision, job.fallback_reason) \
+        if job.fallback_reason and artifact.precision != job.resolved.precision else None
     try:
         check = task.validate(job, artifact, route)
     except ModelportError as e:
-        return JobResult(job.name, entry, artifact.precision, error=e)
+        return JobResult(job.name, entry, fallback, error=e)
     entry.update(check.entry)
     if check.failure is not None:
-        return JobResult(job.name, entry, artifact.precision, check=check, error=check.failure)
-    return JobResult(job.name, entry, artifact.precision, check=check, warnings=(*artifact.warnings, *check.warnings))
+        return JobResult(job.name, entry, fallback, check=check, error=check.failure)
+    return JobResult(job.name, entry, fallback, check=check, warnings=(*artifact.warnings, *check.warnings))

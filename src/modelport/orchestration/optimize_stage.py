@@ -90,11 +90,10 @@ def stated_budget(selection: dict, opts, asked, default: bool) -> dict:
     return {**selection, "budget": DEFAULT_AUTO_BUDGET if default else asked_budget_text(asked), "budget_default": default}
 
 
-def optimise(ir: IRModel, ctx, zoo_tol=None, found: Findings | None = None) -> Prepared:
+def optimise(ir: IRModel, ctx, zoo_tol, found: Findings) -> Prepared:
     """The stage on one part's IR (released: the caller goes on with what comes out); what it finds
     for the report (warnings, the auto selection) goes in `found`."""
 
-    found = Findings() if found is None else found
     request = ctx.request
     options = request.options
     asked = replace(options.optimize or OptimizeOptions(level=None), budget=request.budget)
@@ -129,7 +128,7 @@ def optimise(ir: IRModel, ctx, zoo_tol=None, found: Findings | None = None) -> P
         if fallback and delivered != fallback["requested"]:
             out.fallback[p] = fallback["reason"]
             found.warn(f"--precision {fallback['requested']} could not be delivered ({fallback['reason']}); "
-                           f"the model is {delivered}")
+                       f"the model is {delivered}")
     out.irs.setdefault(FP32, next(iter(out.irs.values())))
     return out
 
@@ -171,7 +170,7 @@ def warn_round_limits(found: Findings, rows: list[dict]) -> None:
         limit = (row.get("details") or {}).get("round_limit_reached")
         if limit:
             found.warn(f"pass '{row['pass']}' still rewrote the model in its last round: it stopped at its round limit "
-                        f"({limit}), short of a fixed point")
+                       f"({limit}), short of a fixed point")
 
 
 def warn_kept_float(found: Findings, rows: list[dict]) -> None:
@@ -188,7 +187,7 @@ def warn_kept_float(found: Findings, rows: list[dict]) -> None:
         nodes = ", ".join(f"{k['node']} ({k['op']}, {k['error']:.0%} of the error)" for k in kept[:10])
         more = f" (+{len(kept) - 10} more)" if len(kept) > 10 else ""
         found.warn(f"pass '{row['pass']}': INT8 missed its tolerance{where}; {len(kept)}{of} node{'s' if len(kept) != 1 or of else ''} "
-                    f"kept in float to hold it: {nodes}{more}")
+                   f"kept in float to hold it: {nodes}{more}")
 
 
 def _run_recorded(ir, opts, *, ctx, zoo_tol, found: Findings, release_input: bool = True, select: dict | None = None) -> IRModel:

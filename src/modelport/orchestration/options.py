@@ -12,7 +12,7 @@ from modelport.dims import as_dim_spec
 from modelport.emitters.routes import ROUTES
 from modelport.ir import TensorSpec
 from modelport.optimize.pipeline import OptimizeOptions
-from modelport.packaging import PACKAGERS, PackageOptions
+from modelport.packaging import PackageOptions, parse_systems
 from modelport.parsers.huggingface import task_name
 from modelport.parsers.tf_common import TFSourceOptions
 from modelport.registry import choice
@@ -96,7 +96,7 @@ class ConvertOptions:
             self.task = task_name(self.task)
 
         self.route = choice(self.route or "auto", ROUTES, "route")
-        self.packages = PACKAGERS.names(self.packages, hint="pass --for") if self.packages else []
+        self.packages = parse_systems(self.packages) if self.packages else []
 
     def _declare_dims(self) -> None:
         """`sample_dims` may hold the CLI's texts ("1..8", "128,256"): those move to `dim_bounds`, and

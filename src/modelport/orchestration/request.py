@@ -96,9 +96,9 @@ def pipeline_of(source, task: str | None) -> str:
 
 def decide(source, output_dir, options: ConvertOptions) -> Request:
     """The Request for converting `source` into `output_dir`: exit 2 before any work for unknown
-    targets (the serving systems are named by ConvertOptions itself), a precision a target does not take, a task a target writes no
-    model of, options the task's pipeline cannot deliver, a bad bound, or an output folder that
-    must not be written."""
+    targets (ConvertOptions names the serving systems itself), a precision a target does not take,
+    a task a target writes no model of, options the task's pipeline cannot deliver, a bad bound, or
+    an output folder that must not be written."""
 
     # the checks that read the options alone first, then those that look up the registries below
     pipeline = pipeline_of(source, options.task)
@@ -163,6 +163,6 @@ def _refuse_text_generation(source, options: ConvertOptions) -> GenerationBudget
     if not isinstance(source, (str, Path)) or str(source).startswith("zoo:"):
         raise BadInputError(f"--task text-generation converts a Hugging Face folder (config.json + safetensors), "
                             f"not {type(source).__name__ if not isinstance(source, str) else source}")
-    precision = options.precision or "fp32"  # a given one applies to all; every text-generation target's default is fp32
     runtimes = options.optimize.runtimes if options.optimize is not None else None
-    return refusals(options.text_generation or TextGenerationOptions(), options.level, precision, runtimes, options.accuracy_budget)
+    return refusals(options.text_generation or TextGenerationOptions(), options.level, options.precision, runtimes,
+                    options.accuracy_budget)

@@ -41,11 +41,11 @@ class TextGenerationOptions:
         parse_generation_budget(self.budget)
 
 
-def refusals(tg: TextGenerationOptions, level: str | None, precision: str, runtimes,
+def refusals(tg: TextGenerationOptions, level: str | None, precision: str | None, runtimes,
              accuracy_budget: str | None) -> GenerationBudget | None:
     """Exit 2 for what this pipeline cannot deliver with the run's other options: the optimisation
-    level, the precision, the reference, the runtimes and the run's budget (`precision`: the one every
-    target is written at); returns the run's generation budget (None: none was given)."""
+    level, the precision, the reference, the runtimes and the run's budget (`precision`: the one the
+    user gave for every target, None for the targets' default); returns the run's generation budget (None: none was given)."""
     if level not in LEVELS:
         raise BadInputError(f"--task text-generation takes --optimize none, all or auto; not {level}")
     if precision == AUTO and level != "auto":
